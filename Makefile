@@ -1,0 +1,75 @@
+# anvild — every target sets up what it needs, idempotently.
+#
+#   make run    install everything, then start the daemon in the foreground
+#   make test   install everything, then ruff, mypy --strict and pytest
+#
+# Python dependencies come from uv.lock (installed with a pinned uv bootstrapped from PyPI);
+# Debian packages the tests drive for real (bubblewrap, diod, 9base, ripgrep) come from apt.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+PY := $(VENV)/bin/python
+DEBIAN_PACKAGES := bubblewrap diod 9base ripgrep git
+STAMP := $(VENV)/.synced
+
+.PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean
+
+help:
+	@echo "make run    start anvild in the foreground (sets everything up first)"
+	@echo "make test   ruff, mypy --strict and pytest (sets everything up first)"
+	@echo "make bench  run the benchmarks in bench/ (results go in docs/PERF.md by hand)"
+
+setup: system-deps $(STAMP)
+
+# Debian packages: installed only when missing, so a set-up machine never touches apt.
+system-deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "error: need root (or sudo) to install:$$missing" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install -q "uv==$(UV_VERSION)"
+
+# Re-sync only when the lock or the project metadata changed.
+$(STAMP): $(UV) uv.lock pyproject.toml
+	$(UV) sync --frozen --python $(PYTHON)
+	@touch $@
+
+run: setup
+	$(VENV)/bin/anvild
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check anvild anvilctl tests bench
+	$(VENV)/bin/ruff format --check anvild anvilctl tests bench
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format anvild anvilctl tests bench
+	$(VENV)/bin/ruff check --fix anvild anvilctl tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(VENV)/bin/pytest -q
+
+test: setup lint typecheck pytest
+
+bench: setup
+	$(PY) bench/sse.py
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis
