@@ -22,7 +22,7 @@ Fields that exist only in some dialects have defaults (``n_uname=NONUNAME``, ``e
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 import attrs
@@ -294,6 +294,14 @@ class Message:
         return cls._LAYOUTS.get(dialect, cls._LAYOUT)
 
 
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _qid_tuple(value: Iterable[Qid]) -> tuple[Qid, ...]:
+    return tuple(value)
+
+
 _L = Dialect.P9P2000_L
 _U = Dialect.P9P2000_U
 
@@ -395,14 +403,14 @@ class Twalk(Message):
     tag: int
     fid: int
     newfid: int
-    wnames: tuple[str, ...] = attrs.field(converter=tuple)
+    wnames: tuple[str, ...] = attrs.field(converter=_str_tuple)
 
 
 @_msg(111, (("qids", "qids"),))
 @attrs.frozen
 class Rwalk(Message):
     tag: int
-    qids: tuple[Qid, ...] = attrs.field(converter=tuple)
+    qids: tuple[Qid, ...] = attrs.field(converter=_qid_tuple)
 
 
 @_msg(112, (("fid", "u32"), ("mode", "u8")))

@@ -1,0 +1,1007 @@
+"""The trio 9P server: one connection at a time over any `trio.abc.Stream`.
+
+Theory of operation
+-------------------
+`Server` holds what is shared (the root factory, limits, counters); `Server.serve(stream)`
+runs one connection until EOF or a protocol error. Each connection owns:
+
+* a `FrameReader` (sans-IO framing bounded by msize) and the negotiated dialect;
+* a fid table: fid -> `_Fid` (the walked path from the attach root, plus open state: a node
+  `Handle`, or a directory-read snapshot);
+* a tag table: tag -> `_Request` (its trio cancel scope and a "done" event).
+
+The reader loop decodes frames in order. Tversion is handled inline (version(5): it aborts all
+outstanding I/O and frees every fid before the reply). Every other request runs in its own task in
+the connection's nursery, so several tags can be outstanding and a blocked read never stalls the
+connection (intro(5)). A request's reply is sent outside its cancel scope, under a send lock.
+
+Tflush (flush(5)) cancels the old request's scope and waits for it to finish. A request blocked in
+a read is cancelled and its reply never sent; a request that completed before the cancellation
+reached a checkpoint still sends its reply, and the Rflush always follows it, as flush(5) allows.
+
+"Library validates, handler decides" (plan9port lib9p `srv.c`): before a node is called, the
+server checks the fid exists and is (not) open, the open mode against the node's permission bits
+(open(5)), the name of a walk/create, offsets of directory reads (read(5): 0 or the end of the
+previous read) and Treaddir cookies, counts against msize, and that a non-empty write is never
+answered with 0 (plan9port's `9p` loops forever on that). Directory reads are done here from
+`Node.list()`; a read never splits an entry.
+
+Dialects: 9P2000 errors are Rerror(message); 9P2000.u adds the errno; 9P2000.L sends
+Rlerror(errno). Tauth always fails ("authentication not required"; 9P2000.L: ENOENT, which diod's
+tools require). Walks from an open fid are refused in 9P2000/.u (walk(5)) and allowed in .L,
+where diod's tools walk `.` and `..` from an open directory. `.` and `..` are resolved here from
+the fid's path; `..` of the root is the root (intro(5)).
+
+Teardown: at EOF (plan9port's `9p` never clunks its root fid), after a protocol error, or on a
+second Tversion, in-flight requests are cancelled and every fid is dropped; open handles get
+`Handle.abort()` (shielded, bounded by a timeout). `statistics()` reports connections, fids, open
+handles and in-flight requests so tests can check nothing leaks.
+
+A malformed frame, or one larger than msize, closes the connection with a logged reason. A node
+that raises something other than `FsError` is a bug: it is logged with its traceback and the
+client gets EIO "internal error", and the connection keeps going.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import logging
+import math
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+import trio
+
+from anvild.ninep import messages as m
+from anvild.ninep.backend import AttachRequest, Handle, Node, NodeStat, OpenMode, StatChange
+from anvild.ninep.constants import (
+    DMDIR,
+    DT_DIR,
+    DT_REG,
+    GETATTR_BASIC,
+    IOHDRSZ,
+    L_O_ACCMODE,
+    L_O_APPEND,
+    L_O_DIRECTORY,
+    L_O_RDONLY,
+    L_O_RDWR,
+    L_O_TRUNC,
+    L_O_WRONLY,
+    LOCK_SUCCESS,
+    LOCK_TYPE_UNLCK,
+    MIN_MSIZE,
+    NOFID,
+    NONUNAME,
+    NOTAG,
+    OCEXEC,
+    OEXEC,
+    ORCLOSE,
+    ORDWR,
+    OREAD,
+    OTRUNC,
+    OWRITE,
+    S_IFDIR,
+    S_IFREG,
+    SETATTR_ATIME,
+    SETATTR_ATIME_SET,
+    SETATTR_GID,
+    SETATTR_MODE,
+    SETATTR_MTIME,
+    SETATTR_MTIME_SET,
+    SETATTR_SIZE,
+    SETATTR_UID,
+    VERSION_UNKNOWN,
+    Dialect,
+)
+from anvild.ninep.errors import FsError, ProtocolError, UnknownMessageError
+from anvild.ninep.framing import FrameReader
+
+__all__ = [
+    "DEFAULT_MAX_MSIZE",
+    "AttachCheck",
+    "RootFactory",
+    "Server",
+    "ServerStatistics",
+]
+
+log = logging.getLogger("anvild.ninep")
+
+DEFAULT_MAX_MSIZE = 1 << 20
+# Requests one connection may have outstanding at once; beyond this a request is refused at once
+# (EAGAIN) instead of buffering without bound. Blocked stream reads count against it.
+DEFAULT_MAX_REQUESTS = 1024
+V9FS_MAGIC = 0x01021997
+
+RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
+AttachCheck: TypeAlias = Callable[[AttachRequest], Awaitable[None] | None]
+
+_EPERM_LINKS = "links, symlinks and device nodes cannot be made in this file tree"
+
+
+@attrs.frozen
+class ServerStatistics:
+    """A snapshot of what the server holds (trio `statistics()` convention)."""
+
+    connections_open: int
+    connections_total: int
+    fids: int
+    open_handles: int
+    requests_in_flight: int
+
+
+@attrs.define(eq=False)
+class _Fid:
+    path: tuple[Node, ...]
+    uname: str
+    opening: bool = False
+    open_mode: OpenMode | None = None
+    handle: Handle | None = None
+    remove_on_close: bool = False
+    # Directory reads: the snapshot of encoded entries, and where the next read must start.
+    dir_entries: list[bytes] | None = None
+    dir_index: int = 0
+    dir_offset: int = 0
+    # 9P2000.L readdir snapshot: (qid, dirent type, name) per entry, "." and ".." first.
+    readdir_entries: list[tuple[m.Qid, int, str]] | None = None
+
+    @property
+    def node(self) -> Node:
+        return self.path[-1]
+
+    @property
+    def is_open(self) -> bool:
+        return self.open_mode is not None
+
+
+@attrs.define(eq=False)
+class _Request:
+    tag: int
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+def _check_name(name: str) -> None:
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise FsError(f"invalid file name {name!r}", errno.EINVAL)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+class Server:
+    """Serves a synthetic tree over 9P2000, 9P2000.u and 9P2000.L.
+
+    ``root`` is called at each Tattach with the `AttachRequest` and returns the root `Node` (it
+    may be async, and may raise `FsError` to refuse). ``max_msize`` caps the negotiated msize;
+    ``uid``/``gid`` are the numeric owner reported to 9P2000.u/.L when a node gives none (default:
+    this process's). ``clunk_timeout`` bounds `Handle.clunk`/`abort` at teardown and flush.
+    """
+
+    def __init__(
+        self,
+        root: RootFactory,
+        *,
+        max_msize: int = DEFAULT_MAX_MSIZE,
+        max_requests: int = DEFAULT_MAX_REQUESTS,
+        uid: int | None = None,
+        gid: int | None = None,
+        clunk_timeout: float = 10.0,
+    ) -> None:
+        if max_msize < MIN_MSIZE:
+            raise ValueError(f"max_msize must be at least {MIN_MSIZE}")
+        self.root = root
+        self.max_msize = max_msize
+        self.max_requests = max_requests
+        self.uid = os.getuid() if uid is None else uid
+        self.gid = os.getgid() if gid is None else gid
+        self.clunk_timeout = clunk_timeout
+        self._connections_open = 0
+        self._connections_total = 0
+        self._fids = 0
+        self._open_handles = 0
+        self._requests = 0
+
+    def statistics(self) -> ServerStatistics:
+        return ServerStatistics(
+            connections_open=self._connections_open,
+            connections_total=self._connections_total,
+            fids=self._fids,
+            open_handles=self._open_handles,
+            requests_in_flight=self._requests,
+        )
+
+    async def serve(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        check_attach: AttachCheck | None = None,
+        peer: str = "",
+    ) -> None:
+        """Serve one connection until EOF or a protocol error; then close ``stream``.
+
+        ``check_attach`` is called for each Tattach before the root factory; it raises `FsError`
+        to refuse (the listener decides: e.g. a TCP listener requires its token as aname).
+        Never raises for anything the peer does.
+        """
+        conn = _Connection(self, stream, check_attach, peer)
+        self._connections_open += 1
+        self._connections_total += 1
+        try:
+            await conn.run()
+        finally:
+            self._connections_open -= 1
+
+
+class _Connection:
+    def __init__(
+        self,
+        server: Server,
+        stream: trio.abc.Stream,
+        check_attach: AttachCheck | None,
+        peer: str,
+    ) -> None:
+        self.server = server
+        self.stream = stream
+        self.check_attach = check_attach
+        self.peer = peer or "?"
+        self.dialect: Dialect | None = None
+        self.msize = server.max_msize
+        self.reader = FrameReader(server.max_msize)
+        self.fids: dict[int, _Fid] = {}
+        self.tags: dict[int, _Request] = {}
+        self.send_lock = trio.Lock()
+        self.nursery: trio.Nursery | None = None
+        self._handlers: dict[type[m.Message], Callable[[Any], Awaitable[m.Message]]] = {
+            m.Tauth: self._auth,
+            m.Tattach: self._attach,
+            m.Twalk: self._walk,
+            m.Topen: self._open,
+            m.Tcreate: self._create,
+            m.Tread: self._read,
+            m.Twrite: self._write,
+            m.Tclunk: self._clunk,
+            m.Tremove: self._remove,
+            m.Tstat: self._stat,
+            m.Twstat: self._wstat,
+            m.Tstatfs: self._statfs,
+            m.Tlopen: self._lopen,
+            m.Tlcreate: self._lcreate,
+            m.Tsymlink: self._refuse_link,
+            m.Tmknod: self._refuse_link,
+            m.Tlink: self._refuse_link,
+            m.Trename: self._rename,
+            m.Trenameat: self._renameat,
+            m.Treadlink: self._readlink,
+            m.Tgetattr: self._getattr,
+            m.Tsetattr: self._setattr,
+            m.Txattrwalk: self._xattr,
+            m.Txattrcreate: self._xattr,
+            m.Treaddir: self._readdir,
+            m.Tfsync: self._fsync,
+            m.Tlock: self._lock,
+            m.Tgetlock: self._getlock,
+            m.Tmkdir: self._mkdir,
+            m.Tunlinkat: self._unlinkat,
+        }
+
+    # --- the connection's lifetime -------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                try:
+                    await self._read_loop()
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            await self._drop_all_fids()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                data = await self.stream.receive_some(max(65536, self.msize))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.debug("9p %s: connection lost: %s", self.peer, exc)
+                return
+            if not data:
+                log.debug("9p %s: EOF", self.peer)
+                return
+            self.reader.feed(bytes(data))
+            try:
+                while (frame := self.reader.next_frame()) is not None:
+                    await self._dispatch(frame)
+            except ProtocolError as exc:
+                log.warning("9p %s: closing the connection: %s", self.peer, exc)
+                return
+
+    async def _dispatch(self, frame: bytes) -> None:
+        try:
+            msg = m.decode(frame, self.dialect or Dialect.P9P2000)
+        except UnknownMessageError as exc:
+            await self._fail(exc.tag, str(exc), errno.EOPNOTSUPP)
+            return
+        if isinstance(msg, m.Tversion):
+            await self._version(msg)
+            return
+        if self.dialect is None:
+            await self._fail(msg.tag, "the first message must be Tversion", errno.EPROTO)
+            return
+        if not type(msg).__name__.startswith("T"):
+            name = type(msg).__name__
+            await self._fail(msg.tag, f"{name} is a reply; a client sends T-messages", errno.EPROTO)
+            return
+        if msg.tag in self.tags or msg.tag == NOTAG:
+            await self._fail(
+                msg.tag, f"tag {msg.tag} is already in use by an outstanding request", errno.EBADMSG
+            )
+            return
+        if len(self.tags) >= self.server.max_requests:
+            limit = self.server.max_requests
+            await self._fail(
+                msg.tag,
+                f"too many outstanding requests on this connection (limit {limit}); "
+                "wait for replies or flush some",
+                errno.EAGAIN,
+            )
+            return
+        req = _Request(msg.tag)
+        self.tags[msg.tag] = req
+        self.server._requests += 1
+        assert self.nursery is not None
+        self.nursery.start_soon(self._run_request, req, msg)
+
+    async def _run_request(self, req: _Request, msg: m.Message) -> None:
+        reply: m.Message | None = None
+        try:
+            with req.scope:
+                try:
+                    if isinstance(msg, m.Tflush):
+                        reply = await self._flush(msg)
+                    else:
+                        handler = self._handlers.get(type(msg))
+                        if handler is None:
+                            raise FsError(
+                                f"{type(msg).__name__} is not supported by this server",
+                                errno.EOPNOTSUPP,
+                            )
+                        reply = await handler(msg)
+                except FsError as exc:
+                    reply = self._error_reply(msg.tag, exc)
+                except Exception:
+                    log.exception("9p %s: internal error handling %r", self.peer, msg)
+                    reply = self._error_reply(msg.tag, _internal_error())
+            if req.scope.cancelled_caught:
+                reply = None  # flushed (flush(5)): the reply is never sent
+            if reply is not None:
+                await self._send(reply)
+        finally:
+            if self.tags.get(req.tag) is req:
+                del self.tags[req.tag]
+            self.server._requests -= 1
+            req.done.set()
+
+    async def _send(self, msg: m.Message) -> None:
+        assert self.dialect is not None or isinstance(msg, m.Rerror | m.Rversion)
+        dialect = self.dialect or Dialect.P9P2000
+        try:
+            frame = m.encode(msg, dialect)
+        except ProtocolError as exc:
+            log.error("9p %s: cannot encode %r: %s", self.peer, type(msg).__name__, exc)
+            frame = m.encode(
+                self._error_reply(
+                    msg.tag, FsError(f"reply could not be encoded: {exc}", errno.EIO)
+                ),
+                dialect,
+            )
+        if len(frame) > self.msize:
+            log.error("9p %s: reply %s of %d bytes exceeds msize", self.peer, msg, len(frame))
+            frame = m.encode(
+                self._error_reply(
+                    msg.tag, FsError("reply larger than the negotiated msize", errno.EMSGSIZE)
+                ),
+                dialect,
+            )
+        async with self.send_lock:
+            try:
+                await self.stream.send_all(frame)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.debug("9p %s: cannot send: %s", self.peer, exc)
+                if self.nursery is not None:
+                    self.nursery.cancel_scope.cancel()
+
+    async def _fail(self, tag: int, message: str, code: int) -> None:
+        await self._send(self._error_reply(tag, FsError(message, code)))
+
+    def _error_reply(self, tag: int, exc: FsError) -> m.Message:
+        if self.dialect is Dialect.P9P2000_L:
+            return m.Rlerror(tag, exc.errno)
+        if self.dialect is Dialect.P9P2000_U:
+            return m.Rerror(tag, exc.message, exc.errno)
+        return m.Rerror(tag, exc.message)
+
+    # --- fid bookkeeping ----------------------------------------------------------------------
+
+    def _fid(self, fid: int) -> _Fid:
+        try:
+            return self.fids[fid]
+        except KeyError:
+            raise FsError(f"unknown fid {fid}", errno.EBADF) from None
+
+    def _new_fid(self, fid: int, entry: _Fid) -> None:
+        if fid in self.fids:
+            raise FsError(f"fid {fid} is already in use", errno.EBADF)
+        if fid == NOFID:
+            raise FsError("NOFID cannot name a file", errno.EBADF)
+        self.fids[fid] = entry
+        self.server._fids += 1
+
+    def _forget_fid(self, fid: int) -> _Fid:
+        entry = self.fids.pop(fid)
+        self.server._fids -= 1
+        if entry.handle is not None:
+            self.server._open_handles -= 1
+        return entry
+
+    async def _drop_all_fids(self) -> None:
+        entries = [self._forget_fid(fid) for fid in list(self.fids)]
+        with trio.CancelScope(shield=True):
+            for entry in entries:
+                if entry.handle is None:
+                    continue
+                with trio.move_on_after(self.server.clunk_timeout) as scope:
+                    try:
+                        await entry.handle.abort()
+                    except Exception:
+                        log.exception("9p %s: Handle.abort failed", self.peer)
+                if scope.cancelled_caught:
+                    log.error("9p %s: Handle.abort did not finish in time", self.peer)
+
+    async def _reset(self) -> None:
+        pending = list(self.tags.values())
+        for req in pending:
+            req.scope.cancel()
+        for req in pending:
+            await req.done.wait()
+        await self._drop_all_fids()
+
+    # --- stat conversions ---------------------------------------------------------------------
+
+    def _to_stat(self, st: NodeStat) -> m.Stat:
+        def u32(v: int) -> int:
+            return min(max(v, 0), 0xFFFFFFFE)
+
+        mtime = st.mtime_ns // 1_000_000_000
+        atime = (st.atime_ns if st.atime_ns is not None else st.mtime_ns) // 1_000_000_000
+        return m.Stat(
+            type=0,
+            dev=0,
+            qid=st.qid,
+            mode=st.mode,
+            atime=u32(atime),
+            mtime=u32(mtime),
+            length=0 if st.is_dir else st.length,
+            name=st.name,
+            uid=st.owner,
+            gid=st.group if st.group is not None else st.owner,
+            muid=st.muid,
+            n_uid=self.server.uid if st.uid is None else st.uid,
+            n_gid=self.server.gid if st.gid is None else st.gid,
+            n_muid=NONUNAME,
+        )
+
+    def _iounit(self) -> int:
+        return self.msize - IOHDRSZ
+
+    # --- version, auth, attach, flush ----------------------------------------------------------
+
+    async def _version(self, msg: m.Tversion) -> None:
+        # version(5): a Tversion aborts all outstanding I/O and frees all fids.
+        await self._reset()
+        if msg.msize < MIN_MSIZE:
+            self.dialect = None
+            await self._send(
+                m.Rerror(
+                    msg.tag, (f"msize {msg.msize} is too small; at least {MIN_MSIZE} is required")
+                )
+            )
+            return
+        if msg.version == Dialect.P9P2000_L.value:
+            dialect: Dialect | None = Dialect.P9P2000_L
+        elif msg.version == Dialect.P9P2000_U.value:
+            dialect = Dialect.P9P2000_U
+        elif msg.version.startswith(Dialect.P9P2000.value):
+            dialect = Dialect.P9P2000
+        else:
+            dialect = None
+        self.msize = min(msg.msize, self.server.max_msize)
+        self.reader.max_size = self.msize
+        self.dialect = dialect
+        version = dialect.value if dialect is not None else VERSION_UNKNOWN
+        await self._send(m.Rversion(msg.tag, self.msize, version))
+
+    async def _flush(self, msg: m.Tflush) -> m.Message:
+        old = self.tags.get(msg.oldtag)
+        if old is not None and old.tag != msg.tag:
+            old.scope.cancel()
+            # The flushed request's reply (if it already took effect) goes out before Rflush.
+            with trio.CancelScope(shield=True):
+                await old.done.wait()
+        return m.Rflush(msg.tag)
+
+    async def _auth(self, msg: m.Tauth) -> m.Message:
+        # diod's clients need ENOENT here; plan9port's `9p` accepts any error and carries on.
+        raise FsError("authentication not required", errno.ENOENT)
+
+    async def _attach(self, msg: m.Tattach) -> m.Message:
+        if msg.afid != NOFID:
+            raise FsError("authentication not required: attach with afid NOFID", errno.EINVAL)
+        if msg.fid in self.fids:
+            raise FsError(f"fid {msg.fid} is already in use", errno.EBADF)
+        assert self.dialect is not None
+        request = AttachRequest(
+            uname=msg.uname,
+            aname=msg.aname,
+            n_uname=None if msg.n_uname == NONUNAME else msg.n_uname,
+            dialect=self.dialect.value,
+            peer=self.peer,
+        )
+        if self.check_attach is not None:
+            await _maybe_await(self.check_attach(request))
+        root: Node = await _maybe_await(self.server.root(request))
+        self._new_fid(msg.fid, _Fid(path=(root,), uname=msg.uname))
+        return m.Rattach(msg.tag, root.stat().qid)
+
+    # --- walk ---------------------------------------------------------------------------------
+
+    async def _walk(self, msg: m.Twalk) -> m.Message:
+        entry = self._fid(msg.fid)
+        if entry.is_open and self.dialect is not Dialect.P9P2000_L:
+            raise FsError(f"cannot walk from fid {msg.fid}: it is open (walk(5))", errno.EBUSY)
+        if msg.newfid != msg.fid and msg.newfid in self.fids:
+            raise FsError(f"newfid {msg.newfid} is already in use", errno.EBADF)
+        if msg.newfid == NOFID:
+            raise FsError("NOFID cannot name a file", errno.EBADF)
+        path = entry.path
+        qids: list[m.Qid] = []
+        for i, name in enumerate(msg.wnames):
+            try:
+                path = await self._step(path, name)
+            except FsError:
+                if i == 0:
+                    raise
+                return m.Rwalk(msg.tag, tuple(qids))  # walk(5): partial walk, newfid untouched
+            qids.append(path[-1].stat().qid)
+        # Re-check: another request may have taken newfid while we awaited a node.
+        if msg.newfid == msg.fid:
+            entry_now = self._fid(msg.fid)
+            if entry_now.is_open or entry_now.opening:
+                raise FsError(f"fid {msg.fid} was opened during the walk", errno.EBUSY)
+            entry_now.path = path
+        else:
+            self._new_fid(msg.newfid, _Fid(path=path, uname=entry.uname))
+        return m.Rwalk(msg.tag, tuple(qids))
+
+    async def _step(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...]:
+        node = path[-1]
+        st = node.stat()
+        if not st.is_dir:
+            raise FsError(f"cannot walk to {name!r}: {st.name} is not a directory", errno.ENOTDIR)
+        if name == "..":
+            return path[:-1] if len(path) > 1 else path
+        if name == ".":
+            return path
+        if not name or "/" in name:
+            raise FsError(f"invalid file name {name!r}", errno.ENOENT)
+        child = await node.walk(name)
+        if child is None:
+            raise FsError(f"{name}: file does not exist", errno.ENOENT)
+        return (*path, child)
+
+    # --- open and create ----------------------------------------------------------------------
+
+    async def _open_fid(self, entry: _Fid, mode: OpenMode, rclose: bool = False) -> m.Qid:
+        if entry.is_open or entry.opening:
+            raise FsError("the fid is already open; walk a new fid to open again", errno.EBUSY)
+        st = entry.node.stat()
+        if st.is_dir:
+            if mode.write or mode.truncate:
+                raise FsError(f"{st.name} is a directory; open it for reading only", errno.EISDIR)
+        else:
+            if mode.read and not st.mode & 0o444:
+                raise FsError(
+                    f"{st.name}: permission denied: the file is not readable", errno.EACCES
+                )
+            if (mode.write or mode.truncate) and not st.mode & 0o222:
+                raise FsError(f"{st.name}: permission denied: the file is read-only", errno.EACCES)
+        entry.opening = True
+        try:
+            handle = None if st.is_dir else await entry.node.open(mode)
+        finally:
+            entry.opening = False
+        if self.fids.get(self._fid_number(entry)) is not entry:
+            # Clunked (or reset) while the node was opening: release what we got.
+            if handle is not None:
+                await handle.abort()
+            raise FsError("the fid was clunked while it was being opened", errno.EBADF)
+        entry.open_mode = mode
+        entry.handle = handle
+        entry.remove_on_close = rclose
+        if handle is not None:
+            self.server._open_handles += 1
+        return entry.node.stat().qid
+
+    def _fid_number(self, entry: _Fid) -> int:
+        for number, value in self.fids.items():
+            if value is entry:
+                return number
+        return -1
+
+    async def _open(self, msg: m.Topen) -> m.Message:
+        entry = self._fid(msg.fid)
+        access = msg.mode & 3
+        if msg.mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
+            raise FsError(f"bad open mode {msg.mode:#x} (open(5))", errno.EINVAL)
+        mode = OpenMode(
+            read=access in (OREAD, ORDWR, OEXEC),
+            write=access in (OWRITE, ORDWR),
+            truncate=bool(msg.mode & OTRUNC),
+        )
+        if access == OEXEC and not entry.node.stat().mode & 0o111:
+            raise FsError(
+                f"{entry.node.stat().name}: permission denied: not executable", errno.EACCES
+            )
+        qid = await self._open_fid(entry, mode, rclose=bool(msg.mode & ORCLOSE))
+        return m.Ropen(msg.tag, qid, self._iounit())
+
+    @staticmethod
+    def _lmode(flags: int) -> OpenMode:
+        access = flags & L_O_ACCMODE
+        if access not in (L_O_RDONLY, L_O_WRONLY, L_O_RDWR):
+            raise FsError(f"bad open flags {flags:#o}", errno.EINVAL)
+        return OpenMode(
+            read=access in (L_O_RDONLY, L_O_RDWR),
+            write=access in (L_O_WRONLY, L_O_RDWR),
+            truncate=bool(flags & L_O_TRUNC),
+            append=bool(flags & L_O_APPEND),
+        )
+
+    async def _lopen(self, msg: m.Tlopen) -> m.Message:
+        entry = self._fid(msg.fid)
+        if msg.flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
+            raise FsError(f"{entry.node.stat().name} is not a directory", errno.ENOTDIR)
+        qid = await self._open_fid(entry, self._lmode(msg.flags))
+        return m.Rlopen(msg.tag, qid, self._iounit())
+
+    async def _create_child(self, entry: _Fid, name: str, perm: int) -> Node:
+        _check_name(name)
+        st = entry.node.stat()
+        if not st.is_dir:
+            raise FsError(f"cannot create {name!r}: {st.name} is not a directory", errno.ENOTDIR)
+        if await entry.node.walk(name) is not None:
+            raise FsError(f"{name}: file already exists", errno.EEXIST)
+        return await entry.node.create(name, perm)
+
+    async def _create(self, msg: m.Tcreate) -> m.Message:
+        entry = self._fid(msg.fid)
+        if entry.is_open:
+            raise FsError("cannot create from an open fid (open(5))", errno.EBUSY)
+        if msg.mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
+            raise FsError(f"bad open mode {msg.mode:#x} (open(5))", errno.EINVAL)
+        child = await self._create_child(entry, msg.name, msg.perm)
+        # open(5): the fid now represents the new file, opened with mode.
+        entry.path = (*entry.path, child)
+        access = msg.mode & 3
+        mode = OpenMode(
+            read=access in (OREAD, ORDWR, OEXEC),
+            write=access in (OWRITE, ORDWR),
+            truncate=bool(msg.mode & OTRUNC),
+        )
+        qid = await self._open_fid(entry, mode, rclose=bool(msg.mode & ORCLOSE))
+        return m.Rcreate(msg.tag, qid, self._iounit())
+
+    async def _lcreate(self, msg: m.Tlcreate) -> m.Message:
+        entry = self._fid(msg.fid)
+        if entry.is_open:
+            raise FsError("cannot create from an open fid", errno.EBUSY)
+        mode = self._lmode(msg.flags)
+        child = await self._create_child(entry, msg.name, msg.mode & 0o777)
+        entry.path = (*entry.path, child)
+        qid = await self._open_fid(entry, mode)
+        return m.Rlcreate(msg.tag, qid, self._iounit())
+
+    async def _mkdir(self, msg: m.Tmkdir) -> m.Message:
+        entry = self._fid(msg.dfid)
+        child = await self._create_child(entry, msg.name, DMDIR | (msg.mode & 0o777))
+        return m.Rmkdir(msg.tag, child.stat().qid)
+
+    # --- read and write -----------------------------------------------------------------------
+
+    async def _read(self, msg: m.Tread) -> m.Message:
+        entry = self._fid(msg.fid)
+        if entry.open_mode is None or not entry.open_mode.read:
+            raise FsError(f"fid {msg.fid} is not open for reading", errno.EBADF)
+        count = min(msg.count, self._iounit())  # read(5) allows fewer bytes; lib9p clamps too
+        if entry.handle is None:
+            if self.dialect is Dialect.P9P2000_L:
+                raise FsError("use Treaddir to read a directory in 9P2000.L", errno.EISDIR)
+            return m.Rread(msg.tag, await self._read_dir(entry, msg.offset, count))
+        data = await entry.handle.read(msg.offset, count)
+        if len(data) > count:
+            log.error(
+                "9p %s: %r returned %d bytes for a read of %d",
+                self.peer,
+                entry.handle,
+                len(data),
+                count,
+            )
+            raise _internal_error()
+        return m.Rread(msg.tag, bytes(data))
+
+    async def _snapshot(self, node: Node) -> Sequence[Node]:
+        return await node.list()
+
+    async def _read_dir(self, entry: _Fid, offset: int, count: int) -> bytes:
+        # read(5): a directory read returns whole stat entries; the offset must be 0 (restart,
+        # with a fresh listing) or the offset where the previous read ended.
+        assert self.dialect is not None
+        if offset == 0:
+            children = await self._snapshot(entry.node)
+            entry.dir_entries = [
+                m.encode_stat(self._to_stat(c.stat()), self.dialect) for c in children
+            ]
+            entry.dir_index = 0
+            entry.dir_offset = 0
+        elif entry.dir_entries is None or offset != entry.dir_offset:
+            raise FsError(
+                f"bad offset {offset} in a directory read: read from 0, or continue at the "
+                f"end of the previous read ({entry.dir_offset})",
+                errno.EINVAL,
+            )
+        entries = entry.dir_entries
+        assert entries is not None
+        out = bytearray()
+        i = entry.dir_index
+        while i < len(entries) and len(out) + len(entries[i]) <= count:
+            out += entries[i]
+            i += 1
+        if not out and i < len(entries):
+            raise FsError(
+                f"read count {count} is too small for the next directory entry "
+                f"({len(entries[i])} bytes)",
+                errno.EINVAL,
+            )
+        entry.dir_index = i
+        entry.dir_offset += len(out)
+        return bytes(out)
+
+    async def _readdir(self, msg: m.Treaddir) -> m.Message:
+        entry = self._fid(msg.fid)
+        st = entry.node.stat()
+        if not st.is_dir:
+            raise FsError(f"{st.name} is not a directory", errno.ENOTDIR)
+        if entry.open_mode is None:
+            raise FsError(f"fid {msg.fid} is not open; Tlopen it first", errno.EBADF)
+        count = min(msg.count, self._iounit())
+        # The offset of an entry is its index + 1 in the listing taken at offset 0, so a
+        # reader resumes exactly where it stopped (9P2000.L readdir).
+        if msg.offset == 0 or entry.readdir_entries is None:
+            parent = entry.path[-2] if len(entry.path) > 1 else entry.node
+            listing = [(st.qid, DT_DIR, "."), (parent.stat().qid, DT_DIR, "..")]
+            for child in await self._snapshot(entry.node):
+                cst = child.stat()
+                listing.append((cst.qid, DT_DIR if cst.is_dir else DT_REG, cst.name))
+            entry.readdir_entries = listing
+        entries = entry.readdir_entries
+        out = bytearray()
+        i = msg.offset
+        while i < len(entries):
+            qid, dtype, name = entries[i]
+            encoded = m.encode_dirent(m.Dirent(qid, i + 1, dtype, name))
+            if len(out) + len(encoded) > count:
+                if not out:
+                    raise FsError(
+                        f"readdir count {count} is too small for the next entry", errno.EINVAL
+                    )
+                break
+            out += encoded
+            i += 1
+        return m.Rreaddir(msg.tag, bytes(out))
+
+    async def _write(self, msg: m.Twrite) -> m.Message:
+        entry = self._fid(msg.fid)
+        if entry.open_mode is None or not entry.open_mode.write or entry.handle is None:
+            raise FsError(f"fid {msg.fid} is not open for writing", errno.EBADF)
+        n = await entry.handle.write(msg.offset, msg.data)
+        if msg.data and n == 0:
+            # plan9port's `9p` resends forever after Rwrite count=0; never answer that.
+            raise FsError(f"{entry.node.stat().name}: the write was not accepted", errno.EIO)
+        if not 0 <= n <= len(msg.data):
+            log.error("9p %s: %r took %d of %d bytes", self.peer, entry.handle, n, len(msg.data))
+            raise _internal_error()
+        return m.Rwrite(msg.tag, n)
+
+    # --- clunk and remove ---------------------------------------------------------------------
+
+    async def _release(self, fid: int) -> _Fid:
+        entry = self._fid(fid)
+        self._forget_fid(fid)
+        if entry.handle is not None:
+            # Shielded: a clunk that commits a body must finish even if the Tclunk is flushed.
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(self.server.clunk_timeout) as scope:
+                    await entry.handle.clunk()
+                if scope.cancelled_caught:
+                    raise FsError("the file did not finish closing in time", errno.ETIMEDOUT)
+        return entry
+
+    async def _clunk(self, msg: m.Tclunk) -> m.Message:
+        entry = await self._release(msg.fid)
+        if entry.remove_on_close:
+            await entry.node.remove()
+        return m.Rclunk(msg.tag)
+
+    async def _remove(self, msg: m.Tremove) -> m.Message:
+        # remove(5): the fid is clunked even if the remove fails.
+        entry = self._fid(msg.fid)
+        try:
+            await self._release(msg.fid)
+        finally:
+            await entry.node.remove()
+        return m.Rremove(msg.tag)
+
+    async def _unlinkat(self, msg: m.Tunlinkat) -> m.Message:
+        entry = self._fid(msg.dirfd)
+        _check_name(msg.name)
+        path = await self._step(entry.path, msg.name)
+        await path[-1].remove()
+        return m.Runlinkat(msg.tag)
+
+    # --- stat, wstat, getattr, setattr, statfs --------------------------------------------------
+
+    async def _stat(self, msg: m.Tstat) -> m.Message:
+        entry = self._fid(msg.fid)
+        return m.Rstat(msg.tag, self._to_stat(entry.node.stat()))
+
+    async def _apply(self, node: Node, change: StatChange) -> None:
+        if change.is_noop():
+            return  # stat(5): all "don't touch" is a sync request; nothing to do
+        await node.wstat(change)
+
+    async def _wstat(self, msg: m.Twstat) -> m.Message:
+        entry = self._fid(msg.fid)
+        s = msg.stat
+        st = entry.node.stat()
+        mode = None if s.mode == 0xFFFFFFFF else s.mode
+        if mode is not None and (mode & DMDIR) != (st.mode & DMDIR):
+            raise FsError(
+                "wstat cannot change whether a file is a directory (stat(5))", errno.EINVAL
+            )
+        change = StatChange(
+            name=s.name or None if s.name != st.name else None,
+            mode=None if mode is None or mode == st.mode else mode,
+            length=None if s.length == 0xFFFFFFFFFFFFFFFF else s.length,
+            mtime_ns=None if s.mtime == 0xFFFFFFFF else s.mtime * 1_000_000_000,
+            atime_ns=None if s.atime == 0xFFFFFFFF else s.atime * 1_000_000_000,
+            gid=s.gid or None,
+            uid=s.uid or None,
+        )
+        if change.name is not None:
+            _check_name(change.name)
+        await self._apply(entry.node, change)
+        return m.Rwstat(msg.tag)
+
+    async def _getattr(self, msg: m.Tgetattr) -> m.Message:
+        entry = self._fid(msg.fid)
+        st = entry.node.stat()
+        mtime = st.mtime_ns
+        atime = st.atime_ns if st.atime_ns is not None else mtime
+        size = 0 if st.is_dir else st.length
+        return m.Rgetattr(
+            tag=msg.tag,
+            valid=GETATTR_BASIC,
+            qid=st.qid,
+            mode=(S_IFDIR if st.is_dir else S_IFREG) | (st.mode & 0o7777),
+            uid=self.server.uid if st.uid is None else st.uid,
+            gid=self.server.gid if st.gid is None else st.gid,
+            nlink=2 if st.is_dir else 1,
+            rdev=0,
+            size=size,
+            blksize=4096,
+            blocks=math.ceil(size / 512),
+            atime_sec=atime // 1_000_000_000,
+            atime_nsec=atime % 1_000_000_000,
+            mtime_sec=mtime // 1_000_000_000,
+            mtime_nsec=mtime % 1_000_000_000,
+            ctime_sec=mtime // 1_000_000_000,
+            ctime_nsec=mtime % 1_000_000_000,
+            btime_sec=0,
+            btime_nsec=0,
+            gen=0,
+            data_version=0,
+        )
+
+    async def _setattr(self, msg: m.Tsetattr) -> m.Message:
+        entry = self._fid(msg.fid)
+        v = msg.valid
+        # Times set to "now" (ATIME/MTIME without *_SET) are touches: v9fs sends them with every
+        # truncating open and with touch(1). Synthetic files keep their own times, so a touch is
+        # accepted and ignored; explicit times go to the node.
+        change = StatChange(
+            mode=msg.mode & 0o7777 if v & SETATTR_MODE else None,
+            uid=msg.uid if v & SETATTR_UID else None,
+            gid=msg.gid if v & SETATTR_GID else None,
+            length=msg.size if v & SETATTR_SIZE else None,
+            atime_ns=msg.atime_sec * 1_000_000_000 + msg.atime_nsec
+            if v & SETATTR_ATIME and v & SETATTR_ATIME_SET
+            else None,
+            mtime_ns=msg.mtime_sec * 1_000_000_000 + msg.mtime_nsec
+            if v & SETATTR_MTIME and v & SETATTR_MTIME_SET
+            else None,
+        )
+        await self._apply(entry.node, change)
+        return m.Rsetattr(msg.tag)
+
+    async def _statfs(self, msg: m.Tstatfs) -> m.Message:
+        self._fid(msg.fid)
+        return m.Rstatfs(msg.tag, V9FS_MAGIC, 4096, 0, 0, 0, 0, 0, 0, 255)
+
+    # --- the rest of 9P2000.L ------------------------------------------------------------------
+
+    async def _refuse_link(self, msg: m.Message) -> m.Message:
+        raise FsError(_EPERM_LINKS, errno.EPERM)
+
+    async def _readlink(self, msg: m.Treadlink) -> m.Message:
+        entry = self._fid(msg.fid)
+        raise FsError(f"{entry.node.stat().name} is not a symbolic link", errno.EINVAL)
+
+    async def _xattr(self, msg: m.Txattrwalk | m.Txattrcreate) -> m.Message:
+        self._fid(msg.fid)
+        raise FsError("extended attributes are not supported", errno.EOPNOTSUPP)
+
+    async def _rename(self, msg: m.Trename) -> m.Message:
+        entry = self._fid(msg.fid)
+        target = self._fid(msg.dfid)
+        if len(entry.path) < 2 or entry.path[-2] is not target.node:
+            raise FsError("files can only be renamed within their directory", errno.EXDEV)
+        _check_name(msg.name)
+        await self._apply(entry.node, StatChange(name=msg.name))
+        return m.Rrename(msg.tag)
+
+    async def _renameat(self, msg: m.Trenameat) -> m.Message:
+        old = self._fid(msg.olddirfid)
+        new = self._fid(msg.newdirfid)
+        if old.node is not new.node:
+            raise FsError("files can only be renamed within their directory", errno.EXDEV)
+        _check_name(msg.oldname)
+        _check_name(msg.newname)
+        path = await self._step(old.path, msg.oldname)
+        await self._apply(path[-1], StatChange(name=msg.newname))
+        return m.Rrenameat(msg.tag)
+
+    async def _fsync(self, msg: m.Tfsync) -> m.Message:
+        self._fid(msg.fid)
+        return m.Rfsync(msg.tag)
+
+    async def _lock(self, msg: m.Tlock) -> m.Message:
+        # Advisory locks between clients of one synthetic tree are meaningless; grant them.
+        self._fid(msg.fid)
+        return m.Rlock(msg.tag, LOCK_SUCCESS)
+
+    async def _getlock(self, msg: m.Tgetlock) -> m.Message:
+        self._fid(msg.fid)
+        return m.Rgetlock(
+            msg.tag, LOCK_TYPE_UNLCK, msg.start, msg.length, msg.proc_id, msg.client_id
+        )
+
+
+def _internal_error() -> FsError:
+    return FsError("internal error in the file server (see the daemon log)", errno.EIO)
