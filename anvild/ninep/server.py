@@ -382,14 +382,14 @@ class _Connection:
             if req.scope.cancelled_caught:
                 reply = None  # flushed (flush(5)): the reply is never sent
             if reply is not None:
-                await self._send(reply)
+                await self._send(reply, req)
         finally:
             if self.tags.get(req.tag) is req:
                 del self.tags[req.tag]
             self.server._requests -= 1
             req.done.set()
 
-    async def _send(self, msg: m.Message) -> None:
+    async def _send(self, msg: m.Message, req: _Request | None = None) -> None:
         assert self.dialect is not None or isinstance(msg, m.Rerror | m.Rversion)
         dialect = self.dialect or Dialect.P9P2000
         try:
@@ -411,6 +411,11 @@ class _Connection:
                 dialect,
             )
         async with self.send_lock:
+            # Free the tag before the reply can reach the client: a client may reuse it as soon
+            # as it has the reply (plan9port's `9p` and diod's tools always send tag 0), and
+            # send_all yields after the bytes are out, so freeing it later races the next frame.
+            if req is not None and self.tags.get(req.tag) is req:
+                del self.tags[req.tag]
             try:
                 await self.stream.send_all(frame)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
