@@ -1,0 +1,252 @@
+"""`anvilctl ls|read|write|rdwr|stat`: plan9port `9p` semantics over `anvilctl.ninep_client`.
+
+Usage (as plan9port's 9p(1))::
+
+    anvilctl [-a ADDRESS] [-A ANAME] [-n] ls [-l] PATH...
+    anvilctl [...] read PATH          copy the file to stdout
+    anvilctl [...] write [-l] PATH    copy stdin to the file: one Twrite per chunk (-l: per line)
+    anvilctl [...] rdwr PATH          read, print, then write each stdin line and read again
+    anvilctl [...] stat PATH          print the file's stat(5) entry
+
+Without ``-a`` the first path element names a service posted in the namespace directory
+(``agent/list`` is ``list`` on the socket ``$NAMESPACE/agent``, plan9port's rules). With
+``-a tcp!host!port`` (or ``unix!/path``) the whole path is inside that server, and ``-A`` gives
+the attach name (for anvild's TCP listener: the token). ``-n`` skips Tauth (like ``9p -n``).
+The wire sequences match plan9port's; see `anvilctl.ninep_client`.
+
+Errors print the server's message to stderr, prefixed by the command and path, and the command
+exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from anvilctl.ninep_client import CFid, Client, ClientError, dial, service_address
+from anvild.ninep import messages as m
+from anvild.ninep.constants import (
+    DMAPPEND,
+    DMAUTH,
+    DMDIR,
+    DMEXCL,
+    ORDWR,
+    OREAD,
+    OTRUNC,
+    OWRITE,
+)
+
+__all__ = ["COMMANDS", "add_global_options", "run"]
+
+COMMANDS = ("ls", "read", "write", "rdwr", "stat")
+_CHUNK = 4096  # plan9port's `9p` buffer: one Twrite per read(2) of at most this much
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-a", dest="address", help="dial this address (tcp!host!port or unix!/path)"
+    )
+    parser.add_argument("-A", dest="aname", default="", help="attach name (anvild: the token)")
+    parser.add_argument("-n", dest="noauth", action="store_true", help="do not send Tauth")
+
+
+class _Mount:
+    """Resolve a command's PATH to (client, root fid, path inside the server)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+
+    def __call__(self, name: str) -> tuple[Client, CFid, str]:
+        if self.args.address:
+            address, path = self.args.address, name
+        else:
+            service, _, path = name.partition("/")
+            if not service:
+                raise ClientError(f"{name}: the path must start with a service name (agent/...)")
+            address = service_address(service)
+        client = Client(dial(address))
+        try:
+            root = client.mount(aname=self.args.aname, auth=not self.args.noauth)
+        except BaseException:
+            client.close()
+            raise
+        return client, root, path
+
+
+def _mode_string(mode: int) -> str:
+    # Plan 9 dirmodefmt: type letter, exclusive-use letter, then rwx for owner, group, other.
+    kind = "d" if mode & DMDIR else "a" if mode & DMAPPEND else "A" if mode & DMAUTH else "-"
+    excl = "l" if mode & DMEXCL else "-"
+    rwx = "".join(
+        ("r" if mode & (4 << s) else "-")
+        + ("w" if mode & (2 << s) else "-")
+        + ("x" if mode & (1 << s) else "-")
+        for s in (6, 3, 0)
+    )
+    return kind + excl + rwx
+
+
+def _dir_line(d: m.Stat) -> str:
+    """stat(5) entry in plan9port's %D format (what `9p stat` prints)."""
+    return (
+        f"'{d.name}' '{d.uid}' '{d.gid}' '{d.muid}' "
+        f"q ({d.qid.path:016x} {d.qid.version} {d.qid.type:02X}) "
+        f"m {d.mode:#o} at {d.atime} mt {d.mtime} l {d.length} t {d.type} d {d.dev}"
+    )
+
+
+def _long_line(d: m.Stat) -> str:
+    mtime = time.strftime("%b %d %H:%M", time.localtime(d.mtime))
+    return f"{_mode_string(d.mode)} M {d.dev} {d.uid} {d.gid} {d.length} {mtime} {d.name}"
+
+
+def _lines(stdin: BinaryIO) -> Iterator[bytes]:
+    while line := stdin.readline():
+        yield line
+
+
+def _chunks(stdin: BinaryIO) -> Iterator[bytes]:
+    read1: Callable[[int], bytes] = getattr(stdin, "read1", stdin.read)
+    while chunk := read1(_CHUNK):
+        yield chunk
+
+
+def _cmd_ls(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+    for name in args.paths:
+        client, root, path = mount(name)
+        with client:
+            fid = client.walk(root, path)
+            try:
+                d = fid.stat()
+            finally:
+                fid.clunk()
+            if d.mode & DMDIR:
+                fid = client.open(root, path, OREAD)
+                try:
+                    entries = sorted(fid.read_dir(), key=lambda e: e.name)
+                finally:
+                    fid.clunk()
+            else:
+                entries = [d]
+            for e in entries:
+                line = _long_line(e) if args.long else e.name
+                out.write(line.encode() + b"\n")
+
+
+def _cmd_read(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+    client, root, path = mount(args.path)
+    with client:
+        fid = client.open(root, path, OREAD)
+        while data := fid.read(_CHUNK):
+            out.write(data)
+            out.flush()
+        fid.clunk()
+
+
+def _cmd_write(mount: _Mount, args: argparse.Namespace, stdin: BinaryIO) -> None:
+    client, root, path = mount(args.path)
+    with client:
+        fid = client.open(root, path, OWRITE | OTRUNC)
+        wrote = False
+        try:
+            for piece in _lines(stdin) if args.lines else _chunks(stdin):
+                wrote = True
+                fid.write(piece)
+            if not wrote:
+                fid.write(b"")  # plan9port: empty stdin still sends one zero-length Twrite
+        finally:
+            fid.clunk()
+
+
+def _cmd_rdwr(
+    mount: _Mount, args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: BinaryIO
+) -> bool:
+    client, root, path = mount(args.path)
+    ok = True
+    with client:
+        fid = client.open(root, path, ORDWR)
+        while True:
+            fid.offset = 0
+            try:
+                data = fid.read(_CHUNK)
+            except ClientError as exc:
+                err.write(f"read: {exc}\n".encode())
+                ok = False
+            else:
+                out.write(data + b"\n")
+                out.flush()
+            line = stdin.readline()
+            if not line:
+                break
+            try:
+                fid.write(line.rstrip(b"\n"))
+            except ClientError as exc:
+                err.write(f"write: {exc}\n".encode())
+                ok = False
+        fid.clunk()
+    return ok
+
+
+def _cmd_stat(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+    client, root, path = mount(args.path)
+    with client:
+        fid = client.walk(root, path)
+        try:
+            d = fid.stat()
+        finally:
+            fid.clunk()
+        out.write(_dir_line(d).encode() + b"\n")
+
+
+def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("ls", help="list files")
+    p.add_argument("-l", dest="long", action="store_true", help="long listing")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p = sub.add_parser("read", help="copy a file to stdout")
+    p.add_argument("path", metavar="PATH")
+    p = sub.add_parser("write", help="copy stdin to a file")
+    p.add_argument("-l", dest="lines", action="store_true", help="one write per line")
+    p.add_argument("path", metavar="PATH")
+    p = sub.add_parser("rdwr", help="alternate reads and line writes")
+    p.add_argument("path", metavar="PATH")
+    p = sub.add_parser("stat", help="print a file's stat entry")
+    p.add_argument("path", metavar="PATH")
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+) -> int:
+    """Run one parsed 9P command; return the exit status."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    mount = _Mount(args)
+    target = " ".join(args.paths) if args.command == "ls" else args.path
+    try:
+        if args.command == "ls":
+            _cmd_ls(mount, args, stdout)
+        elif args.command == "read":
+            _cmd_read(mount, args, stdout)
+        elif args.command == "write":
+            _cmd_write(mount, args, stdin)
+        elif args.command == "rdwr":
+            if not _cmd_rdwr(mount, args, stdin, stdout, stderr):
+                return 1
+        elif args.command == "stat":
+            _cmd_stat(mount, args, stdout)
+        else:  # pragma: no cover - argparse restricts the choices
+            raise AssertionError(args.command)
+    except ClientError as exc:
+        stdout.flush()
+        stderr.write(f"anvilctl {args.command} {target}: {exc}\n".encode())
+        stderr.flush()
+        return 1
+    stdout.flush()
+    return 0
