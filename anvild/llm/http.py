@@ -1,0 +1,162 @@
+"""Thin trio/httpx glue shared by the provider adapters: status checks and SSE over HTTP.
+
+    async with open_event_stream(client, request, timeouts=Timeouts()) as events:
+        async for sse in events:       # SseEvent, decoded by our SseDecoder
+            ...
+
+Deadlines are ours, not httpx's, because mock transports never exercise httpx's read timeout
+and a provider that sends headers and then stalls must still end the turn:
+
+- `request`: a finite deadline for the response headers (connect + upload + time to first byte);
+- `idle`: the longest gap allowed between two body chunks. A stalled body ends with a
+  `TransportError` that says so; it does not claim the provider stopped generating or billing.
+
+Errors from httpx are converted to `LlmError`s here (`raise ... from exc`).
+"""
+
+from __future__ import annotations
+
+import collections
+import email.utils
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import httpx
+import trio
+
+from anvild.llm.errors import HttpError, TransportError
+from anvild.llm.sse import SseDecoder, SseEvent
+
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+
+
+@attrs.frozen
+class Timeouts:
+    request: float = 60.0
+    idle: float = 120.0
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP-date (RFC 9110
+    section 10.2.3). Unparsable or absent: None. Dates in the past: 0."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def retry_after_from(headers: httpx.Headers) -> float | None:
+    """Retry-After, or OpenAI's millisecond variant when that is all there is."""
+    if (delay := parse_retry_after(headers.get("retry-after"))) is not None:
+        return delay
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            return None
+    return None
+
+
+async def check_status(response: httpx.Response) -> None:
+    """Raise HttpError for a non-2xx response, with (a bounded prefix of) its body."""
+    if 200 <= response.status_code < 300:
+        return
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            body += chunk[: MAX_ERROR_BODY_BYTES - len(body)]
+            if len(body) >= MAX_ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        pass  # the status is the error; a body we could not read adds nothing
+    raise HttpError(
+        response.status_code,
+        body.decode("utf-8", "replace"),
+        retry_after_from(response.headers),
+    )
+
+
+def transport_error(exc: httpx.HTTPError, what: str) -> TransportError:
+    """Convert an httpx failure; timeouts and failed connects may be retried."""
+    retryable = isinstance(exc, httpx.TimeoutException | httpx.ConnectError | httpx.ReadError)
+    return TransportError(f"{what}: {type(exc).__name__}: {exc}", retryable=retryable)
+
+
+class SseStream:
+    """Async iterator of SSE events from a streaming response, with an idle deadline."""
+
+    def __init__(self, response: httpx.Response, *, idle: float, decoder: SseDecoder) -> None:
+        self._response = response
+        self._chunks = response.aiter_bytes()
+        self._idle = idle
+        self._decoder = decoder
+        self._ready: collections.deque[SseEvent] = collections.deque()
+        self._eof = False
+
+    def __aiter__(self) -> SseStream:
+        return self
+
+    async def __anext__(self) -> SseEvent:
+        while not self._ready:
+            if self._eof:
+                raise StopAsyncIteration
+            chunk: bytes | None = None
+            with trio.move_on_after(self._idle) as scope:
+                try:
+                    chunk = await anext(self._chunks)
+                except StopAsyncIteration:
+                    self._eof = True
+                    self._decoder.finish()
+                except httpx.HTTPError as exc:
+                    raise transport_error(exc, "reading the provider's stream failed") from exc
+            if scope.cancelled_caught:
+                raise TransportError(
+                    f"the provider sent nothing for {self._idle:g} s (idle deadline); the stream "
+                    "was closed, which does not prove the provider stopped generating",
+                    retryable=True,
+                )
+            if chunk:
+                self._ready.extend(self._decoder.push(chunk))
+        return self._ready.popleft()
+
+
+@asynccontextmanager
+async def open_event_stream(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    *,
+    timeouts: Timeouts = Timeouts(),
+    decoder: SseDecoder | None = None,
+) -> AsyncIterator[SseStream]:
+    """Send `request`, check its status, and yield its body as SSE events."""
+    try:
+        with trio.fail_after(timeouts.request):
+            response = await client.send(request, stream=True)
+    except trio.TooSlowError:
+        raise TransportError(
+            f"no response from {request.url.host} within {timeouts.request:g} s",
+            retryable=True,
+        ) from None
+    except httpx.HTTPError as exc:
+        raise transport_error(exc, f"request to {request.url.host} failed") from exc
+    try:
+        await check_status(response)
+        yield SseStream(response, idle=timeouts.idle, decoder=decoder or SseDecoder())
+    finally:
+        await response.aclose()

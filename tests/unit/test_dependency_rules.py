@@ -1,0 +1,72 @@
+"""The layering rules of DESIGN section 2, checked by reading every module's imports."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imports_of(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in a file, relative imports resolved."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield node.lineno, module
+            for alias in node.names:  # `from anvild import fs` imports anvild.fs
+                yield node.lineno, f"{module}.{alias.name}"
+
+
+def violations(package: str, allowed_prefixes: tuple[str, ...], root: Path = ROOT) -> list[str]:
+    """Imports of project modules from `package` that are outside `allowed_prefixes`."""
+    found = []
+    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
+        for line, module in imports_of(path, root):
+            if module == "anvild" or not module.startswith("anvild."):
+                continue
+            if not module.startswith(allowed_prefixes):
+                found.append(f"{path.relative_to(root)}:{line} imports {module}")
+    return found
+
+
+def test_llm_imports_nothing_else_from_the_project() -> None:
+    assert violations("anvild.llm", ("anvild.llm",)) == []
+
+
+def test_rule_checker_catches_violations(tmp_path: Path) -> None:
+    package = tmp_path / "anvild" / "llm"
+    package.mkdir(parents=True)
+    (package / "ok.py").write_text("from . import types\nimport anvild.llm.sse\n")
+    (package / "bad.py").write_text(
+        "import json\nfrom anvild.fs import tree\nfrom .. import ninep\n"
+    )
+    assert violations("anvild.llm", ("anvild.llm",), root=tmp_path) == [
+        "anvild/llm/bad.py:2 imports anvild.fs",
+        "anvild/llm/bad.py:2 imports anvild.fs.tree",
+        "anvild/llm/bad.py:3 imports anvild.ninep",
+    ]
+
+
+@pytest.mark.parametrize("package", ["anvild", "anvilctl"])
+def test_production_code_never_imports_test_doubles(package: str) -> None:
+    offenders = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name == "testing.py":
+            continue
+        for line, module in imports_of(path):
+            if module.endswith(".testing") or ".testing." in module:
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert offenders == []
