@@ -123,6 +123,10 @@ def _valid_verb(_instance: object, _attribute: attrs.Attribute[str], value: str)
         raise ValueError(f"invalid command verb {value!r}")
 
 
+def _words(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
+
+
 @attrs.frozen
 class CommandSpec:
     """What one verb accepts, and the handler that runs it."""
@@ -132,8 +136,8 @@ class CommandSpec:
     usage: str = ""  # e.g. "kill ID"; defaults to the verb
     min_args: int = 0
     max_args: int = 0
-    options: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
-    flags: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    options: frozenset[str] = attrs.field(default=frozenset(), converter=_words)
+    flags: frozenset[str] = attrs.field(default=frozenset(), converter=_words)
 
     @property
     def synopsis(self) -> str:

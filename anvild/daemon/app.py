@@ -1,0 +1,198 @@
+"""`Daemon`: the namespace, the listeners, the 9P server and the root tree under one nursery.
+
+Theory of operation
+-------------------
+`Daemon.run` is a trio task (start it with `await nursery.start(daemon.run)`; it reports the
+`Endpoints` it bound). It
+
+1. prepares the namespace directory and claims the service (`ServiceFiles.claim`: pid lock,
+   stale socket check), so a second daemon is refused before it touches anything;
+2. binds the Unix socket, and each TCP address given (none by default), creating the token file
+   only when there is a TCP listener;
+3. serves every accepted connection with the one `anvild.ninep.server.Server` in a task of its
+   own, after checking who it is:
+   - Unix: the peer's uid (SO_PEERCRED) must be ours, else the connection is closed at once;
+   - TCP: each Tattach must give the token as its attach name (aname), compared in constant
+     time; and where the dialect carries a numeric uid (9P2000.u/.L), it must be ours or root's
+     (root can read the token file anyway; v9fs mounts attach as root by default);
+4. on cancellation (SIGTERM/SIGINT in `anvild.__main__`), closes the event stream, stops the
+   listeners, lets the server drop every fid, and removes the socket and the pid file.
+
+Refusals are logged and published on `agent/events` (`client_refused`).
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeAlias
+
+import attrs
+import trio
+
+from anvild import __version__
+from anvild.daemon.events import ClientRefused, DaemonStarted, DaemonStopping
+from anvild.daemon.listeners import (
+    TcpAddress,
+    open_tcp_listeners,
+    open_unix_listener,
+    peer_credentials,
+)
+from anvild.daemon.namespace import SERVICE, ServiceFiles, prepare_namespace, read_or_create_token
+from anvild.daemon.root import RootTree
+from anvild.ninep.backend import AttachRequest, Node
+from anvild.ninep.errors import FsError
+from anvild.ninep.server import Server
+
+__all__ = ["Daemon", "DaemonConfig", "Endpoints"]
+
+log = logging.getLogger("anvild.daemon")
+
+_Handler: TypeAlias = Callable[[trio.SocketStream], Awaitable[None]]
+
+
+@attrs.frozen
+class DaemonConfig:
+    namespace: Path
+    listen: tuple[TcpAddress, ...] = ()
+    service: str = SERVICE
+    max_msize: int = 1 << 20
+
+
+@attrs.frozen
+class Endpoints:
+    """Where a started daemon can be reached."""
+
+    socket_path: Path
+    tcp: tuple[tuple[str, int], ...] = ()  # bound (host, port) pairs
+    token_path: Path | None = None
+
+    @property
+    def tcp_addresses(self) -> tuple[str, ...]:
+        return tuple(f"tcp!{host}!{port}" for host, port in self.tcp)
+
+
+def _sockname(listener: trio.SocketListener) -> tuple[str, int]:
+    host, port, *_ = listener.socket.getsockname()
+    return str(host), int(port)
+
+
+class Daemon:
+    """One anvild instance. `tree` and `server` exist from construction, for tests to inspect."""
+
+    def __init__(self, config: DaemonConfig, *, tree: RootTree | None = None) -> None:
+        self.config = config
+        self.tree = tree or RootTree(version=__version__)
+        self.server = Server(self._root, max_msize=config.max_msize)
+        self._uid = os.getuid()
+        self._token: str | None = None
+        self._token_path: Path | None = None
+
+    def _root(self, request: AttachRequest) -> Node:
+        return self.tree.root
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Endpoints] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        namespace = prepare_namespace(self.config.namespace)
+        files = ServiceFiles(namespace, self.config.service)
+        files.claim()
+        listeners: list[trio.SocketListener] = []
+        try:
+            unix = await open_unix_listener(files.socket_path)
+            listeners.append(unix)
+            tcp: list[trio.SocketListener] = []
+            for address in self.config.listen:
+                tcp.extend(await open_tcp_listeners(address))
+            listeners.extend(tcp)
+            if tcp:
+                self._token = read_or_create_token(files.token_path)
+                self._token_path = files.token_path
+            endpoints = Endpoints(
+                socket_path=files.socket_path,
+                tcp=tuple(_sockname(listener) for listener in tcp),
+                token_path=self._token_path,
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._serve, [unix], self._handle_unix)
+                if tcp:
+                    nursery.start_soon(self._serve, tcp, self._handle_tcp)
+                self.tree.publish(DaemonStarted(version=self.tree.version, pid=os.getpid()))
+                log.info("serving %s", files.socket_path)
+                for bound in endpoints.tcp_addresses:
+                    log.info("serving %s (attach name: the token in %s)", bound, files.token_path)
+                task_status.started(endpoints)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    self.tree.publish(DaemonStopping(reason="shutdown"))
+                    self.tree.events.close()
+        finally:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+            files.release()
+            log.info("stopped; removed %s", files.socket_path)
+
+    async def _serve(self, listeners: list[trio.SocketListener], handler: _Handler) -> None:
+        await trio.serve_listeners(handler, listeners)
+
+    # --- per-connection checks ------------------------------------------------------------------
+
+    async def _handle_unix(self, stream: trio.SocketStream) -> None:
+        try:
+            creds = peer_credentials(stream.socket)
+        except OSError as exc:
+            log.warning("unix: cannot read the peer's credentials (%s); closing", exc)
+            await trio.aclose_forcefully(stream)
+            return
+        peer = f"unix!pid={creds.pid}!uid={creds.uid}"
+        if creds.uid != self._uid:
+            reason = f"peer uid {creds.uid} is not the daemon's uid {self._uid}"
+            log.warning("unix: refused pid %d: %s", creds.pid, reason)
+            self.tree.publish(ClientRefused(transport="unix", peer=peer, reason=reason))
+            await trio.aclose_forcefully(stream)
+            return
+        log.debug("unix: connection from pid %d", creds.pid)
+        await self.server.serve(stream, peer=peer)
+
+    async def _handle_tcp(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port, *_ = stream.socket.getpeername()
+        except OSError:
+            await trio.aclose_forcefully(stream)
+            return
+        peer = f"tcp!{host}!{port}"
+        log.debug("tcp: connection from %s", peer)
+
+        def check(request: AttachRequest) -> None:
+            self._check_tcp_attach(request, peer)
+
+        await self.server.serve(stream, check_attach=check, peer=peer)
+
+    def _check_tcp_attach(self, request: AttachRequest, peer: str) -> None:
+        assert self._token is not None
+        if not hmac.compare_digest(request.aname.encode(), self._token.encode()):
+            what = "no attach name" if not request.aname else "an attach name that is not the token"
+            self._refuse(peer, f"{what} was given")
+            raise FsError(
+                f"attach refused: over TCP the attach name must be the token in "
+                f"{self._token_path} (diod tools: -a TOKEN; v9fs: -o aname=TOKEN; "
+                "anvilctl: -A TOKEN)",
+                errno.EACCES,
+            )
+        if request.n_uname is not None and request.n_uname not in (self._uid, 0):
+            self._refuse(peer, f"attach as uid {request.n_uname}")
+            raise FsError(
+                f"attach refused: this daemon serves uid {self._uid}, not uid "
+                f"{request.n_uname}; attach as that user (diod tools: -u {self._uid})",
+                errno.EACCES,
+            )
+
+    def _refuse(self, peer: str, reason: str) -> None:
+        log.warning("tcp: refused attach from %s: %s", peer, reason)
+        self.tree.publish(ClientRefused(transport="tcp", peer=peer, reason=reason))

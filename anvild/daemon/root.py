@@ -1,0 +1,70 @@
+"""The root of the served tree (`agent/`), as far as this issue goes.
+
+    agent/
+      ctl      write commands; `ping` answers `pong` on the same fid
+      list     one line per session (none yet: sessions arrive with their own issue)
+      version  the daemon's version
+      events   blocking JSON lines (`anvild.daemon.events`)
+
+The tree is built to be extended rather than replaced: the session supervisor will add verbs to
+`RootTree.commands` (`new`, `kill`), give `RootTree.root` its dynamic children (one directory per
+session, also reachable by alias), add static directories (`beads/`, `convoys/`, `user/`), and
+publish its events on `RootTree.events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anvild import __version__
+from anvild.daemon.events import DaemonEvent, Pinged, encode_event
+from anvild.fs import (
+    Command,
+    CommandSpec,
+    CommandTable,
+    CtlFile,
+    Directory,
+    LineStream,
+    SnapshotFile,
+    StreamFile,
+    StreamLimits,
+)
+
+__all__ = ["RootTree"]
+
+
+class RootTree:
+    """`agent/`: the root directory, its ctl verbs and the daemon's event stream."""
+
+    def __init__(
+        self,
+        *,
+        version: str = __version__,
+        list_sessions: Callable[[], str] | None = None,
+        stream_limits: StreamLimits | None = None,
+    ) -> None:
+        self.version = version
+        self.events = LineStream(stream_limits)
+        self.commands = CommandTable([CommandSpec("ping", self._ping, usage="ping")])
+        self._list_sessions = list_sessions or (lambda: "")
+        self.root = Directory(
+            "/",
+            [
+                CtlFile("ctl", self.commands),
+                SnapshotFile("list", self._list),
+                SnapshotFile("version", f"anvild {version}\n".encode),
+                StreamFile("events", self.events),
+            ],
+        )
+
+    def publish(self, event: DaemonEvent) -> None:
+        """Put `event` on `agent/events` (no-op once the stream has ended at shutdown)."""
+        if not self.events.core.closed:
+            self.events.publish(encode_event(event))
+
+    def _list(self) -> str:
+        return self._list_sessions()
+
+    async def _ping(self, command: Command) -> str:
+        self.publish(Pinged())
+        return "pong"
