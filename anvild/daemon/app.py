@@ -84,11 +84,14 @@ def _sockname(listener: trio.SocketListener) -> tuple[str, int]:
 class Daemon:
     """One anvild instance. `tree` and `server` exist from construction, for tests to inspect."""
 
-    def __init__(self, config: DaemonConfig, *, tree: RootTree | None = None) -> None:
+    def __init__(
+        self, config: DaemonConfig, *, tree: RootTree | None = None, peer_uid: int | None = None
+    ) -> None:
+        """`peer_uid` is the uid Unix peers must have (default: ours; tests change it)."""
         self.config = config
         self.tree = tree or RootTree(version=__version__)
         self.server = Server(self._root, max_msize=config.max_msize)
-        self._uid = os.getuid()
+        self._uid = os.getuid() if peer_uid is None else peer_uid
         self._token: str | None = None
         self._token_path: Path | None = None
 
