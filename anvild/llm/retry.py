@@ -1,0 +1,175 @@
+"""Retry: a Provider that wraps another and retries the failures worth retrying (course 6.2, 06.B).
+
+    provider = Retry(AnthropicProvider(...), RetryPolicy(max_attempts=5, deadline=90))
+    async with provider.stream(request) as events:
+        async for event in events:
+            ...
+
+Theory of operation. Opening a stream is one *attempt*: enter the inner provider's context
+manager and wait for the first `StreamEvent`. An attempt that fails with an `LlmError` whose
+`is_retryable` is true (408, 429, 5xx including Anthropic's 529, timeouts and failed connects,
+the overloaded/rate-limit API kinds) is closed and, after a delay, tried again. Everything else
+(401, 403, 400, a decode error) is raised at once: a bad key is attempted exactly once.
+
+Retrying stops at the first event. Once an event has been handed to the caller the stream is
+theirs, and an error later in it is raised as is: a half-consumed stream is never replayed,
+because the caller may already have shown or acted on its beginning.
+
+The delay before attempt n+1 is the server's Retry-After when it sent one (seconds or an
+HTTP-date, parsed in `anvild.llm.http`), else jittered exponential backoff: the exponential
+step `min(cap, base * 2**(n-1))`, scaled by a random factor in [0.5, 1) ("equal jitter", so
+clients that failed together do not retry together, yet every wait is at least half the step).
+A total deadline bounds the whole: when the next wait would end past it, or attempts run out,
+the last error is raised with a note (PEP 678) saying why retrying stopped, instead of sleeping
+past the deadline. Time is trio's clock, so tests run on `autojump_clock`.
+
+Every retry is logged with structlog (`provider.retry`: provider, status or error kind, attempt,
+delay).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import NoReturn
+
+import attrs
+import structlog
+import trio
+
+from anvild.llm.errors import ApiError, HttpError, LlmError
+from anvild.llm.provider import Provider
+from anvild.llm.stream import StreamEvent
+from anvild.llm.types import ChatRequest
+
+log = structlog.get_logger(__name__)
+
+
+def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How hard to try. Times are seconds."""
+
+    max_attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    base: float = attrs.field(default=1.0, validator=_positive)
+    cap: float = attrs.field(default=30.0, validator=_positive)
+    deadline: float = attrs.field(default=120.0, validator=_positive)
+
+    def backoff(self, attempt: int, jitter: float) -> float:
+        """The wait after failed attempt `attempt` (1-based); `jitter` is in [0, 1)."""
+        step = min(self.cap, self.base * 2.0 ** (attempt - 1))
+        return step * (0.5 + jitter / 2)
+
+
+def _describe(error: LlmError) -> dict[str, object]:
+    """What a log line says about an error: its HTTP status or API kind, and its text."""
+    if isinstance(error, HttpError):
+        return {"status": error.status, "error": str(error)}
+    if isinstance(error, ApiError):
+        return {"status": error.kind, "error": str(error)}
+    return {"status": type(error).__name__, "error": str(error)}
+
+
+class _Resumed:
+    """The inner stream with its already-received first event put back in front."""
+
+    def __init__(self, first: StreamEvent | None, rest: AsyncIterator[StreamEvent]) -> None:
+        self._first = first
+        self._rest = rest
+
+    def __aiter__(self) -> _Resumed:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return await anext(self._rest)
+
+
+class Retry:
+    """A Provider that retries the retryable failures of `inner` before its first event."""
+
+    def __init__(
+        self,
+        inner: Provider,
+        policy: RetryPolicy | None = None,
+        *,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy or RetryPolicy()
+        self._jitter = jitter
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        stack, events = await self._open(request)
+        async with stack:
+            yield events
+
+    async def _open(self, request: ChatRequest) -> tuple[AsyncExitStack, _Resumed]:
+        policy = self.policy
+        deadline = trio.current_time() + policy.deadline
+        attempt = 0
+        while True:
+            attempt += 1
+            stack = AsyncExitStack()
+            try:
+                events = await stack.enter_async_context(self.inner.stream(request))
+                try:
+                    first: StreamEvent | None = await anext(events)
+                except StopAsyncIteration:
+                    first = None  # an empty stream: the builder reports it as UnexpectedEof
+            except LlmError as error:
+                await stack.aclose()
+                delay = self._next_delay(error, attempt, deadline)
+                log.warning(
+                    "provider.retry",
+                    provider=self.name,
+                    attempt=attempt,
+                    next_attempt=attempt + 1,
+                    delay=round(delay, 3),
+                    **_describe(error),
+                )
+                await trio.sleep(delay)
+                continue
+            except BaseException:
+                await stack.aclose()
+                raise
+            return stack, _Resumed(first, events)
+
+    def _next_delay(self, error: LlmError, attempt: int, deadline: float) -> float:
+        """The wait before the next attempt, or raise `error` (annotated) if there is none."""
+        policy = self.policy
+        if not error.is_retryable:
+            raise error
+        if attempt >= policy.max_attempts:
+            self._give_up(error, f"gave up after {attempt} attempts (the most allowed)")
+        retry_after = error.retry_after if isinstance(error, HttpError) else None
+        if retry_after is not None:
+            delay, why = retry_after, "the server's Retry-After"
+        else:
+            delay, why = policy.backoff(attempt, self._jitter()), "the next backoff"
+        left = deadline - trio.current_time()
+        if delay > left:
+            self._give_up(
+                error,
+                f"gave up after {attempt} attempt{'s' if attempt > 1 else ''}: {why} of "
+                f"{delay:g} s would pass the {policy.deadline:g} s retry deadline "
+                f"({max(left, 0.0):.3g} s left)",
+            )
+        return delay
+
+    def _give_up(self, error: LlmError, why: str) -> NoReturn:
+        log.warning("provider.retry_stopped", provider=self.name, reason=why, **_describe(error))
+        error.add_note(f"{self.name}: {why}")
+        raise error
