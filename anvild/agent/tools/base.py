@@ -1,0 +1,320 @@
+"""What a tool is: the protocol every native (and later MCP) tool implements, and its context.
+
+A tool has a `name`, a `description` (a prompt: the model reads it to decide when and how to call
+the tool), an `input_schema` (JSON Schema, draft 2020-12, top-level `"type": "object"`), a stated
+`cancellation` behaviour, a per-call `effects(args)` classification, and `call(args, ctx)`.
+
+Arguments are validated against the schema by `ToolRegistry.dispatch` (with `validate_args`)
+before `effects` or `call` see them, so both may index `args` by the schema's required keys.
+
+Errors a tool reports go up as `ToolError`s and come back to the model as an error tool result:
+
+    ToolError
+     ├── InvalidArgs   the arguments are wrong; the message names the field and how to fix it
+     ├── Failed        the tool ran and could not do what was asked (file missing, no match, ...)
+     └── Cancelled     the tool stopped before finishing because it was asked to
+
+Any other exception from a tool is a bug; the registry still turns it into an error result. trio's
+own `Cancelled` is a `BaseException`: it is never caught here, so cancel scopes keep working.
+
+Effects are per call, never a static read-only flag: `read_file` reads one path, `bash` is a
+subprocess whose reach is unknown, a subagent's authority depends on the definition it selects
+(review finding 10). The loop runs a batch concurrently only when every call is `read_only`.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final, Protocol, runtime_checkable
+
+import attrs
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+
+from anvild.sandbox import ReadOnly, SandboxPolicy
+from anvild.sandbox.files import FileAccess
+
+Args = Mapping[str, Any]
+
+TOOL_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""The strictest common provider rule for tool (function) names."""
+
+
+class ToolError(Exception):
+    """Root of the errors a tool reports to the model. The message is what the model reads."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgs(ToolError):
+    """The arguments do not fit the schema or the tool's own rules."""
+
+
+class Failed(ToolError):
+    """The tool ran and could not do what was asked."""
+
+
+class Cancelled(ToolError):
+    """The tool stopped early because it was cancelled; its effects may be partial (see
+    `Tool.cancellation`)."""
+
+    def __init__(self, message: str = "The tool call was cancelled before it finished.") -> None:
+        super().__init__(message)
+
+
+class Cancellation(enum.Enum):
+    """What cancelling a running call (a trio cancel scope around `call`) leaves behind."""
+
+    SAFE_TO_ABANDON = "safe_to_abandon"
+    """No side effects: cancel at any point, nothing changed."""
+
+    ATOMIC = "atomic"
+    """One all-or-nothing change (temp file + rename). A cancel waits for the change to finish
+    or stops before it starts, so the effect happened entirely or not at all; the caller cannot
+    tell which without looking."""
+
+    KILLS_CHILDREN = "kills_children"
+    """Cancelling kills the process group it started. Effects of the partial run remain, and
+    descendants that left the group (setsid, daemonising) are not reached."""
+
+    UNKNOWN = "unknown"
+    """The outcome of a cancelled call is unknown (a remote call: the server may finish it)."""
+
+
+def _to_paths(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(paths)
+
+
+@attrs.frozen
+class Effects:
+    """What one call with given arguments may do. Paths are as the model gave them, resolved
+    against the context's cwd by whoever needs canonical resources (the permission policy)."""
+
+    reads: bool = False
+    writes: bool = False
+    network: bool = False
+    subprocess: bool = False
+    unknown: bool = False
+    read_paths: tuple[str, ...] = attrs.field(default=(), converter=_to_paths)
+    write_paths: tuple[str, ...] = attrs.field(default=(), converter=_to_paths)
+
+    def __attrs_post_init__(self) -> None:
+        if self.read_paths and not self.reads:
+            raise ValueError("read_paths given without reads")
+        if self.write_paths and not self.writes:
+            raise ValueError("write_paths given without writes")
+
+    @property
+    def read_only(self) -> bool:
+        """True when the call changes nothing and reaches nothing outside: safe to run
+        concurrently with other read-only calls."""
+        return not (self.writes or self.network or self.subprocess or self.unknown)
+
+    @classmethod
+    def read(cls, *paths: str) -> Effects:
+        return cls(reads=True, read_paths=paths)
+
+    @classmethod
+    def write(cls, *paths: str) -> Effects:
+        """A write of `paths` (which also reads them: freshness, edits)."""
+        return cls(reads=True, writes=True, read_paths=paths, write_paths=paths)
+
+    @classmethod
+    def none(cls) -> Effects:
+        """Touches nothing outside the session (todo_write)."""
+        return cls()
+
+    @classmethod
+    def unknown_effects(cls) -> Effects:
+        """Anything may happen: treat as a write of unknown resources."""
+        return cls(unknown=True)
+
+    @classmethod
+    def union(cls, effects: Iterable[Effects]) -> Effects:
+        result = cls()
+        for e in effects:
+            result = cls(
+                reads=result.reads or e.reads,
+                writes=result.writes or e.writes,
+                network=result.network or e.network,
+                subprocess=result.subprocess or e.subprocess,
+                unknown=result.unknown or e.unknown,
+                read_paths=result.read_paths + e.read_paths,
+                write_paths=result.write_paths + e.write_paths,
+            )
+        return result
+
+
+@attrs.frozen
+class ToolOutput:
+    """What a call produced. `is_error` marks a result the model should treat as a failure
+    without it being an exception (e.g. a reported but unsuccessful operation)."""
+
+    content: str
+    is_error: bool = False
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class FileTracker:
+    """Freshness by content: the sha256 of what the agent last saw or wrote, per canonical path.
+
+    A write or edit of an existing file needs the file's current bytes to hash to the recorded
+    value: the agent has read it (`record`) and nobody changed it since. After the agent's own
+    write the tracker is refreshed with the new content, so a second agent edit works while an
+    intervening user edit fails. Hashes, not mtimes: mtime granularity and clock changes make it
+    a heuristic (review, chapter 10).
+
+    The tracker is shared by the file tools of one session; trio runs them on one thread, and
+    blocking file work happens in worker threads that only hand results back, so a dict is enough.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[Path, str] = {}
+
+    def record(self, canonical: Path, content: bytes) -> None:
+        self._seen[canonical] = _hash(content)
+
+    def forget(self, canonical: Path) -> None:
+        self._seen.pop(canonical, None)
+
+    def has_seen(self, canonical: Path) -> bool:
+        return canonical in self._seen
+
+    def check_fresh(self, canonical: Path, current: bytes) -> None:
+        """Raise `Failed` unless `current` is what the agent last read or wrote at `canonical`."""
+        seen = self._seen.get(canonical)
+        if seen is None:
+            raise Failed("You must read_file before editing it.")
+        if seen != _hash(current):
+            raise Failed("File changed on disk since you last read it. Read it again.")
+
+
+@attrs.define
+class SessionState:
+    """Per-session state that tools keep between calls. `todos` belongs to todo_write
+    (anvild.agent.tools.todo), which replaces the whole tuple on each valid write."""
+
+    todos: tuple[Any, ...] = ()
+
+
+def _discard(event: Any) -> None:
+    return None
+
+
+@attrs.define
+class ToolContext:
+    """What a call may use. Construct one per session (tests: `ToolContext(cwd=tmp_path)`).
+
+    - `cwd`: where relative paths start and where bash runs.
+    - `files`: the file-access boundary; by default the cwd is the only readable and writable
+      root.
+    - `tracker`: freshness of files the agent has read, shared by the file tools.
+    - `sandbox`: how subprocesses may run. The default is `ReadOnly()`, never `FullAccess`:
+      nothing defaults to unsandboxed execution.
+    - `state`: session state kept across calls (todos).
+    - `emit`: a synchronous callback for events a tool announces (the loop's AgentEvents, e.g.
+      todos changed). It must not block; the loop's channel is bounded and coalescing.
+    """
+
+    cwd: Path = attrs.field(converter=Path)
+    files: FileAccess = attrs.field()
+    tracker: FileTracker = attrs.field(factory=FileTracker)
+    sandbox: SandboxPolicy = attrs.field(factory=ReadOnly)
+    state: SessionState = attrs.field(factory=SessionState)
+    emit: Callable[[Any], None] = _discard
+
+    @files.default
+    def _workspace_files(self) -> FileAccess:
+        return FileAccess.workspace(self.cwd)
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A tool the model may call. Implementations are stateless between calls: anything that
+    must persist lives in the `ToolContext`."""
+
+    @property
+    def name(self) -> str:
+        """Matches `^[a-zA-Z0-9_-]{1,64}$`."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """A prompt: when to use the tool, what it returns, its rules and limits."""
+        ...
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]:
+        """JSON Schema (draft 2020-12) of the arguments; top-level `"type": "object"`."""
+        ...
+
+    @property
+    def cancellation(self) -> Cancellation:
+        """What a cancel during `call` leaves behind."""
+        ...
+
+    def effects(self, args: Args) -> Effects:
+        """What this call, with these (valid) arguments, may do."""
+        ...
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        """Run the call. `args` have been validated against `input_schema`. Raise a
+        `ToolError` for a failure the model should read."""
+        ...
+
+
+def _field_path(error: jsonschema.exceptions.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    if error.validator == "required" and isinstance(error.validator_value, list):
+        instance = error.instance if isinstance(error.instance, Mapping) else {}
+        missing = [k for k in error.validator_value if k not in instance]
+        if missing:
+            parts.append(str(missing[0]))
+    elif error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        schema_props = (
+            error.schema.get("properties", {}) if isinstance(error.schema, Mapping) else {}
+        )
+        extra = [k for k in error.instance if k not in schema_props]
+        if extra:
+            parts.append(str(extra[0]))
+    return ".".join(parts)
+
+
+class ArgsValidator:
+    """A compiled argument schema. Raises `ValueError` at construction for a schema that is not
+    valid JSON Schema, so a broken tool fails at registration, not at the first call."""
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        try:
+            cls.check_schema(dict(schema))
+        except jsonschema.exceptions.SchemaError as exc:
+            raise ValueError(f"invalid input_schema: {exc.message}") from exc
+        self._validator = cls(schema)
+
+    def validate(self, args: Any) -> None:
+        """Raise `InvalidArgs` naming the offending field when `args` does not fit."""
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(args))
+        if error is None:
+            return
+        field = _field_path(error)
+        where = f"`{field}`" if field else "the arguments"
+        raise InvalidArgs(f"Invalid value for {where}: {error.message}.")
+
+
+def validate_args(schema: Mapping[str, Any], args: Any) -> None:
+    """One-off validation (tests, direct calls); the registry keeps compiled validators."""
+    ArgsValidator(schema).validate(args)

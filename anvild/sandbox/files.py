@@ -1,0 +1,596 @@
+"""FileAccess: the one boundary every native file tool (read, write, edit, glob, grep) goes through.
+
+The shell sandbox only wraps subprocesses; the native tools run in the daemon itself, so they need
+their own confinement (review finding 3). A `FileAccess` has readable and writable roots
+(canonical directories; writable roots are readable too) and two fixed path classes:
+
+- protected paths, never writable: anything under `.git` or `.anvil`, `.env*`, `.ssh`, `.aws`,
+  `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*`;
+- credential files, never readable or searchable: `.env*`, anything under `.ssh` or `.aws`,
+  `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*` private keys (not `*.pub`).
+
+Classes are matched on the path components below the root, on both the path as given and the
+canonical path it resolves to: a symlink named `notes` that points at `.env` is a credential, and
+so is `.env` when it is a symlink to `config.txt`. Files with more than one hard link are refused
+for writes (the other link may be outside the roots).
+
+Theory of operation. Paths are made absolute against the caller's cwd and normalised lexically
+(`..` collapses before any symlink is followed), then matched to the longest root that contains
+them. Where the kernel has openat2 (Linux 5.6+) every open is `openat2(root_fd, relative_path,
+RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`: the kernel resolves symlinks itself and fails with
+EXDEV when any step would leave the root, so a symlink pointing outside cannot be followed even if
+it is swapped in after our checks. The canonical path of what was opened is read back from
+`/proc/self/fd` and classified after the open, so reads are checked against the file actually
+held. Without openat2 (ENOSYS, or EPERM from a seccomp filter) the fallback canonicalises with
+`realpath`, checks, and opens the canonical path with O_NOFOLLOW on the final component.
+
+Writes replace files atomically: a temporary file is created with O_EXCL in the canonical parent
+directory (held open as a descriptor obtained with RESOLVE_NO_SYMLINKS), written, fsynced, given
+the old file's mode, and renamed over the target. Rename replaces the directory entry, never the
+old inode's contents, so a target swapped for a symlink or a hard link after the check is replaced
+rather than written through. New files check the nearest existing parent, then create the missing
+directories one at a time relative to the held parent descriptor.
+
+Searches walk descriptor-relative (`scandir` on a directory fd, children opened with O_NOFOLLOW |
+O_DIRECTORY) and do not follow symlinks; credential files and directories are dropped from the
+listing before a caller sees them.
+
+Remaining races (also in docs/decisions.md):
+
+1. Fallback path (no openat2): between `realpath` and `open`, a directory component can be
+   replaced by a symlink to outside; O_NOFOLLOW only protects the last component.
+2. Both paths: a directory we hold open (the parent of a write, a directory being walked) can be
+   renamed by another process to a place outside the roots after we opened it; the write or read
+   then happens outside. Descriptors pin the inode, not its location.
+3. Both paths: the canonical path read back from `/proc/self/fd` after an open is the file's name
+   at that moment; a credential file renamed to an innocent name between open and read-back is
+   read. Without /proc the name is recomputed with `realpath`, which has the same window.
+4. Freshness (checked by the tools just before the rename) and the rename are not atomic: a user
+   edit landing between them is overwritten.
+
+All of these need a concurrent local process that already has write access to the tree; a
+sandboxed file worker would close them. Every method here blocks: call them from a worker thread
+(`trio.to_thread.run_sync`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+import attrs
+
+RESOLVE_NO_XDEV: Final = 0x01
+RESOLVE_NO_MAGICLINKS: Final = 0x02
+RESOLVE_NO_SYMLINKS: Final = 0x04
+RESOLVE_BENEATH: Final = 0x08
+SYS_OPENAT2: Final = 437  # same number on every architecture (unified syscall table, Linux 5.6)
+
+PROTECTED_DIRS: Final = frozenset({".git", ".anvil", ".ssh", ".aws"})
+PROTECTED_NAMES: Final = frozenset({".netrc", ".npmrc", ".pypirc", ".git-credentials"})
+CREDENTIAL_DIRS: Final = frozenset({".ssh", ".aws"})
+CREDENTIAL_NAMES: Final = PROTECTED_NAMES
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_PATH_DIR_FLAGS: Final = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class FileAccessError(Exception):
+    """Root of the boundary's refusals. The message says what was refused and why.
+
+        FileAccessError
+         └── AccessDenied   outside the roots, protected, a credential, hard-linked, escaping
+
+    Ordinary OS failures (missing file, not a directory, permissions) stay `OSError`s.
+    """
+
+
+class AccessDenied(FileAccessError):
+    pass
+
+
+class _OpenHow(ctypes.Structure):
+    # struct open_how from <linux/openat2.h>: three u64s, zero-filled for future extensions.
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+class _Openat2:
+    """openat2(2) through libc's `syscall`, or None when the kernel (or a seccomp filter)
+    refuses it."""
+
+    def __init__(self) -> None:
+        self._syscall: Callable[..., int] | None = None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.syscall
+        except (OSError, AttributeError):
+            return
+        fn.restype = ctypes.c_long
+        fn.argtypes = (
+            ctypes.c_long,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.POINTER(_OpenHow),
+            ctypes.c_size_t,
+        )
+        self._syscall = fn
+        try:
+            fd = self.open(-100, "/", os.O_PATH | os.O_CLOEXEC, 0)  # AT_FDCWD
+        except OSError as exc:
+            if exc.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+                self._syscall = None
+                return
+            raise
+        os.close(fd)
+
+    @property
+    def available(self) -> bool:
+        return self._syscall is not None
+
+    def open(self, dir_fd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+        assert self._syscall is not None
+        how = _OpenHow(flags, mode, resolve)
+        encoded = os.fsencode(path)
+        while True:
+            fd = self._syscall(SYS_OPENAT2, dir_fd, encoded, ctypes.byref(how), ctypes.sizeof(how))
+            if fd >= 0:
+                return fd
+            err = ctypes.get_errno()
+            if err in (errno.EINTR, errno.EAGAIN):
+                continue
+            raise OSError(err, os.strerror(err), path)
+
+
+_OPENAT2: Final = _Openat2()
+
+
+def openat2_available() -> bool:
+    return _OPENAT2.available
+
+
+def _parts(rel: PurePosixPath) -> tuple[str, ...]:
+    return tuple(p for p in rel.parts if p not in ("", "."))
+
+
+def _is_private_key(name: str) -> bool:
+    return name.startswith("id_") and not name.endswith(".pub")
+
+
+def is_protected(rel: PurePosixPath) -> bool:
+    """Never writable: `.git/**`, `.anvil/**`, `.ssh`, `.aws`, `.env*`, the credential names,
+    `id_*`. `rel` is relative to a root."""
+    parts = _parts(rel)
+    if any(p in PROTECTED_DIRS for p in parts):
+        return True
+    if not parts:
+        return False
+    name = parts[-1]
+    return name.startswith((".env", "id_")) or name in PROTECTED_NAMES
+
+
+def is_credential(rel: PurePosixPath) -> bool:
+    """Never readable or searchable: `.ssh/**`, `.aws/**`, `.env*`, `.netrc`, `.npmrc`,
+    `.pypirc`, `.git-credentials`, `id_*` private keys. `rel` is relative to a root."""
+    parts = _parts(rel)
+    if any(p in CREDENTIAL_DIRS for p in parts):
+        return True
+    if not parts:
+        return False
+    name = parts[-1]
+    return name.startswith(".env") or name in CREDENTIAL_NAMES or _is_private_key(name)
+
+
+def is_credential_name(name: str, *, is_dir: bool) -> bool:
+    """The walk-time form of `is_credential` for one directory entry."""
+    if is_dir:
+        return name in CREDENTIAL_DIRS or name.startswith(".env")
+    return name.startswith(".env") or name in CREDENTIAL_NAMES or _is_private_key(name)
+
+
+def _canonical(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _fd_path(fd: int) -> Path | None:
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return None
+    return Path(target)
+
+
+@attrs.frozen
+class ReadResult:
+    canonical: Path
+    data: bytes
+
+
+@attrs.frozen
+class WriteResult:
+    canonical: Path
+    created: bool
+    data: bytes
+
+
+@attrs.frozen
+class WalkDir:
+    """One directory of a walk. Prune `dirs` in place to skip subdirectories. `dir_fd` is valid
+    only until the walk moves on."""
+
+    path: Path
+    dir_fd: int
+    dirs: list[str]
+    files: list[str]
+
+
+def _norm_roots(roots: Iterable[Path | str]) -> tuple[Path, ...]:
+    result: list[Path] = []
+    for r in roots:
+        c = _canonical(Path(r))
+        if c not in result:
+            result.append(c)
+    return tuple(result)
+
+
+class FileAccess:
+    """Readable and writable roots plus the protected and credential classes (module docstring)."""
+
+    def __init__(
+        self, *, readable: Iterable[Path | str], writable: Iterable[Path | str] = ()
+    ) -> None:
+        self._writable = _norm_roots(writable)
+        self._readable = _norm_roots([*readable, *self._writable])
+        self.use_openat2 = _OPENAT2.available
+
+    @classmethod
+    def workspace(cls, root: Path | str) -> FileAccess:
+        """One root, readable and writable."""
+        return cls(readable=[root], writable=[root])
+
+    @property
+    def readable_roots(self) -> tuple[Path, ...]:
+        return self._readable
+
+    @property
+    def writable_roots(self) -> tuple[Path, ...]:
+        return self._writable
+
+    # -- classification -------------------------------------------------------------------
+
+    @staticmethod
+    def absolute(cwd: Path | str, user_path: str | Path) -> Path:
+        """`user_path` made absolute against `cwd` and normalised lexically (no symlinks read)."""
+        path = (
+            Path(os.path.expanduser(user_path))
+            if str(user_path).startswith("~")
+            else Path(user_path)
+        )
+        return Path(os.path.normpath(Path(cwd) / path))
+
+    @staticmethod
+    def _root_of(path: Path, roots: tuple[Path, ...]) -> Path | None:
+        best: Path | None = None
+        for root in roots:
+            if (path == root or root in path.parents) and (
+                best is None or len(root.parts) > len(best.parts)
+            ):
+                best = root
+        return best
+
+    def _locate(self, path: Path, roots: tuple[Path, ...], what: str) -> tuple[Path, PurePosixPath]:
+        root = self._root_of(path, roots)
+        if root is None:
+            # An absolute path reaching a root through a symlinked prefix (/tmp -> /private/tmp).
+            canon = _canonical(path)
+            root = self._root_of(canon, roots)
+            if root is None:
+                listed = ", ".join(str(r) for r in roots) or "none"
+                raise AccessDenied(f"{path} is outside the {what} roots ({listed}).")
+            path = canon
+        return root, PurePosixPath(os.path.relpath(path, root))
+
+    def may_read(self, canonical: Path) -> bool:
+        """Whether a canonical path is under a readable root and not a credential."""
+        root = self._root_of(canonical, self._readable)
+        return root is not None and not is_credential(
+            PurePosixPath(os.path.relpath(canonical, root))
+        )
+
+    def _check_read_class(self, given: PurePosixPath, root: Path, canonical: Path) -> None:
+        croot = self._root_of(canonical, self._readable)
+        if croot is None:
+            raise AccessDenied(f"{canonical} is outside the readable roots.")
+        if is_credential(given) or is_credential(PurePosixPath(os.path.relpath(canonical, croot))):
+            raise AccessDenied(
+                f"{root / given} is a credential file (.env*, .ssh, .aws, .netrc, .npmrc, "
+                ".pypirc, .git-credentials, private keys): it cannot be read or searched."
+            )
+
+    def _check_write_class(self, given: PurePosixPath, root: Path, canonical: Path) -> Path:
+        croot = self._root_of(canonical, self._writable)
+        if croot is None:
+            listed = ", ".join(str(r) for r in self._writable) or "none"
+            raise AccessDenied(
+                f"{root / given} resolves to {canonical}, outside the writable roots ({listed})."
+            )
+        if is_protected(given) or is_protected(PurePosixPath(os.path.relpath(canonical, croot))):
+            raise AccessDenied(
+                f"{root / given} is protected (.git, .anvil, credential files) and cannot be "
+                "written by the file tools."
+            )
+        return croot
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _open_beneath(
+        self, root: Path, rel: PurePosixPath, flags: int, *, no_symlinks: bool = False
+    ) -> int:
+        """Open `rel` beneath `root` and return the fd; refuses escapes (AccessDenied)."""
+        if self.use_openat2:
+            resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+            if no_symlinks:
+                resolve |= RESOLVE_NO_SYMLINKS
+            root_fd = os.open(root, _PATH_DIR_FLAGS)
+            try:
+                return _OPENAT2.open(root_fd, str(rel), flags, resolve)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    raise AccessDenied(
+                        f"{root / rel} resolves outside {root} (through a symlink or '..')."
+                    ) from exc
+                if exc.errno == errno.ELOOP and no_symlinks:
+                    raise AccessDenied(f"{root / rel} changed into a symlink; refusing.") from exc
+                raise
+            finally:
+                os.close(root_fd)
+        canonical = _canonical(root / rel)
+        if canonical != root and root not in canonical.parents:
+            raise AccessDenied(f"{root / rel} resolves to {canonical}, outside {root}.")
+        return os.open(canonical, flags | os.O_NOFOLLOW)
+
+    def _open_resolving(self, root: Path, rel: PurePosixPath, flags: int) -> int:
+        """Like `_open_beneath`, but a symlink from this root into another readable root (which
+        openat2 reports as an escape) is followed by reopening beneath that root."""
+        try:
+            return self._open_beneath(root, rel, flags)
+        except AccessDenied:
+            canonical = _canonical(root / rel)
+            other = self._root_of(canonical, self._readable)
+            if other is None or other == root:
+                raise
+            return self._open_beneath(
+                other, PurePosixPath(os.path.relpath(canonical, other)), flags
+            )
+
+    @staticmethod
+    def _path_of(fd: int, fallback: Path) -> Path:
+        return _fd_path(fd) or _canonical(fallback)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self, cwd: Path | str, user_path: str | Path, *, max_bytes: int) -> ReadResult:
+        """The whole content of a readable regular file."""
+        path = self.absolute(cwd, user_path)
+        root, rel = self._locate(path, self._readable, "readable")
+        fd = self._open_resolving(root, rel, _READ_FLAGS)
+        try:
+            canonical = self._path_of(fd, root / rel)
+            self._check_read_class(rel, root, canonical)
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+            if not stat.S_ISREG(st.st_mode):
+                raise AccessDenied(f"{path} is not a regular file.")
+            if st.st_size > max_bytes:
+                raise OSError(
+                    errno.EFBIG,
+                    f"file is too large ({st.st_size} bytes, limit {max_bytes})",
+                    str(path),
+                )
+            return ReadResult(canonical, _read_all(fd, max_bytes))
+        finally:
+            os.close(fd)
+
+    def resolve_dir(self, cwd: Path | str, user_path: str | Path) -> Path:
+        """The canonical path of a readable directory (a search root)."""
+        path = self.absolute(cwd, user_path)
+        root, rel = self._locate(path, self._readable, "readable")
+        fd = self._open_resolving(root, rel, _PATH_DIR_FLAGS)
+        try:
+            canonical = self._path_of(fd, root / rel)
+        finally:
+            os.close(fd)
+        self._check_read_class(rel, root, canonical)
+        return canonical
+
+    # -- writing --------------------------------------------------------------------------
+
+    def update(
+        self,
+        cwd: Path | str,
+        user_path: str | Path,
+        transform: Callable[[Path, bytes | None], bytes],
+        *,
+        max_bytes: int,
+    ) -> WriteResult:
+        """Atomically replace (or create) a file with `transform(canonical, current_or_None)`.
+
+        `transform` sees the canonical path and the current bytes (None for a new file) and
+        may raise to abort (freshness, no match); nothing is written then.
+        """
+        path = self.absolute(cwd, user_path)
+        root, rel = self._locate(path, self._writable, "writable")
+        try:
+            fd = self._open_beneath(root, rel, _READ_FLAGS)
+        except FileNotFoundError:
+            return self._create(root, rel, transform)
+        try:
+            canonical = self._path_of(fd, root / rel)
+            croot = self._check_write_class(rel, root, canonical)
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+            if not stat.S_ISREG(st.st_mode):
+                raise AccessDenied(f"{path} is not a regular file.")
+            if st.st_nlink > 1:
+                raise AccessDenied(
+                    f"{path} has {st.st_nlink} hard links; writing it would change the other "
+                    "links too, which may be outside the workspace. Refusing."
+                )
+            current = _read_all(fd, max_bytes)
+        finally:
+            os.close(fd)
+        new = transform(canonical, current)
+        crel = PurePosixPath(os.path.relpath(canonical, croot))
+        parent_fd = self._open_beneath(croot, crel.parent, _PATH_DIR_FLAGS, no_symlinks=True)
+        try:
+            _replace(parent_fd, crel.name, new, stat.S_IMODE(st.st_mode))
+        finally:
+            os.close(parent_fd)
+        return WriteResult(canonical, created=False, data=new)
+
+    def _create(
+        self, root: Path, rel: PurePosixPath, transform: Callable[[Path, bytes | None], bytes]
+    ) -> WriteResult:
+        # The nearest existing parent decides: resolve it, then build the rest below it.
+        missing: list[str] = [rel.name]
+        parent = rel.parent
+        while True:
+            try:
+                parent_fd = self._open_beneath(root, parent, _PATH_DIR_FLAGS)
+                break
+            except FileNotFoundError:
+                if parent == PurePosixPath("."):
+                    raise
+                missing.insert(0, parent.name)
+                parent = parent.parent
+        try:
+            parent_canonical = self._path_of(parent_fd, root / parent)
+            canonical = parent_canonical.joinpath(*missing)
+            self._check_write_class(rel, root, canonical)
+            new = transform(canonical, None)
+            for name in missing[:-1]:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=parent_fd)
+                child = os.open(name, _PATH_DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
+                os.close(parent_fd)
+                parent_fd = child
+            _replace(parent_fd, missing[-1], new, None)
+        finally:
+            os.close(parent_fd)
+        return WriteResult(canonical, created=True, data=new)
+
+    # -- walking --------------------------------------------------------------------------
+
+    def walk(
+        self, top: Path, *, cancelled: Callable[[], bool] = lambda: False
+    ) -> Iterator[WalkDir]:
+        """Walk a canonical readable directory top-down without following symlinks.
+
+        Credential files and directories are removed before the caller sees them; symlinks,
+        sockets and devices are not listed. Stops early when `cancelled()` turns true.
+        """
+        if not self.may_read(top):
+            raise AccessDenied(f"{top} is not readable (outside the roots or a credential path).")
+        root = self._root_of(top, self._readable)
+        assert root is not None
+        top_fd = self._open_beneath(
+            root, PurePosixPath(os.path.relpath(top, root)), _DIR_FLAGS, no_symlinks=True
+        )
+        yield from self._walk_fd(top, top_fd, cancelled)
+
+    def _walk_fd(self, path: Path, fd: int, cancelled: Callable[[], bool]) -> Iterator[WalkDir]:
+        try:
+            dirs: list[str] = []
+            files: list[str] = []
+            with os.scandir(fd) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if not is_credential_name(entry.name, is_dir=True):
+                                dirs.append(entry.name)
+                        elif entry.is_file(follow_symlinks=False) and not is_credential_name(
+                            entry.name, is_dir=False
+                        ):
+                            files.append(entry.name)
+                    except OSError:
+                        continue
+            dirs.sort()
+            files.sort()
+            walkdir = WalkDir(path, fd, dirs, files)
+            yield walkdir
+            for name in walkdir.dirs:
+                if cancelled():
+                    return
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue
+                yield from self._walk_fd(path / name, child, cancelled)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def open_in(walkdir: WalkDir, name: str) -> int:
+        """Open a listed file of a walk for reading (no symlink followed); the caller closes
+        it. Raises OSError when it is no longer a regular file."""
+        fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=walkdir.dir_fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        return fd
+
+
+def _read_all(fd: int, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > max_bytes:
+            raise OSError(errno.EFBIG, f"file grew past the limit of {max_bytes} bytes")
+        chunks.append(chunk)
+
+
+def _replace(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
+    """Write `data` to a temp file in `dir_fd` and rename it over `name`."""
+    tmp = f".{name}.anvil-{secrets.token_hex(6)}.tmp"
+    # 0o666 lets the umask decide a new file's mode, as `open(..., "w")` would.
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o666,
+        dir_fd=dir_fd,
+    )
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
