@@ -1,0 +1,222 @@
+"""What a running turn tells the world: typed `AgentEvent`s and the `TurnOutcome` of a turn.
+
+    AgentEvent = StepStarted | TextDelta | ReasoningDelta | ToolCallStarted | ToolCallFinished
+               | Usage | StepFailed | TodosUpdated | Lagged | TurnFinished
+
+Every turn emits exactly one `TurnFinished`, last, whatever ended it: its `outcome` is the turn's
+end as a value (done, max_steps, max_tokens, refused, cancelled, protocol_stopped,
+budget_exceeded, error). `Lagged` is not emitted by the loop: the bounded event channel
+(`anvild.agent.channel`) puts it where it had to drop events for a consumer that fell behind.
+
+The JSON form (stream-json on a session's `events` file, session records) goes through the one
+converter here, `event_converter`: each object carries a stable `type` tag (the `TAG` of its
+class, never a class name), e.g.
+
+    {"type":"text_delta","step":1,"text":"Hel"}
+    {"type":"turn_finished","outcome":"done","steps":2,"usage":{"input":12,...},"detail":""}
+
+Token counts are `anvild.llm.stream.Usage` values: `None` means the provider did not report it,
+and unknown is never printed or summed as zero.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import ClassVar, Final, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+from anvild.llm import stream
+from anvild.llm.types import Json
+
+__all__ = [
+    "AgentEvent",
+    "Lagged",
+    "ReasoningDelta",
+    "StepFailed",
+    "StepStarted",
+    "TextDelta",
+    "Todo",
+    "TodoStatus",
+    "TodosUpdated",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "TurnFinished",
+    "TurnOutcome",
+    "Usage",
+    "event_converter",
+    "from_json",
+    "to_json",
+]
+
+
+class TurnOutcome(enum.StrEnum):
+    """How a turn ended. Only `DONE` means the model finished its answer."""
+
+    DONE = "done"
+    MAX_STEPS = "max_steps"  # the step limit ran out with the model still calling tools
+    MAX_TOKENS = "max_tokens"  # the response was cut at the output-token limit
+    REFUSED = "refused"  # the provider refused to answer
+    CANCELLED = "cancelled"  # the turn's cancel scope (or an enclosing one) was cancelled
+    PROTOCOL_STOPPED = "protocol_stopped"  # a stop this harness does not continue (pause_turn)
+    BUDGET_EXCEEDED = "budget_exceeded"  # the turn's token budget is spent (or unknowable)
+    ERROR = "error"  # a provider, stream or transcript error; `detail` says which
+
+
+class TodoStatus(enum.StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+
+
+@attrs.frozen
+class Todo:
+    """One item of the session's todo list (written by the todo_write tool)."""
+
+    content: str
+    status: TodoStatus = attrs.field(converter=TodoStatus)
+
+
+@attrs.frozen
+class StepStarted:
+    TAG: ClassVar[str] = "step_started"
+    step: int
+
+
+@attrs.frozen
+class TextDelta:
+    """Answer text as it streams. Adjacent deltas may arrive coalesced into one."""
+
+    TAG: ClassVar[str] = "text_delta"
+    step: int
+    text: str
+
+
+@attrs.frozen
+class ReasoningDelta:
+    TAG: ClassVar[str] = "reasoning_delta"
+    step: int
+    text: str
+
+
+@attrs.frozen
+class ToolCallStarted:
+    """The model asked for a call and the loop is about to decide on it and run it."""
+
+    TAG: ClassVar[str] = "tool_call_started"
+    step: int
+    id: str
+    name: str
+    arguments: Json
+
+
+@attrs.frozen
+class ToolCallFinished:
+    """A call's result went into the transcript; `preview` is its first few lines."""
+
+    TAG: ClassVar[str] = "tool_call_finished"
+    step: int
+    id: str
+    name: str
+    is_error: bool
+    preview: str
+
+
+@attrs.frozen
+class Usage:
+    """Tokens reported for one request (`step`), and the turn's running total."""
+
+    TAG: ClassVar[str] = "usage"
+    step: int
+    usage: stream.Usage
+    turn: stream.Usage
+
+
+@attrs.frozen
+class StepFailed:
+    """A step could not complete: the provider failed, the stream broke its protocol, or the
+    transcript would have become invalid. `error_type` names the error class."""
+
+    TAG: ClassVar[str] = "step_failed"
+    step: int
+    error_type: str
+    message: str
+    retryable: bool = False
+
+
+@attrs.frozen
+class TodosUpdated:
+    TAG: ClassVar[str] = "todos_updated"
+    todos: tuple[Todo, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class Lagged:
+    """The consumer fell behind and `dropped` events were dropped at this point."""
+
+    TAG: ClassVar[str] = "lagged"
+    dropped: int
+
+
+@attrs.frozen
+class TurnFinished:
+    """The last event of every turn. `steps` counts model requests made; `usage` is the turn's
+    total (fields unknown when any request did not report them)."""
+
+    TAG: ClassVar[str] = "turn_finished"
+    outcome: TurnOutcome = attrs.field(converter=TurnOutcome)
+    steps: int
+    usage: stream.Usage
+    detail: str = ""
+
+
+AgentEvent: TypeAlias = (
+    StepStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStarted
+    | ToolCallFinished
+    | Usage
+    | StepFailed
+    | TodosUpdated
+    | Lagged
+    | TurnFinished
+)
+
+EVENT_TYPES: Final[tuple[type, ...]] = (
+    StepStarted,
+    TextDelta,
+    ReasoningDelta,
+    ToolCallStarted,
+    ToolCallFinished,
+    Usage,
+    StepFailed,
+    TodosUpdated,
+    Lagged,
+    TurnFinished,
+)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    tags = {cls: cls.TAG for cls in EVENT_TYPES}  # type: ignore[attr-defined]
+    configure_tagged_union(AgentEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
+    return conv
+
+
+event_converter: Final[cattrs.Converter] = _make_converter()
+"""The JSON converter for agent events: tagged by `TAG`, token counts as plain objects."""
+
+
+def to_json(event: AgentEvent) -> str:
+    """One event as one compact JSON line (no newline)."""
+    data = event_converter.unstructure(event, AgentEvent)
+    tagged = {"type": data.pop("type"), **data}  # the tag first: easier to read and to grep
+    return json.dumps(tagged, ensure_ascii=False, separators=(",", ":"))
+
+
+def from_json(line: str) -> AgentEvent:
+    return event_converter.structure(json.loads(line), AgentEvent)  # type: ignore[arg-type]
