@@ -27,6 +27,9 @@ node. A tree implements only what is specific to each file:
   `Handle.abort()` runs instead when the fid disappears without a clunk: the connection closed
   (plan9port's `9p` never clunks its root fid), or a second Tversion reset the session. A body file
   should discard on abort; the default does nothing.
+* Clunking a fid does not cancel a request still running on it (a client that wants that sends
+  Tflush first, as v9fs does when a process is interrupted): a handle whose reads block should
+  release its own waiters in ``clunk``/``abort`` so such a read returns.
 * `Node.wstat(change)` handles Twstat (9P2000/.u) and Tsetattr (9P2000.L) as one `StatChange`.
   The server itself accepts a change that changes nothing (stat(5): "a wstat with all don't-touch
   values is a request to sync"). Everything else goes to the node; the default refuses. A file that

@@ -114,6 +114,7 @@ DEFAULT_MAX_MSIZE = 1 << 20
 # (EAGAIN) instead of buffering without bound. Blocked stream reads count against it.
 DEFAULT_MAX_REQUESTS = 1024
 V9FS_MAGIC = 0x01021997
+_RECEIVE_SIZE = 65536
 
 RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
 AttachCheck: TypeAlias = Callable[[AttachRequest], Awaitable[None] | None]
@@ -134,6 +135,7 @@ class ServerStatistics:
 
 @attrs.define(eq=False)
 class _Fid:
+    number: int
     path: tuple[Node, ...]
     uname: str
     opening: bool = False
@@ -308,7 +310,8 @@ class _Connection:
     async def _read_loop(self) -> None:
         while True:
             try:
-                data = await self.stream.receive_some(max(65536, self.msize))
+                # A fixed size: asking for msize (up to 1 MiB) would allocate that much per call.
+                data = await self.stream.receive_some(_RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 log.debug("9p %s: connection lost: %s", self.peer, exc)
                 return
@@ -377,7 +380,12 @@ class _Connection:
                 except FsError as exc:
                     reply = self._error_reply(msg.tag, exc)
                 except Exception:
-                    log.exception("9p %s: internal error handling %r", self.peer, msg)
+                    log.exception(
+                        "9p %s: internal error handling %s (tag %d)",
+                        self.peer,
+                        type(msg).__name__,
+                        msg.tag,
+                    )
                     reply = self._error_reply(msg.tag, _internal_error())
             if req.scope.cancelled_caught:
                 reply = None  # flushed (flush(5)): the reply is never sent
@@ -403,7 +411,13 @@ class _Connection:
                 dialect,
             )
         if len(frame) > self.msize:
-            log.error("9p %s: reply %s of %d bytes exceeds msize", self.peer, msg, len(frame))
+            log.error(
+                "9p %s: %s of %d bytes exceeds msize %d",
+                self.peer,
+                type(msg).__name__,
+                len(frame),
+                self.msize,
+            )
             frame = m.encode(
                 self._error_reply(
                     msg.tag, FsError("reply larger than the negotiated msize", errno.EMSGSIZE)
@@ -562,7 +576,7 @@ class _Connection:
         if self.check_attach is not None:
             await _maybe_await(self.check_attach(request))
         root: Node = await _maybe_await(self.server.root(request))
-        self._new_fid(msg.fid, _Fid(path=(root,), uname=msg.uname))
+        self._new_fid(msg.fid, _Fid(msg.fid, path=(root,), uname=msg.uname))
         return m.Rattach(msg.tag, root.stat().qid)
 
     # --- walk ---------------------------------------------------------------------------------
@@ -592,7 +606,7 @@ class _Connection:
                 raise FsError(f"fid {msg.fid} was opened during the walk", errno.EBUSY)
             entry_now.path = path
         else:
-            self._new_fid(msg.newfid, _Fid(path=path, uname=entry.uname))
+            self._new_fid(msg.newfid, _Fid(msg.newfid, path=path, uname=entry.uname))
         return m.Rwalk(msg.tag, tuple(qids))
 
     async def _step(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...]:
@@ -632,7 +646,7 @@ class _Connection:
             handle = None if st.is_dir else await entry.node.open(mode)
         finally:
             entry.opening = False
-        if self.fids.get(self._fid_number(entry)) is not entry:
+        if self.fids.get(entry.number) is not entry:
             # Clunked (or reset) while the node was opening: release what we got.
             if handle is not None:
                 await handle.abort()
@@ -643,12 +657,6 @@ class _Connection:
         if handle is not None:
             self.server._open_handles += 1
         return entry.node.stat().qid
-
-    def _fid_number(self, entry: _Fid) -> int:
-        for number, value in self.fids.items():
-            if value is entry:
-                return number
-        return -1
 
     async def _open(self, msg: m.Topen) -> m.Message:
         entry = self._fid(msg.fid)
