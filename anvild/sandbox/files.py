@@ -169,27 +169,23 @@ def _is_private_key(name: str) -> bool:
 
 
 def is_protected(rel: PurePosixPath) -> bool:
-    """Never writable: `.git/**`, `.anvil/**`, `.ssh`, `.aws`, `.env*`, the credential names,
-    `id_*`. `rel` is relative to a root."""
+    """Never writable: `.git/**`, `.anvil/**`, `.ssh/**`, `.aws/**`, `.env*` (any component),
+    and files named `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` or `id_*`. `rel` is
+    relative to a root."""
     parts = _parts(rel)
-    if any(p in PROTECTED_DIRS for p in parts):
+    if any(p in PROTECTED_DIRS or p.startswith(".env") for p in parts):
         return True
-    if not parts:
-        return False
-    name = parts[-1]
-    return name.startswith((".env", "id_")) or name in PROTECTED_NAMES
+    return bool(parts) and (parts[-1] in PROTECTED_NAMES or parts[-1].startswith("id_"))
 
 
 def is_credential(rel: PurePosixPath) -> bool:
-    """Never readable or searchable: `.ssh/**`, `.aws/**`, `.env*`, `.netrc`, `.npmrc`,
-    `.pypirc`, `.git-credentials`, `id_*` private keys. `rel` is relative to a root."""
+    """Never readable or searchable: `.ssh/**`, `.aws/**`, `.env*` (and anything under a `.env*`
+    directory), `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials`, `id_*` private keys (not
+    `*.pub`). `rel` is relative to a root."""
     parts = _parts(rel)
-    if any(p in CREDENTIAL_DIRS for p in parts):
+    if any(p in CREDENTIAL_DIRS or p.startswith(".env") for p in parts):
         return True
-    if not parts:
-        return False
-    name = parts[-1]
-    return name.startswith(".env") or name in CREDENTIAL_NAMES or _is_private_key(name)
+    return bool(parts) and (parts[-1] in CREDENTIAL_NAMES or _is_private_key(parts[-1]))
 
 
 def is_credential_name(name: str, *, is_dir: bool) -> bool:

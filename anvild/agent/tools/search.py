@@ -1,0 +1,461 @@
+"""glob and grep: the search tools (course 10.3), walking through `FileAccess`.
+
+Both walk the tree descriptor-relative without following symlinks (`FileAccess.walk`), which has
+already removed credential files and directories, so a denied file is never listed, opened or
+matched. On top of that they skip `.git` directories and whatever `.gitignore` files exclude:
+every `.gitignore` from the readable root down to the directory being walked applies to the paths
+below it, deeper files taking precedence (git's rule), compiled with `pathspec.GitIgnoreSpec`.
+An ignored directory is pruned: nothing under it can be re-included (also git's rule). Hidden
+files are searched (a `.github` workflow is code); `.git/info/exclude` and the user's global
+excludes file are not read.
+
+Patterns (glob's `pattern`, grep's `glob`): `*` and `?` stay within one path component, `**`
+crosses directories, `[...]` and `{a,b}` work as in shells. A pattern without `/` matches file
+names at any depth (`*.py` is `**/*.py`), as in `.gitignore` and ripgrep's `--glob`.
+
+The walk runs in a worker thread; a cancelled call sets a flag the walk checks between files, so
+an abandoned search stops promptly. grep matches line by line with Python `re` (a file is first
+searched whole; candidate lines are confirmed one by one, so a match never spans lines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import pathspec
+import trio
+
+from anvild.agent.tools.base import (
+    Args,
+    Cancellation,
+    Effects,
+    Failed,
+    InvalidArgs,
+    ToolContext,
+    ToolOutput,
+)
+from anvild.agent.tools.files import MAX_FILE_BYTES, display_path, is_binary
+from anvild.sandbox.files import AccessDenied, FileAccess, WalkDir
+
+MAX_GLOB_RESULTS: Final = 200
+MAX_GREP_LINES: Final = 200
+MAX_GREP_FILES: Final = 200
+MAX_MATCH_LINE_CHARS: Final = 500
+GITIGNORE: Final = ".gitignore"
+ALWAYS_SKIPPED_DIRS: Final = frozenset({".git"})
+
+T = TypeVar("T")
+
+
+class SearchCancelled(Exception):
+    """Raised inside the worker thread when the call was cancelled."""
+
+
+def translate_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a path glob (module docstring) to a regex over `/`-separated relative paths."""
+    if "/" not in pattern.strip("/"):
+        pattern = "**/" + pattern.strip("/")
+    pattern = pattern.lstrip("/")
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    depth = 0
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[":
+            j = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
+            if j == -1:
+                out.append(re.escape(c))
+                i += 1
+                continue
+            body = pattern[i + 1 : j]
+            if body[:1] in ("!", "^"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = j + 1
+        elif c == "{":
+            out.append("(?:")
+            depth += 1
+            i += 1
+        elif c == "}" and depth:
+            out.append(")")
+            depth -= 1
+            i += 1
+        elif c == "," and depth:
+            out.append("|")
+            i += 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    if depth:
+        raise InvalidArgs(f"Unbalanced '{{' in glob pattern {pattern!r}.")
+    try:
+        return re.compile("".join(out) + r"\Z", re.DOTALL)
+    except re.error as exc:
+        raise InvalidArgs(f"Invalid glob pattern {pattern!r}: {exc}.") from exc
+
+
+class _Ignores:
+    """The .gitignore files that apply to one directory, outermost first."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self, specs: tuple[tuple[str, pathspec.GitIgnoreSpec], ...]) -> None:
+        # (prefix of the .gitignore's directory relative to the walk root, spec)
+        self.specs = specs
+
+    def with_file(self, prefix: str, lines: list[str]) -> _Ignores:
+        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        return _Ignores((*self.specs, (prefix, spec)))
+
+    def ignored(self, rel: str, is_dir: bool) -> bool:
+        probe_suffix = "/" if is_dir else ""
+        for prefix, spec in reversed(self.specs):
+            if prefix and not rel.startswith(prefix):
+                continue
+            result = spec.check_file(rel[len(prefix) :] + probe_suffix)
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+
+def _read_small(walkdir: WalkDir, name: str) -> bytes | None:
+    try:
+        fd = FileAccess.open_in(walkdir, name)
+    except OSError:
+        return None
+    try:
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int) -> bytes | None:
+    chunks = []
+    total = 0
+    while chunk := os.read(fd, 1 << 20):
+        total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _outer_ignores(files: FileAccess, top: Path) -> tuple[_Ignores, str]:
+    """The .gitignore files of `top`'s ancestors from its readable root down (not `top`'s own:
+    the walk reads that), and `top`'s path relative to the root as a prefix."""
+    root = max(
+        (r for r in files.readable_roots if r == top or r in top.parents),
+        key=lambda r: len(r.parts),
+        default=top,
+    )
+    ignores = _Ignores(())
+    below_root = [p for p in top.parents if root in p.parents]
+    for directory in [root, *reversed(below_root)] if top != root else []:
+        try:
+            data = files.read(directory, GITIGNORE, max_bytes=MAX_FILE_BYTES).data
+        except (OSError, AccessDenied):
+            continue
+        prefix = "" if directory == root else directory.relative_to(root).as_posix() + "/"
+        ignores = ignores.with_file(prefix, data.decode("utf-8", "replace").splitlines())
+    top_prefix = "" if top == root else top.relative_to(root).as_posix() + "/"
+    return ignores, top_prefix
+
+
+def walk_files(
+    files: FileAccess, top: Path, cancelled: Callable[[], bool]
+) -> Iterator[tuple[WalkDir, str, str]]:
+    """(walk directory, file name, path relative to `top`) for every searchable file below
+    `top`: credentials, `.git` and gitignored entries removed."""
+    ignores, top_prefix = _outer_ignores(files, top)
+    stack: dict[Path, _Ignores] = {}
+    for walkdir in files.walk(top, cancelled=cancelled):
+        if cancelled():
+            raise SearchCancelled
+        rel_dir = walkdir.path.relative_to(top).as_posix()
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        here = stack.pop(walkdir.path, ignores if walkdir.path == top else _Ignores(()))
+        if GITIGNORE in walkdir.files:
+            data = _read_small(walkdir, GITIGNORE)
+            if data is not None:
+                here = here.with_file(
+                    top_prefix + rel_dir, data.decode("utf-8", "replace").splitlines()
+                )
+        walkdir.dirs[:] = [
+            d
+            for d in walkdir.dirs
+            if d not in ALWAYS_SKIPPED_DIRS and not here.ignored(top_prefix + rel_dir + d, True)
+        ]
+        for d in walkdir.dirs:
+            stack[walkdir.path / d] = here
+        for name in walkdir.files:
+            if not here.ignored(top_prefix + rel_dir + name, False):
+                yield walkdir, name, rel_dir + name
+
+
+async def _in_thread(work: Callable[[Callable[[], bool]], T]) -> T:
+    """Run `work(cancelled)` in a worker thread; on cancel, abandon it and raise its flag."""
+    flag = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(lambda: work(flag.is_set), abandon_on_cancel=True)
+    finally:
+        flag.set()
+
+
+def _search_root(ctx: ToolContext, path: str | None) -> Path:
+    try:
+        return ctx.files.resolve_dir(ctx.cwd, path or ".")
+    except AccessDenied as exc:
+        raise Failed(str(exc)) from exc
+    except FileNotFoundError as exc:
+        raise Failed(f"{path} does not exist.") from exc
+    except NotADirectoryError as exc:
+        raise Failed(f"{path} is not a directory.") from exc
+    except OSError as exc:
+        raise Failed(f"{path}: {exc.strerror or exc}") from exc
+
+
+class Glob:
+    name = "glob"
+    description = (
+        "Find files by name pattern, e.g. `**/*.py`, `src/**/test_*.ts`, `*.{yml,yaml}`. `*` "
+        "matches within one directory level, `**` across levels; a pattern without `/` matches "
+        "file names at any depth. Returns matching file paths, newest first (most recently "
+        f"modified), at most {MAX_GLOB_RESULTS}. Files ignored by .gitignore, the .git "
+        "directory and credential files are never listed. Use this instead of `find` or `ls` "
+        "in bash; use grep to search file contents."
+    )
+    input_schema: Final[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "The glob pattern."},
+            "path": {
+                "type": "string",
+                "description": "Directory to search in (default: the working directory). "
+                "The pattern is matched against paths relative to it.",
+            },
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.read(args.get("path") or ".")
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        regex = translate_glob(args["pattern"])
+        top = await trio.to_thread.run_sync(lambda: _search_root(ctx, args.get("path")))
+
+        def work(cancelled: Callable[[], bool]) -> list[tuple[float, str, Path]]:
+            found: list[tuple[float, str, Path]] = []
+            for walkdir, name, rel in walk_files(ctx.files, top, cancelled):
+                if regex.match(rel):
+                    try:
+                        st = os.stat(name, dir_fd=walkdir.dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        found.append((st.st_mtime, rel, walkdir.path / name))
+            return found
+
+        try:
+            found = await _in_thread(work)
+        except AccessDenied as exc:
+            raise Failed(str(exc)) from exc
+        if not found:
+            return ToolOutput(f"No files match {args['pattern']!r} in {display_path(ctx, top)}.")
+        found.sort(key=lambda item: (-item[0], item[1]))
+        lines = [display_path(ctx, path) for _, _, path in found[:MAX_GLOB_RESULTS]]
+        if len(found) > MAX_GLOB_RESULTS:
+            lines.append(
+                f"[showing {MAX_GLOB_RESULTS} of {len(found)} matches, newest first; narrow the "
+                "pattern or the path to see the rest]"
+            )
+        return ToolOutput("\n".join(lines))
+
+
+def matching_lines(regex: re.Pattern[str], text: str) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its terminator) for every line `regex` matches.
+
+    The whole text is searched for a candidate, and the line holding it is confirmed on its
+    own, so a match never spans lines and lines without candidates cost nothing."""
+    n = len(text)
+    pos = 0  # start of the line the next search begins at
+    line_no = 1
+    counted_to = 0
+    while pos < n:
+        m = regex.search(text, pos)
+        if m is None:
+            return
+        newline = text.rfind("\n", pos, m.start())
+        start = pos if newline == -1 else newline + 1
+        if start >= n:
+            return  # an empty match after the final newline: there is no line there
+        end = text.find("\n", start)
+        if end == -1:
+            end = n
+        line = text[start:end]
+        if line.endswith("\r"):
+            line = line[:-1]
+        if regex.search(line):
+            line_no += text.count("\n", counted_to, start)
+            counted_to = start
+            yield line_no, line
+        pos = end + 1
+
+
+class Grep:
+    name = "grep"
+    description = (
+        "Search file contents with a regular expression (Python `re` syntax; escape literal "
+        'characters such as `(`, `.`, `{`). Matches line by line. `mode` "files" (default) '
+        'lists the files that contain a match; "content" shows matching lines as '
+        f"`path:line:text`, at most {MAX_GREP_LINES}. Narrow with `path` (a directory or one "
+        "file) and `glob` (e.g. `*.py`, `src/**/*.ts`); set `case_insensitive` to ignore case. "
+        "Binary files, files ignored by .gitignore, the .git directory and credential files are "
+        "skipped. Use this instead of grep or rg in bash."
+    )
+    input_schema: Final[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "The regular expression."},
+            "path": {
+                "type": "string",
+                "description": "File or directory to search (default: the working directory).",
+            },
+            "glob": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Only search files whose path matches this glob, e.g. `*.py`.",
+            },
+            "case_insensitive": {"type": "boolean", "description": "Ignore case when matching."},
+            "mode": {
+                "type": "string",
+                "enum": ["files", "content"],
+                "description": '"files": paths of matching files (default); "content": '
+                "matching lines as path:line:text.",
+            },
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.read(args.get("path") or ".")
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        flags = re.MULTILINE | (re.IGNORECASE if args.get("case_insensitive") else 0)
+        try:
+            regex = re.compile(args["pattern"], flags)
+        except re.error as exc:
+            raise InvalidArgs(f"Invalid regular expression {args['pattern']!r}: {exc}.") from exc
+        glob = translate_glob(args["glob"]) if args.get("glob") else None
+        content = args.get("mode", "files") == "content"
+        path = args.get("path")
+        search = _GrepSearch(ctx, regex, glob, content)
+        try:
+            result = await _in_thread(lambda cancelled: search.run(path, cancelled))
+        except AccessDenied as exc:
+            raise Failed(str(exc)) from exc
+        return ToolOutput(result)
+
+
+class _GrepSearch:
+    def __init__(
+        self, ctx: ToolContext, regex: re.Pattern[str], glob: re.Pattern[str] | None, content: bool
+    ) -> None:
+        self.ctx = ctx
+        self.regex = regex
+        self.glob = glob
+        self.content = content
+        self.files: list[str] = []
+        self.lines: list[str] = []
+        self.total_files = 0
+        self.total_lines = 0
+
+    def run(self, path: str | None, cancelled: Callable[[], bool]) -> str:
+        files = self.ctx.files
+        try:
+            top = files.resolve_dir(self.ctx.cwd, path or ".")
+        except NotADirectoryError:
+            # One file, named explicitly: searched even when .gitignore excludes it.
+            assert path is not None
+            try:
+                result = files.read(self.ctx.cwd, path, max_bytes=MAX_FILE_BYTES)
+            except OSError as exc:
+                raise Failed(f"{path}: {exc.strerror or exc}") from exc
+            self._scan(result.canonical, result.data)
+        except FileNotFoundError as exc:
+            raise Failed(f"{path} does not exist.") from exc
+        except OSError as exc:
+            raise Failed(f"{path}: {exc.strerror or exc}") from exc
+        else:
+            for walkdir, name, rel in walk_files(files, top, cancelled):
+                if self.glob is not None and not self.glob.match(rel):
+                    continue
+                data = _read_small(walkdir, name)
+                if data is not None:
+                    self._scan(walkdir.path / name, data)
+        return self._render(path)
+
+    def _scan(self, path: Path, data: bytes) -> None:
+        if is_binary(data):
+            return
+        text = data.decode("utf-8", "replace")
+        if self.regex.search(text) is None:
+            return
+        shown = display_path(self.ctx, path)
+        matched = False
+        for line_no, line in matching_lines(self.regex, text):
+            matched = True
+            if not self.content:
+                break
+            self.total_lines += 1
+            if len(self.lines) < MAX_GREP_LINES:
+                if len(line) > MAX_MATCH_LINE_CHARS:
+                    cut = len(line) - MAX_MATCH_LINE_CHARS
+                    line = line[:MAX_MATCH_LINE_CHARS] + f" [... {cut} characters cut]"
+                self.lines.append(f"{shown}:{line_no}:{line}")
+        if matched:
+            self.total_files += 1
+            if len(self.files) < MAX_GREP_FILES:
+                self.files.append(shown)
+
+    def _render(self, path: str | None) -> str:
+        where = path or "."
+        if not self.total_files:
+            return f"No matches for {self.regex.pattern!r} in {where}."
+        if self.content:
+            out = list(self.lines)
+            if self.total_lines > len(self.lines):
+                out.append(
+                    f"[showing {len(self.lines)} of {self.total_lines} matching lines in "
+                    f"{self.total_files} files; narrow the pattern, path or glob to see the rest]"
+                )
+            return "\n".join(out)
+        out = list(self.files)
+        if self.total_files > len(self.files):
+            out.append(
+                f"[showing {len(self.files)} of {self.total_files} matching files; narrow the "
+                "pattern, path or glob to see the rest]"
+            )
+        return "\n".join(out)
