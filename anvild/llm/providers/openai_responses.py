@@ -1,0 +1,530 @@
+"""OpenAI Responses (`POST {base_url}/responses`): request mapping and the stream state machine.
+
+Follows OpenAI's API reference for "Create a model response" and its "Streaming events" page,
+plus what real servers send (fixtures/recorded/openai-responses and llama-server).
+
+Request (`to_wire`, pure). The system prompt is `instructions`; the transcript is a list of
+`input` items, in transcript order:
+
+    user text / images      {"role": "user", "content": [input_text | input_image ...]}
+    user tool results       {"type": "function_call_output", "call_id", "output"}, before the
+                            user's own text, so each output directly follows its calls
+    assistant text          {"type": "message", "role": "assistant",
+                             "content": [{"type": "output_text", "text"}]}
+    assistant reasoning     the reasoning item exactly as the server sent it (ProviderMeta
+                            "openai-responses", `data` = the item), at its place; reasoning from
+                            any other provider is dropped
+    assistant tool call     {"type": "function_call", "call_id", "name", "arguments": JSON text}
+
+The request is stateless (`store: false`), so it asks for `include:
+["reasoning.encrypted_content"]`: the encrypted reasoning comes back inside each reasoning item
+and is replayed with it on the next request. Tools are flat `{"type": "function", name,
+description, parameters, strict: false}` entries (strict mode would reject ordinary schemas that
+do not list every property as required).
+
+Stream (`StreamState`, sans-IO). Events are JSON objects with a `type`. Output items are told
+apart by `output_index`, or by item id for servers that omit the index (llama.cpp omits
+`output_index`, `sequence_number` and `function_call_arguments.done`); each item is one block
+of the completion, in order of first appearance:
+
+    response.output_item.added (function_call)    ToolCallStart
+    response.function_call_arguments.delta        ToolCallDelta
+    response.function_call_arguments.done        ToolCallDelta with the whole arguments, only
+                                                  if no delta came
+    response.output_text.delta / refusal.delta    TextDelta
+    response.reasoning_summary_text.delta         ReasoningDelta (summary parts separated by a
+    response.reasoning_text.delta                 blank line)
+    response.output_item.done (reasoning)         BlockMeta(openai-responses, the whole item)
+    response.output_item.done (other)             whatever content no delta carried
+    response.completed                            UsageReport, Finish(TOOL_USE if a call was
+                                                  made, REFUSAL after a refusal, else END_TURN)
+    response.incomplete                           UsageReport, Finish(MAX_TOKENS for
+                                                  max_output_tokens, REFUSAL for content_filter)
+    response.failed, error                        ApiError(code, message)
+
+Usage follows anvil's meaning: `input` = input_tokens - input_tokens_details.cached_tokens,
+`cache_read` = cached_tokens. Unknown event types are ignored; so is anything after the
+terminal event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import httpx
+
+from anvild.llm.capabilities import Capabilities
+from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.sse import SseEvent
+from anvild.llm.stream import (
+    BlockMeta,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+from anvild.llm.types import (
+    ChatRequest,
+    Image,
+    Message,
+    ProviderMeta,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+
+KIND: Final = "openai-responses"
+PROVIDER_META: Final = "openai-responses"
+INCLUDE: Final = ("reasoning.encrypted_content",)
+ERROR_PREFIX: Final = "ERROR: "
+
+
+# -- request ----------------------------------------------------------------------------------
+
+
+def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
+    """The JSON body of a streaming Responses request."""
+    body: dict[str, Any] = {"model": request.model}
+    if request.system:
+        body["instructions"] = request.system
+    body["input"] = [item for message in request.messages for item in _items(message, capabilities)]
+    body["store"] = False
+    body["include"] = list(INCLUDE)
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.input_schema),
+                "strict": False,
+            }
+            for tool in request.tools
+        ]
+    body[capabilities.max_tokens_field] = request.max_tokens
+    if request.temperature is not None and capabilities.temperature:
+        body["temperature"] = request.temperature
+    body["stream"] = True
+    return body
+
+
+def _items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    if message.role is Role.USER:
+        return _user_items(message, capabilities)
+    return _assistant_items(message)
+
+
+def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    outputs: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case ToolResult(call_id, text, is_error):
+                outputs.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": call_id,
+                        "output": ERROR_PREFIX + text if is_error else text,
+                    }
+                )
+            case Text(text):
+                if text:
+                    content.append({"type": "input_text", "text": text})
+            case Image(media_type, data):
+                if not capabilities.images:
+                    raise ConfigError(
+                        "this model does not accept images (its capabilities say images = "
+                        "false); remove the image or choose a model that reads images"
+                    )
+                content.append(
+                    {
+                        "type": "input_image",
+                        "image_url": f"data:{media_type};base64,{data}",
+                        "detail": "auto",
+                    }
+                )
+            case Reasoning() | ToolCall():
+                raise ConfigError(
+                    f"a user message holds a {type(block).__name__} block, which only the "
+                    "assistant may write; validate the transcript before sending it"
+                )
+    if content:
+        outputs.append({"role": "user", "content": content})
+    return outputs
+
+
+def _assistant_items(message: Message) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    text: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if text:
+            items.append({"type": "message", "role": "assistant", "content": list(text)})
+            text.clear()
+
+    for block in message.content:
+        match block:
+            case Text(value):
+                if value:
+                    text.append({"type": "output_text", "text": value})
+            case Reasoning(_, meta):
+                # Only our own reasoning items can be replayed; foreign reasoning is dropped.
+                if meta is not None and meta.provider == PROVIDER_META:
+                    flush()
+                    items.append(meta.data)
+            case ToolCall(call_id, name, arguments):
+                flush()
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": name,
+                        # Arguments that were not valid JSON are kept as the model's raw text.
+                        "arguments": arguments
+                        if isinstance(arguments, str)
+                        else json.dumps(arguments, ensure_ascii=False),
+                    }
+                )
+            case Image() | ToolResult():
+                raise ConfigError(
+                    f"an assistant message holds a {type(block).__name__} block, which the "
+                    "Responses API cannot take from the assistant; validate the transcript"
+                )
+    flush()
+    return items
+
+
+# -- stream -----------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Item:
+    block: int
+    kind: str
+    streamed: bool = False  # a delta carried (some of) this item's content
+    started: bool = False  # ToolCallStart was sent (function calls)
+    summary_index: int | None = None
+
+
+def _usage(raw: object) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    total_input = raw.get("input_tokens")
+    details = raw.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    output = raw.get("output_tokens")
+    uncached = total_input
+    if isinstance(total_input, int) and isinstance(cached, int):
+        uncached = total_input - cached
+    return Usage(
+        input=uncached if isinstance(uncached, int) else None,
+        output=output if isinstance(output, int) else None,
+        cache_read=cached if isinstance(cached, int) else None,
+    )
+
+
+def _text_of(parts: object, kinds: tuple[str, ...]) -> str:
+    if not isinstance(parts, list):
+        return ""
+    return "".join(
+        part.get("text") or part.get("refusal") or ""
+        for part in parts
+        if isinstance(part, dict) and part.get("type") in kinds
+    )
+
+
+class StreamState:
+    """Turns Responses stream events into StreamEvents (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[tuple[str, object], _Item] = {}
+        self._next_block = 0
+        self._called = False
+        self._refused = False
+        self._done = False
+
+    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+        if self._done or event.data == "[DONE]":
+            return []
+        try:
+            data = json.loads(event.data)
+        except json.JSONDecodeError as exc:
+            raise DecodeError(f"Responses event is not JSON ({exc}): {event.data[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise DecodeError(f"Responses event is not a JSON object: {event.data[:200]!r}")
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            kind = event.event
+        return self._dispatch(kind, data)
+
+    def on_end(self) -> list[StreamEvent]:
+        if not self._done:
+            raise UnexpectedEof(
+                "the Responses stream ended before response.completed, response.incomplete or "
+                "response.failed; the answer is truncated"
+            )
+        return []
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _dispatch(self, kind: str, data: dict[str, Any]) -> list[StreamEvent]:
+        match kind:
+            case "response.output_item.added":
+                return self._item_added(data)
+            case "response.output_text.delta" | "response.refusal.delta":
+                return self._text_delta(data, refusal=kind == "response.refusal.delta")
+            case "response.output_text.done" | "response.refusal.done":
+                return self._text_done(data, refusal=kind == "response.refusal.done")
+            case "response.reasoning_summary_text.delta" | "response.reasoning_text.delta":
+                return self._reasoning_delta(data)
+            case "response.reasoning_summary_text.done" | "response.reasoning_text.done":
+                return self._reasoning_done(data)
+            case "response.function_call_arguments.delta":
+                return self._arguments(data, str(data.get("delta") or ""))
+            case "response.function_call_arguments.done":
+                item = self._item(data, "function_call")
+                if item.streamed:
+                    return []
+                return self._arguments(data, str(data.get("arguments") or ""))
+            case "response.output_item.done":
+                return self._item_done(data)
+            case "response.completed":
+                reason = FinishReason.END_TURN
+                if self._refused:
+                    reason = FinishReason.REFUSAL
+                elif self._called:
+                    reason = FinishReason.TOOL_USE
+                return self._finish(data, Finish(reason))
+            case "response.incomplete":
+                return self._finish(data, self._incomplete(data))
+            case "response.failed":
+                response = data.get("response")
+                error = response.get("error") if isinstance(response, dict) else None
+                raise _api_error(error, "response_failed", "the response failed")
+            case "error":
+                nested = data.get("error")
+                raise _api_error(nested if isinstance(nested, dict) else data, "error", "")
+            case _:
+                return []
+
+    def _item_added(self, data: dict[str, Any]) -> list[StreamEvent]:
+        raw = data.get("item")
+        if not isinstance(raw, dict):
+            raise DecodeError("response.output_item.added without an item")
+        item = self._item(data, str(raw.get("type")), raw)
+        if item.kind == "function_call":
+            return self._start_call(item, raw)
+        return []
+
+    def _item_done(self, data: dict[str, Any]) -> list[StreamEvent]:
+        raw = data.get("item")
+        if not isinstance(raw, dict):
+            raise DecodeError("response.output_item.done without an item")
+        item = self._item(data, str(raw.get("type")), raw)
+        events: list[StreamEvent] = []
+        match item.kind:
+            case "function_call":
+                events += self._start_call(item, raw)
+                if not item.streamed and (arguments := raw.get("arguments")):
+                    item.streamed = True
+                    events.append(ToolCallDelta(item.block, str(arguments)))
+            case "reasoning":
+                if not item.streamed:
+                    summary = raw.get("summary")
+                    texts = [
+                        part["text"]
+                        for part in (summary if isinstance(summary, list) else [])
+                        if isinstance(part, dict) and isinstance(part.get("text"), str)
+                    ]
+                    if text := "\n\n".join(texts):
+                        item.streamed = True
+                        events.append(ReasoningDelta(item.block, text))
+                events.append(BlockMeta(item.block, ProviderMeta(PROVIDER_META, raw)))
+            case "message":
+                if not item.streamed:
+                    parts = raw.get("content")
+                    if _text_of(parts, ("refusal",)):
+                        self._refused = True
+                    if text := _text_of(parts, ("output_text", "refusal")):
+                        item.streamed = True
+                        events.append(TextDelta(item.block, text))
+            case _:
+                pass  # server-side tool items (web search, ...) are outside this harness
+        return events
+
+    def _start_call(self, item: _Item, raw: dict[str, Any]) -> list[StreamEvent]:
+        if item.started:
+            return []
+        call_id = raw.get("call_id") or raw.get("id")
+        name = raw.get("name")
+        if not isinstance(call_id, str) or not isinstance(name, str) or not call_id or not name:
+            raise DecodeError(f"function_call item without a call_id or a name: {raw!r}")
+        item.started = True
+        self._called = True
+        return [ToolCallStart(item.block, call_id, name)]
+
+    def _text_delta(self, data: dict[str, Any], *, refusal: bool) -> list[StreamEvent]:
+        item = self._item(data, "message")
+        self._refused = self._refused or refusal
+        delta = data.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return []
+        item.streamed = True
+        return [TextDelta(item.block, delta)]
+
+    def _text_done(self, data: dict[str, Any], *, refusal: bool) -> list[StreamEvent]:
+        item = self._item(data, "message")
+        self._refused = self._refused or refusal
+        text = data.get("refusal" if refusal else "text")
+        if item.streamed or not isinstance(text, str) or not text:
+            return []
+        item.streamed = True
+        return [TextDelta(item.block, text)]
+
+    def _reasoning_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
+        item = self._item(data, "reasoning")
+        delta = data.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return []
+        events: list[StreamEvent] = []
+        index = data.get("summary_index")
+        if isinstance(index, int):
+            if item.summary_index is not None and index != item.summary_index and item.streamed:
+                events.append(ReasoningDelta(item.block, "\n\n"))
+            item.summary_index = index
+        item.streamed = True
+        events.append(ReasoningDelta(item.block, delta))
+        return events
+
+    def _reasoning_done(self, data: dict[str, Any]) -> list[StreamEvent]:
+        item = self._item(data, "reasoning")
+        text = data.get("text")
+        if item.streamed or not isinstance(text, str) or not text:
+            return []
+        item.streamed = True
+        return [ReasoningDelta(item.block, text)]
+
+    def _arguments(self, data: dict[str, Any], fragment: str) -> list[StreamEvent]:
+        item = self._item(data, "function_call")
+        if not item.started:
+            raise DecodeError("function call arguments before their response.output_item.added")
+        if not fragment:
+            return []
+        item.streamed = True
+        return [ToolCallDelta(item.block, fragment)]
+
+    def _incomplete(self, data: dict[str, Any]) -> Finish:
+        response = data.get("response")
+        details = response.get("incomplete_details") if isinstance(response, dict) else None
+        reason = details.get("reason") if isinstance(details, dict) else None
+        match reason:
+            case "max_output_tokens":
+                return Finish(FinishReason.MAX_TOKENS, reason)
+            case "content_filter":
+                return Finish(FinishReason.REFUSAL, reason)
+            case _:
+                return Finish(FinishReason.UNSUPPORTED, f"incomplete: {reason}")
+
+    def _finish(self, data: dict[str, Any], finish: Finish) -> list[StreamEvent]:
+        self._done = True
+        response = data.get("response")
+        usage = _usage(response.get("usage")) if isinstance(response, dict) else None
+        events: list[StreamEvent] = [] if usage is None else [UsageReport(usage)]
+        events.append(finish)
+        return events
+
+    # -- item bookkeeping ---------------------------------------------------------------------
+
+    def _item(self, data: dict[str, Any], kind: str, raw: dict[str, Any] | None = None) -> _Item:
+        """The item an event is about, found by output index or item id (whichever the server
+        sent), or a new block if neither is known yet."""
+        keys: list[tuple[str, object]] = []
+        index = data.get("output_index")
+        if isinstance(index, int):
+            keys.append(("index", index))
+        item_id = raw.get("id") if raw is not None else data.get("item_id")
+        if isinstance(item_id, str) and item_id:
+            keys.append(("id", item_id))
+        item = next((self._keys[key] for key in keys if key in self._keys), None)
+        if item is None:
+            item = _Item(self._next_block, kind)
+            self._next_block += 1
+        elif item.kind != kind:
+            raise DecodeError(
+                f"Responses output item {keys[0][1]!r} is a {item.kind}, but an event for a "
+                f"{kind} named it"
+            )
+        for key in keys:
+            self._keys.setdefault(key, item)
+        return item
+
+
+def _api_error(error: object, default_kind: str, default_message: str) -> ApiError:
+    if not isinstance(error, dict):
+        return ApiError(default_kind, default_message or "the provider reported an error")
+    kind = error.get("code") or error.get("type") or default_kind
+    message = error.get("message") or default_message or json.dumps(error)
+    return ApiError(str(kind), str(message))
+
+
+# -- HTTP glue --------------------------------------------------------------------------------
+
+
+async def _events(
+    sse: AsyncIterable[SseEvent], state: StreamState
+) -> AsyncGenerator[StreamEvent, None]:
+    async for event in sse:
+        for out in state.on_sse(event):
+            yield out
+    for out in state.on_end():
+        yield out
+
+
+class OpenAIResponsesProvider:
+    """A Responses endpoint: OpenAI's, or a compatible server's (llama.cpp, vLLM, ...)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None,
+        name: str,
+        capabilities: Capabilities,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self._client = client
+        self._url = base_url.rstrip("/") + "/responses"
+        self._api_key = api_key
+        self._name = name
+        self._capabilities = capabilities
+        self._timeouts = timeouts or Timeouts()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        headers = {"accept": "text/event-stream"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        http_request = self._client.build_request(
+            "POST", self._url, json=to_wire(request, self._capabilities), headers=headers
+        )
+        async with (
+            open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse,
+            aclosing(_events(sse, StreamState())) as events,
+        ):
+            yield events
