@@ -20,7 +20,7 @@ import collections
 import email.utils
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -112,6 +112,13 @@ class SseStream:
     def __aiter__(self) -> SseStream:
         return self
 
+    async def aclose(self) -> None:
+        """Finalise the body iterator now. httpx's `aiter_bytes` is an async generator: one left
+        unexhausted (an error mid-stream, a consumer that stops after its Finish, a cancelled
+        turn) would otherwise be finalised by the garbage collector, with a ResourceWarning."""
+        if isinstance(self._chunks, AsyncGenerator):
+            await self._chunks.aclose()
+
     async def __anext__(self) -> SseEvent:
         while not self._ready:
             if self._eof:
@@ -157,6 +164,10 @@ async def open_event_stream(
         raise transport_error(exc, f"request to {request.url.host} failed") from exc
     try:
         await check_status(response)
-        yield SseStream(response, idle=timeouts.idle, decoder=decoder or SseDecoder())
+        events = SseStream(response, idle=timeouts.idle, decoder=decoder or SseDecoder())
+        try:
+            yield events
+        finally:
+            await events.aclose()
     finally:
         await response.aclose()
