@@ -1,0 +1,537 @@
+"""Anthropic Messages (`POST /v1/messages`, `anthropic-version: 2023-06-01`), streamed.
+
+Follows Anthropic's "Messages" and "Streaming Messages" API references, plus the extended
+thinking, prompt caching and "Handling stop reasons" guides. llama.cpp's `llama-server` speaks
+the same protocol on its `/v1/messages` endpoint (fixtures/recorded/llama-server/anthropic_*).
+
+Request (`to_wire`, pure):
+
+- `system` is the request's system text; `tools` carry `input_schema`; `max_tokens` always (the
+  API requires it), `temperature` only when the target accepts it and the request sets it.
+- Text blocks that are empty are left out: the API rejects them.
+- Tool results go on user messages as `tool_result` blocks (`is_error` kept), *before* any other
+  content of that message, as the API requires. Images are `base64` sources.
+- Reasoning is replayed only from Anthropic's own meta: a signed block as `thinking`
+  {thinking, signature}, a redacted one as `redacted_thinking` {data}. Reasoning without meta, or
+  with another provider's meta, is dropped: a thinking block without a valid signature is
+  rejected, and foreign state cannot be signed (review finding 9).
+- A message left with no blocks (say, an assistant turn that produced nothing) is dropped and its
+  neighbours of the same role are merged, so the request stays well formed.
+- `cache=True` places exactly two `cache_control: {"type": "ephemeral"}` breakpoints, the
+  prompt-caching guide's "stable prefix + moving tail" pattern. The API renders tools, then
+  system, then messages, and a breakpoint caches everything before and including its block:
+    1. the end of the stable prefix: the system text block when there is a system prompt
+       (caching tools and system together), otherwise the last tool;
+    2. the last block of the last message that may carry one (thinking blocks may not), so the
+       conversation so far is cached for the next turn.
+  With neither a system prompt nor tools there is no prefix, and only the tail breakpoint is set.
+  Two of the four breakpoints the API allows are left for callers that need them.
+
+Response (`StreamState`, sans-IO). Theory of operation: the stream is
+`message_start`, then per content block `content_block_start`, `content_block_delta`*,
+`content_block_stop`, then `message_delta` (stop reason, cumulative usage), then `message_stop`.
+The content-block `index` is used as the StreamEvent block, so interleaved blocks and a
+`signature_delta` that arrives after the thinking text land on the right block.
+
+    wire                                        StreamEvent
+    message_start usage                         UsageReport(input, cache_read, cache_write, output)
+    content_block_start text / thinking         TextDelta / ReasoningDelta if it carries text
+    content_block_start redacted_thinking       BlockMeta {"redacted_thinking": data}
+    content_block_start tool_use                ToolCallStart (a start `input` that is not
+                                                empty is used only if no input_json_delta comes)
+    text_delta / thinking_delta                 TextDelta / ReasoningDelta (empty ones dropped)
+    signature_delta                             BlockMeta {"signature": ...} on that block
+    input_json_delta                            ToolCallDelta
+    message_delta                               UsageReport; the stop reason is remembered
+    message_stop                                Finish, exactly once
+    ping, unknown events, unknown deltas        ignored (Anthropic's versioning policy)
+    error                                       ApiError(error.type, error.message)
+
+Stop reasons: end_turn, tool_use, max_tokens, stop_sequence and refusal map to their
+FinishReason; model_context_window_exceeded is MAX_TOKENS (the answer was cut short); pause_turn
+(a server-tool continuation this harness does not drive) and anything unknown are UNSUPPORTED
+with the raw reason as detail, never END_TURN.
+
+End of stream. Finish is emitted at `message_stop`. If the body ends without one, what decides
+is whether a `message_delta` already carried the stop reason: the server sends it only once
+generation is over and every content block has been sent, so nothing but the terminator is
+missing and `on_end` emits the Finish for that stop reason. (anthropic-sdk-python's recorded
+streams end exactly so: their last event, `message_stop`, has no closing blank line, and a
+WHATWG decoder rightly discards it.) A body that ends before any stop reason was sent is
+truncated, and `on_end` raises UnexpectedEof.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import httpx
+
+from anvild.llm.capabilities import ANTHROPIC, Capabilities
+from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.http import SseStream, Timeouts, open_event_stream
+from anvild.llm.sse import SseEvent
+from anvild.llm.stream import (
+    BlockMeta,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+from anvild.llm.types import (
+    ChatRequest,
+    ContentBlock,
+    Image,
+    Message,
+    ProviderMeta,
+    Reasoning,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+
+KIND: Final = "anthropic"
+API_VERSION: Final = "2023-06-01"
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+
+# Keys of the ProviderMeta data this adapter writes and reads back.
+SIGNATURE: Final = "signature"
+REDACTED: Final = "redacted_thinking"
+
+_EPHEMERAL: Final = {"type": "ephemeral"}
+_DEFAULT_TIMEOUTS: Final = Timeouts()
+# Blocks the API does not let carry cache_control.
+_NOT_CACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
+
+_STOP_REASONS: Final = {
+    "end_turn": FinishReason.END_TURN,
+    "tool_use": FinishReason.TOOL_USE,
+    "max_tokens": FinishReason.MAX_TOKENS,
+    "stop_sequence": FinishReason.STOP_SEQUENCE,
+    "refusal": FinishReason.REFUSAL,
+    "model_context_window_exceeded": FinishReason.MAX_TOKENS,
+}
+
+
+# -- request -------------------------------------------------------------------------------------
+
+
+def to_wire(request: ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dict[str, Any]:
+    """The JSON body of a streaming Messages request."""
+    messages = _messages(request.messages, capabilities)
+    body: dict[str, Any] = {"model": request.model}
+    if request.system:
+        body["system"] = (
+            [{"type": "text", "text": request.system}] if request.cache else request.system
+        )
+    body["messages"] = messages
+    if request.tools:
+        tools: list[dict[str, Any]] = []
+        for spec in request.tools:
+            tool: dict[str, Any] = {"name": spec.name}
+            if spec.description:
+                tool["description"] = spec.description
+            tool["input_schema"] = dict(spec.input_schema)
+            tools.append(tool)
+        body["tools"] = tools
+    body[capabilities.max_tokens_field] = request.max_tokens
+    if capabilities.temperature and request.temperature is not None:
+        body["temperature"] = request.temperature
+    body["stream"] = True
+    if request.cache:
+        _place_cache_breakpoints(body)
+    return body
+
+
+def _messages(messages: tuple[Message, ...], capabilities: Capabilities) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks = [
+            wire for block in message.content if (wire := _block(block, capabilities)) is not None
+        ]
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == message.role.value:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": message.role.value, "content": blocks})
+    for wire_message in out:
+        if wire_message["role"] == Role.USER.value:
+            # tool_result blocks must come first in a user message; sorted() is stable.
+            wire_message["content"] = sorted(
+                wire_message["content"], key=lambda block: block["type"] != "tool_result"
+            )
+    return out
+
+
+def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | None:
+    match block:
+        case Text(text):
+            return {"type": "text", "text": text} if text else None
+        case Image(media_type, data):
+            if not capabilities.images:
+                raise ConfigError(
+                    "this model does not accept images; remove the image from the conversation "
+                    "or switch to a model that takes images"
+                )
+            return {
+                "type": "image",
+                "source": {"type": "base64", "media_type": media_type, "data": data},
+            }
+        case Reasoning(text, meta):
+            return _thinking(text, meta)
+        case ToolCall(call_id, name, arguments):
+            # Arguments that were not a JSON object (invalid JSON kept as text) cannot be sent
+            # as `input`, which must be an object; the tool result for that call already told
+            # the model what was wrong with them.
+            return {
+                "type": "tool_use",
+                "id": call_id,
+                "name": name,
+                "input": arguments if isinstance(arguments, dict) else {},
+            }
+        case ToolResult(call_id, content, is_error):
+            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
+            if content:
+                result["content"] = content
+            if is_error:
+                result["is_error"] = True
+            return result
+    raise TypeError(f"not a content block: {block!r}")  # pragma: no cover - exhaustive match
+
+
+def _thinking(text: str, meta: ProviderMeta | None) -> dict[str, Any] | None:
+    if meta is None or meta.provider != KIND or not isinstance(meta.data, Mapping):
+        return None
+    redacted = meta.data.get(REDACTED)
+    if isinstance(redacted, str) and redacted:
+        return {"type": "redacted_thinking", "data": redacted}
+    signature = meta.data.get(SIGNATURE)
+    if isinstance(signature, str) and signature:
+        return {"type": "thinking", "thinking": text, "signature": signature}
+    return None
+
+
+def _place_cache_breakpoints(body: dict[str, Any]) -> None:
+    system = body.get("system")
+    if isinstance(system, list) and system:
+        system[-1]["cache_control"] = dict(_EPHEMERAL)
+    elif body.get("tools"):
+        body["tools"][-1]["cache_control"] = dict(_EPHEMERAL)
+    if body["messages"]:
+        for block in reversed(body["messages"][-1]["content"]):
+            if block["type"] not in _NOT_CACHEABLE:
+                block["cache_control"] = dict(_EPHEMERAL)
+                break
+
+
+# -- response ------------------------------------------------------------------------------------
+
+
+def _int(data: Any, key: str) -> int | None:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _usage(raw: Any) -> Usage | None:
+    """Anthropic's usage object: `input_tokens` is already uncached input."""
+    if not isinstance(raw, Mapping):
+        return None
+    usage = Usage(
+        input=_int(raw, "input_tokens"),
+        output=_int(raw, "output_tokens"),
+        cache_read=_int(raw, "cache_read_input_tokens"),
+        cache_write=_int(raw, "cache_creation_input_tokens"),
+    )
+    return None if usage == Usage() else usage
+
+
+class StreamState:
+    """Turns the SSE events of one Messages response into StreamEvents (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._started = False  # message_start seen
+        self._finished = False  # Finish emitted at message_stop
+        self._blocks: dict[int, str] = {}  # content-block index -> wire block type
+        # tool_use blocks whose content_block_start carried a non-empty `input`: used only if
+        # no input_json_delta arrives for that block.
+        self._start_input: dict[int, str] = {}
+        self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
+
+    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+        if self._finished:
+            return []  # nothing may follow message_stop; the glue stops reading there
+        try:
+            payload = json.loads(event.data)
+        except json.JSONDecodeError as exc:
+            raise DecodeError(
+                f"Anthropic sent a {event.event!r} event whose data is not JSON ({exc}): "
+                f"{event.data[:200]!r}"
+            ) from exc
+        if not isinstance(payload, dict):
+            raise DecodeError(f"Anthropic sent a {event.event!r} event that is not a JSON object")
+        kind = payload.get("type")
+        if not isinstance(kind, str):
+            kind = event.event
+        match kind:
+            case "message_start":
+                return self._message_start(payload)
+            case "content_block_start":
+                return self._block_start(payload)
+            case "content_block_delta":
+                return self._block_delta(payload)
+            case "content_block_stop":
+                return self._flush_start_input(_index(payload, kind))
+            case "message_delta":
+                return self._message_delta(payload)
+            case "message_stop":
+                return self._message_stop()
+            case "error":
+                error = payload.get("error")
+                if not isinstance(error, Mapping):
+                    error = payload
+                raise ApiError(
+                    str(error.get("type") or "error"),
+                    str(error.get("message") or "the provider reported an error mid-stream"),
+                )
+            case _:
+                return []  # ping, and event types newer than this adapter
+
+    def on_end(self) -> list[StreamEvent]:
+        if self._finished:
+            return []
+        if not self._started:
+            raise UnexpectedEof("the Anthropic stream ended before message_start")
+        if self._stop_reason is None:
+            raise UnexpectedEof(
+                "the Anthropic stream ended before the provider sent its stop reason; "
+                "the response is incomplete"
+            )
+        # The stop reason is final: only the message_stop terminator is missing (module doc).
+        return self._finish()
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _message_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        if self._started:
+            raise DecodeError("Anthropic sent a second message_start in one stream")
+        self._started = True
+        message = payload.get("message")
+        usage = _usage(message.get("usage")) if isinstance(message, Mapping) else None
+        return [UsageReport(usage)] if usage is not None else []
+
+    def _block_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        index = _index(payload, "content_block_start")
+        block = payload.get("content_block")
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise DecodeError(f"content_block_start {index} has no content_block type")
+        if index in self._blocks:
+            raise DecodeError(f"content_block_start for block {index}, which already started")
+        block_type: str = block["type"]
+        self._blocks[index] = block_type
+        match block_type:
+            case "text":
+                text = block.get("text")
+                return [TextDelta(index, text)] if isinstance(text, str) and text else []
+            case "thinking":
+                events: list[StreamEvent] = []
+                thinking = block.get("thinking")
+                if isinstance(thinking, str) and thinking:
+                    events.append(ReasoningDelta(index, thinking))
+                signature = block.get("signature")
+                if isinstance(signature, str) and signature:
+                    events.append(BlockMeta(index, ProviderMeta(KIND, {SIGNATURE: signature})))
+                return events
+            case "redacted_thinking":
+                data = block.get("data")
+                if not isinstance(data, str) or not data:
+                    raise DecodeError(f"redacted_thinking block {index} has no data")
+                return [BlockMeta(index, ProviderMeta(KIND, {REDACTED: data}))]
+            case "tool_use":
+                call_id, name = block.get("id"), block.get("name")
+                if not isinstance(call_id, str) or not isinstance(name, str):
+                    raise DecodeError(f"tool_use block {index} has no id or name")
+                start_input = block.get("input")
+                if isinstance(start_input, Mapping) and start_input:
+                    self._start_input[index] = json.dumps(start_input)
+                return [ToolCallStart(index, call_id, name)]
+            case _:
+                # Server tools and block types newer than this adapter. Requests from this
+                # harness enable no server tools; a pause_turn that needs them ends UNSUPPORTED.
+                return []
+
+    def _block_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        index = _index(payload, "content_block_delta")
+        block_type = self._blocks.get(index)
+        if block_type is None:
+            raise DecodeError(f"content_block_delta for block {index} before its start")
+        delta = payload.get("delta")
+        if not isinstance(delta, Mapping):
+            raise DecodeError(f"content_block_delta for block {index} has no delta")
+        match delta.get("type"):
+            case "text_delta":
+                text = delta.get("text")
+                return [TextDelta(index, text)] if isinstance(text, str) and text else []
+            case "thinking_delta":
+                thinking = delta.get("thinking")
+                if isinstance(thinking, str) and thinking:
+                    return [ReasoningDelta(index, thinking)]
+                return []
+            case "signature_delta":
+                signature = delta.get("signature")
+                if isinstance(signature, str) and signature:
+                    return [BlockMeta(index, ProviderMeta(KIND, {SIGNATURE: signature}))]
+                return []
+            case "input_json_delta":
+                # The deltas are the input; a start `input` was only a placeholder.
+                self._start_input.pop(index, None)
+                fragment = delta.get("partial_json")
+                if isinstance(fragment, str) and fragment and block_type == "tool_use":
+                    return [ToolCallDelta(index, fragment)]
+                return []
+            case _:
+                return []  # citations and delta types newer than this adapter
+
+    def _flush_start_input(self, index: int | None = None) -> list[StreamEvent]:
+        indices = list(self._start_input) if index is None else [index]
+        return [
+            ToolCallDelta(i, self._start_input.pop(i)) for i in indices if i in self._start_input
+        ]
+
+    def _message_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+        events = self._flush_start_input()
+        delta = payload.get("delta")
+        if isinstance(delta, Mapping):
+            reason = delta.get("stop_reason")
+            if isinstance(reason, str) and reason:
+                self._stop_reason = reason
+            sequence = delta.get("stop_sequence")
+            if isinstance(sequence, str):
+                self._stop_sequence = sequence
+        usage = _usage(payload.get("usage"))
+        if usage is not None:
+            events.append(UsageReport(usage))
+        return events
+
+    def _message_stop(self) -> list[StreamEvent]:
+        if not self._started:
+            raise DecodeError("Anthropic sent message_stop before message_start")
+        if self._stop_reason is None:
+            raise DecodeError("Anthropic sent message_stop without a stop_reason")
+        return self._finish()
+
+    def _finish(self) -> list[StreamEvent]:
+        assert self._stop_reason is not None
+        events = self._flush_start_input()
+        reason = _STOP_REASONS.get(self._stop_reason)
+        if reason is None:
+            events.append(Finish(FinishReason.UNSUPPORTED, self._stop_reason))
+        elif self._stop_reason == "model_context_window_exceeded":
+            events.append(Finish(reason, self._stop_reason))
+        elif reason is FinishReason.STOP_SEQUENCE:
+            events.append(Finish(reason, self._stop_sequence))
+        else:
+            events.append(Finish(reason))
+        self._finished = True
+        return events
+
+
+def _index(payload: Mapping[str, Any], kind: str) -> int:
+    index = payload.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise DecodeError(f"{kind} without a valid content-block index: {index!r}")
+    return index
+
+
+# -- HTTP glue -----------------------------------------------------------------------------------
+
+
+def messages_url(base_url: str) -> str:
+    """`{base_url}/v1/messages`; a base URL that already ends in `/v1` is not doubled."""
+    base = base_url.rstrip("/")
+    return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
+
+
+class _Events:
+    """The provider's event iterator: SSE events in, StreamEvents out, `on_end` at EOF.
+
+    It stops after the Finish without reading further, so a server that keeps the connection
+    open after `message_stop` cannot hold the turn until the idle deadline."""
+
+    def __init__(self, sse: SseStream, state: StreamState) -> None:
+        self._sse = sse
+        self._state = state
+        self._ready: deque[StreamEvent] = deque()
+        self._done = False
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._ready:
+            if self._done:
+                raise StopAsyncIteration
+            try:
+                sse = await anext(self._sse)
+            except StopAsyncIteration:
+                self._done = True
+                self._ready.extend(self._state.on_end())
+            else:
+                self._ready.extend(self._state.on_sse(sse))
+        event = self._ready.popleft()
+        if isinstance(event, Finish):
+            self._done = True
+        return event
+
+
+class AnthropicProvider:
+    """A Provider for the Anthropic Messages API and servers that speak it."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str = DEFAULT_BASE_URL,
+        api_key: str | None = None,
+        name: str = KIND,
+        capabilities: Capabilities = ANTHROPIC,
+        timeouts: Timeouts = _DEFAULT_TIMEOUTS,
+    ) -> None:
+        self._client = client
+        self._url = messages_url(base_url)
+        self._api_key = api_key
+        self._name = name
+        self.capabilities = capabilities
+        self._timeouts = timeouts
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def build_request(self, request: ChatRequest) -> httpx.Request:
+        headers = {
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+        }
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return self._client.build_request(
+            "POST", self._url, headers=headers, json=to_wire(request, self.capabilities)
+        )
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        http_request = self.build_request(request)
+        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+            yield _Events(sse, StreamState())
