@@ -132,6 +132,15 @@ class ToolSpec:
     input_schema: Mapping[str, Json]
 
 
+# Typed converters: with a bare `tuple` converter mypy cannot infer the constructor's argument type.
+def _to_messages(messages: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(messages)
+
+
+def _to_specs(specs: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    return tuple(specs)
+
+
 @attrs.frozen
 class ChatRequest:
     """One sampling request, provider-neutral.
@@ -141,9 +150,9 @@ class ChatRequest:
     """
 
     model: str
-    messages: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    messages: tuple[Message, ...] = attrs.field(default=(), converter=_to_messages)
     system: str = ""
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_to_specs)
     max_tokens: int = 4096
     temperature: float | None = None
     cache: bool = False
