@@ -19,7 +19,11 @@ Theory of operation. Paths are made absolute against the caller's cwd and normal
 them. Where the kernel has openat2 (Linux 5.6+) every open is `openat2(root_fd, relative_path,
 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`: the kernel resolves symlinks itself and fails with
 EXDEV when any step would leave the root, so a symlink pointing outside cannot be followed even if
-it is swapped in after our checks. The canonical path of what was opened is read back from
+it is swapped in after our checks. RESOLVE_BENEATH also refuses every absolute symlink, even
+one pointing inside; for those (and for symlinks into another root) the path is canonicalised
+with `realpath` and reopened beneath the root containing the result with RESOLVE_NO_SYMLINKS, so
+a component swapped after the `realpath` makes the open fail instead of redirecting it. The
+canonical path of what was opened is read back from
 `/proc/self/fd` and classified after the open, so reads are checked against the file actually
 held. Without openat2 (ENOSYS, or EPERM from a seccomp filter) the fallback canonicalises with
 `realpath`, checks, and opens the canonical path with O_NOFOLLOW on the final component.
@@ -358,19 +362,21 @@ class FileAccess:
             raise AccessDenied(f"{root / rel} resolves to {canonical}, outside {root}.")
         return os.open(canonical, flags | os.O_NOFOLLOW)
 
-    def _open_resolving(self, root: Path, rel: PurePosixPath, flags: int) -> int:
-        """Like `_open_beneath`, but a symlink from this root into another readable root (which
-        openat2 reports as an escape) is followed by reopening beneath that root."""
+    def _open_resolving(
+        self, roots: tuple[Path, ...], root: Path, rel: PurePosixPath, flags: int
+    ) -> int:
+        """Like `_open_beneath`, but when openat2 reports an escape (an absolute symlink, or one
+        into another root), the canonical path is reopened beneath the root that contains it,
+        with no symlink allowed on the way, so the retry cannot be redirected."""
         try:
             return self._open_beneath(root, rel, flags)
         except AccessDenied:
             canonical = _canonical(root / rel)
-            other = self._root_of(canonical, self._readable)
-            if other is None or other == root:
+            other = self._root_of(canonical, roots)
+            if other is None:
                 raise
-            return self._open_beneath(
-                other, PurePosixPath(os.path.relpath(canonical, other)), flags
-            )
+            crel = PurePosixPath(os.path.relpath(canonical, other))
+            return self._open_beneath(other, crel, flags, no_symlinks=True)
 
     @staticmethod
     def _path_of(fd: int, fallback: Path) -> Path:
@@ -382,7 +388,7 @@ class FileAccess:
         """The whole content of a readable regular file."""
         path = self.absolute(cwd, user_path)
         root, rel = self._locate(path, self._readable, "readable")
-        fd = self._open_resolving(root, rel, _READ_FLAGS)
+        fd = self._open_resolving(self._readable, root, rel, _READ_FLAGS)
         try:
             canonical = self._path_of(fd, root / rel)
             self._check_read_class(rel, root, canonical)
@@ -405,7 +411,7 @@ class FileAccess:
         """The canonical path of a readable directory (a search root)."""
         path = self.absolute(cwd, user_path)
         root, rel = self._locate(path, self._readable, "readable")
-        fd = self._open_resolving(root, rel, _PATH_DIR_FLAGS)
+        fd = self._open_resolving(self._readable, root, rel, _PATH_DIR_FLAGS)
         try:
             canonical = self._path_of(fd, root / rel)
         finally:
@@ -431,7 +437,7 @@ class FileAccess:
         path = self.absolute(cwd, user_path)
         root, rel = self._locate(path, self._writable, "writable")
         try:
-            fd = self._open_beneath(root, rel, _READ_FLAGS)
+            fd = self._open_resolving(self._writable, root, rel, _READ_FLAGS)
         except FileNotFoundError:
             return self._create(root, rel, transform)
         try:
@@ -467,7 +473,7 @@ class FileAccess:
         parent = rel.parent
         while True:
             try:
-                parent_fd = self._open_beneath(root, parent, _PATH_DIR_FLAGS)
+                parent_fd = self._open_resolving(self._writable, root, parent, _PATH_DIR_FLAGS)
                 break
             except FileNotFoundError:
                 if parent == PurePosixPath("."):

@@ -1,0 +1,254 @@
+"""Tool protocol, argument validation, the registry and truncate_middle (course 7.1, 7.2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from anvild.agent.tools import (
+    Cancellation,
+    Effects,
+    Failed,
+    Tool,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    truncate_middle,
+)
+from anvild.agent.tools.base import Args, InvalidArgs, validate_args
+from anvild.agent.tools.files import EditFile, ReadFile, WriteFile
+from anvild.agent.tools.search import Glob, Grep
+from anvild.llm.types import ToolCall
+from anvild.sandbox import FullAccess, ReadOnly
+
+
+class Calculator:
+    name = "calculator"
+    description = "Do arithmetic on two numbers."
+    input_schema: Final[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "number", "description": "The left operand."},
+            "b": {"type": "number", "description": "The right operand."},
+            "op": {"type": "string", "enum": ["add", "sub", "mul", "div"]},
+        },
+        "required": ["a", "b", "op"],
+        "additionalProperties": False,
+    }
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        a, b, op = args["a"], args["b"], args["op"]
+        if op == "div" and b == 0:
+            raise Failed("Division by zero. Use a non-zero b.")
+        value = {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b if b else 0}[op]
+        return ToolOutput(str(value))
+
+
+class Echo:
+    """Returns what it is given; raises what it is told to."""
+
+    description = "Echo."
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def __init__(self, name: str = "echo") -> None:
+        self.name = name
+        self.input_schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "boom": {"type": "boolean"}},
+        }
+
+    def effects(self, args: Args) -> Effects:
+        if args.get("boom"):
+            raise RuntimeError("effects exploded")
+        return Effects.read("x")
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        if args.get("boom"):
+            raise RuntimeError("kaput")
+        return ToolOutput(args.get("text", ""))
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(cwd=tmp_path)
+
+
+def test_tools_satisfy_the_protocol() -> None:
+    for tool in (Calculator(), Echo(), ReadFile(), WriteFile(), EditFile(), Glob(), Grep()):
+        assert isinstance(tool, Tool)
+
+
+def test_context_defaults_are_confined(tmp_path: Path) -> None:
+    ctx = ToolContext(cwd=tmp_path)
+    assert ctx.sandbox == ReadOnly()
+    assert not isinstance(ctx.sandbox, FullAccess)
+    assert ctx.files.readable_roots == ctx.files.writable_roots == (tmp_path.resolve(),)
+    assert ctx.state.todos == ()
+    ctx.emit("anything")  # the default sink accepts and drops
+
+
+def test_missing_field_is_named() -> None:
+    with pytest.raises(InvalidArgs, match="`b`") as info:
+        validate_args(Calculator.input_schema, {"a": 1, "op": "add"})
+    assert "'b' is a required property" in info.value.message
+    with pytest.raises(InvalidArgs, match="`op`"):
+        validate_args(Calculator.input_schema, {"a": 1, "b": 2, "op": "pow"})
+    with pytest.raises(InvalidArgs, match="`extra`"):
+        validate_args(Calculator.input_schema, {"a": 1, "b": 2, "op": "add", "extra": 1})
+    validate_args(Calculator.input_schema, {"a": 1, "b": 2.5, "op": "add"})
+
+
+async def test_calculator_through_dispatch(ctx: ToolContext) -> None:
+    registry = ToolRegistry([Calculator()])
+    ok = await registry.dispatch(ToolCall("1", "calculator", {"a": 1, "b": 2, "op": "add"}), ctx)
+    assert (ok.call_id, ok.content, ok.is_error) == ("1", "3", False)
+    missing = await registry.dispatch(ToolCall("2", "calculator", {"a": 1}), ctx)
+    assert missing.is_error
+    assert "required property" in missing.content
+    div = await registry.dispatch(ToolCall("3", "calculator", {"a": 1, "b": 0, "op": "div"}), ctx)
+    assert div.is_error
+    assert div.content == "Division by zero. Use a non-zero b."
+
+
+def test_names_are_checked_and_unique() -> None:
+    registry = ToolRegistry()
+    for bad in ["", "has space", "dot.name", "x" * 65, "ünï"]:
+        with pytest.raises(ValueError, match="must match"):
+            registry.register(Echo(bad))
+    registry.register(Echo("a-b_C9"))
+    registry.register(Echo("x" * 64))
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(Echo("a-b_C9"))
+    assert len(registry) == 2
+    assert "a-b_C9" in registry
+
+
+def test_bad_schemas_are_rejected_at_registration() -> None:
+    not_object = Echo("e1")
+    not_object.input_schema = {"type": "string"}
+    with pytest.raises(ValueError, match="type"):
+        ToolRegistry([not_object])
+    invalid = Echo("e2")
+    invalid.input_schema = {"type": "object", "properties": {"a": {"type": "nonsense"}}}
+    with pytest.raises(ValueError, match="invalid input_schema"):
+        ToolRegistry([invalid])
+
+
+def test_specs_sorted_and_byte_stable() -> None:
+    echo = Echo("zeta")
+    registry = ToolRegistry([echo, Calculator(), Echo("alpha")])
+    first = registry.specs()
+    assert [s.name for s in first] == ["alpha", "calculator", "zeta"]
+    echo.input_schema["properties"]["late"] = {"type": "string"}  # mutated after registration
+    first[0].input_schema["properties"]["oops"] = {}  # a caller scribbling on a returned spec
+    again = registry.specs()
+    assert again == ToolRegistry([Echo("zeta"), Calculator(), Echo("alpha")]).specs()
+    dump = [json.dumps([s.name, s.description, s.input_schema]) for s in again]
+    assert dump == [json.dumps([s.name, s.description, s.input_schema]) for s in registry.specs()]
+
+
+async def test_dispatch_always_answers(ctx: ToolContext) -> None:
+    registry = ToolRegistry([Echo(), Calculator()])
+    unknown = await registry.dispatch(ToolCall("u", "nope", {}), ctx)
+    assert unknown.is_error
+    assert "calculator, echo" in unknown.content
+    assert "'nope'" in unknown.content
+    raw = await registry.dispatch(ToolCall("r", "echo", "not json"), ctx)
+    assert raw.is_error
+    assert "must be a JSON object" in raw.content
+    assert "not json" in raw.content
+    listed = await registry.dispatch(ToolCall("l", "echo", [1, 2]), ctx)
+    assert listed.is_error
+    assert "[1, 2]" in listed.content
+    crash = await registry.dispatch(ToolCall("c", "echo", {"boom": True}), ctx)
+    assert crash.is_error
+    assert "RuntimeError: kaput" in crash.content
+    assert crash.call_id == "c"
+
+
+async def test_dispatch_lets_trio_cancellation_through(ctx: ToolContext) -> None:
+    class Slow(Echo):
+        async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    registry = ToolRegistry([Slow("slow")])
+    with trio.move_on_after(1) as scope:
+        await registry.dispatch(ToolCall("s", "slow", {}), ctx)
+    assert scope.cancelled_caught
+
+
+async def test_output_is_truncated(ctx: ToolContext) -> None:
+    registry = ToolRegistry([Echo()], max_output_chars=1000)
+    text = "".join(f"line {i}\n" for i in range(1000))
+    result = await registry.dispatch(ToolCall("t", "echo", {"text": text}), ctx)
+    assert len(result.content) <= 1000
+    assert result.content.startswith("line 0\n")
+    assert result.content.endswith("line 999\n")
+    assert "characters cut" in result.content
+    assert "offset/limit" in result.content
+
+
+def test_effects_per_call() -> None:
+    registry = ToolRegistry([Echo(), WriteFile(), ReadFile()])
+    assert registry.effects(ToolCall("1", "echo", {})).read_only
+    assert registry.effects(ToolCall("2", "echo", {"boom": True})).unknown
+    write = registry.effects(ToolCall("3", "write_file", {"file_path": "a", "content": ""}))
+    assert not write.read_only
+    assert write.write_paths == ("a",)
+    assert registry.effects(ToolCall("4", "read_file", {"file_path": "a"})) == Effects.read("a")
+    assert registry.effects(ToolCall("5", "nope", {})) == Effects.none()
+    assert registry.effects(ToolCall("6", "read_file", "junk")) == Effects.none()
+    assert not Effects.unknown_effects().read_only
+    union = Effects.union([Effects.read("a"), Effects.write("b")])
+    assert union.writes
+    assert union.read_paths == ("a", "b")
+    assert union.write_paths == ("b",)
+    with pytest.raises(ValueError, match="write_paths"):
+        Effects(write_paths=("x",))
+
+
+def test_truncate_middle_emoji() -> None:
+    text = "😀" * 5000
+    out = truncate_middle(text, 500)
+    assert len(out) == 500
+    assert out.startswith("😀")
+    assert out.endswith("😀")
+    cut = int(out.split("[... ")[1].split(" ")[0])
+    kept = out[: out.index("\n[")] + out[out.index("]\n") + 2 :]
+    assert len(kept) + cut == 5000
+    assert set(kept) == {"😀"}
+    out.encode("utf-8")  # no lone surrogates or split characters
+
+
+def test_truncate_middle_short_text_and_bounds() -> None:
+    assert truncate_middle("short", 200) == "short"
+    assert truncate_middle("x" * 200, 200) == "x" * 200
+    with pytest.raises(ValueError, match="at least"):
+        truncate_middle("x", 10)
+
+
+@given(st.text(min_size=0, max_size=3000), st.integers(min_value=200, max_value=2500))
+def test_truncate_middle_properties(text: str, limit: int) -> None:
+    out = truncate_middle(text, limit)
+    assert len(out) <= limit
+    if len(text) <= limit:
+        assert out == text
+    else:
+        marker_start = out.index("\n[... ")
+        marker_end = out.index(" ...]\n", marker_start) + len(" ...]\n")
+        head, tail = out[:marker_start], out[marker_end:]
+        cut = int(out[marker_start + len("\n[... ") :].split(" ")[0])
+        assert text.startswith(head)
+        assert text.endswith(tail)
+        assert len(head) + len(tail) + cut == len(text)
