@@ -1,0 +1,46 @@
+"""Configuration: the user's trusted config, a project's instruction/data config, and the trust
+grants between them (DESIGN section 9, review finding 4).
+
+- `anvild.config.schema`: the file format; each file is validated on its own, and errors name
+  the file, the key and what was expected.
+- `anvild.config.trust`: which keys carry authority, and the digest-bound trust grants.
+- `anvild.config.load`: built-in defaults, user file and project file merged with the source and
+  trust level of every key; builds the model registry from trusted values only.
+
+This package may import `anvild.llm` (it builds the registry); `anvild.llm` never imports it.
+"""
+
+from anvild.config.load import (
+    Config,
+    ConfigWarning,
+    Instruction,
+    Permissions,
+    ProjectFile,
+    Source,
+    Trust,
+    find_project_config,
+    load,
+    user_config_file,
+    user_data_dir,
+)
+from anvild.config.schema import ConfigFileError
+from anvild.config.trust import Grant, TrustStore, authority_of, digest
+
+__all__ = [
+    "Config",
+    "ConfigFileError",
+    "ConfigWarning",
+    "Grant",
+    "Instruction",
+    "Permissions",
+    "ProjectFile",
+    "Source",
+    "Trust",
+    "TrustStore",
+    "authority_of",
+    "digest",
+    "find_project_config",
+    "load",
+    "user_config_file",
+    "user_data_dir",
+]

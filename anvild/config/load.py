@@ -1,0 +1,500 @@
+"""Loading: built-in defaults, the user config and the project config, merged with provenance.
+
+    config = load(Path.cwd())
+    for warning in config.warnings: print(warning)
+    registry = config.registry(client)
+
+Layers, lowest first:
+
+    builtin   the providers anvil knows (`anthropic`, `openai`, `gemini`, `ollama`, ...)
+    user      platformdirs.user_config_dir("anvil")/config.toml        trusted
+    project   .anvil/config.toml, the nearest one from the cwd up to the git root
+
+Later layers win key by key, except where adding is the only safe meaning: `instructions` are
+concatenated (user first), and `permissions.*` and `env_passthrough` are unions (so a project can
+add a deny rule but never remove the user's). A project key that carries authority
+(`anvild.config.trust.authority_of`) is dropped with a warning naming the key and the file,
+unless the user granted that file's current digest. Every merged key records its `Source`
+(file and trust level), which `anvilctl trust show` prints.
+
+The credential binding is computed here from trusted layers only: a provider's key variable and
+the origin of its base_url as the built-in defaults or the user config say. The registry sends a
+key only there; an endpoint moved by a (granted) project gets no key.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import httpx
+import platformdirs
+import structlog
+
+from anvild.config.schema import (
+    ConfigFileError,
+    Key,
+    Layer,
+    check_document,
+    parse_bytes,
+    render_key,
+)
+from anvild.config.trust import TrustStore, authority_of, digest
+from anvild.llm.errors import ConfigError
+from anvild.llm.http import Timeouts
+from anvild.llm.registry import (
+    Kind,
+    Limits,
+    ModelSpec,
+    Pricing,
+    ProviderFactory,
+    ProviderSpec,
+    Registry,
+    adapter_factory,
+    origin_of,
+)
+from anvild.llm.retry import RetryPolicy
+
+log = structlog.get_logger(__name__)
+
+APP: Final = "anvil"
+PROJECT_DIR: Final = ".anvil"
+CONFIG_FILE: Final = "config.toml"
+
+# Conservative limits: the smallest context and output the models behind each provider are
+# known to accept, so `provider:model` without an alias never overflows a window.
+BUILTIN: Final[Mapping[str, Any]] = {
+    "providers": {
+        "anthropic": {
+            "kind": "anthropic",
+            "base_url": "https://api.anthropic.com/v1",
+            "api_key_env": "ANTHROPIC_API_KEY",
+            "context_window": 200_000,
+            "max_output_tokens": 4096,
+        },
+        "openai": {
+            "kind": "openai-responses",
+            "base_url": "https://api.openai.com/v1",
+            "api_key_env": "OPENAI_API_KEY",
+            "context_window": 128_000,
+            "max_output_tokens": 4096,
+        },
+        "openai-chat": {
+            "kind": "openai-chat",
+            "base_url": "https://api.openai.com/v1",
+            "api_key_env": "OPENAI_API_KEY",
+            "context_window": 128_000,
+            "max_output_tokens": 4096,
+        },
+        "gemini": {
+            "kind": "gemini",
+            "base_url": "https://generativelanguage.googleapis.com/v1beta",
+            "api_key_env": "GEMINI_API_KEY",
+            "context_window": 128_000,
+            "max_output_tokens": 4096,
+        },
+        "ollama": {
+            "kind": "openai-chat",
+            "base_url": "http://127.0.0.1:11434/v1",
+            "context_window": 4096,
+            "max_output_tokens": 1024,
+        },
+        "llamacpp": {
+            "kind": "openai-chat",
+            "base_url": "http://127.0.0.1:8080/v1",
+            "context_window": 4096,
+            "max_output_tokens": 1024,
+        },
+    }
+}
+FALLBACK_LIMITS: Final = Limits(context_window=8192, max_output_tokens=2048)
+
+
+class Trust(enum.StrEnum):
+    BUILTIN = "builtin"
+    USER = "user"
+    PROJECT_GRANTED = "project, granted"
+    PROJECT = "project, untrusted"
+
+    @property
+    def trusted(self) -> bool:
+        return self is not Trust.PROJECT
+
+
+@attrs.frozen
+class Source:
+    file: Path | None  # None for the built-in defaults
+    trust: Trust
+
+    def __str__(self) -> str:
+        return "built-in default" if self.file is None else f"{self.file} ({self.trust})"
+
+
+@attrs.frozen
+class ConfigWarning:
+    file: Path
+    key: str
+    category: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@attrs.frozen
+class Instruction:
+    text: str
+    source: Source
+
+
+@attrs.frozen
+class Permissions:
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ProjectFile:
+    """The project config file as it was read: its bytes' digest and whether it is granted."""
+
+    path: Path
+    sha256: str
+    granted: bool
+    # What was set in it (all keys, authority ones included, granted or not).
+    settings: Mapping[Key, Any]
+
+    @property
+    def authority_keys(self) -> list[tuple[Key, str]]:
+        return [(k, c) for k in self.settings if (c := authority_of(k)) is not None]
+
+
+@attrs.frozen
+class Config:
+    default_model: str | None
+    instructions: tuple[Instruction, ...]
+    providers: Mapping[str, ProviderSpec]
+    models: Mapping[str, ModelSpec]
+    env_passthrough: tuple[str, ...]
+    permissions: Permissions
+    hooks: Mapping[str, Any]
+    mcp_servers: Mapping[str, Any]
+    sources: Mapping[Key, Source]  # every merged leaf key -> where its value came from
+    warnings: tuple[ConfigWarning, ...]
+    user_file: Path
+    project: ProjectFile | None
+
+    def source_of(self, key: str) -> Source | None:
+        """Provenance by rendered key, e.g. `providers.local.base_url`."""
+        for candidate, source in self.sources.items():
+            if render_key(candidate) == key:
+                return source
+        return None
+
+    def registry(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        env: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        timeouts: Timeouts | None = None,
+        factory: ProviderFactory = adapter_factory,
+    ) -> Registry:
+        return Registry(
+            self.providers,
+            self.models,
+            client=client,
+            default_model=self.default_model,
+            env=env,
+            retry=retry,
+            timeouts=timeouts,
+            factory=factory,
+        )
+
+
+def user_config_file() -> Path:
+    return platformdirs.user_config_path(APP) / CONFIG_FILE
+
+
+def user_data_dir() -> Path:
+    return platformdirs.user_data_path(APP)
+
+
+def find_project_config(start: Path) -> Path | None:
+    """The nearest `.anvil/config.toml` from `start` up to the git root that contains it.
+
+    Outside a git repository only `start` itself is looked at: walking up to `/` could pick up
+    a config from a shared directory (`/tmp/.anvil`) that nobody in this project wrote.
+    """
+    start = start.resolve()
+    chain = [start, *start.parents]
+    root = next((d for d in chain if (d / ".git").exists()), None)
+    search = chain[: chain.index(root) + 1] if root is not None else [start]
+    for directory in search:
+        candidate = directory / PROJECT_DIR / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigFileError(path, None, f"cannot be read: {exc.strerror or exc}") from exc
+
+
+# Lists where a later layer adds to earlier ones instead of replacing them.
+_UNION_KEYS: Final = {
+    ("env_passthrough",),
+    ("permissions", "allow"),
+    ("permissions", "ask"),
+    ("permissions", "deny"),
+}
+
+
+def load(
+    cwd: Path | None = None,
+    *,
+    user_file: Path | None = None,
+    data_dir: Path | None = None,
+    project_file: Path | None = None,
+) -> Config:
+    """Load and merge the configuration that applies in `cwd`.
+
+    `user_file` and `data_dir` default to the platformdirs locations (tests pass their own, or
+    set XDG_CONFIG_HOME / XDG_DATA_HOME); `project_file` defaults to the one found from `cwd`.
+    """
+    user_path = user_file if user_file is not None else user_config_file()
+    store = TrustStore(data_dir if data_dir is not None else user_data_dir())
+    if project_file is None:
+        project_file = find_project_config(cwd if cwd is not None else Path.cwd())
+
+    layers: list[tuple[Layer, Source]] = [
+        (check_document(BUILTIN, "built-in defaults"), Source(None, Trust.BUILTIN))
+    ]
+    user_bytes = _read(user_path)
+    if user_bytes is not None:
+        layers.append((parse_bytes(user_bytes, user_path), Source(user_path, Trust.USER)))
+
+    warnings: list[ConfigWarning] = []
+    project: ProjectFile | None = None
+    if project_file is not None:
+        project_bytes = _read(project_file)
+        if project_bytes is not None:
+            path = project_file.resolve()
+            settings = parse_bytes(project_bytes, path)
+            sha = digest(project_bytes)
+            granted = store.is_granted(path, sha)
+            project = ProjectFile(path, sha, granted, settings)
+            stale = not granted and store.find(path) is not None
+            kept: Layer = {}
+            for key, value in settings.items():
+                category = authority_of(key)
+                if category is None or granted:
+                    kept[key] = value
+                    continue
+                warning = _ignored(path, key, category, stale)
+                warnings.append(warning)
+                log.warning("config.ignored", file=str(path), key=warning.key, category=category)
+            trust = Trust.PROJECT_GRANTED if granted else Trust.PROJECT
+            layers.append((kept, Source(path, trust)))
+    return _build(layers, user_path, project, tuple(warnings))
+
+
+def _ignored(path: Path, key: Key, category: str, stale: bool) -> ConfigWarning:
+    where = path.parent.parent
+    rendered = render_key(key)
+    reason = (
+        "the file changed since it was trusted, which voided its trust grant"
+        if stale
+        else "a project config may not make this change without a trust grant"
+    )
+    return ConfigWarning(
+        file=path,
+        key=rendered,
+        category=category,
+        message=(
+            f"{path}: ignored {rendered} ({category}): {reason}; review it with "
+            f"`anvilctl trust show {where}` and allow it with `anvilctl trust grant {where}`"
+        ),
+    )
+
+
+def _build(
+    layers: list[tuple[Layer, Source]],
+    user_file: Path,
+    project: ProjectFile | None,
+    warnings: tuple[ConfigWarning, ...],
+) -> Config:
+    merged: dict[Key, Any] = {}
+    sources: dict[Key, Source] = {}
+    instructions: list[Instruction] = []
+    for layer, source in layers:
+        for key, value in layer.items():
+            if key == ("instructions",):
+                if value.strip():
+                    instructions.append(Instruction(value, source))
+                sources[key] = source
+                continue
+            if key in _UNION_KEYS and key in merged:
+                merged[key] = list(dict.fromkeys([*merged[key], *value]))
+            else:
+                merged[key] = value
+            sources[key] = source
+
+    providers = _providers(merged, sources, layers)
+    models = _models(merged, sources, providers)
+    default_model = merged.get(("default_model",))
+    return Config(
+        default_model=default_model,
+        instructions=tuple(instructions),
+        providers=providers,
+        models=models,
+        env_passthrough=tuple(merged.get(("env_passthrough",), ())),
+        permissions=Permissions(
+            allow=tuple(merged.get(("permissions", "allow"), ())),
+            ask=tuple(merged.get(("permissions", "ask"), ())),
+            deny=tuple(merged.get(("permissions", "deny"), ())),
+        ),
+        hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
+        mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
+        sources=sources,
+        warnings=warnings,
+        user_file=user_file,
+        project=project,
+    )
+
+
+def _names(merged: Mapping[Key, Any], top: str) -> list[str]:
+    return list(dict.fromkeys(k[1] for k in merged if k[0] == top and len(k) > 2))
+
+
+def _file_of(sources: Mapping[Key, Source], key: Key) -> str:
+    source = sources.get(key)
+    return "built-in defaults" if source is None or source.file is None else str(source.file)
+
+
+def _providers(
+    merged: Mapping[Key, Any],
+    sources: Mapping[Key, Source],
+    layers: list[tuple[Layer, Source]],
+) -> dict[str, ProviderSpec]:
+    providers: dict[str, ProviderSpec] = {}
+    for name in _names(merged, "providers"):
+
+        def get(field: str, name: str = name) -> Any:
+            return merged.get(("providers", name, field))
+
+        kind: Kind | None = get("kind")
+        base_url: str | None = get("base_url")
+        for field, value in (("kind", kind), ("base_url", base_url)):
+            if value is None:
+                first = next(k for k in merged if k[:2] == ("providers", name))
+                raise ConfigFileError(
+                    _file_of(sources, first),
+                    ("providers", name, field),
+                    f"missing; provider {name!r} needs kind and base_url",
+                )
+        assert kind is not None
+        assert base_url is not None
+        # The credential binding comes from trusted layers only (built-in and user): the key
+        # variable they name and the origin of the base_url they name.
+        trusted_env: str | None = None
+        trusted_url: str | None = None
+        for layer, source in layers:
+            if source.trust in (Trust.BUILTIN, Trust.USER):
+                trusted_env = layer.get(("providers", name, "api_key_env"), trusted_env)
+                trusted_url = layer.get(("providers", name, "base_url"), trusted_url)
+        api_key_env: str | None = get("api_key_env")
+        credential_origin = (
+            origin_of(trusted_url)
+            if api_key_env is not None and api_key_env == trusted_env and trusted_url is not None
+            else None
+        )
+        window = get("context_window") or FALLBACK_LIMITS.context_window
+        output = get("max_output_tokens") or min(FALLBACK_LIMITS.max_output_tokens, window)
+        providers[name] = ProviderSpec(
+            name=name,
+            kind=kind,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            credential_origin=credential_origin,
+            default_limits=Limits(context_window=window, max_output_tokens=output),
+        )
+    return providers
+
+
+def _models(
+    merged: Mapping[Key, Any],
+    sources: Mapping[Key, Source],
+    providers: Mapping[str, ProviderSpec],
+) -> dict[str, ModelSpec]:
+    models: dict[str, ModelSpec] = {}
+    for alias in _names(merged, "models"):
+
+        def get(*field: str, alias: str = alias) -> Any:
+            return merged.get(("models", alias, *field))
+
+        provider, model = get("provider"), get("model")
+        for field, value in (("provider", provider), ("model", model)):
+            if value is None:
+                first = next(k for k in merged if k[:2] == ("models", alias))
+                raise ConfigFileError(
+                    _file_of(sources, first),
+                    ("models", alias, field),
+                    f"missing; model {alias!r} needs provider and model",
+                )
+        if provider not in providers:
+            key = ("models", alias, "provider")
+            known = ", ".join(sorted(providers)) or "none"
+            raise ConfigFileError(
+                _file_of(sources, key),
+                key,
+                f"unknown provider {provider!r} (known providers: {known})",
+            )
+        defaults = providers[provider].default_limits
+        window = get("context_window") or defaults.context_window
+        output = get("max_output_tokens") or min(defaults.max_output_tokens, window)
+        if output > window:
+            key = ("models", alias, "max_output_tokens")
+            raise ConfigFileError(
+                _file_of(sources, key),
+                key,
+                f"expected at most the context_window ({window}), got {output}",
+            )
+        prices = {k[3]: v for k, v in merged.items() if k[:3] == ("models", alias, "pricing")}
+        capabilities = {
+            k[3]: v for k, v in merged.items() if k[:3] == ("models", alias, "capabilities")
+        }
+        models[alias] = ModelSpec(
+            alias=alias,
+            provider=provider,
+            model=model,
+            limits=Limits(context_window=window, max_output_tokens=output),
+            pricing=Pricing(**prices) if prices else None,
+            capabilities=capabilities,
+        )
+    return models
+
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ConfigFileError",
+    "ConfigWarning",
+    "Instruction",
+    "Permissions",
+    "ProjectFile",
+    "Source",
+    "Trust",
+    "find_project_config",
+    "load",
+    "user_config_file",
+    "user_data_dir",
+]

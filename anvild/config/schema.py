@@ -1,0 +1,275 @@
+"""The config file format: validation of one parsed TOML document into flat, typed settings.
+
+A config file is checked on its own, before any merging, so every error names the file, the key
+and what was expected:
+
+    /home/me/.config/anvil/config.toml: models.tiny.context_window: expected a positive
+    integer, got string "8k"
+
+A valid document becomes a *layer*: a mapping from key paths (tuples, so a model alias may
+contain dots: `models."gpt-4.1".model`) to leaf values. Leaves are what merging, provenance and
+trust work on. Tables that later subsystems define (`hooks.<name>`, `mcp_servers.<name>`) are
+single opaque leaves here: they are only classified, never interpreted.
+
+Every key of the format, and who may set it, is listed in `KEYS` (see `anvild.config.trust`
+for the authority classification).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+from urllib.parse import urlsplit
+
+from anvild.llm.capabilities import Replay, SchemaDialect
+from anvild.llm.errors import ConfigError
+from anvild.llm.registry import KINDS
+
+Key: TypeAlias = tuple[str, ...]
+Layer: TypeAlias = dict[Key, Any]
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME_RULE = "a name of letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+TOP_KEYS: Final = (
+    "default_model",
+    "instructions",
+    "env_passthrough",
+    "providers",
+    "models",
+    "permissions",
+    "hooks",
+    "mcp_servers",
+)
+PROVIDER_KEYS: Final = ("kind", "base_url", "api_key_env", "context_window", "max_output_tokens")
+MODEL_KEYS: Final = (
+    "provider",
+    "model",
+    "context_window",
+    "max_output_tokens",
+    "pricing",
+    "capabilities",
+)
+PRICING_KEYS: Final = ("input", "output", "cache_read", "cache_write")
+CAPABILITY_KEYS: Final = (
+    "images",
+    "schema_dialect",
+    "signed_reasoning",
+    "max_tokens_field",
+    "temperature",
+    "replay",
+)
+PERMISSION_KEYS: Final = ("allow", "ask", "deny")
+
+
+def render_key(key: Key) -> str:
+    """A key path as TOML writes it: `models."gpt-4.1".model`."""
+    return ".".join(part if _BARE_KEY.match(part) else f'"{part}"' for part in key)
+
+
+class ConfigFileError(ConfigError):
+    """A config file that cannot be used as written: says which file, which key, and why."""
+
+    def __init__(self, file: Path | str, key: Key | None, problem: str) -> None:
+        self.file = file
+        self.key = key
+        self.problem = problem
+        where = f"{file}: {render_key(key)}" if key else str(file)
+        super().__init__(f"{where}: {problem}")
+
+
+def _describe(value: object) -> str:
+    kinds = {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }
+    kind = kinds.get(type(value), type(value).__name__)
+    text = repr(value) if isinstance(value, str | int | float | bool) else ""
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}".strip()
+
+
+class _Checker:
+    def __init__(self, file: Path | str) -> None:
+        self.file = file
+        self.layer: Layer = {}
+
+    def fail(self, key: Key, expected: str, value: object) -> ConfigFileError:
+        return ConfigFileError(self.file, key, f"expected {expected}, got {_describe(value)}")
+
+    def table(self, key: Key, value: object) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, "a table", value)
+        return value
+
+    def known(self, key: Key, table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+        for name in table:
+            if name not in allowed:
+                where = f"in [{render_key(key)}]" if key else "at the top level"
+                raise ConfigFileError(
+                    self.file,
+                    (*key, name),
+                    f"unknown key; expected one of {', '.join(allowed)} {where}",
+                )
+
+    def string(self, key: Key, value: object, *, nonempty: bool = True) -> str:
+        if not isinstance(value, str) or (nonempty and not value.strip()):
+            raise self.fail(key, "a non-empty string" if nonempty else "a string", value)
+        return value
+
+    def name(self, key: Key, value: str) -> str:
+        if not NAME.match(value):
+            raise ConfigFileError(self.file, key, f"expected {NAME_RULE}, got {value!r}")
+        return value
+
+    def positive_int(self, key: Key, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.fail(key, "a positive integer", value)
+        return value
+
+    def price(self, key: Key, value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.fail(key, "a number of USD per million tokens (0 or more)", value)
+        return float(value)
+
+    def boolean(self, key: Key, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, "true or false", value)
+        return value
+
+    def choice(self, key: Key, value: object, choices: tuple[str, ...]) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise self.fail(key, "one of " + ", ".join(repr(c) for c in choices), value)
+        return value
+
+    def url(self, key: Key, value: object) -> str:
+        text = self.string(key, value)
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise self.fail(key, "an http:// or https:// URL with a host", value)
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise self.fail(key, "a URL without credentials, query or fragment", value)
+        return text.rstrip("/")
+
+    def strings(self, key: Key, value: object, pattern: re.Pattern[str] | None = None) -> list[str]:
+        what = "an array of environment variable names" if pattern else "an array of strings"
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(key, what, value)
+        if pattern is not None:
+            for item in value:
+                if not pattern.match(item):
+                    raise self.fail(key, what, item)
+        return list(value)
+
+    def set(self, key: Key, value: object) -> None:
+        self.layer[key] = value
+
+
+def _plain(value: Any) -> Any:
+    """A copy of parsed TOML as plain dicts and lists (opaque leaves must not alias the doc)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
+    """Validate a parsed config document; the flat layer of its settings."""
+    c = _Checker(file)
+    c.known((), doc, TOP_KEYS)
+    for top, value in doc.items():
+        key: Key = (top,)
+        if top == "default_model":
+            c.set(key, c.string(key, value))
+        elif top == "instructions":
+            c.set(key, c.string(key, value, nonempty=False))
+        elif top == "env_passthrough":
+            c.set(key, c.strings(key, value, ENV_NAME))
+        elif top == "providers":
+            for name, table in c.table(key, value).items():
+                _check_provider(c, (top, c.name((top, name), name)), table)
+        elif top == "models":
+            for alias, table in c.table(key, value).items():
+                _check_model(c, (top, c.name((top, alias), alias)), table)
+        elif top == "permissions":
+            table = c.table(key, value)
+            c.known(key, table, PERMISSION_KEYS)
+            for name, rules in table.items():
+                c.set((top, name), c.strings((top, name), rules))
+        else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
+            for name, entry in c.table(key, value).items():
+                c.set((top, name), _plain(c.table((top, name), entry)))
+    return c.layer
+
+
+def _check_provider(c: _Checker, key: Key, value: object) -> None:
+    table = c.table(key, value)
+    c.known(key, table, PROVIDER_KEYS)
+    for name, item in table.items():
+        sub = (*key, name)
+        if name == "kind":
+            c.set(sub, c.choice(sub, item, KINDS))
+        elif name == "base_url":
+            c.set(sub, c.url(sub, item))
+        elif name == "api_key_env":
+            text = c.string(sub, item)
+            if not ENV_NAME.match(text):
+                raise c.fail(sub, "an environment variable name", item)
+            c.set(sub, text)
+        else:
+            c.set(sub, c.positive_int(sub, item))
+
+
+def _check_model(c: _Checker, key: Key, value: object) -> None:
+    table = c.table(key, value)
+    c.known(key, table, MODEL_KEYS)
+    for name, item in table.items():
+        sub = (*key, name)
+        if name == "provider":
+            c.set(sub, c.name(sub, c.string(sub, item)))
+        elif name == "model":
+            c.set(sub, c.string(sub, item))
+        elif name in ("context_window", "max_output_tokens"):
+            c.set(sub, c.positive_int(sub, item))
+        elif name == "pricing":
+            pricing = c.table(sub, item)
+            c.known(sub, pricing, PRICING_KEYS)
+            for kind, price in pricing.items():
+                c.set((*sub, kind), c.price((*sub, kind), price))
+        else:
+            capabilities = c.table(sub, item)
+            c.known(sub, capabilities, CAPABILITY_KEYS)
+            for cap, setting in capabilities.items():
+                at = (*sub, cap)
+                if cap == "schema_dialect":
+                    c.set(at, c.choice(at, setting, tuple(d.value for d in SchemaDialect)))
+                elif cap == "replay":
+                    c.set(at, c.choice(at, setting, tuple(r.value for r in Replay)))
+                elif cap == "max_tokens_field":
+                    c.set(at, c.string(at, setting))
+                else:
+                    c.set(at, c.boolean(at, setting))
+
+
+def parse_bytes(data: bytes, file: Path | str) -> Layer:
+    """Decode and validate one config file's bytes."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(file, None, f"not UTF-8 text ({exc})") from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(file, None, f"not valid TOML: {exc}") from exc
+    return check_document(doc, file)

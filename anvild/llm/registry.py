@@ -1,0 +1,324 @@
+"""The model registry: from a name to a ready provider, a model id, limits and capabilities.
+
+    registry = Registry(providers, models, default_model="tiny", client=client)
+    resolved = registry.resolve("tiny")              # an alias from config
+    resolved = registry.resolve("ollama:qwen3:8b")   # provider:model, no alias needed
+    async with resolved.provider.stream(request) as events: ...
+
+The registry takes configuration as plain, already-trusted data (`ProviderSpec`, `ModelSpec`):
+deciding which config file may say what is `anvild.config`'s job, and `anvild.llm` imports
+nothing else from the project. Names resolve in this order: a configured alias; else
+`provider:model`, split at the first colon (so `ollama:qwen3:8b` is provider `ollama`, model
+`qwen3:8b`), with the provider's conservative default limits; else a `ConfigError` that lists
+the known aliases and providers.
+
+Credentials (review finding 4, course 06.B). A provider's key is read from its `api_key_env`
+variable when the model is resolved, and handed to the adapter only when the origin (scheme,
+host, port) of the provider's `base_url` is the provider's `credential_origin`: the origin the
+trusted config approved for that key. A provider whose endpoint was moved elsewhere gets no
+key at all (and a warning), so a key can never follow an endpoint to a host nobody approved
+for it. A key that is needed but not set is an error a person can act on:
+"ANTHROPIC_API_KEY is not set (needed by provider 'anthropic')".
+
+Every resolved provider is wrapped in `Retry`. Pricing is optional: without it cost is
+unknown (`None`), never zero.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Final, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+import attrs
+import httpx
+import structlog
+
+from anvild.llm import capabilities as caps
+from anvild.llm.errors import ConfigError
+from anvild.llm.http import Timeouts
+from anvild.llm.provider import Provider
+from anvild.llm.retry import Retry, RetryPolicy
+from anvild.llm.stream import Usage
+
+log = structlog.get_logger(__name__)
+
+Kind: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses", "gemini"]
+KINDS: Final[tuple[Kind, ...]] = ("anthropic", "openai-chat", "openai-responses", "gemini")
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL, lower-cased, with the default port left out, the unit
+    a credential is bound to (RFC 6454 origins)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or (scheme, port) in (("http", 80), ("https", 443)):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+@attrs.frozen
+class Limits:
+    context_window: int
+    max_output_tokens: int
+
+
+@attrs.frozen
+class Pricing:
+    """USD per million tokens of each kind. A kind left out has an unknown price."""
+
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+    def cost(self, usage: Usage) -> float | None:
+        """The USD cost of `usage`, or None when a count or a price it needs is unknown."""
+        total = 0.0
+        for count, price in (
+            (usage.input, self.input),
+            (usage.output, self.output),
+            (usage.cache_read, self.cache_read),
+            (usage.cache_write, self.cache_write),
+        ):
+            if count is None:
+                return None
+            if count == 0:
+                continue
+            if price is None:
+                return None
+            total += count * price / 1_000_000
+        return total
+
+
+@attrs.frozen
+class ProviderSpec:
+    """One provider endpoint, as the trusted configuration describes it.
+
+    `credential_origin` is the origin the key in `api_key_env` may be sent to (None: nowhere).
+    `default_limits` apply to `provider:model` names that have no alias.
+    """
+
+    name: str
+    kind: Kind
+    base_url: str
+    api_key_env: str | None = None
+    credential_origin: str | None = None
+    default_limits: Limits = Limits(context_window=8192, max_output_tokens=2048)
+
+
+@attrs.frozen
+class ModelSpec:
+    alias: str
+    provider: str
+    model: str
+    limits: Limits
+    pricing: Pricing | None = None
+    # Field overrides of the provider kind's capability table (course 05.B), e.g. images=False.
+    capabilities: Mapping[str, object] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ResolvedModel:
+    name: str  # what was asked for: the alias or `provider:model`
+    provider_name: str
+    kind: Kind
+    model: str
+    limits: Limits
+    capabilities: caps.Capabilities
+    pricing: Pricing | None
+    provider: Provider  # wrapped in Retry
+    # Whether a key will be sent: False for keyless providers and for moved endpoints.
+    authenticated: bool
+
+
+@attrs.frozen
+class AdapterArgs:
+    """What an adapter's constructor takes, so tests can substitute a factory."""
+
+    client: httpx.AsyncClient
+    base_url: str
+    api_key: str | None
+    name: str
+    capabilities: caps.Capabilities
+    timeouts: Timeouts
+
+
+ProviderFactory: TypeAlias = Callable[[Kind, AdapterArgs], Provider]
+
+
+def adapter_factory(kind: Kind, args: AdapterArgs) -> Provider:
+    """Construct the adapter for `kind` (anvild.llm.providers.*)."""
+    # Imported here: each adapter pulls in its own wire helpers, and a registry that only ever
+    # sees one kind should not import the other three.
+    if kind == "anthropic":
+        from anvild.llm.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
+        )
+    if kind == "openai-chat":
+        from anvild.llm.providers.openai_chat import OpenAiChatProvider
+
+        return OpenAiChatProvider(
+            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
+        )
+    if kind == "openai-responses":
+        from anvild.llm.providers.openai_responses import OpenAIResponsesProvider
+
+        return OpenAIResponsesProvider(
+            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
+        )
+    from anvild.llm.providers.gemini import GeminiProvider
+
+    return GeminiProvider(
+        args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
+    )
+
+
+def apply_capability_overrides(
+    base: caps.Capabilities, overrides: Mapping[str, object]
+) -> caps.Capabilities:
+    """`base` with the given fields replaced; enum fields take their string values."""
+    changes: dict[str, object] = {}
+    for key, value in overrides.items():
+        if key == "schema_dialect":
+            changes[key] = caps.SchemaDialect(str(value))
+        elif key == "replay":
+            changes[key] = caps.Replay(str(value))
+        elif key in attrs.fields_dict(caps.Capabilities):
+            changes[key] = value
+        else:
+            known = ", ".join(attrs.fields_dict(caps.Capabilities))
+            raise ConfigError(f"unknown capability {key!r} (known: {known})")
+    return attrs.evolve(base, **changes)  # type: ignore[arg-type]
+
+
+class Registry:
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderSpec],
+        models: Mapping[str, ModelSpec],
+        *,
+        client: httpx.AsyncClient,
+        default_model: str | None = None,
+        env: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+        timeouts: Timeouts | None = None,
+        factory: ProviderFactory = adapter_factory,
+    ) -> None:
+        for alias, spec in models.items():
+            if spec.provider not in providers:
+                raise ConfigError(
+                    f"model {alias!r} uses provider {spec.provider!r}, which is not configured "
+                    f"(known providers: {_listing(providers)})"
+                )
+        self.providers = dict(providers)
+        self.models = dict(models)
+        self.default_model = default_model
+        self._client = client
+        self._env = os.environ if env is None else env
+        self._retry = retry or RetryPolicy()
+        self._timeouts = timeouts or Timeouts()
+        self._factory = factory
+
+    def resolve(self, name: str | None = None) -> ResolvedModel:
+        """The model for an alias or `provider:model`; None means the default model."""
+        if name is None or name == "":
+            if self.default_model is None:
+                raise ConfigError(
+                    "no model given and no default_model configured "
+                    f"(known aliases: {_listing(self.models)})"
+                )
+            name = self.default_model
+        if name in self.models:
+            spec = self.models[name]
+            return self._build(
+                name,
+                self.providers[spec.provider],
+                spec.model,
+                spec.limits,
+                spec.pricing,
+                spec.capabilities,
+            )
+        provider_name, colon, model = name.partition(":")
+        if colon and model and provider_name in self.providers:
+            provider = self.providers[provider_name]
+            return self._build(name, provider, model, provider.default_limits, None, {})
+        if colon and model:
+            raise ConfigError(
+                f"unknown provider {provider_name!r} in {name!r} "
+                f"(known providers: {_listing(self.providers)})"
+            )
+        raise ConfigError(
+            f"unknown model {name!r} (known aliases: {_listing(self.models)}; "
+            f"or use provider:model with one of: {_listing(self.providers)})"
+        )
+
+    def _build(
+        self,
+        name: str,
+        provider: ProviderSpec,
+        model: str,
+        limits: Limits,
+        pricing: Pricing | None,
+        overrides: Mapping[str, object],
+    ) -> ResolvedModel:
+        capabilities = apply_capability_overrides(
+            caps.for_target(provider.kind, provider.base_url), overrides
+        )
+        api_key = self._credential(provider)
+        adapter = self._factory(
+            provider.kind,
+            AdapterArgs(
+                client=self._client,
+                base_url=provider.base_url,
+                api_key=api_key,
+                name=provider.name,
+                capabilities=capabilities,
+                timeouts=self._timeouts,
+            ),
+        )
+        return ResolvedModel(
+            name=name,
+            provider_name=provider.name,
+            kind=provider.kind,
+            model=model,
+            limits=limits,
+            capabilities=capabilities,
+            pricing=pricing,
+            provider=Retry(adapter, self._retry),
+            authenticated=api_key is not None,
+        )
+
+    def _credential(self, provider: ProviderSpec) -> str | None:
+        if provider.api_key_env is None:
+            return None
+        endpoint = origin_of(provider.base_url)
+        if provider.credential_origin is None or endpoint != provider.credential_origin:
+            log.warning(
+                "provider.credential_withheld",
+                provider=provider.name,
+                endpoint=endpoint,
+                approved=provider.credential_origin,
+                key=provider.api_key_env,
+            )
+            return None
+        value = self._env.get(provider.api_key_env, "")
+        if not value.strip():
+            raise ConfigError(
+                f"{provider.api_key_env} is not set (needed by provider {provider.name!r})"
+            )
+        return value.strip()
+
+
+def _listing(names: Mapping[str, object]) -> str:
+    return ", ".join(sorted(names)) if names else "none"
