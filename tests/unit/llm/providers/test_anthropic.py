@@ -269,8 +269,7 @@ def test_the_late_signature_lands_on_the_thinking_block() -> None:
     # It arrives after all the thinking text of block 0 and before the text block 1 starts.
     position = events.index(metas[0])
     assert all(isinstance(e, ReasoningDelta) for e in events[1:position])
-    assert isinstance(events[position + 1], TextDelta)
-    assert events[position + 1].block == 1
+    assert events[position + 1] == TextDelta(1, "Here are")
 
 
 # -- stream state machine (synthetic events) ------------------------------------------------------

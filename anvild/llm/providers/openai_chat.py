@@ -1,0 +1,493 @@
+"""OpenAI Chat Completions (`POST {base_url}/chat/completions`), streamed, for OpenAI itself and
+the servers that copy it: Ollama, llama.cpp's `llama-server`, vLLM, Groq, Anthropic's and
+Gemini's compatibility endpoints.
+
+Follows OpenAI's "Create chat completion" and "The chat completion chunk object" references;
+every departure below is a quirk seen from a real server (and covered by a fixture or a test).
+
+Request (`to_wire`, pure):
+
+- the system prompt first, as a `system` message;
+- per canonical user message: its tool results first, each as a `tool` message (an error
+  result's content starts with `ERROR: `, since the role has no error flag), then the rest of
+  its text and images as one `user` message: a plain string when it is only text (Ollama turns
+  each part of a content array into a message of its own), else content parts with images as
+  `data:` URLs;
+- per assistant message: `content` is its text, or null when it has tool calls and no text
+  (an empty string when it has neither, since the message needs one of them); `tool_calls`
+  only when there are some, arguments as JSON text (text the model wrote that was not valid
+  JSON is sent back verbatim);
+- reasoning is dropped: Chat Completions has no way to replay it;
+- `stream: true` with `stream_options.include_usage`, and the output cap in the field the
+  target reads (`max_completion_tokens` on OpenAI, `max_tokens` on compatible servers).
+
+Response (`StreamState`, sans-IO). Theory of operation: only choice 0 is read. Blocks are
+numbered in order of first appearance: one reasoning block, one text block, and one per tool
+call. Tool-call deltas are keyed by their wire `index`, which may start anywhere (Anthropic's
+compatibility endpoint starts at 1) or be missing (then a delta with a new `id` starts a new
+call and one without continues the last). A delta that brings a *different* id on an index that
+already has a call starts a new call, for servers that send every whole call at index 0. The id
+and name come on a call's first delta only; a missing id is synthesized (`call_<uuid4 hex>`,
+unique), and a call whose name has not arrived yet buffers its arguments until it does.
+
+The finish reason arrives on one chunk and the usage on a later one (`choices: []`), so Finish
+is emitted at `data: [DONE]` or, for servers that do not send `[DONE]`, by `on_end`:
+
+    finish_reason        FinishReason
+    stop                 END_TURN, or TOOL_USE when the response has tool calls
+    tool_calls           TOOL_USE (and the legacy function_call)
+    length               MAX_TOKENS
+    content_filter       REFUSAL (also a `stop` after a `delta.refusal`)
+    anything else        UNSUPPORTED, the raw reason as detail
+    (none, at the end)   UnexpectedEof
+
+`delta.reasoning` (Ollama, Groq, OpenRouter, new vLLM) and `delta.reasoning_content` (DeepSeek,
+llama.cpp, older vLLM) are reasoning. Usage is normalized to anvil's meaning: input =
+prompt_tokens - prompt_tokens_details.cached_tokens, cache_read = cached_tokens, cache_write = 0
+(Chat Completions caches without a write charge), output = completion_tokens. A server that does
+not report cached_tokens (Ollama) leaves cache_read unknown and input = prompt_tokens. An error
+sent inside the 200 stream (`event: error`, or a `data:` object with an `error` key, as Groq and
+Ollama do) raises ApiError with the provider's code (else type) and message.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import httpx
+
+from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
+from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.http import SseStream, Timeouts, open_event_stream
+from anvild.llm.sse import SseEvent
+from anvild.llm.stream import (
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallStart,
+    Usage,
+    UsageReport,
+)
+from anvild.llm.types import (
+    ChatRequest,
+    Image,
+    Message,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+)
+
+KIND: Final = "openai-chat"
+ERROR_PREFIX: Final = "ERROR: "
+_DEFAULT_TIMEOUTS: Final = Timeouts()
+
+_FINISH_REASONS: Final = {
+    "stop": FinishReason.END_TURN,
+    "tool_calls": FinishReason.TOOL_USE,
+    "function_call": FinishReason.TOOL_USE,
+    "length": FinishReason.MAX_TOKENS,
+    "content_filter": FinishReason.REFUSAL,
+}
+
+
+# -- request -------------------------------------------------------------------------------------
+
+
+def to_wire(
+    request: ChatRequest, capabilities: Capabilities = OPENAI_CHAT_COMPAT
+) -> dict[str, Any]:
+    """The JSON body of a streaming Chat Completions request."""
+    messages: list[dict[str, Any]] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        if message.role is Role.USER:
+            messages.extend(_user(message, capabilities))
+        else:
+            messages.append(_assistant(message))
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": dict(spec.input_schema),
+                },
+            }
+            for spec in request.tools
+        ]
+    body[capabilities.max_tokens_field] = request.max_tokens
+    if capabilities.temperature and request.temperature is not None:
+        body["temperature"] = request.temperature
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _user(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        match block:
+            case ToolResult(call_id, content, is_error):
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call_id,
+                        "content": ERROR_PREFIX + content if is_error else content,
+                    }
+                )
+            case Text(text) if text:
+                parts.append({"type": "text", "text": text})
+            case Image(media_type, data):
+                if not capabilities.images:
+                    raise ConfigError(
+                        "this model does not accept images; remove the image from the "
+                        "conversation or switch to a model that takes images"
+                    )
+                url = f"data:{media_type};base64,{data}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            case _:
+                pass  # empty text; reasoning and calls never sit on a user message
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        out.append({"role": "user", "content": parts[0]["text"]})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+    return out
+
+
+def _assistant(message: Message) -> dict[str, Any]:
+    # Reasoning blocks are left out: Chat Completions has no way to take them back.
+    text = "".join(block.text for block in message.content if isinstance(block, Text))
+    calls = [
+        {
+            "id": block.id,
+            "type": "function",
+            "function": {"name": block.name, "arguments": _arguments(block)},
+        }
+        for block in message.content
+        if isinstance(block, ToolCall)
+    ]
+    wire: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+    if calls:
+        wire["tool_calls"] = calls
+    return wire
+
+
+def _arguments(call: ToolCall) -> str:
+    if isinstance(call.arguments, str):
+        return call.arguments  # what the model wrote, kept verbatim because it was not JSON
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+# -- response ------------------------------------------------------------------------------------
+
+
+def new_call_id() -> str:
+    """An id for a tool call the server sent without one."""
+    return f"call_{uuid.uuid4().hex}"
+
+
+def _int(data: Any, key: str) -> int | None:
+    value = data.get(key) if isinstance(data, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def normalize_usage(raw: Mapping[str, Any]) -> Usage:
+    """Chat Completions usage in anvil's meaning (uncached input, cache reads apart)."""
+    prompt = _int(raw, "prompt_tokens")
+    cached = _int(raw.get("prompt_tokens_details"), "cached_tokens")
+    uncached = prompt if prompt is None or cached is None else max(0, prompt - cached)
+    return Usage(
+        input=uncached,
+        output=_int(raw, "completion_tokens"),
+        cache_read=cached,
+        cache_write=0,
+    )
+
+
+@attrs.define
+class _Call:
+    block: int
+    id: str
+    id_from_wire: bool
+    name: str | None = None
+    started: bool = False
+    pending: list[str] = attrs.Factory(list)  # arguments received before the name
+
+
+class StreamState:
+    """Turns the SSE events of one Chat Completions response into StreamEvents."""
+
+    def __init__(self, *, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new_id = new_id
+        self._next_block = 0
+        self._text_block: int | None = None
+        self._reasoning_block: int | None = None
+        self._calls: list[_Call] = []
+        self._by_index: dict[int, _Call] = {}
+        self._finish_reason: str | None = None
+        self._refused = False
+        self._finished = False
+
+    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+        if self._finished:
+            return []
+        data = event.data.strip()
+        if data == "[DONE]":
+            return self._finish() if self._finish_reason is not None else []
+        try:
+            payload = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise DecodeError(
+                f"the server sent a chunk that is not JSON ({exc}): {data[:200]!r}"
+            ) from exc
+        if not isinstance(payload, dict):
+            raise DecodeError(f"the server sent a chunk that is not a JSON object: {data[:200]!r}")
+        if event.event == "error" or payload.get("error") is not None:
+            raise _api_error(payload.get("error") or payload)
+        events: list[StreamEvent] = []
+        choices = payload.get("choices") or []
+        if not isinstance(choices, list):
+            raise DecodeError(f"`choices` is not a list: {choices!r}")
+        for choice in choices:
+            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                events.extend(self._choice(choice))
+                break
+        usage = payload.get("usage")
+        if not isinstance(usage, Mapping):
+            groq = payload.get("x_groq")  # Groq reports usage there on the last chunk
+            usage = groq.get("usage") if isinstance(groq, Mapping) else None
+        if isinstance(usage, Mapping):
+            events.append(UsageReport(normalize_usage(usage)))
+        return events
+
+    def on_end(self) -> list[StreamEvent]:
+        if self._finished:
+            return []
+        if self._finish_reason is None:
+            raise UnexpectedEof(
+                "the chat completion stream ended without a finish_reason; "
+                "the response is incomplete"
+            )
+        return self._finish()
+
+    # -- chunks ----------------------------------------------------------------------------------
+
+    def _choice(self, choice: Mapping[str, Any]) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping):
+            reasoning = _text(delta, "reasoning_content") or _text(delta, "reasoning")
+            if reasoning:
+                events.append(ReasoningDelta(self._reasoning(), reasoning))
+            if content := _text(delta, "content"):
+                events.append(TextDelta(self._text(), content))
+            if refusal := _text(delta, "refusal"):
+                self._refused = True
+                events.append(TextDelta(self._text(), refusal))
+            tool_calls = delta.get("tool_calls")
+            if isinstance(tool_calls, list):
+                for tool_call in tool_calls:
+                    if not isinstance(tool_call, Mapping):
+                        raise DecodeError(f"a tool call delta is not an object: {tool_call!r}")
+                    events.extend(self._tool_call(tool_call))
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self._finish_reason = reason
+        return events
+
+    def _text(self) -> int:
+        if self._text_block is None:
+            self._text_block = self._allocate()
+        return self._text_block
+
+    def _reasoning(self) -> int:
+        if self._reasoning_block is None:
+            self._reasoning_block = self._allocate()
+        return self._reasoning_block
+
+    def _allocate(self) -> int:
+        block = self._next_block
+        self._next_block += 1
+        return block
+
+    def _tool_call(self, delta: Mapping[str, Any]) -> list[StreamEvent]:
+        index = delta.get("index")
+        if isinstance(index, bool) or not isinstance(index, int):
+            index = None
+        wire_id = delta.get("id") if isinstance(delta.get("id"), str) else None
+        function = delta.get("function")
+        if not isinstance(function, Mapping):
+            function = {}
+        name = function.get("name") if isinstance(function.get("name"), str) else None
+        arguments = function.get("arguments")
+        if isinstance(arguments, Mapping | list):
+            arguments = json.dumps(arguments)  # some servers send the parsed object
+        elif not isinstance(arguments, str):
+            arguments = ""
+
+        call = self._by_index.get(index) if index is not None else self._last_call()
+        if call is None or (wire_id and call.id_from_wire and wire_id != call.id):
+            call = _Call(
+                block=self._allocate(),
+                id=wire_id or self._new_id(),
+                id_from_wire=bool(wire_id),
+            )
+            self._calls.append(call)
+            if index is not None:
+                self._by_index[index] = call
+        elif wire_id and not call.id_from_wire and not call.started:
+            call.id, call.id_from_wire = wire_id, True
+        if name and call.name is None:
+            call.name = name
+
+        events: list[StreamEvent] = []
+        if not call.started:
+            if arguments:
+                call.pending.append(arguments)
+            if call.name is not None:
+                call.started = True
+                events.append(ToolCallStart(call.block, call.id, call.name))
+                if call.pending:
+                    events.append(ToolCallDelta(call.block, "".join(call.pending)))
+                    call.pending.clear()
+        elif arguments:
+            events.append(ToolCallDelta(call.block, arguments))
+        return events
+
+    def _last_call(self) -> _Call | None:
+        return self._calls[-1] if self._calls else None
+
+    def _finish(self) -> list[StreamEvent]:
+        assert self._finish_reason is not None
+        for call in self._calls:
+            if not call.started:
+                raise DecodeError(
+                    f"tool call {call.id!r} never received a function name; the server's "
+                    "stream is malformed"
+                )
+        raw = self._finish_reason
+        reason = _FINISH_REASONS.get(raw)
+        finish: Finish
+        if reason is None:
+            finish = Finish(FinishReason.UNSUPPORTED, raw)
+        elif reason is FinishReason.END_TURN and self._refused:
+            finish = Finish(FinishReason.REFUSAL, "refusal")
+        elif reason is FinishReason.END_TURN and self._calls:
+            # Some servers (older Ollama, some vLLM builds) say "stop" after tool calls.
+            finish = Finish(FinishReason.TOOL_USE)
+        elif reason is FinishReason.REFUSAL:
+            finish = Finish(reason, raw)
+        else:
+            finish = Finish(reason)
+        self._finished = True
+        return [finish]
+
+
+def _text(delta: Mapping[str, Any], key: str) -> str:
+    value = delta.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _api_error(error: Any) -> ApiError:
+    if isinstance(error, Mapping):
+        # Groq's `code` names the failure ("tool_use_failed"); llama.cpp's is the HTTP status
+        # it would have sent, and its `type` ("server_error") says more.
+        code, kind = error.get("code"), error.get("type")
+        if isinstance(code, str) and code:
+            kind = code
+        message = error.get("message") or json.dumps(error)
+        return ApiError(str(kind or "error"), str(message))
+    return ApiError("error", str(error))
+
+
+# -- HTTP glue -----------------------------------------------------------------------------------
+
+
+def completions_url(base_url: str) -> str:
+    """`{base_url}/chat/completions`: the base URL includes the version (`.../v1`)."""
+    return f"{base_url.rstrip('/')}/chat/completions"
+
+
+class _Events:
+    """The provider's event iterator: SSE events in, StreamEvents out, `on_end` at EOF.
+
+    It stops after the Finish without reading further (a server that keeps the connection
+    open after `[DONE]` cannot hold the turn until the idle deadline)."""
+
+    def __init__(self, sse: SseStream, state: StreamState) -> None:
+        self._sse = sse
+        self._state = state
+        self._ready: deque[StreamEvent] = deque()
+        self._done = False
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._ready:
+            if self._done:
+                raise StopAsyncIteration
+            try:
+                sse = await anext(self._sse)
+            except StopAsyncIteration:
+                self._done = True
+                self._ready.extend(self._state.on_end())
+            else:
+                self._ready.extend(self._state.on_sse(sse))
+        event = self._ready.popleft()
+        if isinstance(event, Finish):
+            self._done = True
+        return event
+
+
+class OpenAiChatProvider:
+    """A Provider for Chat Completions servers. Without an API key no Authorization header is
+    sent (local Ollama and llama-server need none)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        api_key: str | None = None,
+        name: str = KIND,
+        capabilities: Capabilities = OPENAI_CHAT_COMPAT,
+        timeouts: Timeouts = _DEFAULT_TIMEOUTS,
+    ) -> None:
+        self._client = client
+        self._url = completions_url(base_url)
+        self._api_key = api_key
+        self._name = name
+        self.capabilities = capabilities
+        self._timeouts = timeouts
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def build_request(self, request: ChatRequest) -> httpx.Request:
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        return self._client.build_request(
+            "POST", self._url, headers=headers, json=to_wire(request, self.capabilities)
+        )
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        http_request = self.build_request(request)
+        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+            yield _Events(sse, StreamState())
