@@ -354,8 +354,11 @@ def _to_crlf(s: str) -> str:
 
 def _snippet(text: str, start: int, length: int) -> str:
     """Numbered lines around text[start:start+length], with CONTEXT_LINES on each side."""
+    end = start + length
+    if length and text[end - 1] == "\n":
+        end -= 1  # a replacement ending in a newline ends on the line before
     first_line = text.count("\n", 0, start)  # 0-based
-    last_line = first_line + text.count("\n", start, start + length)
+    last_line = first_line + text.count("\n", start, end)
     lines = _lines(text)
     lo = max(0, first_line - CONTEXT_LINES)
     hi = min(len(lines), last_line + CONTEXT_LINES + 1)
