@@ -5,16 +5,15 @@ renderer may not slow the model's stream down or make the daemon buffer without 
 renderer that went away may not hang a turn (review finding 10, course 08.B). So `send_nowait`
 never blocks, and the channel holds at most `capacity` items:
 
-- a text (or reasoning) delta that arrives while the previous buffered event is a delta of the
-  same kind and step is merged into it: a slow consumer gets fewer, longer deltas, nothing is
-  lost, and a fast one sees them as they came;
-- a non-terminal event that finds the buffer nearly full is dropped, and a `Lagged(dropped=N)`
-  marker stands at the point of the gap (consecutive drops bump the same marker), so a consumer
-  always knows that, and where, it missed something;
-- a `TurnFinished` is never refused: when the buffer is full, the oldest two adjacent droppable
-  items (events or markers) are folded into one `Lagged` marker to make room. Only a consumer
-  that has not read anything for about `capacity / 2` whole turns can lose a `TurnFinished`, and
-  then in the same way, behind a marker.
+- a text (or reasoning) delta that arrives while the newest buffered event is a delta of the
+  same kind and step is merged into it: a slow consumer gets fewer, longer deltas and loses no
+  text, and a fast one sees them as they came;
+- an event that finds the buffer full makes room by folding the two oldest adjacent droppable
+  items (events or markers) into one `Lagged(dropped=N)` marker, so the consumer learns that, and
+  where, it missed something, and what it reads after catching up is the recent past (the
+  answer streaming now, not tool chatter from minutes ago);
+- a `TurnFinished` is never folded while any other pair can be: only a consumer that has read
+  nothing for about `capacity / 2` whole turns can lose one, and then behind a marker too.
 
 The consumer side is a single reader (`receive`, `async for`); the session supervisor fans events
 out to its own readers. `close()` is the producer's end: the reader drains what is buffered and
@@ -89,20 +88,10 @@ class EventChannel:
         if items and (merged := _coalesce(items[-1], event)) is not None:
             items[-1] = merged
             self._coalesced += 1
-        elif isinstance(event, TurnFinished):
-            if len(items) >= self._capacity:
-                self._make_room()
-            items.append(event)
-        elif len(items) < self._capacity - 1:
-            items.append(event)
-        elif isinstance(items[-1], Lagged):
-            items[-1] = Lagged(items[-1].dropped + 1)  # the gap is still open: widen it
-            self._dropped += 1
         else:
             if len(items) >= self._capacity:
                 self._make_room()
-            items.append(Lagged(1))
-            self._dropped += 1
+            items.append(event)
         self._lot.unpark_all()
 
     def _make_room(self) -> None:

@@ -1,0 +1,410 @@
+"""The agent loop: one `Agent` per session, `run_turn` per prompt.
+
+    sample -> commit only a clean completion -> decide -> dispatch -> append results -> validate
+
+repeated up to `max_steps` (`Agent._steps` is the whole algorithm, on one screen). A turn's end is
+a value: `run_turn` returns the `TurnFinished` it also emitted, with a `TurnOutcome`. Exceptions
+mean errors: provider and stream failures (`LlmError`) and transcript violations become a
+`StepFailed` event and the `error` outcome; anything else is a bug, reported as `error` and
+re-raised.
+
+Theory of operation.
+
+- The transcript (`Agent.messages`, an immutable tuple replaced on every change) only ever holds
+  valid states. Every change goes through `_commit`, which validates the would-be transcript
+  (`anvild.llm.integrity.validate_transcript`) before it replaces the old one; the pending tail
+  (an assistant message whose calls have no results yet) is allowed only between committing the
+  model's calls and committing their results. It is validated again before each request.
+- A completion is committed only after its stream finished. An abnormal finish (max_tokens,
+  refusal, unsupported stop) executes nothing: its text is committed, its provisional calls are
+  not, and the turn ends with max_tokens / refused / protocol_stopped. A stream or provider error
+  commits nothing of the step.
+- Each call is first `decide`d (the permission hook; the default allows; a deny, or a hook that
+  fails, answers the model with the reason and runs nothing). A batch whose allowed calls are all
+  read-only by their own `effects(args)` runs concurrently, results kept in call order; a batch
+  with any write, subprocess or unknown effect runs one call at a time, in order.
+- Cancellation. `Agent.cancel()` cancels the running turn's scope (an enclosing scope works too,
+  and then `trio.Cancelled` goes on after the turn is reported). Whatever was in flight, the
+  transcript is left valid: calls that finished keep their results, calls that were interrupted
+  get a result saying so (and that their effects are uncertain, unless they only read), calls
+  that never started say they were not run. A cancelled sample commits nothing; the trailing user
+  message gets a note that the turn was cancelled, and the next prompt is merged into that
+  trailing user message (roles keep alternating; nothing the model did not finish is put in its
+  mouth).
+- Budget. With `AgentConfig.token_budget` set, the turn stops with budget_exceeded before a
+  request once the tokens reported for the turn (input, output, cache reads and writes) reach the
+  budget. A provider that leaves any of them unreported makes the spend unknown, and unknown is
+  not zero: the turn stops too, saying why. It is a soft ceiling, checked between requests.
+- Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
+  turn emits exactly one `TurnFinished`, last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Final, TypeAlias
+
+import attrs
+import trio
+
+from anvild.agent import events as ev
+from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
+from anvild.agent.tools.base import Cancellation, ToolContext
+from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm import stream
+from anvild.llm.builder import Completion, MessageBuilder
+from anvild.llm.errors import LlmError
+from anvild.llm.integrity import TranscriptError, validate_transcript
+from anvild.llm.provider import Provider
+from anvild.llm.types import (
+    ChatRequest,
+    ContentBlock,
+    Message,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+PREVIEW_LINES: Final = 3
+PREVIEW_CHARS: Final = 240
+CANCELLED_NOTE: Final = "[The previous turn was cancelled before the assistant replied.]"
+
+_ABNORMAL: Final = {
+    stream.FinishReason.MAX_TOKENS: (
+        TurnOutcome.MAX_TOKENS,
+        "the response was cut off at the output token limit",
+    ),
+    stream.FinishReason.REFUSAL: (TurnOutcome.REFUSED, "the provider refused to answer"),
+    stream.FinishReason.UNSUPPORTED: (
+        TurnOutcome.PROTOCOL_STOPPED,
+        "the provider stopped in a way this harness does not continue",
+    ),
+}
+
+
+@attrs.frozen
+class Allow:
+    pass
+
+
+@attrs.frozen
+class Deny:
+    reason: str
+
+
+Decision: TypeAlias = Allow | Deny
+Decide: TypeAlias = Callable[[ToolCall], Awaitable[Decision]]
+"""The per-call policy hook: awaited before a call runs (it may wait for a human). It sees the
+call as the model made it; a `Deny` reason goes back to the model as the call's result."""
+
+
+async def allow_all(call: ToolCall) -> Decision:
+    return Allow()
+
+
+def _discard(event: AgentEvent) -> None:
+    return None
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1, not {value}")
+
+
+def _optional_positive(
+    instance: object, attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None and value < 1:
+        raise ValueError(f"{attribute.name} must be at least 1 (or None), not {value}")
+
+
+@attrs.frozen
+class AgentConfig:
+    model: str
+    system: str = ""
+    max_steps: int = attrs.field(default=50, validator=_positive)
+    max_tokens: int = attrs.field(default=8192, validator=_positive)  # per request
+    temperature: float | None = None
+    token_budget: int | None = attrs.field(default=None, validator=_optional_positive)
+
+
+@attrs.define
+class _Batch:
+    """The calls of one step while they run: what finished, what started."""
+
+    step: int
+    calls: list[ToolCall]
+    results: list[ToolResult | None]
+    started: list[bool]
+
+    @classmethod
+    def of(cls, step: int, calls: list[ToolCall]) -> _Batch:
+        return cls(step, calls, [None] * len(calls), [False] * len(calls))
+
+
+@attrs.define
+class _Turn:
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    step: int = 0
+    usage: stream.Usage = attrs.Factory(lambda: stream.Usage(0, 0, 0, 0))
+    batch: _Batch | None = None  # the calls in flight, until their results are committed
+
+    def finished(self, outcome: TurnOutcome, detail: str = "") -> TurnFinished:
+        return TurnFinished(outcome, self.step, self.usage, detail)
+
+
+def _as_blocks(prompt: str | Sequence[ContentBlock]) -> tuple[ContentBlock, ...]:
+    blocks = (Text(prompt),) if isinstance(prompt, str) else tuple(prompt)
+    if not blocks or all(isinstance(b, Text) and not b.text.strip() for b in blocks):
+        raise ValueError("a prompt needs some content")
+    return blocks
+
+
+def _preview(content: str) -> str:
+    lines = content.splitlines()
+    shown = "\n".join(line[:PREVIEW_CHARS] for line in lines[:PREVIEW_LINES])[:PREVIEW_CHARS]
+    return shown + ("…" if len(lines) > PREVIEW_LINES or len(shown) < len(content) else "")
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
+class Agent:
+    """One conversation with a model and its tools. Session-facing state is public and
+    observable: `messages` (the transcript), `todos`, `usage` (session totals), `running`."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        tools: ToolRegistry,
+        config: AgentConfig,
+        context: ToolContext,
+        *,
+        emit: Callable[[AgentEvent], None] = _discard,
+        decide: Decide = allow_all,
+        messages: Iterable[Message] = (),
+    ) -> None:
+        self.provider = provider
+        self.tools = tools
+        self.config = config
+        self.context = attrs.evolve(context, emit=emit)  # tools announce through the same path
+        self.decide = decide
+        self._emit = emit
+        self.messages: tuple[Message, ...] = ()
+        self._commit(*messages)  # a resumed transcript must be valid too
+        self.usage = stream.Usage(0, 0, 0, 0)  # every request of the session; None = unknown
+        self._turn: _Turn | None = None
+
+    @property
+    def todos(self) -> tuple[ev.Todo, ...]:
+        return tuple(self.context.state.todos)
+
+    @property
+    def running(self) -> bool:
+        return self._turn is not None
+
+    def cancel(self) -> bool:
+        """Cancel the running turn (it ends with the cancelled outcome). False if idle."""
+        if self._turn is None:
+            return False
+        self._turn.scope.cancel()
+        return True
+
+    def reset(self, messages: Iterable[Message] = ()) -> None:
+        """Replace the transcript (clear, restart, compaction). Not while a turn runs."""
+        if self._turn is not None:
+            raise RuntimeError("cannot replace the transcript while a turn is running")
+        self.messages = ()
+        self._commit(*messages)
+
+    async def run_turn(self, prompt: str | Sequence[ContentBlock]) -> TurnFinished:
+        """Run one turn for `prompt` and return how it ended (also emitted, last)."""
+        blocks = _as_blocks(prompt)
+        if self._turn is not None:
+            raise RuntimeError("a turn is already running on this agent")
+        turn = self._turn = _Turn()
+        finished: TurnFinished | None = None
+        try:
+            with turn.scope:
+                finished = await self._guarded(turn, blocks)
+            if finished is None:  # our own scope was cancelled
+                finished = self._interrupted(turn, TurnOutcome.CANCELLED, "the turn was cancelled")
+            return finished
+        except BaseException as exc:  # an enclosing cancel, or a bug: report, then propagate
+            if _is_cancellation(exc):
+                finished = self._interrupted(turn, TurnOutcome.CANCELLED, "the turn was cancelled")
+            else:
+                finished = self._interrupted(turn, TurnOutcome.ERROR, f"internal error: {exc!r}")
+            raise
+        finally:
+            self._turn = None
+            if finished is not None:
+                self._emit(finished)
+
+    async def _guarded(self, turn: _Turn, prompt: tuple[ContentBlock, ...]) -> TurnFinished:
+        try:
+            return turn.finished(*await self._steps(turn, prompt))
+        except (LlmError, TranscriptError) as exc:
+            retryable = isinstance(exc, LlmError) and exc.is_retryable
+            self._emit(ev.StepFailed(turn.step, type(exc).__name__, str(exc), retryable))
+            return turn.finished(TurnOutcome.ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def _steps(
+        self, turn: _Turn, prompt: tuple[ContentBlock, ...]
+    ) -> tuple[TurnOutcome, str]:
+        self._commit(Message(Role.USER, prompt))
+        specs = self.tools.specs()
+        for step in range(1, self.config.max_steps + 1):
+            if (over := self._over_budget(turn)) is not None:
+                return TurnOutcome.BUDGET_EXCEEDED, over
+            turn.step = step
+            self._emit(ev.StepStarted(step))
+            validate_transcript(self.messages)
+            completion = await self._sample(turn, specs)
+            if not completion.executable:
+                outcome, why = _ABNORMAL[completion.finish]
+                self._commit(Message(Role.ASSISTANT, _text_of(completion.message)))
+                return outcome, completion.finish_detail or why
+            self._commit(completion.message, pending=True)
+            if not completion.tool_calls:
+                return TurnOutcome.DONE, ""
+            turn.batch = _Batch.of(step, completion.tool_calls)
+            await self._run_batch(turn.batch, completion)
+            self._commit_results(turn)
+        return TurnOutcome.MAX_STEPS, f"stopped after {self.config.max_steps} steps"
+
+    async def _sample(self, turn: _Turn, specs: Sequence[ToolSpec]) -> Completion:
+        request = ChatRequest(
+            model=self.config.model,
+            messages=self.messages,
+            system=self.config.system,
+            tools=specs,
+            max_tokens=self.config.max_tokens,
+            temperature=self.config.temperature,
+        )
+        builder = MessageBuilder()
+        async with self.provider.stream(request) as events:
+            async for event in events:
+                builder.push(event)
+                if isinstance(event, stream.TextDelta) and event.text:
+                    self._emit(ev.TextDelta(turn.step, event.text))
+                elif isinstance(event, stream.ReasoningDelta) and event.text:
+                    self._emit(ev.ReasoningDelta(turn.step, event.text))
+        completion = builder.finish()
+        turn.usage = turn.usage.plus(completion.usage)
+        self.usage = self.usage.plus(completion.usage)
+        self._emit(ev.Usage(turn.step, completion.usage, turn.usage))
+        return completion
+
+    async def _run_batch(self, batch: _Batch, completion: Completion) -> None:
+        allowed: list[int] = []
+        for call in batch.calls:
+            self._emit(ev.ToolCallStarted(batch.step, call.id, call.name, call.arguments))
+        for index, call in enumerate(batch.calls):
+            if call.id in completion.invalid_arguments:
+                why = completion.invalid_arguments[call.id]
+                message = f"The arguments of {call.name} were not run: {why}. Send one JSON object."
+                self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
+            elif isinstance(decision := await self._decide(call), Deny):
+                message = f"Permission denied for {call.name}: {decision.reason}"
+                self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
+            else:
+                allowed.append(index)
+        if all(self.tools.effects(batch.calls[i]).read_only for i in allowed):
+            async with trio.open_nursery() as nursery:
+                for index in allowed:
+                    nursery.start_soon(self._run_call, batch, index)
+        else:
+            for index in allowed:
+                await self._run_call(batch, index)
+
+    async def _decide(self, call: ToolCall) -> Decision:
+        try:
+            return await self.decide(call)
+        except Exception as exc:  # a failing policy never grants anything
+            return Deny(f"the permission check failed ({type(exc).__name__}: {exc})")
+
+    async def _run_call(self, batch: _Batch, index: int) -> None:
+        batch.started[index] = True
+        result = await self.tools.dispatch(batch.calls[index], self.context)
+        self._finish_call(batch, index, result)
+
+    def _finish_call(self, batch: _Batch, index: int, result: ToolResult) -> None:
+        batch.results[index] = result
+        call = batch.calls[index]
+        preview = _preview(result.content)
+        self._emit(ev.ToolCallFinished(batch.step, call.id, call.name, result.is_error, preview))
+
+    def _commit_results(self, turn: _Turn) -> None:
+        assert turn.batch is not None
+        results = [r for r in turn.batch.results if r is not None]
+        self._commit(Message(Role.USER, results))
+        turn.batch = None
+
+    def _commit(self, *messages: Message, pending: bool = False) -> None:
+        """Append (merging a user message into a trailing user message), validate, replace."""
+        candidate = list(self.messages)
+        for message in messages:
+            if not message.content:
+                continue  # an empty answer adds nothing (and providers reject empty messages)
+            if candidate and message.role is Role.USER and candidate[-1].role is Role.USER:
+                message = Message(Role.USER, (*candidate.pop().content, *message.content))
+            candidate.append(message)
+        validate_transcript(candidate, allow_pending_tail=pending)
+        self.messages = tuple(candidate)
+
+    def _over_budget(self, turn: _Turn) -> str | None:
+        budget = self.config.token_budget
+        if budget is None or turn.step == 0:
+            return None
+        spent = turn.usage.total
+        if spent is None:
+            return (
+                f"the provider did not report every token count ({turn.usage}), so the turn's "
+                f"token budget of {budget} cannot be checked; unknown usage is not zero"
+            )
+        if spent >= budget:
+            return f"{spent} tokens used of a {budget}-token budget"
+        return None
+
+    def _interrupted(self, turn: _Turn, outcome: TurnOutcome, detail: str) -> TurnFinished:
+        """Leave a valid transcript after a cancel or a bug, synchronously (no checkpoints)."""
+        batch = turn.batch
+        if batch is not None:
+            for index, call in enumerate(batch.calls):
+                if batch.results[index] is None:
+                    self._finish_call(batch, index, self._unfinished(call, batch.started[index]))
+            self._commit_results(turn)
+        elif (
+            outcome is TurnOutcome.CANCELLED
+            and self.messages[-1:]
+            and (self.messages[-1].role is Role.USER)
+        ):
+            self._commit(Message(Role.USER, (Text(CANCELLED_NOTE),)))
+        return turn.finished(outcome, detail)
+
+    def _unfinished(self, call: ToolCall, started: bool) -> ToolResult:
+        if not started:
+            text = f"Not run: the turn was stopped before {call.name} started."
+        else:
+            tool = self.tools.get(call.name)
+            text = f"Interrupted: the turn was stopped while {call.name} was running."
+            if self.tools.effects(call).read_only:
+                text += " It only reads, so nothing was changed."
+            else:
+                if tool is not None and tool.cancellation is Cancellation.KILLS_CHILDREN:
+                    text += " Its process group was killed."
+                text += (
+                    " Its effects are uncertain: it may have partly run. Check the current "
+                    "state before running it again."
+                )
+        return ToolResult(call.id, text, is_error=True)
+
+
+def _text_of(message: Message) -> tuple[ContentBlock, ...]:
+    return tuple(block for block in message.content if isinstance(block, Text))
