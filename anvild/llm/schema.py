@@ -133,7 +133,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 class UnsupportedSchema(ConfigError):
     """A tool schema uses something the legacy dialect cannot express. `path` is the JSON path
-    (from `$`, the schema's root) of the offending keyword."""
+    of the offending keyword in RFC 9535 normalized notation, from `$` (the schema's root):
+    `$.properties.owner['$ref']`, `$.anyOf[1]`."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path

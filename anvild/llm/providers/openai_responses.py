@@ -43,8 +43,9 @@ of the completion, in order of first appearance:
     response.failed, error                        ApiError(code, message)
 
 Usage follows anvil's meaning: `input` = input_tokens - input_tokens_details.cached_tokens,
-`cache_read` = cached_tokens. Unknown event types are ignored; so is anything after the
-terminal event.
+`cache_read` = cached_tokens. Unknown event types are ignored. The provider stops reading at the
+terminal event (a server that keeps the connection open must not hold the turn until the idle
+deadline), and the state machine ignores anything after it.
 """
 
 from __future__ import annotations
@@ -254,6 +255,11 @@ class StreamState:
         self._called = False
         self._refused = False
         self._done = False
+
+    @property
+    def finished(self) -> bool:
+        """Whether the terminal event (completed or incomplete) has been seen."""
+        return self._done
 
     def on_sse(self, event: SseEvent) -> list[StreamEvent]:
         if self._done or event.data == "[DONE]":
@@ -488,6 +494,10 @@ async def _events(
     async for event in sse:
         for out in state.on_sse(event):
             yield out
+        if state.finished:
+            # Stop at the terminal event: a server that keeps the connection open after it
+            # must not hold the turn until the idle deadline.
+            return
     for out in state.on_end():
         yield out
 

@@ -7,15 +7,19 @@ values (encrypted reasoning) are checked by their first and last characters and 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import trio
+import trio.testing
 
 from anvild.llm.builder import Completion, collect
 from anvild.llm.capabilities import OPENAI_RESPONSES, Capabilities
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.http import Timeouts
 from anvild.llm.providers import openai_responses
 from anvild.llm.providers.openai_responses import (
     OpenAIResponsesProvider,
@@ -673,3 +677,38 @@ async def test_provider_raises_stream_errors_from_the_iteration() -> None:
 
 def test_module_shape() -> None:
     assert openai_responses.KIND == "openai-responses"
+
+
+class _HangsAfter(httpx.AsyncByteStream):
+    """A body that sends `data` and then never ends (until closed)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+        await trio.sleep_forever()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_provider_stops_reading_at_the_terminal_event(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    body = _HangsAfter((RECORDED / "openai-responses/function_call_stream.sse").read_bytes())
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        provider = OpenAIResponsesProvider(
+            client, "https://x.test/v1", "k", "o", OPENAI_RESPONSES, Timeouts(idle=30)
+        )
+        start = trio.current_time()
+        async with provider.stream(ChatRequest(model="m")) as events:
+            completion = await collect(events)
+    assert completion.finish is FinishReason.TOOL_USE
+    assert trio.current_time() - start < 1  # no wait for the idle deadline
+    assert body.closed
