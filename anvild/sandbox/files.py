@@ -52,6 +52,9 @@ Remaining races (also in docs/decisions.md):
 4. Freshness (checked by the tools just before the rename) and the rename are not atomic: a user
    edit landing between them is overwritten.
 
+Not a race but a limit: a hard link has no canonical path, so a hard link inside a root to a
+file outside is read as an inside file (writes refuse it: more than one link).
+
 All of these need a concurrent local process that already has write access to the tree; a
 sandboxed file worker would close them. Every method here blocks: call them from a worker thread
 (`trio.to_thread.run_sync`).
