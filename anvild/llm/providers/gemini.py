@@ -18,6 +18,9 @@ first, because a `functionResponse` names its function, not its call. Then, per 
     Reasoning, Gemini meta  the signed part it came from, at its place (see below)
     Reasoning, other meta   dropped: another provider's reasoning cannot be replayed here
 
+Signatures are sent only when the target's capabilities say `replay = thought-signatures` (the
+default for this kind); a compatible endpoint configured otherwise gets none.
+
 Thought signatures. Gemini returns opaque `thoughtSignature`s on parts and wants each one back
 on the same part of the same turn. A signature on a function call lives in that call's meta
 (`{"thoughtSignature": ...}`, with `"id"` when Gemini named the call). Any other signature is a
@@ -61,7 +64,7 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from anvild.llm.capabilities import Capabilities, SchemaDialect
+from anvild.llm.capabilities import Capabilities, Replay, SchemaDialect
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
 from anvild.llm.http import Timeouts, open_event_stream
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
@@ -200,6 +203,8 @@ def _user_parts(
 
 
 def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    # Signatures go back only to a target that takes them (the capability table's `replay`).
+    signed = capabilities.replay is Replay.THOUGHT_SIGNATURES
     parts: list[dict[str, Any]] = []
     for block in message.content:
         match block:
@@ -211,7 +216,7 @@ def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str,
             case Reasoning(text, meta):
                 data = _meta(meta)
                 signature = data.get("thoughtSignature")
-                if signature is None:
+                if signature is None or not signed:
                     continue  # foreign or unsigned reasoning cannot be replayed
                 if text:
                     parts.append({"text": text, "thought": True, "thoughtSignature": signature})
@@ -231,7 +236,7 @@ def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str,
                 if "id" in data:
                     call["id"] = data["id"]
                 part: dict[str, Any] = {"functionCall": call}
-                if "thoughtSignature" in data:
+                if signed and "thoughtSignature" in data:
                     part["thoughtSignature"] = data["thoughtSignature"]
                 parts.append(part)
             case ToolResult():

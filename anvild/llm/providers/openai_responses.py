@@ -18,7 +18,9 @@ Request (`to_wire`, pure). The system prompt is `instructions`; the transcript i
 
 The request is stateless (`store: false`), so it asks for `include:
 ["reasoning.encrypted_content"]`: the encrypted reasoning comes back inside each reasoning item
-and is replayed with it on the next request. Tools are flat `{"type": "function", name,
+and is replayed with it on the next request. Both depend on the target's capabilities
+(`replay = reasoning-items`, the default for this kind); a compatible server configured with
+`replay = none` gets neither. Tools are flat `{"type": "function", name,
 description, parameters, strict: false}` entries (strict mode would reject ordinary schemas that
 do not list every property as required).
 
@@ -58,7 +60,7 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from anvild.llm.capabilities import Capabilities
+from anvild.llm.capabilities import Capabilities, Replay
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
 from anvild.llm.http import Timeouts, open_event_stream
 from anvild.llm.sse import SseEvent
@@ -102,7 +104,8 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
         body["instructions"] = request.system
     body["input"] = [item for message in request.messages for item in _items(message, capabilities)]
     body["store"] = False
-    body["include"] = list(INCLUDE)
+    if capabilities.replay is Replay.REASONING_ITEMS:
+        body["include"] = list(INCLUDE)
     if request.tools:
         body["tools"] = [
             {
@@ -124,7 +127,7 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
 def _items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
     if message.role is Role.USER:
         return _user_items(message, capabilities)
-    return _assistant_items(message)
+    return _assistant_items(message, replay=capabilities.replay is Replay.REASONING_ITEMS)
 
 
 def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
@@ -166,7 +169,7 @@ def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, 
     return outputs
 
 
-def _assistant_items(message: Message) -> list[dict[str, Any]]:
+def _assistant_items(message: Message, *, replay: bool) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     text: list[dict[str, Any]] = []
 
@@ -181,8 +184,9 @@ def _assistant_items(message: Message) -> list[dict[str, Any]]:
                 if value:
                     text.append({"type": "output_text", "text": value})
             case Reasoning(_, meta):
-                # Only our own reasoning items can be replayed; foreign reasoning is dropped.
-                if meta is not None and meta.provider == PROVIDER_META:
+                # Only our own reasoning items can be replayed, and only to a target that takes
+                # them back; foreign reasoning is dropped.
+                if replay and meta is not None and meta.provider == PROVIDER_META:
                     flush()
                     items.append(meta.data)
             case ToolCall(call_id, name, arguments):

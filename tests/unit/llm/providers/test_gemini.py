@@ -291,6 +291,21 @@ def test_follow_up_drops_foreign_reasoning_and_replays_signed_thoughts() -> None
     }
 
 
+def test_signatures_go_only_to_targets_that_replay_them() -> None:
+    message = assistant(
+        Reasoning("signed thought", gemini_meta(thoughtSignature="s1")),
+        Text("answer"),
+        Reasoning("", gemini_meta(thoughtSignature="s2")),
+        ToolCall("c1", "f", {}, gemini_meta(thoughtSignature="s3")),
+    )
+    request = ChatRequest(model="m", messages=(Message.user_text("q"), message))
+    plain = Capabilities(max_tokens_field="maxOutputTokens")
+    assert to_wire(request, plain)["contents"][1]["parts"] == [
+        {"text": "answer"},
+        {"functionCall": {"name": "f", "args": {}}},
+    ]
+
+
 def test_ids_gemini_gave_are_kept_and_sent_back() -> None:
     chunk = {
         "candidates": [

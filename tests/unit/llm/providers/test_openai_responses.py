@@ -379,7 +379,6 @@ def test_to_wire_minimal_request_and_capabilities() -> None:
         "model": "m",
         "input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
         "store": False,
-        "include": ["reasoning.encrypted_content"],
         "max_output_tokens": 4096,
         "stream": True,
     }
@@ -388,6 +387,25 @@ def test_to_wire_minimal_request_and_capabilities() -> None:
             ChatRequest(model="m", messages=(Message(Role.USER, (Image("image/png", "AA=="),)),)),
             caps,
         )
+
+
+def test_reasoning_items_go_only_to_targets_that_replay_them() -> None:
+    item = {"id": "rs1", "type": "reasoning", "summary": [], "encrypted_content": "e"}
+    request = ChatRequest(
+        model="m",
+        messages=(
+            Message.user_text("q"),
+            assistant(Reasoning("", ProviderMeta("openai-responses", item)), Text("a")),
+        ),
+    )
+    replaying = to_wire(request, OPENAI_RESPONSES)
+    assert replaying["include"] == ["reasoning.encrypted_content"]
+    assert replaying["input"][1] == item
+    plain = to_wire(request, Capabilities(max_tokens_field="max_output_tokens"))
+    assert "include" not in plain
+    assert plain["input"][1:] == [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]}
+    ]
 
 
 def test_to_wire_rejects_blocks_in_the_wrong_role() -> None:
