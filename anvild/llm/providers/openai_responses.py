@@ -255,6 +255,7 @@ class StreamState:
 
     def __init__(self) -> None:
         self._keys: dict[tuple[str, object], _Item] = {}
+        self._latest: dict[str, _Item] = {}  # kind -> the item of that kind seen last
         self._next_block = 0
         self._called = False
         self._refused = False
@@ -333,7 +334,7 @@ class StreamState:
         raw = data.get("item")
         if not isinstance(raw, dict):
             raise DecodeError("response.output_item.added without an item")
-        item = self._item(data, str(raw.get("type")), raw)
+        item = self._item(data, str(raw.get("type")), raw, added=True)
         if item.kind == "function_call":
             return self._start_call(item, raw)
         return []
@@ -457,9 +458,16 @@ class StreamState:
 
     # -- item bookkeeping ---------------------------------------------------------------------
 
-    def _item(self, data: dict[str, Any], kind: str, raw: dict[str, Any] | None = None) -> _Item:
+    def _item(
+        self,
+        data: dict[str, Any],
+        kind: str,
+        raw: dict[str, Any] | None = None,
+        *,
+        added: bool = False,
+    ) -> _Item:
         """The item an event is about, found by output index or item id (whichever the server
-        sent), or a new block if neither is known yet."""
+        sent; with neither, the latest item of that kind), or a new block for a new item."""
         keys: list[tuple[str, object]] = []
         index = data.get("output_index")
         if isinstance(index, int):
@@ -468,6 +476,9 @@ class StreamState:
         if isinstance(item_id, str) and item_id:
             keys.append(("id", item_id))
         item = next((self._keys[key] for key in keys if key in self._keys), None)
+        if item is None and not keys and not added:
+            # Neither index nor id: the event continues the latest item of its kind.
+            item = self._latest.get(kind)
         if item is None:
             item = _Item(self._next_block, kind)
             self._next_block += 1
@@ -476,6 +487,7 @@ class StreamState:
                 f"Responses output item {keys[0][1]!r} is a {item.kind}, but an event for a "
                 f"{kind} named it"
             )
+        self._latest[kind] = item
         for key in keys:
             self._keys.setdefault(key, item)
         return item

@@ -459,6 +459,22 @@ def test_interleaved_items_keep_their_blocks() -> None:
     ]
 
 
+def test_events_without_index_or_id_continue_the_latest_item_of_their_kind() -> None:
+    events = feed(
+        {"type": "response.output_text.delta", "delta": "a"},
+        {"type": "response.output_text.delta", "delta": "b"},
+        {"type": "response.output_item.added", "item": {"type": "message"}},
+        {"type": "response.output_text.delta", "delta": "c"},
+        COMPLETED,
+    )
+    assert events == [
+        TextDelta(0, "a"),
+        TextDelta(0, "b"),
+        TextDelta(1, "c"),
+        Finish(FinishReason.END_TURN),
+    ]
+
+
 def test_arguments_only_in_the_done_event_or_the_done_item() -> None:
     call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"x":2}'}
     only_done_event = feed(
