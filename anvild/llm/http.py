@@ -32,6 +32,9 @@ from anvild.llm.errors import HttpError, TransportError
 from anvild.llm.sse import SseDecoder, SseEvent
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
+# Reading the rest of an abandoned body (SseStream.aclose): how long, and how much, at most.
+DRAIN_GRACE: Final = 0.25
+DRAIN_BYTES: Final = 64 * 1024
 
 
 @attrs.frozen
@@ -115,8 +118,28 @@ class SseStream:
     async def aclose(self) -> None:
         """Finalise the body iterator now. httpx's `aiter_bytes` is an async generator: one left
         unexhausted (an error mid-stream, a consumer that stops after its Finish, a cancelled
-        turn) would otherwise be finalised by the garbage collector, with a ResourceWarning."""
-        if isinstance(self._chunks, AsyncGenerator):
+        turn) would otherwise be finalised by the garbage collector, with a ResourceWarning.
+
+        Closing the outer generator does not close the ones it wraps (httpx's `aiter_raw` and
+        stream `__aiter__`s, httpcore's body generators: encode/httpx#3777, unfixed in 0.28),
+        so over a real connection they would still warn. A consumer that stops at its final
+        event leaves only the end of the body unread (the chunked terminator), so first read
+        to EOF, briefly and boundedly, which finishes every nested generator and lets the
+        connection go back to the pool. Mid-stream (an error, a cancel) the drain gives up
+        after DRAIN_GRACE seconds or DRAIN_BYTES bytes and the generators are closed as they
+        are."""
+        if not self._eof:
+            drained = 0
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + DRAIN_GRACE
+                try:
+                    while drained <= DRAIN_BYTES:
+                        drained += len(await anext(self._chunks))
+                except StopAsyncIteration:
+                    self._eof = True
+                except httpx.HTTPError:
+                    pass  # the body is being abandoned; its errors no longer matter
+        if not self._eof and isinstance(self._chunks, AsyncGenerator):
             await self._chunks.aclose()
 
     async def __anext__(self) -> SseEvent:
