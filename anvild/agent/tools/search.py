@@ -48,7 +48,7 @@ MAX_GREP_LINES: Final = 200
 MAX_GREP_FILES: Final = 200
 MAX_MATCH_LINE_CHARS: Final = 500
 GITIGNORE: Final = ".gitignore"
-ALWAYS_SKIPPED_DIRS: Final = frozenset({".git"})
+ALWAYS_SKIPPED: Final = frozenset({".git"})
 
 T = TypeVar("T")
 
@@ -201,12 +201,15 @@ def walk_files(
         walkdir.dirs[:] = [
             d
             for d in walkdir.dirs
-            if d not in ALWAYS_SKIPPED_DIRS and not here.ignored(top_prefix + rel_dir + d, True)
+            if d not in ALWAYS_SKIPPED and not here.ignored(top_prefix + rel_dir + d, True)
         ]
         for d in walkdir.dirs:
             stack[walkdir.path / d] = here
         for name in walkdir.files:
-            if not here.ignored(top_prefix + rel_dir + name, False):
+            if cancelled():
+                raise SearchCancelled
+            # A `.git` file (worktree or submodule pointer) is git metadata too.
+            if name not in ALWAYS_SKIPPED and not here.ignored(top_prefix + rel_dir + name, False):
                 yield walkdir, name, rel_dir + name
 
 

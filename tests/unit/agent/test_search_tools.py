@@ -68,6 +68,7 @@ def h(tmp_path: Path) -> Harness:
         },
     )
     (ws / "blob.bin").write_bytes(b"main\x00binary")
+    write(ws, {"vendor/lib/.git": "gitdir: ../../.git/modules/lib\n"})
     return Harness(ws.resolve())
 
 
@@ -242,3 +243,17 @@ def test_translate_glob() -> None:
             assert rx.match(path), (pattern, path)
         for path in bad:
             assert not rx.match(path), (pattern, path)
+
+
+def test_walk_stops_between_files_when_cancelled(tmp_path: Path) -> None:
+    from anvild.agent.tools.search import SearchCancelled, walk_files
+    from anvild.sandbox.files import FileAccess
+
+    write(tmp_path, {f"d/f{i}.txt": "" for i in range(10)})
+    seen: list[str] = []
+    with pytest.raises(SearchCancelled):
+        for _, _, rel in walk_files(
+            FileAccess.workspace(tmp_path), tmp_path.resolve(), lambda: len(seen) >= 3
+        ):
+            seen.append(rel)
+    assert seen == ["d/f0.txt", "d/f1.txt", "d/f2.txt"]
