@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Iterable
 from typing import ClassVar, Final, TypeAlias
 
 import attrs
@@ -147,10 +148,14 @@ class StepFailed:
     retryable: bool = False
 
 
+def _to_todos(todos: Iterable[Todo]) -> tuple[Todo, ...]:
+    return tuple(todos)
+
+
 @attrs.frozen
 class TodosUpdated:
     TAG: ClassVar[str] = "todos_updated"
-    todos: tuple[Todo, ...] = attrs.field(converter=tuple)
+    todos: tuple[Todo, ...] = attrs.field(converter=_to_todos)
 
 
 @attrs.frozen
@@ -219,4 +224,8 @@ def to_json(event: AgentEvent) -> str:
 
 
 def from_json(line: str) -> AgentEvent:
-    return event_converter.structure(json.loads(line), AgentEvent)  # type: ignore[arg-type]
+    """Parse one line written by `to_json`. Raises ValueError for anything else."""
+    try:
+        return event_converter.structure(json.loads(line), AgentEvent)  # type: ignore[arg-type]
+    except (ValueError, KeyError, TypeError, cattrs.BaseValidationError) as exc:
+        raise ValueError(f"not an agent event: {line[:200]!r} ({exc!r})") from exc
