@@ -18,8 +18,11 @@ first, because a `functionResponse` names its function, not its call. Then, per 
     Reasoning, Gemini meta  the signed part it came from, at its place (see below)
     Reasoning, other meta   dropped: another provider's reasoning cannot be replayed here
 
-Signatures are sent only when the target's capabilities say `replay = thought-signatures` (the
-default for this kind); a compatible endpoint configured otherwise gets none.
+The system prompt is `systemInstruction`; tools are `functionDeclarations` whose schema goes in
+`parametersJsonSchema` verbatim when the target's `schema_dialect` is json-schema (the default),
+else in `parameters`, compiled by `anvild.llm.schema.gemini_schema` (a tool without parameters
+then declares none: the legacy dialect refuses an empty OBJECT); `generationConfig` carries the
+token cap and the temperature.
 
 Thought signatures. Gemini returns opaque `thoughtSignature`s on parts and wants each one back
 on the same part of the same turn. A signature on a function call lives in that call's meta
@@ -32,6 +35,9 @@ on the same part of the same turn. A signature on a function call lives in that 
                                 (streaming sends the final signature this way)
     signed non-empty text part  an empty reasoning block marked `"part": "text"`, right after
                                 the text block -> the signature goes back on that text part
+
+Signatures are sent only when the target's capabilities say `replay = thought-signatures` (the
+default for this kind); a compatible endpoint configured otherwise gets none.
 
 Gemini does not number calls: a call's id is Gemini's `id` when it sends one, otherwise a fresh
 unique id, so two parallel calls to the same function never share one. Synthesized ids are not
