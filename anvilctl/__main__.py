@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from anvilctl import ninep_cli
+from anvilctl import ninep_cli, replay, trust
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     ninep_cli.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ninep_cli.add_subcommands(sub)
+    trust.add_subcommand(sub)
+    replay.add_subcommand(sub)
     return parser
 
 
@@ -28,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)
+    if args.command == "trust":
+        return trust.run(args)
+    if args.command == "replay-stream":
+        return replay.run(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
 
 

@@ -1,0 +1,146 @@
+"""`anvilctl replay-stream --provider KIND FILE`: replay a captured provider stream offline.
+
+    anvilctl replay-stream --provider anthropic capture.sse
+    anvilctl replay-stream --provider openai-responses turn.chunks.jsonl
+
+The bytes take the path a live response takes, without HTTP: anvil's `SseDecoder`, then the
+adapter's sans-IO `StreamState` (`on_sse` per event, `on_end` at the end of the body), then the
+`MessageBuilder`. On success the collected Completion is printed as JSON and the exit status
+is 0:
+
+    {"message": {...canonical message, as anvild.llm.types.converter writes it...},
+     "finish": "tool_use", "finish_detail": null,
+     "usage": {"input": 12, "output": 40, "cache_read": null, "cache_write": null},
+     "invalid_arguments": {}}
+
+If the stream ends in an error (an API error event, a protocol violation, a stream that never
+finished) the error is printed as JSON on stdout, `{"error": {"type": "ApiError", "message":
+..., "kind": ...}}`, with a one-line message on stderr, and the exit status is 1. A file that
+cannot be read is exit status 2.
+
+FILE is a raw `text/event-stream` body, or, when its name ends in `.chunks.jsonl`, one parsed
+`data:` payload per line (fixtures/recorded/MANIFEST.md): each line becomes `data: <line>` and a
+blank line, preceded by `event: <type>` when the payload is an object with a string `type`
+(Anthropic Messages and OpenAI Responses name their events; Chat and Gemini chunks do not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+from anvild.llm.builder import Completion, MessageBuilder
+from anvild.llm.errors import ApiError, HttpError, LlmError
+from anvild.llm.providers import anthropic, gemini, openai_chat, openai_responses
+from anvild.llm.sse import SseDecoder, SseEvent
+from anvild.llm.stream import StreamEvent
+from anvild.llm.types import converter
+
+CHUNKS_SUFFIX = ".chunks.jsonl"
+
+
+class StreamState(Protocol):
+    def on_sse(self, event: SseEvent) -> list[StreamEvent]: ...
+
+    def on_end(self) -> list[StreamEvent]: ...
+
+
+def new_state(kind: str) -> StreamState:
+    if kind == anthropic.KIND:
+        return anthropic.StreamState()
+    if kind == openai_chat.KIND:
+        return openai_chat.StreamState()
+    if kind == openai_responses.KIND:
+        return openai_responses.StreamState()
+    if kind == gemini.KIND:
+        return gemini.StreamState()
+    raise ValueError(f"unknown provider kind {kind!r}")
+
+
+KINDS = (anthropic.KIND, openai_chat.KIND, openai_responses.KIND, gemini.KIND)
+
+
+def sse_body(data: bytes, name: str) -> bytes:
+    """The file as a `text/event-stream` body: chunk files are wrapped, raw SSE is as is."""
+    if not name.endswith(CHUNKS_SUFFIX):
+        return data
+    out: list[str] = []
+    for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            payload = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}:{number}: not a JSON chunk: {exc}") from exc
+        if isinstance(payload, dict) and isinstance(payload.get("type"), str):
+            out.append(f"event: {payload['type']}\n")
+        out.append(f"data: {line}\n\n")
+    return "".join(out).encode("utf-8")
+
+
+def replay(body: bytes, state: StreamState) -> Completion:
+    """The Completion a stream body collects to, or the LlmError it ends in."""
+    builder = MessageBuilder()
+    decoder = SseDecoder()
+    for sse in decoder.push(body):
+        for event in state.on_sse(sse):
+            builder.push(event)
+    decoder.finish()
+    for event in state.on_end():
+        builder.push(event)
+    return builder.finish()
+
+
+def completion_json(completion: Completion) -> dict[str, Any]:
+    usage = completion.usage
+    return {
+        "message": converter.unstructure(completion.message),
+        "finish": completion.finish.value,
+        "finish_detail": completion.finish_detail,
+        "usage": {
+            "input": usage.input,
+            "output": usage.output,
+            "cache_read": usage.cache_read,
+            "cache_write": usage.cache_write,
+        },
+        "invalid_arguments": dict(completion.invalid_arguments),
+    }
+
+
+def error_json(error: LlmError) -> dict[str, Any]:
+    detail: dict[str, Any] = {"type": type(error).__name__, "message": str(error)}
+    if isinstance(error, ApiError):
+        detail["kind"] = error.kind
+    if isinstance(error, HttpError):
+        detail["status"] = error.status
+    return {"error": detail}
+
+
+def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "replay-stream",
+        help="replay a captured provider stream and print the canonical Completion as JSON",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--provider", required=True, choices=KINDS, metavar="KIND")
+    parser.add_argument("file", type=Path, metavar="FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    path: Path = args.file
+    try:
+        body = sse_body(path.read_bytes(), path.name)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        print(f"anvilctl replay-stream: {path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        completion = replay(body, new_state(args.provider))
+    except LlmError as error:
+        print(json.dumps(error_json(error), ensure_ascii=False, indent=2))
+        print(f"anvilctl replay-stream: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(completion_json(completion), ensure_ascii=False, indent=2))
+    return 0
