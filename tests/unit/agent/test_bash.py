@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.tools import bash as bash_module
 from anvild.agent.tools.base import Failed, ToolContext
 from anvild.agent.tools.bash import (
@@ -25,6 +26,8 @@ from anvild.agent.tools.bash import (
     format_result,
 )
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.integrity import validate_transcript
+from anvild.llm.testing import ScriptedProvider, script
 from anvild.llm.types import ToolCall
 from anvild.sandbox import FullAccess, ReadOnly, WorkspaceWrite
 
@@ -286,3 +289,21 @@ def test_head_tail_buffer_keeps_the_last_bytes_and_never_splits_characters() -> 
 def test_signal_deaths_use_the_shell_convention() -> None:
     result = CommandResult(-9, HeadTailBuffer(1, 1), HeadTailBuffer(1, 1), False, False)
     assert format_result(result).startswith("Exit code: 137 (killed by SIGKILL)")
+
+
+async def test_cancelling_a_turn_mid_command_kills_it_and_says_so(ctx: ToolContext) -> None:
+    tag = marker()
+    provider = ScriptedProvider([script.tool_call("c1", "bash", {"command": f"sleep {tag}"})])
+    agent = Agent(provider, ToolRegistry([BashTool()]), AgentConfig(model="m"), ctx)
+    start = time.monotonic()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(agent.run_turn, "sleep")
+        await trio.sleep(0.3)
+        assert pids_with(f"sleep {tag}")
+        agent.cancel()
+    assert time.monotonic() - start < 1.5
+    assert pids_with(f"sleep {tag}") == []
+    validate_transcript(agent.messages)
+    (result,) = agent.messages[-1].tool_results()
+    assert "process group was killed" in result.content
+    assert "uncertain" in result.content
