@@ -1,0 +1,157 @@
+"""The fake provider server itself: scripting by condition, failures, recording, and the
+subprocess mode that end-to-end tests use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from anvild.llm.errors import ApiError, HttpError
+from anvild.llm.providers.anthropic import AnthropicProvider
+from anvild.llm.providers.openai_chat import OpenAiChatProvider
+from anvild.llm.retry import Retry, RetryPolicy
+from anvild.llm.stream import FinishReason
+from anvild.llm.types import ChatRequest, Message
+from tests.support.conformance import complete
+from tests.support.fake_provider import Call, FakeProvider, StreamFailure, Turn, load_turns
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProvider]:
+    server = FakeProvider()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+def ask(model: str, text: str) -> ChatRequest:
+    return ChatRequest(model=model, messages=[Message.user_text(text)], max_tokens=64)
+
+
+async def test_turns_are_taken_by_model_and_content(fake: FakeProvider) -> None:
+    fake.add(
+        Turn.reply("reviewer says ok", model="reviewer"),
+        Turn.reply("dev answer 2", model="dev", contains="second"),
+        Turn.reply("dev answer 1", model="dev"),
+    )
+    async with httpx.AsyncClient() as client:
+        chat = OpenAiChatProvider(client, f"{fake.url}/v1")
+        assert (await complete(chat, ask("dev", "first"))).message.text() == "dev answer 1"
+        assert (await complete(chat, ask("dev", "second"))).message.text() == "dev answer 2"
+        assert (await complete(chat, ask("reviewer", "x"))).message.text() == "reviewer says ok"
+        # Nothing left: a loud, non-retryable 400 that names the request.
+        with pytest.raises(HttpError) as info:
+            await complete(chat, ask("dev", "third"))
+    assert info.value.status == 400
+    assert "no scripted turn matches request 4 (model 'dev'" in info.value.body
+    assert [r.model for r in fake.requests] == ["dev", "dev", "reviewer", "dev"]
+    assert fake.requests[0].headers["content-type"] == "application/json"
+    assert fake.requests[1].last_user_text == "second"
+    assert fake.pending == 0
+
+
+async def test_http_failures_with_retry_after_then_success(
+    fake: FakeProvider,
+) -> None:
+    fake.add(Turn.failure(529, "Overloaded", retry_after=0), Turn.reply("pong"))
+    async with httpx.AsyncClient() as client:
+        provider = Retry(AnthropicProvider(client, f"{fake.url}/v1"), RetryPolicy(base=0.01))
+        done = await complete(provider, ask("claude", "ping"))
+    assert done.message.text() == "pong"
+    assert done.finish is FinishReason.END_TURN
+    assert len(fake.requests) == 2
+
+
+async def test_a_stream_error_after_content(fake: FakeProvider) -> None:
+    fake.add(Turn.reply("half", stream_error=StreamFailure("overloaded_error", "Overloaded")))
+    async with httpx.AsyncClient() as client:
+        provider = AnthropicProvider(client, f"{fake.url}/v1")
+        with pytest.raises(ApiError) as info:
+            await complete(provider, ask("claude", "ping"))
+    assert info.value.kind == "overloaded_error"
+
+
+async def test_max_tokens_and_reasoning(fake: FakeProvider) -> None:
+    fake.add(
+        Turn(text="cut sho", finish="max_tokens"),
+        Turn.calls(Call("f", {"a": 1}, id="call_x"), reasoning="thinking about f"),
+    )
+    async with httpx.AsyncClient() as client:
+        provider = AnthropicProvider(client, f"{fake.url}/v1")
+        truncated = await complete(provider, ask("m", "x"))
+        called = await complete(provider, ask("m", "y"))
+    assert truncated.finish is FinishReason.MAX_TOKENS
+    assert not truncated.executable
+    assert called.finish is FinishReason.TOOL_USE
+    assert [c.id for c in called.tool_calls] == ["call_x"]
+    reasoning = called.message.content[0]
+    assert getattr(reasoning, "text", None) == "thinking about f"
+
+
+def test_script_json_round_trips_and_rejects_unknown_keys() -> None:
+    turns = load_turns(
+        {
+            "turns": [
+                {"model": "dev", "text": "pong", "usage": {"input": 3, "output": 1}},
+                {"tool_calls": [{"name": "f", "arguments": {"a": 1}}], "repeat": True},
+                {"status": 529, "message": "busy", "retry_after": 1},
+                {"text": "x", "stream_error": {"kind": "api_error", "message": "boom"}},
+            ]
+        }
+    )
+    assert turns[1].tool_calls == (Call("f", {"a": 1}),)
+    assert turns[1].finish_reason == "tool_use"
+    assert turns[2].status == 529
+    with pytest.raises(ValueError, match="unknown turn keys: \\['txt'\\]"):
+        load_turns({"turns": [{"txt": "typo"}]})
+    with pytest.raises(ValueError, match="finish must be one of"):
+        load_turns({"turns": [{"finish": "stop"}]})
+
+
+async def test_subprocess_mode_with_control_endpoints(tmp_path: Path) -> None:
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps({"turns": [{"text": "from the script"}]}))
+    process = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "tests.support.fake_provider", "--port", "0", "--script", script],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = b""
+        with trio.fail_after(30):
+            while not line.endswith(b"\n"):
+                chunk = await process.stdout.receive_some(1)
+                assert chunk, "the fake provider exited before it listened"
+                line += chunk
+        url = line.decode().strip()
+        assert url.startswith("http://127.0.0.1:")
+        async with httpx.AsyncClient() as client:
+            chat = OpenAiChatProvider(client, f"{url}/v1")
+            done = await complete(chat, ask("any", "hello"))
+            assert done.message.text() == "from the script"
+            added = await client.post(f"{url}/_fake/turns", json={"turns": [{"text": "more"}]})
+            assert added.json() == {"pending": 1}
+            assert (await complete(chat, ask("any", "again"))).message.text() == "more"
+            recorded = (await client.get(f"{url}/_fake/requests")).json()
+            assert [r["last_user_text"] for r in recorded] == ["hello", "again"]
+            assert recorded[0]["protocol"] == "openai-chat"
+            assert recorded[0]["body"]["stream"] is True
+            assert (await client.get(f"{url}/_fake/pending")).json() == {"pending": 0}
+            bad = await client.post(f"{url}/_fake/turns", json={"turns": [{"nope": 1}]})
+            assert bad.status_code == 400
+    finally:
+        process.terminate()
+        await process.wait()
+        if process.stdout is not None:
+            await process.stdout.aclose()
