@@ -165,7 +165,7 @@ def _as_blocks(prompt: str | Sequence[ContentBlock]) -> tuple[ContentBlock, ...]
 def _preview(content: str) -> str:
     lines = content.splitlines()
     shown = "\n".join(line[:PREVIEW_CHARS] for line in lines[:PREVIEW_LINES])[:PREVIEW_CHARS]
-    return shown + ("…" if len(lines) > PREVIEW_LINES or len(shown) < len(content) else "")
+    return shown if shown == "\n".join(lines) else shown + "…"
 
 
 def _is_cancellation(exc: BaseException) -> bool:

@@ -18,7 +18,7 @@ import trio.testing
 
 from anvild.agent import events as ev
 from anvild.agent.channel import EventChannel
-from anvild.agent.loop import CANCELLED_NOTE, Agent, AgentConfig, Allow, Decision, Deny
+from anvild.agent.loop import CANCELLED_NOTE, Agent, AgentConfig, Allow, Decision, Deny, _preview
 from anvild.agent.tools.base import Args, Cancellation, Effects, ToolContext, ToolOutput
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.agent.tools.todo import TodoWriteTool
@@ -692,3 +692,16 @@ async def test_vanished_consumer_never_blocks_the_turn(tmp_path: Path) -> None:
     assert (await agent.run_turn("go")).outcome is ev.TurnOutcome.DONE
     assert channel.statistics().buffered == 0
     assert channel.statistics().dropped > 0
+
+
+@pytest.mark.parametrize(
+    ("content", "preview"),
+    [
+        ("4", "4"),
+        ("a\r\nb\r\n", "a\nb"),
+        ("1\n2\n3\n4", "1\n2\n3…"),
+        ("x" * 300, "x" * 240 + "…"),
+    ],
+)
+def test_tool_result_preview(content: str, preview: str) -> None:
+    assert _preview(content) == preview
