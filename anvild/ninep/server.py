@@ -442,7 +442,7 @@ class _Connection:
 
     def _error_reply(self, tag: int, exc: FsError) -> m.Message:
         if self.dialect is Dialect.P9P2000_L:
-            return m.Rlerror(tag, exc.errno)
+            return m.Rlerror(tag, exc.errno or errno.EIO)  # Rlerror 0 would read as success
         if self.dialect is Dialect.P9P2000_U:
             return m.Rerror(tag, exc.message, exc.errno)
         return m.Rerror(tag, exc.message)
@@ -552,8 +552,9 @@ class _Connection:
         if old is not None and old.tag != msg.tag:
             old.scope.cancel()
             # The flushed request's reply (if it already took effect) goes out before Rflush.
-            with trio.CancelScope(shield=True):
-                await old.done.wait()
+            # Not shielded: two Tflushes naming each other must not wait on each other forever;
+            # the one cancelled first ends without a reply and the other then answers.
+            await old.done.wait()
         return m.Rflush(msg.tag)
 
     async def _auth(self, msg: m.Tauth) -> m.Message:

@@ -320,6 +320,27 @@ async def test_flush_of_a_blocked_read_is_never_answered() -> None:
         assert await c.rpc(m.Tflush(4, 99)) == m.Rflush(4)  # unknown oldtag: Rflush at once
 
 
+async def test_flushes_that_name_each_other_do_not_deadlock() -> None:
+    async with serving() as (c, tree, server):
+        await walk_open(c, ("events",), OREAD)
+        await c.send(m.Tread(1, 1, 0, 100))
+        await trio.testing.wait_all_tasks_blocked()
+        # One write, so all three are registered before any of them runs: 2 and 3 name each
+        # other. The first to run cancels the other, which ends without a reply.
+        flushes = [m.Tflush(2, 3), m.Tflush(3, 2), m.Tflush(4, 1)]
+        await c.send_raw(b"".join(m.encode(f, P) for f in flushes))
+        replies = []
+        with trio.fail_after(5):
+            while m.Rflush(4) not in replies:
+                replies.append(await c.receive())
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(isinstance(r, m.Rflush) for r in replies)
+        assert len([r for r in replies if r.tag in (2, 3)]) <= 1
+        assert tree.events.cancelled_reads == 1
+        assert server.statistics().requests_in_flight == 0
+        assert isinstance(await c.rpc(m.Tstat(0, 0)), m.Rstat)
+
+
 class _Uncancellable(Node):
     """A read that already took effect when the flush arrives (shielded)."""
 
