@@ -1,0 +1,457 @@
+"""Session records: the versioned `Record` union, its JSON converter, and the schema upgrade.
+
+A session's journal is one JSONL file; every line is one record in an envelope that carries its
+sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type` tag:
+
+    {"seq":1,"type":"session_started","schema":1,"id":"s1","alias":null,"role":"developer",...}
+    {"seq":2,"type":"message_appended","message":{"role":"user","content":[...]}}
+    {"seq":3,"type":"tool_started","call_id":"c1","name":"bash"}
+
+    Record = SessionStarted | MessageAppended | MessageExtended | ContextReplaced | ModelChanged
+           | StateChanged | TodosChanged | ToolStarted | ToolFinished | UsageReported
+           | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
+           | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered | Note
+           | SessionEnded
+
+Tags are the `TAG` of each class (never a class name) and must never change: files written
+today are read by every later version. Messages and blocks inside records go through
+`anvild.llm.types.converter`'s hooks (the record converter is a copy of it), so provider meta
+such as a Gemini thought signature round-trips unchanged.
+
+Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
+is `SCHEMA_VERSION` (1). `upgrade_lines` turns an older file's decoded lines into current ones:
+
+- Schema 0 is the course prototype format (course chapter 14.1): the first line is a `meta`
+  record `{"type":"meta","id":..,"model":..,"cwd":..,"created_at":<unix seconds>}` with no
+  `schema` field; no line has a `seq` (records are numbered by position); `tool_finished` is
+  flat (`{"type":"tool_finished","call_id":..,"content":..,"is_error":..}`); `context_replaced`
+  has no `reason`. The other tags it knew (`message_appended`, `message_extended`,
+  `model_changed`, `todos_changed`, `tool_started`, `usage`) have their schema 1 shape.
+  Upgrading numbers the lines, rewrites `meta` as `session_started` (role "developer", sandbox
+  "workspace-write", not ephemeral, no alias: what every prototype session was), nests the
+  tool result, and gives replacements the reason `compaction` (the only way a prototype
+  replaced its context).
+
+Nothing here does I/O; the journal (`anvild.store.journal`) reads and writes the lines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Final, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+from anvild.llm import stream
+from anvild.llm.types import ContentBlock, Json, Message, ToolResult
+from anvild.llm.types import converter as llm_converter
+from anvild.store.errors import RecordError
+
+SCHEMA_VERSION: Final = 1
+"""The schema this version writes. Files with a lower version are upgraded, higher refused."""
+
+OLDEST_SCHEMA: Final = 0
+
+
+class SessionStatus(enum.StrEnum):
+    """The lifecycle states of DESIGN section 4, as recorded. The supervisor owns the transition
+    table; the store only persists its decisions and knows which states a crash interrupts."""
+
+    STARTING = "starting"
+    IDLE = "idle"
+    RUNNING = "running"
+    AWAIT = "await"
+    AWAIT_APPROVAL = "await_approval"
+    STOPPED = "stopped"
+    EXITED = "exited"
+    ERROR = "error"
+
+    @property
+    def active(self) -> bool:
+        """Whether a turn (or the start of one) was under way: what a crash interrupts."""
+        return self in (SessionStatus.STARTING, SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL)
+
+
+class ReplaceReason(enum.StrEnum):
+    CLEAR = "clear"  # `clear` on ctl: an empty context
+    RESTART = "restart"  # `restart`: same id, alias and role, fresh context
+    COMPACTION = "compaction"  # a summary replaced the history
+    HANDOFF = "handoff"  # `model NAME` could not replay the history; a text handoff replaced it
+
+
+class Verdict(enum.StrEnum):
+    APPROVE = "approve"
+    ALWAYS = "always"  # approve, and do not ask again for this tool in this session
+    REJECT = "reject"
+    # Nobody answered: cancel, stop, kill, daemon shutdown or a crash. Never an approval.
+    CANCELLED = "cancelled"
+
+
+def _non_empty(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not value:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must not be empty")
+
+
+def _aware(instance: object, attribute: attrs.Attribute[dt.datetime], value: dt.datetime) -> None:
+    if value.tzinfo is None:
+        raise ValueError(f"{attribute.name} must carry a time zone (use UTC)")
+
+
+def _to_blocks(blocks: Iterable[ContentBlock]) -> tuple[ContentBlock, ...]:
+    return tuple(blocks)
+
+
+def _to_messages(messages: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(messages)
+
+
+def _to_strs(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class TodoItem:
+    """One todo item as recorded. `status` is the agent's vocabulary (pending, in_progress,
+    completed), kept as text: the store persists the list, the agent validates it."""
+
+    content: str
+    status: str
+
+
+def _to_todos(todos: Iterable[TodoItem]) -> tuple[TodoItem, ...]:
+    return tuple(todos)
+
+
+@attrs.frozen
+class SessionStarted:
+    """The first record of every file, and only there. `schema` is the file's schema version."""
+
+    TAG: ClassVar[str] = "session_started"
+    id: str = attrs.field(validator=_non_empty)
+    alias: str | None
+    role: str
+    model: str
+    cwd: str
+    sandbox: str
+    created_at: dt.datetime = attrs.field(validator=_aware)
+    ephemeral: bool = False
+    context: str = ""  # the session's `context` file at creation
+    schema: int = SCHEMA_VERSION
+
+
+@attrs.frozen
+class MessageAppended:
+    """A message added at the end of the transcript (roles alternate)."""
+
+    TAG: ClassVar[str] = "message_appended"
+    message: Message
+
+
+@attrs.frozen
+class MessageExtended:
+    """Blocks appended to the last message: a prompt merged into a trailing user message of tool
+    results or of a cancelled turn (`anvild.agent.loop`), or a recovery note."""
+
+    TAG: ClassVar[str] = "message_extended"
+    blocks: tuple[ContentBlock, ...] = attrs.field(converter=_to_blocks)
+
+
+@attrs.frozen
+class ContextReplaced:
+    """The whole transcript replaced: clear (empty), restart (empty), compaction (a summary),
+    handoff (a text summary for another provider). Resets the usage baseline."""
+
+    TAG: ClassVar[str] = "context_replaced"
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    reason: ReplaceReason = attrs.field(converter=ReplaceReason)
+
+
+@attrs.frozen
+class ModelChanged:
+    """`model NAME`. The usage baseline belongs to the old model and is reset."""
+
+    TAG: ClassVar[str] = "model_changed"
+    model: str
+
+
+@attrs.frozen
+class StateChanged:
+    TAG: ClassVar[str] = "state_changed"
+    status: SessionStatus = attrs.field(converter=SessionStatus)
+    detail: str = ""  # why, for error and stopped (shown on `state` readers' events and in the log)
+
+
+@attrs.frozen
+class TodosChanged:
+    TAG: ClassVar[str] = "todos_changed"
+    todos: tuple[TodoItem, ...] = attrs.field(converter=_to_todos)
+
+
+@attrs.frozen
+class ToolStarted:
+    """A call of the last (assistant) message is about to run. Synced before the side effect."""
+
+    TAG: ClassVar[str] = "tool_started"
+    call_id: str = attrs.field(validator=_non_empty)
+    name: str
+
+
+@attrs.frozen
+class ToolFinished:
+    """A started call produced its result. Synced after the side effect: until the result is in
+    the transcript, this record is the only trace of what the call did."""
+
+    TAG: ClassVar[str] = "tool_finished"
+    result: ToolResult
+
+
+@attrs.frozen
+class UsageReported:
+    """Tokens reported for one model request (tag `usage`). `None` fields are unknown."""
+
+    TAG: ClassVar[str] = "usage"
+    usage: stream.Usage
+
+
+@attrs.frozen
+class TurnEnded:
+    """How a turn ended: the agent's outcome (done, cancelled, error, ...) and its detail, so
+    `out` can show the reason of an abnormal end after a restart."""
+
+    TAG: ClassVar[str] = "turn_ended"
+    outcome: str
+    detail: str = ""
+
+
+@attrs.frozen
+class ContextFileChanged:
+    """The session's `context` text (a prompt layer), applied from the next turn."""
+
+    TAG: ClassVar[str] = "context_file_changed"
+    text: str
+
+
+@attrs.frozen
+class RoleChanged:
+    TAG: ClassVar[str] = "role_changed"
+    role: str
+
+
+@attrs.frozen
+class AliasChanged:
+    TAG: ClassVar[str] = "alias_changed"
+    alias: str | None
+
+
+@attrs.frozen
+class PromptQueued:
+    """A prompt accepted on `in` while a turn runs. Queued prompts survive a restart: the client
+    was told its write succeeded, and `wait` promises to wait for it."""
+
+    TAG: ClassVar[str] = "prompt_queued"
+    prompt_id: str = attrs.field(validator=_non_empty)
+    text: str
+
+
+@attrs.frozen
+class PromptTaken:
+    """The queued prompt left the queue to run (its message record follows)."""
+
+    TAG: ClassVar[str] = "prompt_taken"
+    prompt_id: str
+
+
+@attrs.frozen
+class PromptDropped:
+    """`drop` on `queue`: these queued prompts are discarded."""
+
+    TAG: ClassVar[str] = "prompt_dropped"
+    prompt_ids: tuple[str, ...] = attrs.field(converter=_to_strs)
+
+
+@attrs.frozen
+class ApprovalRequested:
+    """A call of the last message waits on `approval`."""
+
+    TAG: ClassVar[str] = "approval_requested"
+    call_id: str
+    tool: str
+    arguments: Json
+    reason: str
+
+
+@attrs.frozen
+class ApprovalAnswered:
+    TAG: ClassVar[str] = "approval_answered"
+    call_id: str
+    verdict: Verdict = attrs.field(converter=Verdict)
+    reason: str = ""  # a rejection's reason goes back to the model as the call's result
+
+
+@attrs.frozen
+class Note:
+    """A human-readable line for the session's `log` (e.g. an unknown tool outcome)."""
+
+    TAG: ClassVar[str] = "note"
+    text: str
+
+
+@attrs.frozen
+class SessionEnded:
+    """`kill`, or an ephemeral session reaped: the last record of a file."""
+
+    TAG: ClassVar[str] = "session_ended"
+    reason: str = ""
+
+
+Record: TypeAlias = (
+    SessionStarted
+    | MessageAppended
+    | MessageExtended
+    | ContextReplaced
+    | ModelChanged
+    | StateChanged
+    | TodosChanged
+    | ToolStarted
+    | ToolFinished
+    | UsageReported
+    | TurnEnded
+    | ContextFileChanged
+    | RoleChanged
+    | AliasChanged
+    | PromptQueued
+    | PromptTaken
+    | PromptDropped
+    | ApprovalRequested
+    | ApprovalAnswered
+    | Note
+    | SessionEnded
+)
+
+RECORD_TYPES: Final[tuple[type[Record], ...]] = (
+    SessionStarted,
+    MessageAppended,
+    MessageExtended,
+    ContextReplaced,
+    ModelChanged,
+    StateChanged,
+    TodosChanged,
+    ToolStarted,
+    ToolFinished,
+    UsageReported,
+    TurnEnded,
+    ContextFileChanged,
+    RoleChanged,
+    AliasChanged,
+    PromptQueued,
+    PromptTaken,
+    PromptDropped,
+    ApprovalRequested,
+    ApprovalAnswered,
+    Note,
+    SessionEnded,
+)
+
+RECORD_TAGS: Final[Mapping[type[Record], str]] = {cls: cls.TAG for cls in RECORD_TYPES}
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = llm_converter.copy()  # messages and blocks exactly as the llm layer writes them
+    conv.register_unstructure_hook(dt.datetime, lambda value: value.isoformat())
+    conv.register_structure_hook(dt.datetime, _structure_datetime)
+    configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
+    return conv
+
+
+def _structure_datetime(value: Any, _: type) -> dt.datetime:
+    if not isinstance(value, str):
+        raise TypeError(f"expected an ISO 8601 time, not {value!r}")
+    return dt.datetime.fromisoformat(value)
+
+
+record_converter: Final[cattrs.Converter] = _make_converter()
+"""The JSON converter for records (a copy of the llm converter plus the `Record` union)."""
+
+
+def encode(seq: int, record: Record) -> bytes:
+    """One record as one JSONL line, newline included: `{"seq":N,"type":TAG,...}`."""
+    data = record_converter.unstructure(record, Record)
+    line = {"seq": seq, "type": data.pop("type"), **data}
+    try:
+        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a lone surrogate (from a provider's JSON): escape it instead
+        return json.dumps(line, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def decode(obj: Json) -> tuple[int, Record]:
+    """(seq, record) from one decoded JSON line of the current schema.
+
+    Raises `RecordError` naming what is wrong (the journal adds the file and line)."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"a record is a JSON object, not {type(obj).__name__}")
+    seq = obj.get("seq")
+    if type(seq) is not int or seq < 1:
+        raise RecordError(f"the record has no valid seq ({seq!r})")
+    body = {key: value for key, value in obj.items() if key != "seq"}
+    try:
+        record: Record = record_converter.structure(body, Record)  # type: ignore[arg-type]
+    except (cattrs.BaseValidationError, KeyError, TypeError, ValueError) as exc:
+        raise RecordError(f"not a valid record of type {obj.get('type')!r}: {exc!r}") from exc
+    return seq, record
+
+
+def schema_of(first: Json) -> int:
+    """The schema version a file's first decoded line declares (0: the prototype's `meta`)."""
+    if isinstance(first, dict):
+        schema = first.get("schema")
+        if type(schema) is int and schema >= 0:
+            return schema
+        if schema is None and first.get("type") == "meta":
+            return 0
+    raise RecordError("the first record declares no schema version (not a session record file)")
+
+
+def upgrade_lines(lines: list[Json], schema: int) -> list[Json]:
+    """Decoded lines of a `schema` file as current-schema lines (`OLDEST_SCHEMA <= schema <=
+    SCHEMA_VERSION`, which the caller checks). Pure; raises `RecordError` for a line that does
+    not have its version's shape."""
+    if not OLDEST_SCHEMA <= schema <= SCHEMA_VERSION:
+        raise ValueError(f"no upgrade from record schema {schema}")
+    if schema == 0:
+        lines = [_upgrade_0_to_1(index, line) for index, line in enumerate(lines)]
+    return lines
+
+
+_V0_DEFAULTS: Final = {"alias": None, "role": "developer", "sandbox": "workspace-write"}
+
+
+def _upgrade_0_to_1(index: int, line: Json) -> Json:
+    if not isinstance(line, dict) or "seq" in line:
+        raise RecordError("not a schema 0 record (an object without seq)")
+    kind = line.get("type")
+    if (index == 0) != (kind == "meta"):
+        raise RecordError("a schema 0 file has one meta record, first")
+    new: dict[str, Json] = {"seq": index + 1}
+    if kind == "meta":
+        created = line.get("created_at")
+        if not isinstance(created, int | float) or isinstance(created, bool):
+            raise RecordError(f"meta.created_at is not unix seconds: {created!r}")
+        stamp = dt.datetime.fromtimestamp(created, dt.UTC)
+        new |= {"type": SessionStarted.TAG, **_V0_DEFAULTS}
+        new |= {key: line.get(key) for key in ("id", "model", "cwd")}
+        new |= {"created_at": stamp.isoformat(), "ephemeral": False, "context": ""}
+        new["schema"] = SCHEMA_VERSION
+    elif kind == "tool_finished":
+        fields = ("call_id", "content", "is_error")
+        new |= {"type": kind, "result": {key: line.get(key) for key in fields}}
+    elif kind == "context_replaced":
+        new |= {**line, "reason": ReplaceReason.COMPACTION.value}
+    else:
+        new |= line
+    return new

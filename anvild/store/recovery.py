@@ -1,0 +1,111 @@
+"""Crash recovery for one session: `recover(state) -> Recovery`, pure.
+
+After a crash (kill -9, power loss) a session's records can stop anywhere. The journal's loader
+already dropped a torn final line; what is left is a valid prefix of what the session did, and
+it may end in the middle of a turn. `recover` says which records bring it back to rest:
+
+- A pending approval is answered `cancelled` (a restart never approves anything).
+- A trailing assistant message whose calls have no results gets one user message of results,
+  one per call, in call order:
+  - a call with a durable `ToolFinished`: its recorded result (the work is known, not redone);
+  - a call with `ToolStarted` but no durable finish: an error result saying the outcome is
+    unknown and that it was not re-run, plus a `Note` for the session's log. The call may have
+    run partly, fully or not at all; only the world can tell, so the model (and the human
+    reading `log`) is told to check before trying again. Nothing is ever re-run automatically;
+  - a call never started (its `ToolStarted` was not written, so its side effect never began):
+    an error result saying it was not run.
+- A session that was starting, running or awaiting approval ends its turn (`TurnEnded` with
+  outcome `error` and the reason), gets a note in the transcript's trailing user message (so the
+  model knows the turn was cut), goes to `idle`, and the log says so.
+
+Queued prompts are kept: they were accepted and never handled. Sessions that were idle, await,
+stopped, exited or in error stay as they were (their transcript is repaired all the same), and an
+ended session needs nothing. Recovery is idempotent: the state it leads to needs no recovery.
+After it, `validate_transcript(state.messages)` holds (the tests check it).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import attrs
+
+from anvild.llm.types import ContentBlock, Message, Role, Text, ToolCall, ToolResult
+from anvild.store.records import (
+    ApprovalAnswered,
+    MessageAppended,
+    MessageExtended,
+    Note,
+    Record,
+    SessionStatus,
+    StateChanged,
+    TurnEnded,
+    Verdict,
+)
+from anvild.store.state import SessionState
+
+UNKNOWN_OUTCOME: Final = (
+    "Outcome unknown: anvild stopped (a crash, kill or power loss) while {name} was running, and "
+    "no result was recorded. It was not re-run. It may have run partly, fully or not at all: "
+    "check the current state before running it again."
+)
+NOT_RUN: Final = "Not run: anvild stopped before {name} started."
+INTERRUPTED_NOTE: Final = (
+    "[The previous turn was interrupted: anvild stopped before it finished. No tool call was "
+    "re-run.]"
+)
+APPROVAL_CANCELLED: Final = "anvild restarted before the approval was answered"
+TURN_DETAIL: Final = "anvild stopped during the turn; the session was recovered at restart"
+
+
+@attrs.frozen
+class Recovery:
+    """What `recover` found: the records to append, in order, and the calls whose outcome is
+    unknown (already explained in `records`)."""
+
+    records: tuple[Record, ...]
+    unknown: tuple[ToolCall, ...]
+
+
+def recover(state: SessionState) -> Recovery:
+    """The records that bring a loaded session back to rest after a crash (see module doc)."""
+    if state.ended is not None:
+        return Recovery((), ())
+    records: list[Record] = []
+    if state.approval is not None:
+        call_id = state.approval.call_id
+        records.append(ApprovalAnswered(call_id, Verdict.CANCELLED, APPROVAL_CANCELLED))
+    interrupted = state.status.active
+    results: list[ContentBlock] = []
+    unknown: list[ToolCall] = []
+    for call in state.pending_calls:
+        run = state.run(call.id)
+        if run is None:
+            results.append(ToolResult(call.id, NOT_RUN.format(name=call.name), is_error=True))
+        elif run.result is not None:
+            results.append(run.result)
+        else:
+            results.append(
+                ToolResult(call.id, UNKNOWN_OUTCOME.format(name=call.name), is_error=True)
+            )
+            unknown.append(call)
+    if results:
+        if interrupted:
+            results.append(Text(INTERRUPTED_NOTE))
+        records.append(MessageAppended(Message(Role.USER, results)))
+    elif interrupted and state.messages and state.messages[-1].role is Role.USER:
+        records.append(MessageExtended((Text(INTERRUPTED_NOTE),)))
+    records.extend(
+        Note(
+            f"tool call {call.id} ({call.name}): outcome unknown. anvild stopped while it was "
+            "running and no result was recorded; it was not re-run."
+        )
+        for call in unknown
+    )
+    if interrupted:
+        records.append(TurnEnded("error", TURN_DETAIL))
+        records.append(StateChanged(SessionStatus.IDLE, TURN_DETAIL))
+        records.append(
+            Note(f"recovered after a restart: the session was {state.status.value}, now idle")
+        )
+    return Recovery(tuple(records), tuple(unknown))

@@ -1,0 +1,101 @@
+"""`SessionState`: everything a session's records say, as one frozen value.
+
+The reducer (`anvild.store.reducer.apply`) is the only producer of new states; the supervisor
+reads them (its files render from them) and never builds one by hand. Values only, no I/O, no
+methods that save or serialise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import attrs
+
+from anvild.llm import stream
+from anvild.llm.types import Json, Message, Role, ToolCall, ToolResult
+from anvild.store.records import SessionStatus, TodoItem, TurnEnded
+
+
+@attrs.frozen
+class ToolRun:
+    """A call that started (`ToolStarted`) and whose result is not in the transcript yet.
+    `result` is set once its `ToolFinished` is recorded."""
+
+    call_id: str
+    name: str
+    result: ToolResult | None = None
+
+
+@attrs.frozen
+class QueuedPrompt:
+    prompt_id: str
+    text: str
+
+
+@attrs.frozen
+class PendingApproval:
+    """The call waiting on the session's `approval` file."""
+
+    call_id: str
+    tool: str
+    arguments: Json
+    reason: str
+
+
+@attrs.frozen
+class UsageBaseline:
+    """The last request's reported usage, and how many messages the transcript had when it was
+    recorded: the `usage` file adds an estimate for what was appended since. Reset (None) by a
+    model change and by any context replacement (clear, restart, compaction, handoff)."""
+
+    usage: stream.Usage
+    messages: int
+
+
+ZERO_USAGE = stream.Usage(0, 0, 0, 0)
+
+
+@attrs.frozen
+class SessionState:
+    """One session as its records built it.
+
+    `status` is the recorded lifecycle state; `usage` sums every request of the session (a field
+    is None once any request left it unreported: unknown is never zero); `tools` are the calls
+    in flight (started, result not yet in the transcript), in start order; `queue` the prompts
+    waiting, in order; `notes` the log lines recorded with `Note`; `ended` the reason of a
+    `SessionEnded` (None while the session lives).
+    """
+
+    id: str
+    alias: str | None
+    role: str
+    model: str
+    cwd: str
+    sandbox: str
+    created_at: dt.datetime
+    ephemeral: bool
+    context: str
+    messages: tuple[Message, ...] = ()
+    status: SessionStatus = SessionStatus.STARTING
+    status_detail: str = ""
+    todos: tuple[TodoItem, ...] = ()
+    usage: stream.Usage = ZERO_USAGE
+    baseline: UsageBaseline | None = None
+    tools: tuple[ToolRun, ...] = ()
+    queue: tuple[QueuedPrompt, ...] = ()
+    approval: PendingApproval | None = None
+    always_allowed: tuple[str, ...] = ()  # tools answered `always`, sorted
+    last_turn: TurnEnded | None = None
+    first_prompt: str | None = None  # the first user text, for `anvilctl sessions`
+    notes: tuple[str, ...] = ()
+    ended: str | None = None
+
+    @property
+    def pending_calls(self) -> tuple[ToolCall, ...]:
+        """The calls of a trailing assistant message: they have no results yet."""
+        if self.messages and self.messages[-1].role is Role.ASSISTANT:
+            return tuple(self.messages[-1].tool_calls())
+        return ()
+
+    def run(self, call_id: str) -> ToolRun | None:
+        return next((run for run in self.tools if run.call_id == call_id), None)
