@@ -1,0 +1,1024 @@
+"""The bubblewrap sandbox: what a sandboxed command sees, as a bwrap command line, and its launch.
+
+Threat model. The command is whatever a model chose to run, possibly steered by hostile text in
+the repository. It may try to write outside the workspace, plant something that runs later outside
+the sandbox (a git hook or alias, a shell rc file, a project `.anvil` config), read credentials,
+reach the daemon (its 9P socket grants everything) or the network, or outlive its call. The
+sandbox is the kernel's answer to that; the permission policy decides what may run at all.
+
+Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a launch:
+
+1. The startup probe (`anvild.sandbox.probe`, cached) must have passed: bwrap present, user
+   namespaces working, seccomp available, the privilege drop working. Otherwise
+   `SandboxUnavailable` with what to install or enable. Nothing runs unsandboxed instead.
+2. `plan` (pure, given `HostFacts`) lays the filesystem out, in this order:
+   - a minimal read-only system: /usr, the merged-/usr symlinks (/bin, /lib, ...), a curated
+     /etc (`ETC_ENTRIES`: name service, TLS roots, alternatives, timezone; no secrets), a fresh
+     /proc and /dev;
+   - an empty tmpfs over /tmp, /run, /var/tmp and $HOME: pathname Unix sockets there (docker,
+     ssh-agent, the 9P namespace directory) cannot be connected to, because they are not there;
+     the daemon's config and data dirs live under $HOME and are gone with it;
+   - the role's read-only paths and the workspace (always readable), then the writable roots
+     (WorkspaceWrite only), binds sorted parents first so a deeper entry wins;
+   - protections inside writable roots, read-only re-binds: `.git` per role (`GitAccess`: commit
+     roles get the git directory writable except `config`, `hooks/`, `info/`, read-only roles
+     get all of it read-only; also for the resolved gitdir of a worktree or submodule, its common
+     dir, every nested repository found below the root (`NESTED_GIT_LIMIT` directories visited)
+     and the repository enclosing the workspace), `.anvil`, shell rc files. A protected path
+     that is missing gets an empty read-only directory mounted where it would be (bwrap creates
+     the mount point), so it cannot be created; an empty directory rather than /dev/null because
+     git walks past an empty `.git` directory to the enclosing repository, where a stray file
+     would break it, and a leftover one is harmless. The daemon removes those mount points after
+     the last sandbox using them ends (`_PLACEHOLDERS`). A protected path that is a symlink is
+     refused: a mount follows the link, so it cannot be protected where it stands;
+   - hidden paths (credentials such as ~/.ssh, the daemon's own config, data and namespace
+     directories, the role's `hidden` list) inside anything bound are masked with an empty
+     read-only tmpfs or /dev/null.
+3. `bwrap_argv` (pure) adds the rest: a user namespace that cannot make more
+   (`--disable-userns`), pid, ipc and uts namespaces (and net unless the policy allows the
+   network), `--die-with-parent`, `--new-session` (no terminal to inject into), the seccomp
+   program (`anvild.sandbox.seccomp`), `--json-status-fd`, `--chdir`, then `bash -c COMMAND`.
+4. When the daemon is root, the command line starts with `setpriv` dropping to the configured
+   unprivileged uid (default 65534), clearing groups, inheritable, ambient and bounding
+   capabilities and setting no_new_privs, before bwrap runs: bwrap started by root is not a
+   sandbox (the child keeps its capabilities and can remount / read-write). Workspace-write is
+   refused, with the reason, when that uid cannot write a writable root.
+5. The environment is `anvild.sandbox.secrets.child_env` (an allowlist plus the user's trusted
+   passthrough), with HOME, TMPDIR and git's `safe.directory` (the workspace belongs to another
+   uid as seen from the sandbox) set through `GIT_CONFIG_COUNT`. It is handed to bwrap as its
+   process environment, not as `--setenv` arguments: a command line is readable by every local
+   user (`ps`), an environment is not. bwrap and setpriv therefore never see the daemon's
+   secrets either.
+6. After the command ends, `Launch.verdict` reads the status stream to its end: a stream
+   without an `exit-code` object means bwrap never started the command (a sandbox failure, not a
+   command failure), and the caller refuses it as such; it never re-runs it another way.
+
+Limits. The workspace and the other bound paths are what they are: a secret committed to the
+workspace is readable. The network, when the policy allows it, is the host's. Nested repositories
+beyond `NESTED_GIT_LIMIT` visited directories are not found (the plan says so). Descendants are
+confined to the pid namespace and die with it; CPU and memory are not limited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import shutil
+import stat
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Final, Protocol
+
+import attrs
+import platformdirs
+
+from anvild.sandbox import (
+    ReadOnly,
+    SandboxRefused,
+    WorkspaceWrite,
+    policy_name,
+)
+from anvild.sandbox.roles import DEFAULT_ROLE, GitAccess, ResolvedRole, Role
+from anvild.sandbox.secrets import child_env
+
+DEFAULT_UID: Final = 65534
+DEFAULT_GID: Final = 65534
+NESTED_GIT_LIMIT: Final = 20_000
+"""Directories visited per writable root when looking for nested repositories."""
+
+MERGED_USR: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+TMPFS_DIRS: Final = ("/tmp", "/run", "/var/tmp")
+ETC_ENTRIES: Final = (
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "environment",
+    "gai.conf",
+    "gitattributes",
+    "gitconfig",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "inputrc",
+    "issue",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "locale.conf",
+    "localtime",
+    "login.defs",
+    "lsb-release",
+    "magic",
+    "magic.mime",
+    "manpath.config",
+    "mime.types",
+    "nanorc",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pki",
+    "profile",
+    "profile.d",
+    "protocols",
+    "python3",
+    "python3.11",
+    "resolv.conf",
+    "rpc",
+    "services",
+    "shells",
+    "ssl",
+    "subgid",
+    "subuid",
+    "terminfo",
+    "timezone",
+    "vim",
+    "wgetrc",
+    "xattr.conf",
+)
+"""What of /etc a command sees: enough for name service, TLS, locales and common tools. Not
+shadow files, ssh host keys, sudoers, cron, the package manager's state. A role adds more with
+`read_only: [/etc/NAME]`."""
+
+PROTECTED_NAMES: Final = (".anvil",)
+RC_FILES: Final = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".inputrc",
+)
+"""Shell start-up files: read-only wherever a writable root holds them (they run later, outside
+the sandbox, when the user opens a shell there)."""
+
+GIT_PROTECTED: Final = ("config", "hooks", "info")
+CREDENTIAL_HOME_PATHS: Final = (
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".docker",
+    ".kube",
+    ".config/gh",
+    ".config/gcloud",
+    ".local/share/keyrings",
+)
+"""Under $HOME; masked if a bound path (a workspace that is $HOME, a role entry) exposes them."""
+
+
+def default_hidden(home: Path, environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """Paths no sandbox may see even when a bound path contains them: credentials in $HOME,
+    the daemon's config dir (it grants authority), data dir (records, trust grants) and the 9P
+    namespace directory (its socket grants everything)."""
+    env = os.environ if environ is None else environ
+    paths = [home / rel for rel in CREDENTIAL_HOME_PATHS]
+    paths += [
+        platformdirs.user_config_path("anvil"),
+        platformdirs.user_data_path("anvil"),
+        platformdirs.user_state_path("anvil"),
+    ]
+    if env.get("NAMESPACE"):
+        paths.append(Path(env["NAMESPACE"]))
+    return tuple(Path(os.path.normpath(p)) for p in paths)
+
+
+# -- facts about the host ----------------------------------------------------------------------
+
+
+class PathKind(enum.Enum):
+    MISSING = "missing"
+    DIR = "dir"
+    FILE = "file"
+    SYMLINK = "symlink"
+    OTHER = "other"
+
+
+class HostFacts(Protocol):
+    """What the planner needs to know about the host's filesystem. `LiveFacts` asks the OS; the
+    unit tests answer from a table."""
+
+    def kind(self, path: Path) -> PathKind:
+        """What is at `path`, without following a final symlink."""
+        ...
+
+    def symlink_target(self, path: Path) -> str:
+        """The target text of a symlink (for the merged-/usr links)."""
+        ...
+
+    def gitdir_of(self, pointer: Path) -> Path | None:
+        """The directory a `.git` file points to (`gitdir: ...`), made absolute."""
+        ...
+
+    def commondir_of(self, gitdir: Path) -> Path | None:
+        """The common directory of a worktree's gitdir (its `commondir` file), if any."""
+        ...
+
+    def module_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        """Submodule git directories kept under `gitdir/modules/`."""
+        ...
+
+    def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
+        """`.git` entries strictly below `root` (not `root/.git`), and whether the search
+        stopped at `limit` directories."""
+        ...
+
+    def enclosing_dotgit(self, path: Path) -> Path | None:
+        """The `.git` of the repository containing `path`, looking at its strict ancestors."""
+        ...
+
+
+def _lkind(path: Path) -> PathKind:
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return PathKind.MISSING
+    if stat.S_ISLNK(st.st_mode):
+        return PathKind.SYMLINK
+    if stat.S_ISDIR(st.st_mode):
+        return PathKind.DIR
+    if stat.S_ISREG(st.st_mode):
+        return PathKind.FILE
+    return PathKind.OTHER
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+class LiveFacts:
+    """`HostFacts` from the running system. Protected paths that are our own placeholder mount
+    points (still in use by another sandbox) count as missing, so they get a placeholder again
+    rather than a re-bind that would vanish when the other sandbox removes the mount point."""
+
+    def kind(self, path: Path) -> PathKind:
+        if _PLACEHOLDERS.holds(path):
+            return PathKind.MISSING
+        return _lkind(path)
+
+    def symlink_target(self, path: Path) -> str:
+        return os.readlink(path)
+
+    def gitdir_of(self, pointer: Path) -> Path | None:
+        text = _read_small(pointer)
+        if text is None or not text.startswith("gitdir:"):
+            return None
+        target = text[len("gitdir:") :].strip()
+        return Path(os.path.realpath(pointer.parent / target))
+
+    def commondir_of(self, gitdir: Path) -> Path | None:
+        text = _read_small(gitdir / "commondir")
+        if text is None or not text.strip():
+            return None
+        return Path(os.path.realpath(gitdir / text.strip()))
+
+    def module_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        found: list[Path] = []
+        pending = [gitdir / "modules"]
+        visited = 0
+        while pending and visited < 1000:
+            here = pending.pop()
+            visited += 1
+            try:
+                entries = list(os.scandir(here))
+            except OSError:
+                continue
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                child = Path(entry.path)
+                if (child / "HEAD").is_file():
+                    found.append(child)
+                    pending.append(child / "modules")
+                else:
+                    pending.append(child)  # module names may contain slashes
+        return tuple(sorted(found))
+
+    def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
+        found: list[Path] = []
+        pending = [root]
+        visited = 0
+        while pending:
+            if visited >= limit:
+                return tuple(sorted(found)), True
+            here = pending.pop()
+            visited += 1
+            try:
+                entries = list(os.scandir(here))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name == ".git":
+                    if here != root:
+                        found.append(Path(entry.path))
+                elif entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+        return tuple(sorted(found)), False
+
+    def enclosing_dotgit(self, path: Path) -> Path | None:
+        for parent in path.parents:
+            candidate = parent / ".git"
+            if _lkind(candidate) is not PathKind.MISSING:
+                return candidate
+        return None
+
+
+# -- the plan (pure) ---------------------------------------------------------------------------
+
+
+class Op(enum.Enum):
+    """One filesystem step of the layout, in bwrap's vocabulary."""
+
+    RO_BIND = "--ro-bind"
+    BIND = "--bind"
+    TMPFS = "--tmpfs"  # an empty writable tmpfs (/tmp, $HOME)
+    EMPTY_RO = "empty-ro"  # an empty read-only tmpfs: a placeholder or a hidden directory
+    DEV_NULL = "dev-null"  # /dev/null bound read-only: a hidden file
+
+
+_RANK: Final = {Op.TMPFS: 0, Op.RO_BIND: 1, Op.BIND: 2, Op.EMPTY_RO: 3, Op.DEV_NULL: 3}
+
+
+@attrs.frozen
+class Mount:
+    op: Op
+    dest: Path
+    src: Path | None = None
+
+    def argv(self) -> tuple[str, ...]:
+        match self.op:
+            case Op.RO_BIND | Op.BIND:
+                return (self.op.value, str(self.src or self.dest), str(self.dest))
+            case Op.TMPFS:
+                return ("--tmpfs", str(self.dest))
+            case Op.EMPTY_RO:
+                return (
+                    "--perms",
+                    "0555",
+                    "--tmpfs",
+                    str(self.dest),
+                    "--remount-ro",
+                    str(self.dest),
+                )
+            case Op.DEV_NULL:
+                return ("--ro-bind", "/dev/null", str(self.dest))
+
+
+@attrs.frozen
+class Drop:
+    """Run as this unprivileged uid/gid (the daemon is root)."""
+
+    uid: int = DEFAULT_UID
+    gid: int = DEFAULT_GID
+
+
+@attrs.frozen
+class SandboxSpec:
+    """Everything the plan depends on besides the host's filesystem."""
+
+    policy: ReadOnly | WorkspaceWrite
+    role: ResolvedRole
+    cwd: Path
+    home: Path
+    hidden: tuple[Path, ...] = ()
+    nested_git_limit: int = NESTED_GIT_LIMIT
+
+
+@attrs.frozen
+class Plan:
+    """The layout of one sandbox and what it needs around it."""
+
+    system: tuple[tuple[str, ...], ...]  # argv pieces for the read-only system view
+    mounts: tuple[Mount, ...]
+    writable: tuple[Path, ...]
+    placeholders: tuple[Path, ...]  # mount points bwrap will create; removed afterwards
+    network: bool
+    cwd: Path
+    notes: tuple[str, ...] = ()
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)
+
+
+def _system_view(facts: HostFacts) -> tuple[tuple[str, ...], ...]:
+    pieces: list[tuple[str, ...]] = [("--ro-bind", "/usr", "/usr")]
+    for name in MERGED_USR:
+        path = Path(name)
+        match facts.kind(path):
+            case PathKind.SYMLINK:
+                pieces.append(("--symlink", facts.symlink_target(path), name))
+            case PathKind.DIR:
+                pieces.append(("--ro-bind", name, name))
+            case _:
+                pass
+    for entry in ETC_ENTRIES:
+        path = Path("/etc") / entry
+        if facts.kind(path) is not PathKind.MISSING:
+            pieces.append(("--ro-bind-try", str(path), str(path)))
+    pieces.append(("--proc", "/proc"))
+    pieces.append(("--dev", "/dev"))
+    return tuple(pieces)
+
+
+def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
+    """Lay out the sandbox (see the module docstring). Raises `SandboxRefused` for what cannot
+    be confined as asked."""
+    policy = spec.policy
+    role = spec.role
+    writes = isinstance(policy, WorkspaceWrite)
+    git = role.role.git if writes else GitAccess.READ_ONLY
+    notes: list[str] = [f"role {role.role.name}: skipped {s}" for s in role.skipped]
+    mounts: dict[Path, Mount] = {}
+
+    def put(mount: Mount) -> None:
+        old = mounts.get(mount.dest)
+        if old is None or _RANK[mount.op] >= _RANK[old.op]:
+            mounts[mount.dest] = mount
+
+    for tmp in (*TMPFS_DIRS, str(spec.home)):
+        put(Mount(Op.TMPFS, Path(tmp)))
+
+    readable = [*role.read_only, spec.cwd]
+    writable: list[Path] = []
+    if writes:
+        writable = [p for p in role.read_write if facts.kind(p) is PathKind.DIR]
+        notes += [
+            f"writable {p} does not exist: left out" for p in role.read_write if p not in writable
+        ]
+    else:
+        readable += list(role.read_write)
+    for root in writable:
+        if root == Path("/") or any(_within(Path(d), root) for d in ("/usr", "/etc", "/proc")):
+            raise SandboxRefused(
+                f"Refusing to make {root} writable in the sandbox: it contains the system. "
+                "Point the session at a project directory instead."
+            )
+    for path in readable:
+        if facts.kind(path) in (PathKind.DIR, PathKind.FILE):
+            put(Mount(Op.RO_BIND, path))
+    for root in writable:
+        put(Mount(Op.BIND, root))
+
+    placeholders: list[Path] = []
+
+    def writable_root_of(path: Path) -> Path | None:
+        roots = [r for r in writable if _within(path, r)]
+        return max(roots, key=_depth) if roots else None
+
+    def protect(path: Path, *, placeholder: bool = True) -> None:
+        """Make `path` read-only if a writable root contains it."""
+        if writable_root_of(path) is None:
+            return
+        match facts.kind(path):
+            case PathKind.DIR | PathKind.FILE:
+                put(Mount(Op.RO_BIND, path))
+            case PathKind.MISSING:
+                if placeholder:
+                    put(Mount(Op.EMPTY_RO, path))
+                    placeholders.append(path)
+            case PathKind.SYMLINK:
+                raise SandboxRefused(
+                    f"{path} is a symbolic link. The sandbox protects it by mounting over it, "
+                    "and a mount follows the link, so it cannot be protected where it stands. "
+                    "Replace the link with the directory it points to, or use a read-only "
+                    "policy for this workspace."
+                )
+            case PathKind.OTHER:
+                put(Mount(Op.DEV_NULL, path))
+
+    gitdirs: list[Path] = []
+    dotgits: list[Path] = []
+    for root in writable:
+        dotgits.append(root / ".git")
+        nested, truncated = facts.nested_dotgits(root, spec.nested_git_limit)
+        dotgits.extend(nested)
+        if truncated:
+            notes.append(
+                f"stopped looking for nested repositories in {root} after "
+                f"{spec.nested_git_limit} directories: deeper ones are not protected"
+            )
+    enclosing = facts.enclosing_dotgit(spec.cwd)
+    if enclosing is not None:
+        dotgits.append(enclosing)
+    if facts.kind(spec.cwd / ".git") is not PathKind.MISSING:
+        dotgits.append(spec.cwd / ".git")
+    for dotgit in dict.fromkeys(dotgits):
+        kind = facts.kind(dotgit)
+        if kind is PathKind.DIR:
+            gitdirs.append(dotgit)
+        elif kind is PathKind.FILE:
+            protect(dotgit)  # the pointer itself
+            target = facts.gitdir_of(dotgit)
+            if target is not None:
+                gitdirs.append(target)
+                common = facts.commondir_of(target)
+                if common is not None:
+                    gitdirs.append(common)
+        elif kind is PathKind.SYMLINK:
+            protect(dotgit)  # refuses inside a writable root
+        elif kind is PathKind.MISSING and writable_root_of(dotgit) == dotgit.parent:
+            protect(dotgit)  # a missing .git at the top of a writable root: cannot be created
+    for gitdir in list(gitdirs):
+        gitdirs.extend(facts.module_gitdirs(gitdir))
+
+    for gitdir in dict.fromkeys(gitdirs):
+        if facts.kind(gitdir) is not PathKind.DIR:
+            continue
+        if git is GitAccess.COMMIT:
+            if writable_root_of(gitdir) is None:
+                put(Mount(Op.BIND, gitdir))
+                writable.append(gitdir)
+            for name in GIT_PROTECTED:
+                protect(gitdir / name)
+            for extra in ("config.worktree", "commondir", "gitdir"):
+                protect(gitdir / extra, placeholder=False)
+        else:
+            put(Mount(Op.RO_BIND, gitdir))
+
+    for root in writable:
+        for name in PROTECTED_NAMES:
+            protect(root / name)
+        for name in RC_FILES:
+            protect(root / name, placeholder=False)
+    for dotgit in dotgits:
+        if writable_root_of(dotgit.parent) is not None and dotgit.parent not in writable:
+            protect(dotgit.parent / ".anvil", placeholder=False)
+
+    bound = [m.dest for m in mounts.values() if m.op in (Op.RO_BIND, Op.BIND)]
+    for hidden in (*spec.hidden, *role.hidden):
+        if not any(_within(hidden, b) for b in bound):
+            continue
+        match facts.kind(hidden):
+            case PathKind.DIR:
+                put(Mount(Op.EMPTY_RO, hidden))
+            case PathKind.FILE | PathKind.OTHER:
+                put(Mount(Op.DEV_NULL, hidden))
+            case PathKind.SYMLINK:
+                if writable_root_of(hidden) is not None:
+                    raise SandboxRefused(
+                        f"{hidden} must be hidden from the sandbox but is a symbolic link inside "
+                        "a writable directory, where a mount cannot cover it. Remove the link or "
+                        "use a read-only policy."
+                    )
+                # In a read-only bind the link cannot be changed; what it points to is either
+                # outside the view or hidden in its own right.
+            case PathKind.MISSING:
+                pass
+
+    ordered = sorted(mounts.values(), key=lambda m: (_depth(m.dest), _RANK[m.op], str(m.dest)))
+    return Plan(
+        system=_system_view(facts),
+        mounts=tuple(ordered),
+        writable=tuple(dict.fromkeys(writable)),
+        placeholders=tuple(dict.fromkeys(placeholders)),
+        network=policy.network,
+        cwd=spec.cwd,
+        notes=tuple(notes),
+    )
+
+
+def prefix_argv(drop: Drop | None, setpriv: str) -> tuple[str, ...]:
+    """The privilege drop that must precede bwrap when the daemon is root (empty otherwise)."""
+    if drop is None:
+        return ()
+    return (
+        setpriv,
+        f"--reuid={drop.uid}",
+        f"--regid={drop.gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    )
+
+
+def bwrap_argv(
+    the_plan: Plan,
+    command: Sequence[str],
+    *,
+    bwrap: str,
+    seccomp_fd: int,
+    status_fd: int,
+    drop: Drop | None = None,
+    setpriv: str = "setpriv",
+) -> tuple[str, ...]:
+    """The full command line: [setpriv ... --] bwrap OPTIONS -- COMMAND."""
+    argv: list[str] = [*prefix_argv(drop, setpriv), bwrap]
+    argv += ["--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc"]
+    argv += ["--unshare-uts", "--unshare-cgroup-try"]
+    if not the_plan.network:
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--new-session", "--hostname", "anvil-sandbox"]
+    for piece in the_plan.system:
+        argv += piece
+    for mount in the_plan.mounts:
+        argv += mount.argv()
+    argv += ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd)]
+    argv += ["--chdir", str(the_plan.cwd), "--", *command]
+    return tuple(argv)
+
+
+def git_safe_directory_env() -> dict[str, str]:
+    """git refuses a repository owned by another uid ("dubious ownership"); in the sandbox the
+    workspace belongs to the daemon's user. Command-line scope config (GIT_CONFIG_COUNT) is the
+    scope git honours for safe.directory. `*` is safe here: git's concern is running another
+    user's repository config outside any sandbox, and inside one it runs confined anyway."""
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
+
+
+def sandbox_env(
+    home: Path,
+    *,
+    passthrough: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The command's environment: the allowlist, the user's trusted passthrough, then ours."""
+    env = child_env(
+        environ,
+        passthrough=passthrough,
+        overrides={"HOME": str(home), "TMPDIR": "/tmp", **git_safe_directory_env()},
+    )
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+# -- who may write what ------------------------------------------------------------------------
+
+
+def uid_may(path: Path, uid: int, gid: int, *, write: bool) -> bool:
+    """Whether uid/gid (no supplementary groups) may reach `path` and read it (or write it).
+    Mode bits only: ACLs are not consulted, so this can refuse something an ACL allows (never
+    the reverse matters: the kernel still decides inside the sandbox)."""
+
+    def allowed(st: os.stat_result, bit_user: int, bit_group: int, bit_other: int) -> bool:
+        if st.st_uid == uid:
+            return bool(st.st_mode & bit_user)
+        if st.st_gid == gid:
+            return bool(st.st_mode & bit_group)
+        return bool(st.st_mode & bit_other)
+
+    try:
+        for parent in reversed(path.parents):
+            if not allowed(os.stat(parent), stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+                return False
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not allowed(st, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+        return False
+    if stat.S_ISDIR(st.st_mode) and not allowed(st, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+        return False
+    return not write or allowed(st, stat.S_IWUSR, stat.S_IWGRP, stat.S_IWOTH)
+
+
+def check_access(the_plan: Plan, drop: Drop | None) -> None:
+    """Refuse, with the reason, a plan the dropped uid cannot carry out."""
+    if drop is None:
+        return
+    who = f"uid {drop.uid} (gid {drop.gid})"
+    if not uid_may(the_plan.cwd, drop.uid, drop.gid, write=False):
+        raise SandboxRefused(
+            f"The sandbox runs commands as {who}, which cannot read {the_plan.cwd} (or one of "
+            f"its parent directories). Make it readable for that uid (e.g. `chmod o+rx` on the "
+            "directories on the way), or configure a sandbox uid that can."
+        )
+    for root in the_plan.writable:
+        if not uid_may(root, drop.uid, drop.gid, write=True):
+            try:
+                st = os.stat(root)
+                owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+            except OSError:
+                owner = ""
+            raise SandboxRefused(
+                f"Workspace-write refused: the sandbox runs commands as {who}, which cannot "
+                f"write {root}{owner}. Give that uid write access (e.g. `chown -R "
+                f"{drop.uid}:{drop.gid} {root}`, or an ACL), configure a sandbox uid that owns "
+                "the workspace, or use a read-only policy."
+            )
+
+
+# -- placeholders ------------------------------------------------------------------------------
+
+
+class _Placeholders:
+    """Mount points this process asked bwrap to create, counted across concurrent sandboxes.
+    Removing one while another sandbox still has it mounted would detach that mount (the kernel
+    lazily unmounts an unlinked mount point in every namespace), so only the last user removes
+    it, and only if it is still an empty directory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count: dict[Path, int] = {}
+
+    def holds(self, path: Path) -> bool:
+        with self._lock:
+            return self._count.get(path, 0) > 0
+
+    def acquire(self, paths: Iterable[Path]) -> None:
+        with self._lock:
+            for path in paths:
+                self._count[path] = self._count.get(path, 0) + 1
+
+    def release(self, paths: Iterable[Path]) -> None:
+        with self._lock:
+            for path in paths:
+                left = self._count.get(path, 0) - 1
+                if left > 0:
+                    self._count[path] = left
+                    continue
+                self._count.pop(path, None)
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)  # fails (and stays) unless it is still an empty directory
+
+
+_PLACEHOLDERS: Final = _Placeholders()
+
+
+# -- launching ---------------------------------------------------------------------------------
+
+_STATUS_LIMIT: Final = 1 << 16
+
+_FAILURE_HINTS: Final = (
+    (
+        "namespace",
+        "user namespaces are not available to the sandbox uid: enable them (`sysctl -w "
+        "kernel.unprivileged_userns_clone=1`, `user.max_user_namespaces` above 0, or on Ubuntu "
+        "`kernel.apparmor_restrict_unprivileged_userns=0`)",
+    ),
+    ("seccomp", "the kernel refused the seccomp filter: it needs CONFIG_SECCOMP_FILTER"),
+    (
+        "Can't find source path",
+        "a path in the sandbox role does not exist or the sandbox uid cannot reach it: check the "
+        "role file, or run `anvilctl sandbox --role ROLE -- true` to see the layout",
+    ),
+    ("Permission denied", "the sandbox uid lacks permission on a path it must mount"),
+)
+
+
+def parse_status(data: bytes) -> int | None:
+    """The `exit-code` of a bwrap `--json-status-fd` stream, or None if it has none (the
+    sandbox never ran the command). Unknown objects and members are ignored, as bwrap(1) asks."""
+    for line in data.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("exit-code"), int):
+            return int(obj["exit-code"])
+    return None
+
+
+def failure_message(stderr: str) -> str:
+    """Why the sandbox could not start the command, from bwrap's (or setpriv's) stderr."""
+    said = " / ".join(line.strip() for line in stderr.strip().splitlines()[-3:]) or "no message"
+    hint = next(
+        (h for needle, h in _FAILURE_HINTS if needle.lower() in said.lower()),
+        "run `anvilctl sandbox -- true` to see the sandbox's own error",
+    )
+    return (
+        f"The command was not run: the sandbox could not be set up ({said}). Likely cause: "
+        f"{hint}. The command is never re-run without the sandbox."
+    )
+
+
+class Launch:
+    """One prepared sandboxed run: the command line, its environment, the descriptors the
+    child needs, and the status stream read afterwards. Close it once the process is reaped."""
+
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        env: dict[str, str],
+        plan: Plan,
+        *,
+        seccomp_fd: int,
+        status_read: int,
+        status_write: int,
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        self.plan = plan
+        self.cwd = Path("/")
+        self.pass_fds = (seccomp_fd, status_write)
+        self._seccomp_fd: int | None = seccomp_fd
+        self._status_read: int | None = status_read
+        self._status_write: int | None = status_write
+        self._placeholders = plan.placeholders
+        _PLACEHOLDERS.acquire(self._placeholders)
+
+    def _close_writers(self) -> None:
+        for name in ("_seccomp_fd", "_status_write"):
+            fd = getattr(self, name)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
+
+    def read_status(self) -> bytes:
+        """The status stream to its end. Call after the process has exited: every writer is
+        gone then (bwrap closes its copy in the sandbox, and the sandbox died with it)."""
+        self._close_writers()
+        fd = self._status_read
+        if fd is None:
+            return b""
+        os.set_blocking(fd, False)
+        chunks: list[bytes] = []
+        size = 0
+        while size < _STATUS_LIMIT:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                break  # a writer survived: take what is there
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+
+    def verdict(self, returncode: int, stderr: str) -> str | None:
+        """None if the sandbox ran the command (whatever its exit code, or if we killed it);
+        otherwise the message refusing it as a sandbox failure."""
+        if parse_status(self.read_status()) is not None or returncode < 0:
+            return None
+        return failure_message(stderr)
+
+    def close(self) -> None:
+        self._close_writers()
+        if self._status_read is not None:
+            fd, self._status_read = self._status_read, None
+            os.close(fd)
+        if self._placeholders:
+            placeholders, self._placeholders = self._placeholders, ()
+            _PLACEHOLDERS.release(placeholders)
+
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@attrs.frozen
+class SandboxSettings:
+    """Machine-level settings: who the command runs as when the daemon is root, which binaries,
+    which environment names the user trusts, what is hidden."""
+
+    uid: int = DEFAULT_UID
+    gid: int = DEFAULT_GID
+    bwrap: str = "bwrap"
+    setpriv: str = "setpriv"
+    passthrough: tuple[str, ...] = ()
+    nested_git_limit: int = NESTED_GIT_LIMIT
+
+    def drop(self) -> Drop | None:
+        """The drop to apply: only when the daemon runs as root."""
+        return Drop(self.uid, self.gid) if os.geteuid() == 0 else None
+
+
+def which(program: str) -> str | None:
+    """`program` resolved on the daemon's PATH (an absolute path is checked as is)."""
+    return shutil.which(program, path=os.environ.get("PATH", os.defpath))
+
+
+@attrs.frozen
+class Sandbox:
+    """A policy and a role, ready to confine commands: `prepare(command, cwd)` per command."""
+
+    policy: ReadOnly | WorkspaceWrite
+    role: Role = DEFAULT_ROLE
+    settings: SandboxSettings = SandboxSettings()
+
+    def describe(self) -> str:
+        return f"{policy_name(self.policy)}, role {self.role.name}"
+
+    def plan_for(self, cwd: Path, *, facts: HostFacts | None = None) -> Plan:
+        home = Path(os.path.expanduser("~"))
+        canonical_cwd = Path(os.path.realpath(cwd))
+        resolved = self.role.resolve(cwd=canonical_cwd, home=home)
+        resolved = attrs.evolve(
+            resolved,
+            read_only=tuple(Path(os.path.realpath(p)) for p in resolved.read_only),
+            read_write=tuple(Path(os.path.realpath(p)) for p in resolved.read_write),
+        )
+        spec = SandboxSpec(
+            policy=self.policy,
+            role=resolved,
+            cwd=canonical_cwd,
+            home=home,
+            hidden=default_hidden(home),
+            nested_git_limit=self.settings.nested_git_limit,
+        )
+        return plan(spec, facts if facts is not None else LiveFacts())
+
+    def prepare(self, command: Sequence[str], cwd: Path) -> Launch:
+        """Everything needed to run `command` in the sandbox. Raises `SandboxUnavailable`
+        (the machine cannot sandbox) or `SandboxRefused` (this command cannot be confined as
+        asked); never returns something that would run unconfined."""
+        from anvild.sandbox import probe, seccomp  # probe imports this module
+
+        probe.ensure_available(self.settings)
+        bwrap = which(self.settings.bwrap)
+        setpriv = which(self.settings.setpriv) or self.settings.setpriv
+        if bwrap is None:  # removed since the probe passed: probe again, which says why
+            probe.clear_cache()
+            probe.ensure_available(self.settings)
+            bwrap = self.settings.bwrap
+        drop = self.settings.drop()
+        the_plan = self.plan_for(cwd)
+        check_access(the_plan, drop)
+        env = sandbox_env(Path(os.path.expanduser("~")), passthrough=self.settings.passthrough)
+        seccomp_fd = seccomp.filter_fd()
+        try:
+            status_read, status_write = os.pipe()
+        except OSError:
+            os.close(seccomp_fd)
+            raise
+        argv = bwrap_argv(
+            the_plan,
+            command,
+            bwrap=bwrap,
+            seccomp_fd=seccomp_fd,
+            status_fd=status_write,
+            drop=drop,
+            setpriv=setpriv,
+        )
+        return Launch(
+            argv,
+            env,
+            the_plan,
+            seccomp_fd=seccomp_fd,
+            status_read=status_read,
+            status_write=status_write,
+        )
+
+
+def describe_plan(the_plan: Plan) -> str:
+    """The layout as a person reads it (for `anvilctl sandbox`)."""
+    lines = [f"network: {'on' if the_plan.network else 'off'}", f"cwd: {the_plan.cwd}"]
+    for mount in the_plan.mounts:
+        what = {
+            Op.RO_BIND: "read-only",
+            Op.BIND: "writable",
+            Op.TMPFS: "empty tmpfs",
+            Op.EMPTY_RO: "masked (empty, read-only)",
+            Op.DEV_NULL: "masked (/dev/null)",
+        }[mount.op]
+        lines.append(f"  {what:26} {mount.dest}")
+    lines += [f"note: {n}" for n in the_plan.notes]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "DEFAULT_GID",
+    "DEFAULT_UID",
+    "ETC_ENTRIES",
+    "Drop",
+    "HostFacts",
+    "Launch",
+    "LiveFacts",
+    "Mount",
+    "Op",
+    "PathKind",
+    "Plan",
+    "Sandbox",
+    "SandboxSettings",
+    "SandboxSpec",
+    "bwrap_argv",
+    "check_access",
+    "default_hidden",
+    "describe_plan",
+    "failure_message",
+    "parse_status",
+    "plan",
+    "prefix_argv",
+    "sandbox_env",
+    "uid_may",
+]

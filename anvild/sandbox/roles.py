@@ -1,0 +1,266 @@
+"""Sandbox roles: what a role's commands may read and write, as `sandbox-roles/<role>.yaml`.
+
+A role file (DESIGN section 7):
+
+    description: Writes code, runs the tests and commits.
+    network: false            # the role's default; the session's policy has the last word
+    git: commit               # commit: .git writable except config, hooks/, info/
+                              # read-only: all of .git read-only
+    filesystem:
+      read_only: ["{HOME}/.cargo/registry"]
+      read_write: ["{CWD}"]
+      hidden: ["{CWD}/.env"]  # masked: an empty file or directory in the sandbox
+
+Paths are absolute after expansion of `{CWD}` (the session's working directory), `{HOME}`,
+`{TMPDIR}` (`$TMPDIR`, else /tmp) and `{NAME}` for any other environment variable of the daemon.
+An entry whose variable is unset is left out (`ResolvedRole.skipped` says which), so one file
+serves machines with and without, say, `$CARGO_HOME`. Missing paths are left out when the sandbox
+is built.
+
+Where roles come from, first match wins: the user config dir
+(`platformdirs.user_config_dir("anvil")/sandbox-roles/`), then the files shipped with anvild
+(`sandbox-roles/` at the top of the source tree). A project's files are never consulted: a
+repository cannot widen its own sandbox. No key of a role file can ask for `FullAccess`; only the
+user grants that (user config or command line), and the loader says so when a file tries.
+
+A role gives the session its default policy (`Role.default_policy`): `WorkspaceWrite` when it
+has writable paths, else `ReadOnly`, with the role's network setting. What a command finally gets
+is the intersection: writes need both a `WorkspaceWrite` policy and a writable path of the role,
+and the network follows the policy (escalations are the permission policy's business).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import platformdirs
+import yaml
+
+from anvild.sandbox import ReadOnly, RoleConfigError, WorkspaceWrite
+
+BUILTIN_DIR: Final = Path(__file__).resolve().parents[2] / "sandbox-roles"
+"""The role files shipped with anvild (`sandbox-roles/` at the top of the source tree)."""
+
+BUILTIN_ROLES: Final = ("developer", "reviewer", "planner", "tester")
+_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_TEMPLATE_RE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_TOP_KEYS: Final = frozenset({"description", "network", "git", "filesystem"})
+_FS_KEYS: Final = frozenset({"read_only", "read_write", "hidden"})
+_AUTHORITY_KEYS: Final = frozenset(
+    {"full_access", "full-access", "fullaccess", "policy", "sandbox", "unsandboxed"}
+)
+
+
+def user_roles_dir() -> Path:
+    """Where the user's role files (which override the shipped ones) live."""
+    return platformdirs.user_config_path("anvil") / "sandbox-roles"
+
+
+class GitAccess(enum.Enum):
+    """What a role may do to the repositories in its workspace."""
+
+    COMMIT = "commit"
+    """`.git` writable (objects, refs, index) except `config`, `hooks/` and `info/`."""
+    READ_ONLY = "read-only"
+    """All of `.git` read-only: no commit, no `git add`."""
+
+
+def _strings(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+@attrs.frozen
+class Role:
+    """A role file as written: path templates not yet expanded."""
+
+    name: str
+    description: str = ""
+    network: bool = False
+    git: GitAccess = GitAccess.READ_ONLY
+    read_only: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    read_write: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    hidden: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    source: Path | None = None
+
+    def default_policy(self) -> ReadOnly | WorkspaceWrite:
+        """The policy a session of this role starts with."""
+        if self.read_write:
+            return WorkspaceWrite(network=self.network)
+        return ReadOnly(network=self.network)
+
+    def resolve(
+        self, *, cwd: Path, home: Path, environ: Mapping[str, str] | None = None
+    ) -> ResolvedRole:
+        """Expand the templates. Pure given `environ` (default: the daemon's environment)."""
+        env = os.environ if environ is None else environ
+        values = {
+            "CWD": str(cwd),
+            "HOME": str(home),
+            "TMPDIR": env.get("TMPDIR") or "/tmp",
+        }
+        skipped: list[str] = []
+
+        def expand(entries: tuple[str, ...]) -> tuple[Path, ...]:
+            out: list[Path] = []
+            for entry in entries:
+                missing = [
+                    m.group(1)
+                    for m in _TEMPLATE_RE.finditer(entry)
+                    if m.group(1) not in values and not env.get(m.group(1))
+                ]
+                if missing:
+                    skipped.append(f"{entry} (${missing[0]} is not set)")
+                    continue
+                text = _TEMPLATE_RE.sub(lambda m: values.get(m.group(1)) or env[m.group(1)], entry)
+                if not text.startswith("/"):
+                    raise RoleConfigError(
+                        f"{self._where()}: {entry!r} expands to {text!r}, which is not an "
+                        "absolute path; start it with /, {CWD}, {HOME} or {TMPDIR}."
+                    )
+                out.append(Path(os.path.normpath(text)))
+            return tuple(out)
+
+        return ResolvedRole(
+            role=self,
+            read_only=expand(self.read_only),
+            read_write=expand(self.read_write),
+            hidden=expand(self.hidden),
+            skipped=tuple(skipped),
+        )
+
+    def _where(self) -> str:
+        return str(self.source) if self.source else f"sandbox role {self.name!r}"
+
+
+@attrs.frozen
+class ResolvedRole:
+    """A role with its paths expanded for one workspace."""
+
+    role: Role
+    read_only: tuple[Path, ...]
+    read_write: tuple[Path, ...]
+    hidden: tuple[Path, ...]
+    skipped: tuple[str, ...] = ()
+
+
+DEFAULT_ROLE: Final = Role(
+    name="default",
+    description="The workspace writable, .git writable except config, hooks/ and info/.",
+    network=False,
+    git=GitAccess.COMMIT,
+    read_write=("{CWD}",),
+    hidden=("{CWD}/.env",),
+)
+"""What a bare policy means when no role was chosen (`anvilctl sandbox --policy`, a session
+without a role): under `ReadOnly` all of it is read-only anyway."""
+
+
+def _path_list(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise RoleConfigError(
+            f"{where}: filesystem.{key} must be a list of path strings, got {value!r}."
+        )
+    return tuple(value)
+
+
+def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
+    """Parse one role file. Raises `RoleConfigError` naming the file, the key and what was
+    expected."""
+    where = str(source) if source else f"sandbox role {name!r}"
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise RoleConfigError(f"{where}: not valid YAML: {exc}") from exc
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise RoleConfigError(f"{where}: expected a mapping of keys at the top level.")
+    authority = _AUTHORITY_KEYS & set(doc)
+    if authority:
+        raise RoleConfigError(
+            f"{where}: {sorted(authority)[0]!r} is not a role setting. A role cannot turn the "
+            "sandbox off: only the user grants full access (user config or command line)."
+        )
+    unknown = set(doc) - _TOP_KEYS
+    if unknown:
+        raise RoleConfigError(
+            f"{where}: unknown key {sorted(unknown)[0]!r}; expected {sorted(_TOP_KEYS)}."
+        )
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise RoleConfigError(f"{where}: description must be a string.")
+    network = doc.get("network", False)
+    if not isinstance(network, bool):
+        raise RoleConfigError(f"{where}: network must be true or false, got {network!r}.")
+    git_text = doc.get("git", GitAccess.READ_ONLY.value)
+    try:
+        git = GitAccess(git_text)
+    except ValueError:
+        raise RoleConfigError(
+            f"{where}: git must be 'commit' or 'read-only', got {git_text!r}."
+        ) from None
+    fs = doc.get("filesystem") or {}
+    if not isinstance(fs, dict):
+        raise RoleConfigError(f"{where}: filesystem must be a mapping.")
+    unknown = set(fs) - _FS_KEYS
+    if unknown:
+        raise RoleConfigError(
+            f"{where}: unknown key filesystem.{sorted(unknown)[0]}; expected {sorted(_FS_KEYS)}."
+        )
+    return Role(
+        name=name,
+        description=description,
+        network=network,
+        git=git,
+        read_only=_path_list(where, "read_only", fs.get("read_only")),
+        read_write=_path_list(where, "read_write", fs.get("read_write")),
+        hidden=_path_list(where, "hidden", fs.get("hidden")),
+        source=source,
+    )
+
+
+def load_role(name: str, *, user_dir: Path | None = None, builtin_dir: Path | None = None) -> Role:
+    """The role `name`: the user's file if there is one, else the shipped one."""
+    if not _NAME_RE.match(name):
+        raise RoleConfigError(
+            f"{name!r} is not a role name: use lowercase letters, digits, '-' and '_'."
+        )
+    searched: list[Path] = []
+    for directory in (
+        user_dir if user_dir is not None else user_roles_dir(),
+        builtin_dir if builtin_dir is not None else BUILTIN_DIR,
+    ):
+        path = directory / f"{name}.yaml"
+        searched.append(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise RoleConfigError(f"{path}: cannot be read: {exc}") from exc
+        return parse_role(name, text, source=path)
+    raise RoleConfigError(
+        f"There is no sandbox role {name!r} (looked for {', '.join(map(str, searched))}). "
+        f"The shipped roles are {', '.join(BUILTIN_ROLES)}; add your own as a YAML file in "
+        f"{searched[0].parent}."
+    )
+
+
+__all__ = [
+    "BUILTIN_ROLES",
+    "DEFAULT_ROLE",
+    "GitAccess",
+    "ResolvedRole",
+    "Role",
+    "load_role",
+    "parse_role",
+    "user_roles_dir",
+]
