@@ -4,9 +4,11 @@ Theory of operation (course 10.4, review finding 10):
 
 - Authority first. The command is handed to a `CommandWrapper` chosen from the session's sandbox
   policy (`ToolContext.sandbox`) before anything is spawned. `FullAccessWrapper` runs it as is and
-  serves only an explicit `FullAccess` grant; every other policy (and a missing one) is refused
-  with a message the model can act on, until the sandbox issue plugs a bubblewrap wrapper in
-  through `BashTool(wrapper_for=...)`. Nothing defaults to unsandboxed execution.
+  serves only an explicit `FullAccess` grant; `ReadOnly` and `WorkspaceWrite` run it under
+  bubblewrap (`SandboxWrapper`, `anvild.sandbox.bwrap`; a session passes its role's sandbox with
+  `BashTool(wrapper_for=...)`), and a missing policy is refused. A sandbox that cannot be set up
+  refuses the command with what to install or enable, before or after spawning (a `guard` reads
+  bwrap's status stream): the command is never re-run unsandboxed.
 - The process: `bash -c COMMAND` in the context's cwd, stdin from /dev/null, stdout and stderr on
   pipes, in a session (and so a process group) of its own (`start_new_session`), so one signal
   reaches everything it started that stayed in the group.
@@ -49,7 +51,8 @@ from anvild.agent.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox import FullAccess, ReadOnly, SandboxError, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox.bwrap import Sandbox
 
 DEFAULT_TIMEOUT_MS: Final = 120_000
 MAX_TIMEOUT_MS: Final = 600_000
@@ -69,13 +72,27 @@ def _to_argv(argv: Iterable[str]) -> tuple[str, ...]:
     return tuple(argv)
 
 
+class RunGuard(Protocol):
+    """What a wrapper set up for one run besides the command line (descriptors, mount points).
+    `verdict` is asked after the process ended: None if the wrapper's sandbox ran the command,
+    else the message refusing it. `close` is called exactly once, after the process is reaped or
+    when it never started."""
+
+    def verdict(self, returncode: int, stderr: str) -> str | None: ...
+
+    def close(self) -> None: ...
+
+
 @attrs.frozen
 class Command:
-    """What will be executed: argv, working directory and environment (`None`: inherited)."""
+    """What will be executed: argv, working directory and environment (`None`: inherited), the
+    descriptors the child inherits, and the wrapper's guard."""
 
     argv: tuple[str, ...] = attrs.field(converter=_to_argv)
     cwd: Path = attrs.field(converter=Path)
     env: Mapping[str, str] | None = None
+    pass_fds: tuple[int, ...] = ()
+    guard: RunGuard | None = attrs.field(default=None, eq=False)
 
 
 class CommandWrapper(Protocol):
@@ -93,24 +110,37 @@ class FullAccessWrapper:
         return command
 
 
+@attrs.frozen
+class SandboxWrapper:
+    """Runs the command under bubblewrap (`anvild.sandbox.bwrap.Sandbox`). A sandbox that cannot
+    be set up raises `Failed` with what to install or enable; nothing runs unconfined."""
+
+    sandbox: Sandbox
+
+    def wrap(self, command: Command) -> Command:
+        try:
+            launch = self.sandbox.prepare(command.argv, command.cwd)
+        except SandboxError as exc:
+            raise Failed(
+                f"{exc}\n\nUntil then, use the read_file, glob and grep tools to inspect files, "
+                "and edit_file or write_file to change them. If a command is really needed, tell "
+                "the user: only they can grant full access."
+            ) from exc
+        return Command(launch.argv, launch.cwd, launch.env, launch.pass_fds, launch)
+
+
 WrapperFor = Callable[[SandboxPolicy | None], CommandWrapper]
 
 
 def default_wrapper_for(policy: SandboxPolicy | None) -> CommandWrapper:
-    """The wrapper for a policy with what exists today: FullAccess runs commands as is, and the
-    sandboxed policies fail closed because no sandbox backend is plugged in."""
+    """The wrapper for a policy: FullAccess runs commands as is, the sandboxed policies run
+    them under bubblewrap with the default role (a session with a role passes its own
+    `wrapper_for`), and no policy is refused."""
     match policy:
         case FullAccess():
             return FullAccessWrapper()
         case ReadOnly() | WorkspaceWrite():
-            kind = "read-only" if isinstance(policy, ReadOnly) else "workspace-write"
-            raise Failed(
-                f"The bash tool is unavailable in this session: its sandbox policy is {kind}, and "
-                "no sandbox that can enforce it is available, so commands are refused rather "
-                "than run unsandboxed. Use the read_file, glob and grep tools to inspect files, "
-                "and edit_file or write_file to change them. If a command is really needed, tell "
-                "the user: only they can grant full access."
-            )
+            return SandboxWrapper(Sandbox(policy))
         case _:
             raise Failed(
                 "The bash tool is unavailable: no sandbox policy was configured for this "
@@ -259,6 +289,7 @@ async def run_command(command: Command, *, time_limit: float) -> CommandResult:
         stderr=subprocess.PIPE,
         cwd=command.cwd,
         env=command.env,
+        pass_fds=command.pass_fds,
         start_new_session=True,
     )
     pidfd = _pidfd(process.pid)
@@ -401,9 +432,17 @@ class BashTool:
         wrapper = self._wrapper_for(ctx.sandbox)
         command = wrapper.wrap(Command(("bash", "-c", str(args["command"])), ctx.cwd))
         try:
-            result = await run_command(command, time_limit=timeout_ms / 1000)
-        except OSError as exc:
-            raise Failed(f"Could not start the command: {exc}") from exc
+            try:
+                result = await run_command(command, time_limit=timeout_ms / 1000)
+            except OSError as exc:
+                raise Failed(f"Could not start the command: {exc}") from exc
+            if command.guard is not None:
+                refusal = command.guard.verdict(result.returncode, result.stderr.render("stderr"))
+                if refusal is not None:
+                    raise Failed(refusal)
+        finally:
+            if command.guard is not None:
+                command.guard.close()
         output = format_result(result)
         if result.timed_out:
             raise Failed(

@@ -29,7 +29,7 @@ from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.integrity import validate_transcript
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.llm.types import ToolCall
-from anvild.sandbox import FullAccess, ReadOnly, WorkspaceWrite
+from anvild.sandbox import FullAccess, ReadOnly, WorkspaceWrite, probe
 
 
 @pytest.fixture
@@ -189,19 +189,25 @@ async def test_cancellation_kills_the_group(ctx: ToolContext) -> None:
 @pytest.mark.parametrize(
     ("policy", "words"),
     [
-        (ReadOnly(), "read-only"),
-        (WorkspaceWrite(network=True), "workspace-write"),
+        (ReadOnly(), "install bubblewrap"),
+        (WorkspaceWrite(network=True), "install bubblewrap"),
         (None, "no sandbox policy"),
     ],
 )
-async def test_refuses_to_run_without_a_full_access_grant(
-    tmp_path: Path, policy: object, words: str
+async def test_refuses_to_run_without_a_sandbox_or_a_full_access_grant(
+    tmp_path: Path, policy: object, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The sandboxed policies on a machine without bwrap: refused, never run unsandboxed.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    probe.clear_cache()
     witness = tmp_path / "ran"
     ctx = ToolContext(cwd=tmp_path)
     ctx.sandbox = policy  # type: ignore[assignment]
-    with pytest.raises(Failed, match=words):
-        await run(ctx, f"touch {witness}")
+    try:
+        with pytest.raises(Failed, match=words):
+            await run(ctx, f"touch {witness}")
+    finally:
+        probe.clear_cache()
     assert not witness.exists()
 
 
