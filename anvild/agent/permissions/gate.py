@@ -1,0 +1,161 @@
+"""The permission gate: the agent loop's per-call `decide` hook (`Agent(decide=gate)`).
+
+For each call, in order, before anything runs:
+
+1. validate it the way dispatch will (known tool, arguments a JSON object that fits the schema);
+   an invalid call is denied with the validation message;
+2. classify it (`Tool.effects(args)`; a tool's optional `permission_subject(args)` names the
+   subject of a non-file tool) and resolve its resources (`resolve_request`, canonical paths, in
+   a worker thread: it follows symlinks);
+3. `Policy.decide`: Allow and Deny are final;
+4. Ask goes to the `Approver`: once -> allow; always -> allow and remember the answer's rules
+   and grants in `gate.policy` for the rest of the session; reject -> deny with the person's
+   feedback; unavailable (headless, closed) -> deny with its reason. A cancelled wait raises.
+
+A denied call never runs: the loop answers the model with `Permission denied for TOOL: REASON`
+as an error result. `gate.policy` is public: a mode switch replaces it (`attrs.evolve`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from anvild.agent.loop import Allow as LoopAllow
+from anvild.agent.loop import Deny as LoopDeny
+from anvild.agent.permissions.approval import (
+    ApprovalRequest,
+    ApproveAlways,
+    ApproveOnce,
+    Approver,
+    Reject,
+    Unavailable,
+)
+from anvild.agent.permissions.policy import (
+    Allow,
+    Ask,
+    Decision,
+    Deny,
+    PermissionRequest,
+    Policy,
+    resolve_request,
+)
+from anvild.agent.tools.base import ArgsValidator, Effects, InvalidArgs, Tool, ToolContext
+from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.types import ToolCall
+
+
+class PermissionGate:
+    """Decides each call of one session; see the module docstring."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        approver: Approver,
+        tools: ToolRegistry,
+        context: ToolContext,
+        *,
+        on_decision: Callable[[ToolCall, Decision], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.approver = approver
+        self.tools = tools
+        self.context = context
+        self._on_decision = on_decision
+        self._validators: dict[str, ArgsValidator] = {}
+
+    async def __call__(self, call: ToolCall) -> LoopAllow | LoopDeny:
+        request = await self.request_for(call)
+        decision = self.policy.decide(request)
+        if self._on_decision is not None:
+            self._on_decision(call, decision)
+        match decision:
+            case Allow():
+                return LoopAllow()
+            case Deny(reason=reason):
+                return LoopDeny(reason)
+            case Ask():
+                return await self._ask(call, decision)
+
+    async def request_for(self, call: ToolCall) -> PermissionRequest:
+        """The call validated, classified and resolved (a `problem` when it is invalid)."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self.tools.names()) or "(none)"
+            return _invalid(call, f"Unknown tool {call.name!r}. Available tools: {known}.")
+        args = call.arguments
+        if not isinstance(args, dict):
+            return _invalid(call, f"The arguments of {call.name} must be a JSON object.")
+        try:
+            self._validator(tool).validate(args)
+        except InvalidArgs as exc:
+            return _invalid(call, exc.message)
+        try:
+            effects = tool.effects(args)
+        except Exception:
+            effects = Effects.unknown_effects()
+        text = _subject_text(tool, args)
+        cwd = Path(self.context.cwd)
+        policy = self.policy
+        return await trio.to_thread.run_sync(
+            lambda: resolve_request(
+                call.name,
+                args,
+                effects,
+                cwd=cwd,
+                home=policy.home,
+                text=text,
+                shell_tools=policy.shell_tools,
+            )
+        )
+
+    def _validator(self, tool: Tool) -> ArgsValidator:
+        validator = self._validators.get(tool.name)
+        if validator is None:
+            validator = self._validators[tool.name] = ArgsValidator(tool.input_schema)
+        return validator
+
+    async def _ask(self, call: ToolCall, ask: Ask) -> LoopAllow | LoopDeny:
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        request = ApprovalRequest(
+            call.id, call.name, arguments, ask.reason, ask.remember.describe()
+        )
+        answer = await self.approver.request_approval(request)
+        match answer:
+            case ApproveOnce():
+                return LoopAllow()
+            case ApproveAlways():
+                if ask.remember:
+                    self.policy = self.policy.remember(ask.remember)
+                return LoopAllow()
+            case Reject(feedback=feedback) if feedback.strip():
+                return LoopDeny(f"the user rejected this call and said: {feedback.strip()}")
+            case Reject():
+                return LoopDeny(
+                    "the user rejected this call. Do not retry it as it is; ask the user how to "
+                    "proceed if the next step is unclear."
+                )
+            case Unavailable(reason=reason):
+                return LoopDeny(reason)
+
+
+def _invalid(call: ToolCall, problem: str) -> PermissionRequest:
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    return PermissionRequest(call.name, arguments, Effects.none(), problem=problem)
+
+
+def _subject_text(tool: Tool, args: dict[str, Any]) -> str | None:
+    subject = getattr(tool, "permission_subject", None)
+    if not callable(subject):
+        return None
+    try:
+        value = subject(args)
+    except Exception:
+        return None
+    return value if isinstance(value, str) else None
+
+
+__all__ = ["PermissionGate"]

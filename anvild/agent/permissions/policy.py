@@ -1,0 +1,577 @@
+"""The permission policy: `Policy.decide(request) -> Allow | Ask | Deny`, pure and synchronous.
+
+The order is the review's (finding 2), not the course's reference order, in which an allow rule
+could bypass the outside-path requirement and plan mode was checked after allow rules:
+
+1. Validate the request. A call that is invalid (unknown tool, arguments that break the schema,
+   an empty command) is denied with the reason; nothing is asked about a call that cannot run.
+2. Hard denies and ceilings, which no rule, mode or answer can lift:
+   - commands that are never run (`shell.hard_deny_reason`: `rm -rf /`, mkfs, ...);
+   - mode ceilings: plan mode denies every write, whatever the allow rules say: file writes,
+     tools with unknown effects, output redirects, mutating git, and any command at all when the
+     sandbox would let it write (plan mode runs commands only under a read-only sandbox);
+   - role ceilings (`RoleCeiling`): reviewer and planner write no files and run no mutating git
+     (nor commands whose effects cannot be checked); the tester writes only under test
+     directories;
+   - the user's deny rules: a deny rule that hits any subject of the call denies it, before any
+     escalation is considered, so a deny is never turned into a question by an escalation.
+3. Resources are resolved per call before the policy sees them (`resolve_request`): every read
+   and write path canonical (symlinks resolved), redirect targets of a command included.
+4. Escalations need a separate grant (`Grants`), whatever the rules say: a path outside the
+   workspace (read or write), network access, full access. Without the grant the call asks, in
+   every mode, bypass included; "always" on such a question grants it for the session.
+5. The user's rules: ask (any subject hit), then the command-line checks (unsupported or
+   unparsable shell asks; redirects to files ask), then allow and session rules (every subject
+   covered: each segment of a command, each path).
+6. The mode's default: reads and calls without effects are allowed; in `default` mode writes,
+   commands and calls with unknown effects ask; `accept-edits` allows file edits inside the
+   workspace; `bypass` allows everything that reached this point (commands still run sandboxed).
+
+The decision is a value. `Ask` carries the reason and what an "always" answer adds (session
+rules and grants, `Ask.remember`); `Deny` carries a reason the model and the user can act on.
+Session rules and grants live in the `Policy` value: `remember` returns a new policy.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import PurePosixPath
+from typing import Any, Final, TypeAlias
+
+import attrs
+import pathspec
+
+from anvild.agent.permissions import shell
+from anvild.agent.permissions.rules import (
+    PATH_TOOLS,
+    SHELL_TOOLS,
+    CommandSubject,
+    PathSubject,
+    Rule,
+    RuleKind,
+    RuleSet,
+    Subject,
+    TextSubject,
+    parse_rule,
+)
+from anvild.agent.tools.base import Effects
+from anvild.sandbox import ReadOnly, SandboxPolicy
+
+# -- decisions -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Grants:
+    """Escalations granted for the session (user config, command line, or "always" answers).
+    A granted directory covers what is below it."""
+
+    network: bool = False
+    full_access: bool = False
+    read_roots: tuple[PurePosixPath, ...] = ()
+    write_roots: tuple[PurePosixPath, ...] = ()
+
+    def reads(self, path: PurePosixPath) -> bool:
+        return any(path.is_relative_to(r) for r in (*self.read_roots, *self.write_roots))
+
+    def writes(self, path: PurePosixPath) -> bool:
+        return any(path.is_relative_to(r) for r in self.write_roots)
+
+    def plus(self, other: Grants) -> Grants:
+        return Grants(
+            self.network or other.network,
+            self.full_access or other.full_access,
+            tuple(dict.fromkeys((*self.read_roots, *other.read_roots))),
+            tuple(dict.fromkeys((*self.write_roots, *other.write_roots))),
+        )
+
+
+@attrs.frozen
+class Remember:
+    """What an "always" answer adds to the session: rules and grants. Empty when the question
+    cannot be answered for good (a user ask rule, a command that cannot be checked)."""
+
+    rules: tuple[Rule, ...] = ()
+    grants: Grants = Grants()
+
+    def __bool__(self) -> bool:
+        return bool(self.rules) or self.grants != Grants()
+
+    def describe(self) -> tuple[str, ...]:
+        out = [f"allow {rule}" for rule in self.rules]
+        out += [f"read {p}" for p in self.grants.read_roots]
+        out += [f"write {p}" for p in self.grants.write_roots]
+        if self.grants.network:
+            out.append("network access")
+        if self.grants.full_access:
+            out.append("full access (no sandbox)")
+        return tuple(out)
+
+
+@attrs.frozen
+class Allow:
+    """The call runs."""
+
+
+@attrs.frozen
+class Ask:
+    """A person must approve the call; `reason` says why, `remember` what "always" adds."""
+
+    reason: str
+    remember: Remember = Remember()
+
+
+@attrs.frozen
+class Deny:
+    """The call never runs; `reason` goes back to the model as the call's result."""
+
+    reason: str
+
+
+Decision: TypeAlias = Allow | Ask | Deny
+
+
+# -- modes and ceilings --------------------------------------------------------------------------
+
+
+class Mode(enum.Enum):
+    DEFAULT = "default"
+    PLAN = "plan"
+    ACCEPT_EDITS = "accept-edits"
+    BYPASS = "bypass"
+
+
+TEST_DIRECTORIES: Final = ("test/", "tests/", "__tests__/", "spec/", "specs/", "testdata/")
+"""gitignore-style patterns (any depth) of the directories the tester role may write under."""
+
+
+@attrs.frozen
+class RoleCeiling:
+    """What a role may never do, whatever the rules and the mode say."""
+
+    role: str
+    file_writes: bool = True
+    mutating_git: bool = True
+    write_patterns: tuple[str, ...] = ()  # when set, file writes only where these match
+
+    @classmethod
+    def for_role(cls, role: str) -> RoleCeiling:
+        """The ceiling of a built-in role; a `ValueError` names the known ones otherwise."""
+        try:
+            return CEILINGS[role]
+        except KeyError:
+            known = ", ".join(sorted(CEILINGS))
+            raise ValueError(f"unknown role {role!r}: the roles are {known}") from None
+
+    def allows_write(self, relative: str | None) -> bool:
+        if not self.file_writes:
+            return False
+        if not self.write_patterns:
+            return True
+        if relative is None:
+            return False
+        spec = pathspec.GitIgnoreSpec.from_lines(self.write_patterns)
+        return spec.match_file(relative)
+
+
+CEILINGS: Final = {
+    "developer": RoleCeiling("developer"),
+    "reviewer": RoleCeiling("reviewer", file_writes=False, mutating_git=False),
+    "planner": RoleCeiling("planner", file_writes=False, mutating_git=False),
+    "tester": RoleCeiling("tester", write_patterns=TEST_DIRECTORIES),
+}
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+def _paths(paths: Iterable[PurePosixPath]) -> tuple[PurePosixPath, ...]:
+    return tuple(dict.fromkeys(PurePosixPath(p) for p in paths))
+
+
+@attrs.frozen
+class PermissionRequest:
+    """One call with its resources resolved. Build it with `resolve_request`.
+
+    `reads`/`writes` are canonical absolute paths (symlinks resolved), `shell` the analysis of a
+    shell tool's command, `text` the subject a non-file tool names itself, `problem` why the
+    call is invalid (it is then denied before anything else)."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    effects: Effects
+    reads: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_paths)
+    writes: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_paths)
+    shell: shell.ShellAnalysis | None = None
+    unresolved_writes: tuple[str, ...] = ()  # redirect targets computed at run time
+    text: str | None = None
+    full_access: bool = False  # the call asks to run without the sandbox
+    problem: str | None = None
+
+
+Canonical = Callable[[str], str]
+
+
+def resolve_request(
+    tool: str,
+    arguments: Mapping[str, Any],
+    effects: Effects,
+    *,
+    cwd: os.PathLike[str] | str,
+    home: os.PathLike[str] | str | None = None,
+    text: str | None = None,
+    full_access: bool = False,
+    shell_tools: frozenset[str] = SHELL_TOOLS,
+    canonical: Canonical = os.path.realpath,
+) -> PermissionRequest:
+    """Resolve a call's resources: its effects' paths against `cwd`, canonical (this follows
+    symlinks: it touches the filesystem, so call it from a worker thread); for a shell tool, the
+    command's analysis and the targets of its output redirects (`~` is the shell's, `home`)."""
+
+    def resolve(path: str) -> PurePosixPath:
+        return PurePosixPath(canonical(os.path.join(os.fspath(cwd), path)))
+
+    analysis = None
+    writes = [resolve(p) for p in effects.write_paths]
+    unresolved: list[str] = []
+    if tool in shell_tools:
+        command = arguments.get("command")
+        analysis = shell.analyze(command if isinstance(command, str) else "")
+        for segment in analysis.segments:
+            for redirect in segment.redirects:
+                target = redirect.literal
+                if target is None:
+                    unresolved.append(redirect.target)
+                    continue
+                if home is not None and (target == "~" or target.startswith("~/")):
+                    target = os.fspath(home) + target[1:]
+                writes.append(resolve(target))
+    return PermissionRequest(
+        tool,
+        arguments,
+        effects,
+        reads=[resolve(p) for p in effects.read_paths],
+        writes=writes,
+        shell=analysis,
+        unresolved_writes=tuple(unresolved),
+        text=text,
+        full_access=full_access,
+    )
+
+
+# -- the policy ----------------------------------------------------------------------------------
+
+
+def _to_path(value: os.PathLike[str] | str) -> PurePosixPath:
+    return PurePosixPath(os.fspath(value))
+
+
+def _optional_path(value: os.PathLike[str] | str | None) -> PurePosixPath | None:
+    return None if value is None else _to_path(value)
+
+
+def _quote(text: str, limit: int = 120) -> str:
+    shown = text if len(text) <= limit else text[: limit - 1] + "…"
+    return f"`{shown}`"
+
+
+@attrs.frozen
+class Policy:
+    """Who may do what in one session. `workspace` and `home` must be canonical."""
+
+    workspace: PurePosixPath = attrs.field(converter=_to_path)
+    mode: Mode = Mode.DEFAULT
+    rules: RuleSet = attrs.field(factory=RuleSet)
+    session_rules: tuple[Rule, ...] = ()
+    grants: Grants = attrs.field(factory=Grants)
+    ceiling: RoleCeiling = CEILINGS["developer"]
+    sandbox: SandboxPolicy | None = None  # how commands run; plan mode needs ReadOnly
+    home: PurePosixPath | None = attrs.field(default=None, converter=_optional_path)
+    shell_tools: frozenset[str] = SHELL_TOOLS
+
+    # -- session state --
+
+    def remember(self, remember: Remember) -> Policy:
+        """The policy after an "always" answer."""
+        rules = tuple(dict.fromkeys((*self.session_rules, *remember.rules)))
+        return attrs.evolve(self, session_rules=rules, grants=self.grants.plus(remember.grants))
+
+    # -- the decision --
+
+    def decide(self, request: PermissionRequest) -> Decision:
+        tool = request.tool
+        analysis = request.shell
+        # 1. Validate.
+        if request.problem is not None:
+            return Deny(request.problem)
+        if tool in self.shell_tools and (analysis is None or not analysis.command.strip()):
+            return Deny("The command is empty: there is nothing to run.")
+        subjects = self._subjects(request)
+        # 2. Hard denies, ceilings, deny rules.
+        if analysis is not None:
+            for segment in analysis.segments:
+                if (why := shell.hard_deny_reason(segment)) is not None:
+                    return Deny(
+                        f"{_quote(segment.text)} is never run by this harness: {why}. "
+                        "No rule or permission mode can allow it."
+                    )
+        if (denied := self._ceiling(request)) is not None:
+            return denied
+        for rule in self.rules.deny:
+            if rule.hits(tool, subjects):
+                return Deny(
+                    f"the user's rule deny({rule}) forbids this call. Do not retry it; find "
+                    "another way or ask the user."
+                )
+        # 4. Escalations need grants.
+        escalation = self._escalation(request)
+        if escalation is not None:
+            return escalation
+        # 5. User rules and command checks.
+        for rule in self.rules.ask:
+            if rule.hits(tool, subjects):
+                return Ask(f"the user's rule ask({rule}) asks before every such call")
+        if analysis is not None and (unchecked := self._unchecked(analysis)) is not None:
+            return unchecked
+        allowed = (*self.rules.allow, *self.session_rules)
+        if self.mode is Mode.BYPASS or self._covered(tool, subjects, allowed):
+            return Allow()
+        # 6. The mode's default.
+        return self._default(request, subjects)
+
+    # -- steps --
+
+    def _subjects(self, request: PermissionRequest) -> tuple[Subject, ...]:
+        if request.shell is not None:
+            return tuple(CommandSubject(s.words) for s in request.shell.segments)
+        if request.tool in PATH_TOOLS or request.reads or request.writes:
+            return tuple(
+                PathSubject.of(p, self.workspace, self.home)
+                for p in dict.fromkeys((*request.reads, *request.writes))
+            )
+        if request.text is not None:
+            return (TextSubject(request.text),)
+        return ()
+
+    def _relative(self, path: PurePosixPath) -> str | None:
+        if not path.is_relative_to(self.workspace):
+            return None
+        return path.relative_to(self.workspace).as_posix()
+
+    def _ceiling(self, request: PermissionRequest) -> Deny | None:
+        tool, effects, analysis = request.tool, request.effects, request.shell
+        plan = self.mode is Mode.PLAN
+        ceiling = self.ceiling
+        role = f"The {ceiling.role} role"
+        writes = request.writes
+        if analysis is None and (effects.writes or writes):
+            shown = ", ".join(str(p) for p in writes) or "files"
+            if plan:
+                return Deny(
+                    f"Plan mode makes no changes: {tool} would write {shown}. Describe the "
+                    "change in your plan instead; the user leaves plan mode to apply it."
+                )
+            for path in writes or (None,):
+                relative = None if path is None else self._relative(path)
+                if not ceiling.allows_write(relative):
+                    return Deny(self._role_write_reason(tool, path))
+        if analysis is None and effects.unknown:
+            if plan:
+                return Deny(
+                    f"Plan mode makes no changes, and what {tool} does cannot be known in "
+                    "advance. Leave it for after the plan is approved."
+                )
+            if not ceiling.file_writes:
+                return Deny(
+                    f"{role} makes no changes, and what {tool} does cannot be known in advance."
+                )
+        if analysis is None:
+            return None
+        if plan and not isinstance(self.sandbox, ReadOnly):
+            return Deny(
+                "Plan mode runs commands only under a read-only sandbox, and this session's "
+                "commands could write. Use read_file, glob and grep to look around, or ask the "
+                "user to leave plan mode."
+            )
+        if plan or not ceiling.file_writes or ceiling.write_patterns:
+            for path in writes:
+                if plan or not ceiling.allows_write(self._relative(path)):
+                    who = "Plan mode makes no changes" if plan else f"{role} may not write there"
+                    return Deny(f"{who}: the command redirects its output to {path}.")
+            if request.unresolved_writes and (plan or not ceiling.file_writes):
+                return Deny(
+                    f"{'Plan mode' if plan else role} makes no changes: the command redirects "
+                    f"output to {request.unresolved_writes[0]}, a file named at run time."
+                )
+        if plan or not ceiling.mutating_git:
+            who = "Plan mode" if plan else role
+            for segment in analysis.segments:
+                if (change := shell.mutating_git(segment)) is not None:
+                    return Deny(
+                        f"{who} may not change the repository: {_quote(segment.text)} runs "
+                        f"{change}. Use read-only git commands (status, log, diff, show)."
+                    )
+            if not ceiling.mutating_git and not analysis.checkable:
+                why = analysis.error or "; ".join(analysis.unsupported)
+                return Deny(
+                    f"{who} may run only commands that can be checked, and this one cannot: "
+                    f"{why}. Split it into plain commands."
+                )
+        return None
+
+    def _role_write_reason(self, tool: str, path: PurePosixPath | None) -> str:
+        ceiling = self.ceiling
+        where = "files" if path is None else str(path)
+        if not ceiling.file_writes:
+            return (
+                f"The {ceiling.role} role makes no changes: {tool} would write {where}. "
+                "Report what should change instead."
+            )
+        dirs = ", ".join(p.rstrip("/") for p in ceiling.write_patterns)
+        return (
+            f"The {ceiling.role} role writes only under test directories ({dirs}) inside the "
+            f"workspace: {tool} would write {where}."
+        )
+
+    def _escalation(self, request: PermissionRequest) -> Ask | None:
+        needs: list[str] = []
+        grants = Grants()
+        for path in request.reads:
+            if self._relative(path) is None and not self.grants.reads(path):
+                needs.append(f"read {path}, outside the workspace")
+                grants = grants.plus(Grants(read_roots=(path,)))
+        for path in request.writes:
+            if self._relative(path) is None and not self.grants.writes(path):
+                needs.append(f"write {path}, outside the workspace")
+                grants = grants.plus(Grants(write_roots=(path,)))
+        if request.effects.network and not self.grants.network:
+            needs.append("reach the network")
+            grants = grants.plus(Grants(network=True))
+        if request.full_access and not self.grants.full_access:
+            needs.append("run without the sandbox (full access)")
+            grants = grants.plus(Grants(full_access=True))
+        if not needs:
+            return None
+        return Ask(
+            f"{request.tool} would {'; '.join(needs)}. That needs the user's grant, whatever "
+            "the allow rules say.",
+            Remember(grants=grants),
+        )
+
+    def _unchecked(self, analysis: shell.ShellAnalysis) -> Ask | None:
+        if analysis.error is not None:
+            return Ask(f"{analysis.error.capitalize()}, so it cannot be checked against the rules.")
+        if analysis.unsupported:
+            return Ask(
+                f"The command cannot be checked against the rules: {analysis.unsupported[0]}."
+            )
+        if self.mode is not Mode.BYPASS:
+            for segment in analysis.segments:
+                for redirect in segment.redirects:
+                    return Ask(
+                        f"{_quote(segment.text)} writes to {redirect.target} through a redirect, "
+                        "which command rules do not cover."
+                    )
+        return None
+
+    @staticmethod
+    def _covered(tool: str, subjects: tuple[Subject, ...], rules: Iterable[Rule]) -> bool:
+        rules = tuple(rules)
+        if not subjects:
+            return any(r.pattern is None and r.selects(tool) for r in rules)
+        return all(any(r.matches(tool, s) for r in rules) for s in subjects)
+
+    def _default(self, request: PermissionRequest, subjects: tuple[Subject, ...]) -> Decision:
+        tool, effects = request.tool, request.effects
+        if request.shell is not None:
+            return Ask(self._command_reason(request), self._remember_command(request))
+        if effects.read_only and not request.writes:
+            return Allow()
+        if self.mode is Mode.ACCEPT_EDITS and not (
+            effects.unknown or effects.network or effects.subprocess
+        ):
+            return Allow()  # escalations were settled above: every write is in the workspace
+        remember = Remember(rules=self._path_rules(tool, subjects)) if subjects else Remember()
+        if not subjects and not effects.unknown:
+            remember = Remember(rules=(parse_rule(tool),))
+        if effects.writes:
+            shown = ", ".join(str(p) for p in request.writes) or "files"
+            return Ask(
+                f"{tool} writes {shown}; in {self.mode.value} mode edits need approval (or an "
+                f"allow rule such as {tool}(src/**), or --permission-mode accept-edits).",
+                remember,
+            )
+        return Ask(
+            f"What {tool} does cannot be known in advance; in {self.mode.value} mode that "
+            "needs approval.",
+            remember,
+        )
+
+    def _path_rules(self, tool: str, subjects: tuple[Subject, ...]) -> tuple[Rule, ...]:
+        rules = []
+        for subject in subjects:
+            if not isinstance(subject, PathSubject):
+                continue
+            if subject.workspace is not None:
+                text = subject.workspace
+            else:
+                text = "//" + subject.absolute.lstrip("/")
+            if set(text) & set("*?[!#\\") or text.endswith(":*") or text == ".":
+                return ()  # a name a rule cannot spell exactly: ask again next time
+            rules.append(parse_rule(f"{tool}({text})", RuleKind.ALLOW))
+        return tuple(rules)
+
+    def _command_reason(self, request: PermissionRequest) -> str:
+        assert request.shell is not None
+        allowed = (*self.rules.allow, *self.session_rules)
+        pending = [
+            s
+            for s in request.shell.segments
+            if not any(r.matches(request.tool, s.subject) for r in allowed)
+        ]
+        shown = ", ".join(_quote(s.text) for s in pending[:3])
+        more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
+        return (
+            f"No allow rule covers {shown}{more}; in {self.mode.value} mode commands need "
+            f"approval (or an allow rule such as {shell.suggested_rule(pending[0], request.tool)}"
+            ")."
+            if pending
+            else f"In {self.mode.value} mode commands need approval."
+        )
+
+    def _remember_command(self, request: PermissionRequest) -> Remember:
+        assert request.shell is not None
+        if not request.shell.checkable or any(s.redirects for s in request.shell.segments):
+            return Remember()
+        allowed = (*self.rules.allow, *self.session_rules)
+        rules = []
+        for segment in request.shell.segments:
+            if any(r.matches(request.tool, segment.subject) for r in allowed):
+                continue
+            rules.append(parse_rule(shell.suggested_rule(segment, request.tool)))
+        return Remember(rules=tuple(dict.fromkeys(rules)))
+
+
+def posix(path: os.PathLike[str] | str) -> PurePosixPath:
+    """A canonical path as the policy wants it (absolute, normalised)."""
+    return PurePosixPath(posixpath.normpath(os.fspath(path)))
+
+
+__all__ = [
+    "CEILINGS",
+    "TEST_DIRECTORIES",
+    "Allow",
+    "Ask",
+    "Decision",
+    "Deny",
+    "Grants",
+    "Mode",
+    "PermissionRequest",
+    "Policy",
+    "Remember",
+    "RoleCeiling",
+    "posix",
+    "resolve_request",
+]
