@@ -35,6 +35,8 @@ Theory of operation.
   request once the tokens reported for the turn (input, output, cache reads and writes) reach the
   budget. A provider that leaves any of them unreported makes the spend unknown, and unknown is
   not zero: the turn stops too, saying why. It is a soft ceiling, checked between requests.
+- Secrets. With `redact` set (a `Redactor.redact`), every tool result, denials included, is
+  redacted before the model, the events or the transcript see it.
 - Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
   turn emits exactly one `TurnFinished`, last.
 """
@@ -187,6 +189,7 @@ class Agent:
         *,
         emit: Callable[[AgentEvent], None] = _discard,
         decide: Decide = allow_all,
+        redact: Callable[[str], str] | None = None,
         messages: Iterable[Message] = (),
     ) -> None:
         self.provider = provider
@@ -194,6 +197,7 @@ class Agent:
         self.config = config
         self.context = attrs.evolve(context, emit=emit)  # tools announce through the same path
         self.decide = decide
+        self._redact = redact  # e.g. anvild.sandbox.secrets.Redactor.redact
         self._emit = emit
         self.messages: tuple[Message, ...] = ()
         self._commit(*messages)  # a resumed transcript must be valid too
@@ -335,6 +339,8 @@ class Agent:
         self._finish_call(batch, index, result)
 
     def _finish_call(self, batch: _Batch, index: int, result: ToolResult) -> None:
+        if self._redact is not None:  # before the model, the events or a record see it
+            result = ToolResult(result.call_id, self._redact(result.content), result.is_error)
         batch.results[index] = result
         call = batch.calls[index]
         preview = _preview(result.content)
