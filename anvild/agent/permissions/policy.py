@@ -63,6 +63,10 @@ from anvild.sandbox import ReadOnly, SandboxPolicy
 # -- decisions -----------------------------------------------------------------------------------
 
 
+def _roots(paths: Iterable[os.PathLike[str] | str]) -> tuple[PurePosixPath, ...]:
+    return tuple(dict.fromkeys(PurePosixPath(os.fspath(p)) for p in paths))
+
+
 @attrs.frozen
 class Grants:
     """Escalations granted for the session (user config, command line, or "always" answers).
@@ -70,8 +74,8 @@ class Grants:
 
     network: bool = False
     full_access: bool = False
-    read_roots: tuple[PurePosixPath, ...] = ()
-    write_roots: tuple[PurePosixPath, ...] = ()
+    read_roots: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_roots)
+    write_roots: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_roots)
 
     def reads(self, path: PurePosixPath) -> bool:
         return any(path.is_relative_to(r) for r in (*self.read_roots, *self.write_roots))
@@ -83,8 +87,8 @@ class Grants:
         return Grants(
             self.network or other.network,
             self.full_access or other.full_access,
-            tuple(dict.fromkeys((*self.read_roots, *other.read_roots))),
-            tuple(dict.fromkeys((*self.write_roots, *other.write_roots))),
+            (*self.read_roots, *other.read_roots),
+            (*self.write_roots, *other.write_roots),
         )
 
 
