@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
+from anvild.agent.permissions.rules import RuleKind, RuleSyntaxError, parse_rule
 from anvild.llm.capabilities import Replay, SchemaDialect
 from anvild.llm.errors import ConfigError
 from anvild.llm.registry import KINDS
@@ -207,6 +208,11 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             c.known(key, table, PERMISSION_KEYS)
             for name, rules in table.items():
                 c.set((top, name), c.strings((top, name), rules))
+                for index, rule in enumerate(rules, 1):
+                    try:
+                        parse_rule(rule, RuleKind(name))
+                    except RuleSyntaxError as exc:
+                        raise ConfigFileError(c.file, (top, name), f"rule {index}: {exc}") from exc
         else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))
