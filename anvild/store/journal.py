@@ -297,6 +297,12 @@ class Journal:
     def closed(self) -> bool:
         return self._fd is None
 
+    def fileno(self) -> int:
+        """The descriptor appends go through (for diagnostics and fault-injection tests)."""
+        if self._fd is None:
+            raise JournalError(self.path, "the journal is closed")
+        return self._fd
+
     def append(self, record: Record, *, sync: bool | None = None) -> SessionState:
         """Record `record` and return the new state (also `self.state`).
 

@@ -49,6 +49,23 @@ from anvild.store import (
 
 CREATED = dt.datetime(2026, 10, 10, 12, 0, tzinfo=dt.UTC)
 
+# A schema 0 file (the course prototype's shape, see anvild.store.records), one dict per line.
+V0_LINES = [
+    {"type": "meta", "id": "old1", "model": "sonnet", "cwd": "/src", "created_at": 1760097600},
+    {"type": "message_appended", "message": {"role": "user", "content": [
+        {"type": "text", "text": "list files"}]}},
+    {"type": "message_appended", "message": {"role": "assistant", "content": [
+        {"type": "tool_call", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}]}},
+    {"type": "tool_started", "call_id": "c1", "name": "bash"},
+    {"type": "tool_finished", "call_id": "c1", "content": "a.txt", "is_error": False},
+    {"type": "message_appended", "message": {"role": "user", "content": [
+        {"type": "tool_result", "call_id": "c1", "content": "a.txt", "is_error": False}]}},
+    {"type": "message_appended", "message": {"role": "assistant", "content": [
+        {"type": "text", "text": "One file: a.txt."}]}},
+    {"type": "context_replaced", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Summary: the directory holds a.txt."}]}]},
+]  # fmt: skip
+
 
 def started(session_id: str = "s1", **fields: Any) -> SessionStarted:
     values: dict[str, Any] = {

@@ -23,7 +23,7 @@ from anvild.store import (
     UsageReported,
 )
 from anvild.store.records import RECORD_TAGS, RECORD_TYPES, decode, encode, schema_of, upgrade_lines
-from tests.unit.store.support import started, valid_records
+from tests.unit.store.support import V0_LINES, started, valid_records
 
 # The tags are the file format: changing one breaks every file already written.
 EXPECTED_TAGS = {
@@ -138,28 +138,17 @@ def test_a_naive_created_at_is_refused() -> None:
 
 # -- schema 0 -------------------------------------------------------------------------------
 
-V0_FILE = [
-    {"type": "meta", "id": "old1", "model": "sonnet", "cwd": "/src", "created_at": 1760097600},
-    {"type": "message_appended", "message": {"role": "user", "content": [
-        {"type": "text", "text": "list files"}]}},
-    {"type": "message_appended", "message": {"role": "assistant", "content": [
-        {"type": "tool_call", "id": "c1", "name": "bash", "arguments": {"command": "ls"}}]}},
-    {"type": "tool_started", "call_id": "c1", "name": "bash"},
-    {"type": "tool_finished", "call_id": "c1", "content": "a.txt", "is_error": False},
-    {"type": "context_replaced", "messages": []},
-]  # fmt: skip
-
 
 def test_schema_0_is_recognised_by_its_meta_header() -> None:
-    assert schema_of(V0_FILE[0]) == 0
+    assert schema_of(V0_LINES[0]) == 0
     with pytest.raises(RecordError, match="no schema version"):
         schema_of({"type": "note", "text": "x"})
 
 
 def test_schema_0_upgrade_numbers_lines_rewrites_the_header_and_nests_results() -> None:
-    upgraded = upgrade_lines(V0_FILE, 0)
+    upgraded = upgrade_lines(V0_LINES, 0)
     records = [decode(obj) for obj in upgraded]
-    assert [seq for seq, _ in records] == [1, 2, 3, 4, 5, 6]
+    assert [seq for seq, _ in records] == list(range(1, 9))
     header = records[0][1]
     assert header == SessionStarted(
         id="old1",
@@ -174,16 +163,17 @@ def test_schema_0_upgrade_numbers_lines_rewrites_the_header_and_nests_results() 
         schema=SCHEMA_VERSION,
     )
     assert records[4][1] == ToolFinished(ToolResult("c1", "a.txt", is_error=False))
-    assert records[5][1] == ContextReplaced((), ReplaceReason.COMPACTION)
+    summary = Message(Role.USER, (Text("Summary: the directory holds a.txt."),))
+    assert records[7][1] == ContextReplaced((summary,), ReplaceReason.COMPACTION)
 
 
 @pytest.mark.parametrize(
     "lines",
     [
-        [V0_FILE[1]],  # no meta first
-        [V0_FILE[0], V0_FILE[0]],  # a second meta
-        [V0_FILE[0], {"seq": 2, "type": "note", "text": "x"}],  # a schema 1 line in a 0 file
-        [{**V0_FILE[0], "created_at": "yesterday"}],
+        [V0_LINES[1]],  # no meta first
+        [V0_LINES[0], V0_LINES[0]],  # a second meta
+        [V0_LINES[0], {"seq": 2, "type": "note", "text": "x"}],  # a schema 1 line in a 0 file
+        [{**V0_LINES[0], "created_at": "yesterday"}],
     ],
 )
 def test_schema_0_upgrade_rejects_lines_of_another_shape(lines: list[object]) -> None:
