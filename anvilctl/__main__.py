@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from anvilctl import ninep_cli, replay, trust
+from anvilctl import ninep_cli, replay, sandbox, trust
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     ninep_cli.add_subcommands(sub)
     trust.add_subcommand(sub)
     replay.add_subcommand(sub)
+    sandbox.add_subcommand(sub)
     return parser
 
 
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return trust.run(args)
     if args.command == "replay-stream":
         return replay.run(args)
+    if args.command == "sandbox":
+        return sandbox.run(args)
     raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
 
 

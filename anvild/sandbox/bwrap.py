@@ -38,7 +38,9 @@ Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a
    (`--disable-userns`), pid, ipc and uts namespaces (and net unless the policy allows the
    network), `--die-with-parent`, `--new-session` (no terminal to inject into), the seccomp
    program (`anvild.sandbox.seccomp`), `--json-status-fd`, `--chdir`, then `bash -c COMMAND`.
-4. When the daemon is root, the command line starts with `setpriv` dropping to the configured
+4. The command line starts with `setpriv --pdeathsig=KILL`, so bwrap dies with the daemon (and
+   the sandbox with bwrap: `--die-with-parent` and the pid namespace). When the daemon is root,
+   setpriv also drops to the configured
    unprivileged uid (default 65534), clearing groups, inheritable, ambient and bounding
    capabilities and setting no_new_privs, before bwrap runs: bwrap started by root is not a
    sandbox (the child keeps its capabilities and can remount / read-write). Workspace-write is
@@ -548,8 +550,10 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         if facts.kind(gitdir) is not PathKind.DIR:
             continue
         if git is GitAccess.COMMIT:
+            # Bound onto itself even inside a writable root: a mount point cannot be renamed
+            # or removed, so the command cannot swap in a .git of its own making.
+            put(Mount(Op.BIND, gitdir))
             if writable_root_of(gitdir) is None:
-                put(Mount(Op.BIND, gitdir))
                 writable.append(gitdir)
             for name in GIT_PROTECTED:
                 protect(gitdir / name)
@@ -601,11 +605,15 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
 
 
 def prefix_argv(drop: Drop | None, setpriv: str) -> tuple[str, ...]:
-    """The privilege drop that must precede bwrap when the daemon is root (empty otherwise)."""
+    """setpriv before bwrap: always `--pdeathsig=KILL`, because bwrap's `--die-with-parent`
+    covers the sandbox's processes when bwrap dies but not bwrap itself when the daemon dies
+    (measured: it lingers, reparented to init, with the command still running); and when the
+    daemon is root, the privilege drop."""
     if drop is None:
-        return ()
+        return (setpriv, "--pdeathsig=KILL", "--")
     return (
         setpriv,
+        "--pdeathsig=KILL",
         f"--reuid={drop.uid}",
         f"--regid={drop.gid}",
         "--clear-groups",
@@ -638,6 +646,9 @@ def bwrap_argv(
         argv += piece
     for mount in the_plan.mounts:
         argv += mount.argv()
+    # The root itself (a tmpfs bwrap built, holding the mount points) read-only: nothing can be
+    # created beside the binds, in /etc or at /.
+    argv += ["--remount-ro", "/"]
     argv += ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd)]
     argv += ["--chdir", str(the_plan.cwd), "--", *command]
     return tuple(argv)

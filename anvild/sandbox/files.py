@@ -463,7 +463,7 @@ class FileAccess:
         crel = PurePosixPath(os.path.relpath(canonical, croot))
         parent_fd = self._open_beneath(croot, crel.parent, _PATH_DIR_FLAGS, no_symlinks=True)
         try:
-            _replace(parent_fd, crel.name, new, stat.S_IMODE(st.st_mode))
+            _replace(parent_fd, crel.name, new, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
         finally:
             os.close(parent_fd)
         return WriteResult(canonical, created=False, data=new)
@@ -489,8 +489,12 @@ class FileAccess:
             self._check_write_class(rel, root, canonical)
             new = transform(canonical, None)
             for name in missing[:-1]:
+                created = False
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o777, dir_fd=parent_fd)
+                    created = True
+                if created:
+                    _give_to_directory_owner(name, parent_fd)
                 child = os.open(name, _PATH_DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
                 os.close(parent_fd)
                 parent_fd = child
@@ -573,8 +577,24 @@ def _read_all(fd: int, max_bytes: int) -> bytes:
         chunks.append(chunk)
 
 
-def _replace(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
-    """Write `data` to a temp file in `dir_fd` and rename it over `name`."""
+def _give_to_directory_owner(name: str, dir_fd: int, *, fd: int | None = None) -> None:
+    """When the daemon runs as root, what it creates takes the owner of its directory: the
+    sandbox runs commands as an unprivileged uid, which must still be able to change the files
+    the agent wrote (DESIGN section 5). As any other user, ownership is the user's already."""
+    if os.geteuid() != 0:
+        return
+    st = os.fstat(dir_fd)
+    if fd is not None:
+        os.fchown(fd, st.st_uid, st.st_gid)
+    else:
+        os.chown(name, st.st_uid, st.st_gid, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def _replace(
+    dir_fd: int, name: str, data: bytes, mode: int | None, owner: tuple[int, int] | None = None
+) -> None:
+    """Write `data` to a temp file in `dir_fd` and rename it over `name`. The new inode keeps
+    the replaced file's `owner`; a new file takes its directory's owner (as root)."""
     tmp = f".{name}.anvil-{secrets.token_hex(6)}.tmp"
     # 0o666 lets the umask decide a new file's mode, as `open(..., "w")` would.
     fd = os.open(
@@ -589,6 +609,10 @@ def _replace(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
+            if owner is not None and os.geteuid() == 0:
+                os.fchown(fd, *owner)
+            elif owner is None:
+                _give_to_directory_owner(tmp, dir_fd, fd=fd)
             if mode is not None:
                 os.fchmod(fd, mode)
             os.fsync(fd)

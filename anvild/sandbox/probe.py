@@ -4,8 +4,9 @@ The daemon calls `probe` at startup (from a worker thread: it runs a process) an
 command calls `ensure_available`, which uses the cached result. The probe checks, in order:
 
 1. bwrap is on PATH (Debian/Ubuntu package `bubblewrap`);
-2. when the daemon is root, setpriv is on PATH (package `util-linux`), because bwrap started
-   by root is not a sandbox and the child must drop to an unprivileged uid first;
+2. setpriv is on PATH (package `util-linux`): it ties bwrap's life to the daemon's
+   (`--pdeathsig`) and, when the daemon is root, drops to an unprivileged uid first, because
+   bwrap started by root is not a sandbox;
 3. libseccomp is there and compiles the filter (`anvild.sandbox.seccomp`);
 4. a real sandbox starts: the privilege drop, a user namespace (that cannot create more), pid,
    net, ipc and uts namespaces, the seccomp program and the status stream, exactly as a command
@@ -55,8 +56,9 @@ BWRAP_HINT: Final = (
     "bubblewrap`; Arch: `pacman -S bubblewrap`) and make sure `bwrap` is on the daemon's PATH"
 )
 SETPRIV_HINT: Final = (
-    "install setpriv (Debian/Ubuntu/Fedora package `util-linux`): the daemon runs as root, and "
-    "bwrap started by root is not a sandbox, so commands must first drop to an unprivileged uid"
+    "install setpriv (Debian/Ubuntu/Fedora package `util-linux`): it ends the sandbox when the "
+    "daemon dies and, for a daemon running as root, drops to an unprivileged uid first (bwrap "
+    "started by root is not a sandbox)"
 )
 
 
@@ -82,12 +84,9 @@ def _run_probe(settings: SandboxSettings) -> ProbeResult:
     if bwrap is None:
         return ProbeResult(False, f"bwrap ({settings.bwrap}) was not found: {BWRAP_HINT}.")
     drop = settings.drop()
-    setpriv = settings.setpriv
-    if drop is not None:
-        found = which(settings.setpriv)
-        if found is None:
-            return ProbeResult(False, f"setpriv was not found: {SETPRIV_HINT}.")
-        setpriv = found
+    setpriv = which(settings.setpriv)
+    if setpriv is None:
+        return ProbeResult(False, f"setpriv was not found: {SETPRIV_HINT}.")
     try:
         seccomp_fd = seccomp.filter_fd()
     except SandboxError as exc:

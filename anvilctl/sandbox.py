@@ -1,0 +1,80 @@
+"""`anvilctl sandbox [--policy P | --role R] [--cwd D] [--network] -- CMD ...`
+
+Runs a command exactly as the bash tool would (the same `anvild.sandbox.bwrap.Sandbox.prepare`:
+probe, layout, privilege drop, seccomp, environment, status stream), with the terminal's stdin
+and stdout, and prints the policy in force and the filesystem layout on stderr first. Users debug
+their sandbox role files with it. It never runs the command unsandboxed: a sandbox that cannot be
+set up is reported and the exit status is 125. `full-access` is not offered: there is nothing to
+debug without a sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from anvild.sandbox import ReadOnly, SandboxError, WorkspaceWrite, policy_name
+from anvild.sandbox.bwrap import Sandbox, describe_plan
+from anvild.sandbox.roles import DEFAULT_ROLE, load_role
+
+SANDBOX_FAILED = 125
+
+
+def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "sandbox",
+        help="run a command in the bash tool's sandbox (debug role files)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--policy", choices=("read-only", "workspace-write"), help="a bare policy (default role)"
+    )
+    which.add_argument("--role", help="a sandbox role (sandbox-roles/ROLE.yaml)")
+    parser.add_argument("--cwd", type=Path, default=Path.cwd(), help="the workspace (default .)")
+    parser.add_argument("--network", action="store_true", help="allow the network")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print("anvilctl sandbox: give the command after --", file=sys.stderr)
+        return 2
+    try:
+        role = load_role(args.role) if args.role else DEFAULT_ROLE
+        if args.role:
+            policy: ReadOnly | WorkspaceWrite = role.default_policy()
+            if args.network:
+                policy = type(policy)(network=True)
+        elif args.policy == "read-only":
+            policy = ReadOnly(network=args.network)
+        else:
+            policy = WorkspaceWrite(network=args.network)
+        sandbox = Sandbox(policy, role)
+        print(f"policy: {policy_name(policy)}; role: {role.name}", file=sys.stderr)
+        print(describe_plan(sandbox.plan_for(args.cwd)), file=sys.stderr)
+        launch = sandbox.prepare(("bash", "-c", 'exec "$@"', "sandbox", *argv), args.cwd)
+    except SandboxError as exc:
+        print(f"anvilctl sandbox: {exc}", file=sys.stderr)
+        return SANDBOX_FAILED
+    with launch:
+        done = subprocess.run(
+            launch.argv,
+            env=launch.env,
+            pass_fds=launch.pass_fds,
+            cwd=launch.cwd,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+        stderr = done.stderr.decode("utf-8", "replace")
+        sys.stderr.write(stderr)
+        refusal = launch.verdict(done.returncode, stderr)
+    if refusal is not None:
+        print(f"anvilctl sandbox: {refusal}", file=sys.stderr)
+        return SANDBOX_FAILED
+    return done.returncode if done.returncode >= 0 else 128 - done.returncode
