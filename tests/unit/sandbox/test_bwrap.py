@@ -1,0 +1,229 @@
+"""The pure command builder: policy + role + host facts (a table) → argv. No processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anvild.sandbox import ReadOnly, SandboxRefused, WorkspaceWrite
+from anvild.sandbox.bwrap import Drop, PathKind, SandboxSpec, bwrap_argv, parse_status, plan
+from anvild.sandbox.roles import DEFAULT_ROLE, Role, load_role, parse_role
+
+WS = Path("/w")
+
+
+class Facts:
+    def __init__(self, kinds: dict[str, PathKind], pointers: dict[str, str] | None = None):
+        self.kinds = {Path(k): v for k, v in kinds.items()}
+        self.pointers = {Path(k): Path(v) for k, v in (pointers or {}).items()}
+
+    def kind(self, path: Path) -> PathKind:
+        if str(path) in ("/bin", "/lib"):
+            return PathKind.SYMLINK
+        return self.kinds.get(path, PathKind.MISSING)
+
+    def symlink_target(self, path: Path) -> str:
+        return "usr" + str(path)
+
+    def gitdir_of(self, pointer: Path) -> Path | None:
+        return self.pointers.get(pointer)
+
+    def commondir_of(self, gitdir: Path) -> Path | None:
+        return None
+
+    def module_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        return ()
+
+    def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
+        return tuple(p for p in self.kinds if p.name == ".git" and p.parent != root), False
+
+    def enclosing_dotgit(self, path: Path) -> Path | None:
+        return None
+
+
+D, F, L = PathKind.DIR, PathKind.FILE, PathKind.SYMLINK
+REPO = {"/w": D, "/w/.git": D, "/w/.git/config": F, "/w/.git/hooks": D, "/w/.anvil": D}
+
+
+def argv_for(policy, role: Role, kinds: dict[str, PathKind], **kw: object) -> list[str]:  # type: ignore[no-untyped-def]
+    spec = SandboxSpec(policy, role.resolve(cwd=WS, home=Path("/h"), environ={}), WS, Path("/h"))
+    the_plan = plan(spec, Facts(kinds, kw.get("pointers")))  # type: ignore[arg-type]
+    return list(
+        bwrap_argv(
+            the_plan, ("cmd",), bwrap="bwrap", seccomp_fd=3, status_fd=4, drop=kw.get("drop")
+        )
+    )  # type: ignore[arg-type]
+
+
+def has(argv: list[str], *seq: str) -> bool:
+    n = len(seq)
+    return any(tuple(argv[i : i + n]) == seq for i in range(len(argv) - n + 1))
+
+
+@pytest.mark.parametrize(
+    ("policy", "role", "kinds", "present", "absent"),
+    [
+        # workspace-write, developer: workspace writable, .git bound writable, config/hooks ro,
+        # info and .anvil missing/present handled, network off.
+        (
+            WorkspaceWrite(),
+            DEFAULT_ROLE,
+            REPO,
+            [
+                ("--bind", "/w", "/w"),
+                ("--bind", "/w/.git", "/w/.git"),
+                ("--ro-bind", "/w/.git/config", "/w/.git/config"),
+                ("--ro-bind", "/w/.git/hooks", "/w/.git/hooks"),
+                ("--perms", "0555", "--tmpfs", "/w/.git/info"),
+                ("--ro-bind", "/w/.anvil", "/w/.anvil"),
+                ("--unshare-net",),
+            ],
+            [("--share-net",)],
+        ),
+        # network on: no --unshare-net
+        (
+            WorkspaceWrite(network=True),
+            DEFAULT_ROLE,
+            REPO,
+            [("--bind", "/w", "/w")],
+            [("--unshare-net",)],
+        ),
+        # read-only policy: nothing writable, .git read-only, no placeholders
+        (
+            ReadOnly(),
+            DEFAULT_ROLE,
+            REPO,
+            [("--ro-bind", "/w", "/w"), ("--ro-bind", "/w/.git", "/w/.git")],
+            [("--bind", "/w", "/w"), ("--tmpfs", "/w/.git/info")],
+        ),
+        # reviewer under workspace-write: its role has no writable path, .git read-only
+        (
+            WorkspaceWrite(),
+            load_role("reviewer"),
+            REPO,
+            [("--ro-bind", "/w", "/w"), ("--ro-bind", "/w/.git", "/w/.git")],
+            [("--bind", "/w", "/w"), ("--bind", "/w/.git", "/w/.git")],
+        ),
+        # missing .git and .anvil in a writable root: empty read-only placeholders
+        (
+            WorkspaceWrite(),
+            DEFAULT_ROLE,
+            {"/w": D},
+            [
+                ("--perms", "0555", "--tmpfs", "/w/.git", "--remount-ro", "/w/.git"),
+                ("--perms", "0555", "--tmpfs", "/w/.anvil"),
+            ],
+            [],
+        ),
+        # a nested repository's config and hooks are protected too
+        (
+            WorkspaceWrite(),
+            DEFAULT_ROLE,
+            {**REPO, "/w/sub/.git": D, "/w/sub/.git/hooks": D, "/w/sub/.git/config": F},
+            [
+                ("--ro-bind", "/w/sub/.git/hooks", "/w/sub/.git/hooks"),
+                ("--ro-bind", "/w/sub/.git/config", "/w/sub/.git/config"),
+            ],
+            [],
+        ),
+        # a worktree: the pointer file is read-only, its gitdir bound with protections
+        (
+            WorkspaceWrite(),
+            DEFAULT_ROLE,
+            {"/w": D, "/w/.git": F, "/r/.git/worktrees/w": D, "/r/.git/worktrees/w/config": F},
+            [
+                ("--ro-bind", "/w/.git", "/w/.git"),
+                ("--bind", "/r/.git/worktrees/w", "/r/.git/worktrees/w"),
+            ],
+            [],
+        ),
+        # the system view and the fixed hardening
+        (
+            ReadOnly(),
+            DEFAULT_ROLE,
+            {"/w": D},
+            [
+                ("--ro-bind", "/usr", "/usr"),
+                ("--symlink", "usr/bin", "/bin"),
+                ("--tmpfs", "/tmp"),
+                ("--tmpfs", "/run"),
+                ("--tmpfs", "/h"),
+                ("--new-session",),
+                ("--die-with-parent",),
+                ("--disable-userns",),
+                ("--unshare-pid",),
+                ("--remount-ro", "/"),
+                ("--seccomp", "3"),
+                ("--json-status-fd", "4"),
+                ("--chdir", "/w", "--", "cmd"),
+            ],
+            [],
+        ),
+    ],
+)
+def test_argv(policy, role, kinds, present, absent) -> None:  # type: ignore[no-untyped-def]
+    argv = argv_for(policy, role, kinds, pointers={"/w/.git": "/r/.git/worktrees/w"})
+    for seq in present:
+        assert has(argv, *seq), (seq, argv)
+    for seq in absent:
+        assert not has(argv, *seq), (seq, argv)
+
+
+def test_binds_come_parents_first() -> None:
+    argv = argv_for(WorkspaceWrite(), DEFAULT_ROLE, REPO)
+    assert argv.index("/w/.git/config") > argv.index("/w/.git") > argv.index("/w")
+
+
+def test_drop_precedes_bwrap() -> None:
+    argv = argv_for(ReadOnly(), DEFAULT_ROLE, {"/w": D}, drop=Drop(1000, 1000))
+    assert argv[:2] == ["setpriv", "--pdeathsig=KILL"]
+    assert "--reuid=1000" in argv
+    assert "--bounding-set=-all" in argv
+    assert argv.index("--no-new-privs") < argv.index("bwrap")
+    assert argv_for(ReadOnly(), DEFAULT_ROLE, {"/w": D})[:3] == [
+        "setpriv",
+        "--pdeathsig=KILL",
+        "--",
+    ]
+
+
+@pytest.mark.parametrize("path", ["/w/.git", "/w/.anvil"])
+def test_protected_symlink_in_a_writable_root_is_refused(path: str) -> None:
+    with pytest.raises(SandboxRefused, match="symbolic link"):
+        argv_for(WorkspaceWrite(), DEFAULT_ROLE, {"/w": D, path: L})
+
+
+def test_writable_root_may_not_contain_the_system() -> None:
+    role = Role(name="x", read_write=("/",))
+    with pytest.raises(SandboxRefused, match="contains the system"):
+        argv_for(WorkspaceWrite(), role, {"/": D, "/w": D})
+
+
+def test_no_environment_value_is_on_the_command_line() -> None:
+    argv = argv_for(WorkspaceWrite(), DEFAULT_ROLE, REPO)
+    assert "--setenv" not in argv
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b'{ "child-pid": 5 }\n{ "exit-code": 3 }\n', 3),
+        (b'{ "child-pid": 5 }\n', None),
+        (b"", None),
+        (b'garbage\n{"future": 1}\n{"exit-code": 0}', 0),
+    ],
+)
+def test_parse_status(data: bytes, code: int | None) -> None:
+    assert parse_status(data) == code
+
+
+def test_roles_cannot_grant_full_access_and_templates_expand() -> None:
+    with pytest.raises(Exception, match="only the user grants full access"):
+        parse_role("x", "full_access: true\n")
+    role = parse_role("x", "filesystem:\n  read_only: ['{CARGO_HOME}/reg', '{HOME}/a']\n")
+    resolved = role.resolve(cwd=WS, home=Path("/h"), environ={})
+    assert resolved.read_only == (Path("/h/a"),)
+    assert resolved.skipped
+    for name in ("developer", "reviewer", "planner", "tester"):
+        assert load_role(name).name == name
