@@ -28,9 +28,10 @@ all secrets or exfiltration"):
 
    `redact` masks every occurrence, longest secret first, so a secret that contains another is
    masked whole. It also masks a *fragment* of a secret (at least `MIN_FRAGMENT` characters) at
-   the very start or end of the text, or a text that is wholly a piece of a secret: output truncated to a head and a tail can cut a key in two,
-   and the cut half is still a leak. So callers that join truncated pieces should redact each
-   piece before joining. `redact_json` walks JSON-like values (records, log event dicts).
+   the very start or end of the text, or a text that is wholly a piece of a secret: output
+   truncated to a head and a tail can cut a key in two, and the cut half is still a leak. So
+   callers that join truncated pieces should redact each piece before joining. `redact_json`
+   walks JSON-like values (records, log event dicts).
 
 Limits: a secret that reaches the text transformed (base64, URL-encoded, split across lines,
 reversed) is not recognised; redaction masks known values, it does not detect unknown secrets.
