@@ -10,7 +10,9 @@ transcript once). It raises `RecordError` for a record that does not fit the sta
 record is never written. The rules it enforces:
 
 - `SessionStarted` comes first, with the current schema, and only once; nothing follows
-  `SessionEnded` (which also sets the status to exited).
+  `SessionEnded` (which also sets the status to exited), and it needs a transcript with no
+  unanswered calls and no pending approval (the turn ends first), so an ended session's
+  transcript is always valid.
 - `MessageAppended` carries content and keeps roles alternating, the first message from the
   user; a user message answers the calls in flight (`tools` empties). `MessageExtended` needs a
   last message and no calls in flight.
@@ -169,6 +171,9 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         case Note(text=text):
             return attrs.evolve(state, notes=(*state.notes, text))
         case SessionEnded(reason=reason):
+            _no_approval(state, record)
+            if state.pending_calls:
+                raise RecordError("session_ended with unanswered tool calls: end the turn first")
             return attrs.evolve(state, ended=reason, status=SessionStatus.EXITED)
     raise RecordError(f"unknown record {record!r}")  # pragma: no cover - the match is exhaustive
 

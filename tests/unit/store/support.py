@@ -33,6 +33,7 @@ from anvild.store import (
     Record,
     ReplaceReason,
     RoleChanged,
+    SessionEnded,
     SessionStarted,
     SessionState,
     SessionStatus,
@@ -193,6 +194,8 @@ def _choices(state: SessionState, ids: Iterator[int]) -> dict[str, Callable[[st.
         approval = state.approval
         verdicts = st.sampled_from(list(Verdict))
         choices["answer"] = lambda d: ApprovalAnswered(approval.call_id, d(verdicts), d(texts))
+    if state.approval is None and not state.pending_calls:
+        choices["end"] = lambda d: SessionEnded(d(texts))
     running = [run for run in state.tools if run.result is None]
     if running:
         runs = st.sampled_from(running)
@@ -221,7 +224,7 @@ def _finish(call_id: str, content: str, is_error: bool) -> ToolFinished:
 WEIGHTS = {"append": 6, "start": 6, "finish": 5, "ask": 2, "answer": 3, "extend": 2}
 PRIORITY = ["start", "finish", "answer", "append", "ask", "extend", "replace", "take", "drop"]
 PRIORITY += ["queue", "status", "usage", "todos", "turn", "note", "model", "context", "role"]
-PRIORITY += ["alias"]
+PRIORITY += ["alias", "end"]
 
 
 @st.composite
@@ -239,4 +242,6 @@ def valid_records(draw: st.DrawFn, max_size: int = 30) -> list[Record]:
         record = choices[draw(st.sampled_from(weighted))](draw)
         state = apply(state, record)
         records.append(record)
+        if state.ended is not None:
+            break
     return records

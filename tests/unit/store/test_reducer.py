@@ -195,6 +195,8 @@ PENDING = (*TOOL_TAIL, ApprovalRequested("c1", "bash", {}, "why"))
             ToolStarted("c1", "bash"),
             "not a call of the last message",
         ),
+        (TOOL_TAIL, SessionEnded("killed"), "unanswered tool calls: end the turn first"),
+        (PENDING, SessionEnded("killed"), "pending"),
         ((PromptQueued("p1", "a"),), PromptQueued("p1", "b"), "already queued"),
         ((PromptQueued("p1", "a"), PromptQueued("p2", "b")), PromptTaken("p2"), "head"),
         ((), PromptTaken("p1"), "head"),
@@ -261,7 +263,7 @@ def test_message_records_turn_any_transcript_into_any_other(
         cut = data.draw(st.integers(0, len(old.messages)))
         new_messages = old.messages[:cut]
     records = message_records(old.messages, new_messages, replace_reason=ReplaceReason.COMPACTION)
-    state = attrs.evolve(old, tools=(), approval=None)
+    state = attrs.evolve(old, tools=(), approval=None, ended=None)
     for record in records:
         state = apply(state, record)
     assert state.messages == new_messages
