@@ -2,18 +2,43 @@
 
 The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.ninep_cli` and
 behave like plan9port's `9p`; `anvilctl --help` lists every command.
+
+Scripts run the 9P commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start
+fast: when the command word is a 9P command only the 9P client is imported. The other commands'
+modules pull in the provider and sandbox layers and are imported only when one of them (or
+`--help`) is asked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-from anvilctl import ninep_cli, replay, sandbox, trust
+from anvilctl import ninep_cli
+
+# Modules with `add_subcommand(subparsers)` and `run(args) -> int`, and the commands they add.
+_OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
+    "anvilctl.trust": ("trust",),
+    "anvilctl.replay": ("replay-stream",),
+    "anvilctl.sandbox": ("sandbox",),
+}
+_GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_word(argv: Sequence[str]) -> str | None:
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, list[ModuleType]]:
     parser = argparse.ArgumentParser(
         prog="anvilctl",
         description="Talk to anvild: plain 9P file commands with plan9port 9p(1) semantics.",
@@ -21,22 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
     ninep_cli.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ninep_cli.add_subcommands(sub)
-    trust.add_subcommand(sub)
-    replay.add_subcommand(sub)
-    sandbox.add_subcommand(sub)
-    return parser
+    others = [] if only_9p else [importlib.import_module(name) for name in _OTHER_COMMANDS]
+    for module in others:
+        module.add_subcommand(sub)
+    return parser, others
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, others = build_parser(only_9p=_command_word(argv) in ninep_cli.COMMANDS)
+    args = parser.parse_args(argv)
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)
-    if args.command == "trust":
-        return trust.run(args)
-    if args.command == "replay-stream":
-        return replay.run(args)
-    if args.command == "sandbox":
-        return sandbox.run(args)
+    for module in others:
+        if args.command in _OTHER_COMMANDS[module.__name__]:
+            result: int = module.run(args)
+            return result
     raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
 
 

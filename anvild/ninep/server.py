@@ -424,18 +424,26 @@ class _Connection:
                 ),
                 dialect,
             )
-        async with self.send_lock:
+        # Uncontended (the usual case) the lock is taken without the extra scheduling round
+        # trip of `async with`; send_all is the checkpoint. trio's Lock is FIFO, so an Rflush
+        # queued behind a flushed request's reply still goes out after it (flush(5)).
+        try:
+            self.send_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self.send_lock.acquire()
+        try:
             # Free the tag before the reply can reach the client: a client may reuse it as soon
             # as it has the reply (plan9port's `9p` and diod's tools always send tag 0), and
             # send_all yields after the bytes are out, so freeing it later races the next frame.
             if req is not None and self.tags.get(req.tag) is req:
                 del self.tags[req.tag]
-            try:
-                await self.stream.send_all(frame)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                log.debug("9p %s: cannot send: %s", self.peer, exc)
-                if self.nursery is not None:
-                    self.nursery.cancel_scope.cancel()
+            await self.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("9p %s: cannot send: %s", self.peer, exc)
+            if self.nursery is not None:
+                self.nursery.cancel_scope.cancel()
+        finally:
+            self.send_lock.release()
 
     async def _fail(self, tag: int, message: str, code: int) -> None:
         await self._send(self._error_reply(tag, FsError(message, code)))

@@ -200,3 +200,18 @@ def test_help_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "anvilctl", "--help"], capture_output=True,
                          check=True)  # fmt: skip
     assert b"ls" in out.stdout
+
+
+def test_9p_commands_start_without_the_heavy_layers(tmp_path: pathlib.Path) -> None:
+    # Scripts call `anvilctl read` in loops; only the 9P client may be imported for that.
+    code = (
+        "import sys\n"
+        "from anvilctl.__main__ import main\n"
+        "assert main(['-n', 'read', 'agent/x']) == 1\n"
+        "heavy = sorted(n for n in sys.modules if n.startswith(('anvild.llm', 'anvild.sandbox',"
+        " 'anvild.config', 'trio', 'httpx')))\n"
+        "print(heavy)\n"
+    )
+    env = {**os.environ, "NAMESPACE": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True)
+    assert out.stdout == b"[]\n"
