@@ -15,7 +15,7 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
-`anvild.llm.types.converter`'s hooks (the record converter is a copy of it), so provider meta
+`anvild.llm.types.converter` (the record converter hands them to it), so provider meta
 such as a Gemini thought signature round-trips unchanged.
 
 Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
@@ -361,11 +361,24 @@ RECORD_TAGS: Final[Mapping[type[Record], str]] = {cls: cls.TAG for cls in RECORD
 
 
 def _make_converter() -> cattrs.Converter:
-    conv = llm_converter.copy()  # messages and blocks exactly as the llm layer writes them
+    conv = cattrs.Converter()
+    # Messages and blocks go through the llm layer's own converter, so they are written exactly
+    # as everywhere else (stable block tags, provider meta omitted when absent).
+    for llm_type in (Message, ContentBlock, ToolResult):
+        conv.register_unstructure_hook(llm_type, _llm_unstructure(llm_type))
+        conv.register_structure_hook(llm_type, _llm_structure)
     conv.register_unstructure_hook(dt.datetime, lambda value: value.isoformat())
     conv.register_structure_hook(dt.datetime, _structure_datetime)
     configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
     return conv
+
+
+def _llm_unstructure(llm_type: Any) -> Any:
+    return lambda value: llm_converter.unstructure(value, llm_type)
+
+
+def _llm_structure(value: Any, llm_type: Any) -> Any:
+    return llm_converter.structure(value, llm_type)
 
 
 def _structure_datetime(value: Any, _: type) -> dt.datetime:
@@ -375,7 +388,7 @@ def _structure_datetime(value: Any, _: type) -> dt.datetime:
 
 
 record_converter: Final[cattrs.Converter] = _make_converter()
-"""The JSON converter for records (a copy of the llm converter plus the `Record` union)."""
+"""The JSON converter for records (the `Record` union; messages and blocks by the llm one)."""
 
 
 def encode(seq: int, record: Record) -> bytes:
