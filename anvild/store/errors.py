@@ -32,9 +32,10 @@ class RecordError(StoreError):
 class JournalError(StoreError):
     """A session file could not be read or written."""
 
-    def __init__(self, path: Path, message: str) -> None:
+    def __init__(self, path: Path, message: str, *, line: int | None = None) -> None:
         self.path = path
-        super().__init__(f"{path}: {message}")
+        where = str(path) if line is None else f"{path}:{line}"
+        super().__init__(f"{where}: {message}")
 
 
 class CorruptJournalError(JournalError):
@@ -42,9 +43,7 @@ class CorruptJournalError(JournalError):
 
     def __init__(self, path: Path, line: int | None, message: str) -> None:
         self.line = line
-        where = path if line is None else Path(f"{path}:{line}")
-        super().__init__(where, message)
-        self.path = path
+        super().__init__(path, message, line=line)
 
 
 class SchemaVersionError(JournalError):

@@ -147,7 +147,7 @@ def read_journal(path: Path) -> JournalContents:
     decoded: list[Json] = []
     for index, raw in enumerate(lines):
         try:
-            decoded.append(json.loads(raw))
+            decoded.append(json.loads(raw.decode("utf-8")))  # UTF-8 only: no encoding sniffing
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             if index == len(lines) - 1 and not tail:  # the last line, complete but unparsable
                 tail = raw + b"\n"
@@ -470,8 +470,16 @@ class SessionStore:
         return self.directory / f"{session_id}{SUFFIX}"
 
     def create(self, started: SessionStarted) -> Journal:
-        self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        return Journal.create(self.path_for(started.id), started)
+        """A new session file (see `Journal.create`); creates the directory (0700) if needed."""
+        path = self.path_for(started.id)
+        if not self.directory.is_dir():
+            try:
+                self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+                _sync_directory(self.directory.parent)  # the new directory's own entry
+            except OSError as exc:
+                message = "cannot create the sessions directory"
+                raise _write_error(path, message, exc, intact=True) from exc
+        return Journal.create(path, started)
 
     def open(self, session_id: str) -> Journal:
         return Journal.open(self.path_for(session_id))

@@ -14,9 +14,10 @@ it may end in the middle of a turn. `recover` says which records bring it back t
     reading `log`) is told to check before trying again. Nothing is ever re-run automatically;
   - a call never started (its `ToolStarted` was not written, so its side effect never began):
     an error result saying it was not run.
-- A session that was starting, running or awaiting approval ends its turn (`TurnEnded` with
-  outcome `error` and the reason), gets a note in the transcript's trailing user message (so the
-  model knows the turn was cut), goes to `idle`, and the log says so.
+- A session that was running or awaiting approval ends its turn (`TurnEnded` with outcome
+  `error` and the reason) and gets a note in the transcript's trailing user message (so the
+  model knows the turn was cut). It, and a session that was still starting, goes to `idle`, and
+  the log says so.
 
 Queued prompts are kept: they were accepted and never handled. Sessions that were idle, await,
 stopped, exited or in error stay as they were (their transcript is repaired all the same), and an
@@ -56,6 +57,7 @@ INTERRUPTED_NOTE: Final = (
 )
 APPROVAL_CANCELLED: Final = "anvild restarted before the approval was answered"
 TURN_DETAIL: Final = "anvild stopped during the turn; the session was recovered at restart"
+RECOVERED_DETAIL: Final = "recovered at restart: anvild had stopped while the session was active"
 
 
 @attrs.frozen
@@ -75,7 +77,8 @@ def recover(state: SessionState) -> Recovery:
     if state.approval is not None:
         call_id = state.approval.call_id
         records.append(ApprovalAnswered(call_id, Verdict.CANCELLED, APPROVAL_CANCELLED))
-    interrupted = state.status.active
+    interrupted = state.status.active  # a crash cut the session's start or a turn
+    turn_cut = state.status in (SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL)
     results: list[ContentBlock] = []
     unknown: list[ToolCall] = []
     for call in state.pending_calls:
@@ -90,10 +93,10 @@ def recover(state: SessionState) -> Recovery:
             )
             unknown.append(call)
     if results:
-        if interrupted:
+        if turn_cut:
             results.append(Text(INTERRUPTED_NOTE))
         records.append(MessageAppended(Message(Role.USER, results)))
-    elif interrupted and state.messages and state.messages[-1].role is Role.USER:
+    elif turn_cut and state.messages and state.messages[-1].role is Role.USER:
         records.append(MessageExtended((Text(INTERRUPTED_NOTE),)))
     records.extend(
         Note(
@@ -102,9 +105,10 @@ def recover(state: SessionState) -> Recovery:
         )
         for call in unknown
     )
-    if interrupted:
+    if turn_cut:
         records.append(TurnEnded("error", TURN_DETAIL))
-        records.append(StateChanged(SessionStatus.IDLE, TURN_DETAIL))
+    if interrupted:
+        records.append(StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL))
         records.append(
             Note(f"recovered after a restart: the session was {state.status.value}, now idle")
         )

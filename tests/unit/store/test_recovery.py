@@ -31,6 +31,7 @@ from anvild.store.recovery import (
     APPROVAL_CANCELLED,
     INTERRUPTED_NOTE,
     NOT_RUN,
+    RECOVERED_DETAIL,
     TURN_DETAIL,
     UNKNOWN_OUTCOME,
 )
@@ -75,7 +76,7 @@ def test_started_without_finish_is_unknown_finished_is_kept_unstarted_is_not_run
             "no result was recorded; it was not re-run."
         ),
         TurnEnded("error", TURN_DETAIL),
-        StateChanged(SessionStatus.IDLE, TURN_DETAIL),
+        StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL),
         Note("recovered after a restart: the session was running, now idle"),
     ]
     assert "not re-run" in unknown.content
@@ -100,7 +101,7 @@ def test_a_pending_approval_is_cancelled_never_approved() -> None:
     )
     assert records[0] == ApprovalAnswered("c1", Verdict.CANCELLED, APPROVAL_CANCELLED)
     assert all(r.is_error for r in messages[-1].tool_results())
-    assert records[-2] == StateChanged(SessionStatus.IDLE, TURN_DETAIL)
+    assert records[-2] == StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL)
 
 
 def test_an_interrupted_sample_gets_a_note_in_the_trailing_user_message() -> None:
@@ -108,7 +109,7 @@ def test_an_interrupted_sample_gets_a_note_in_the_trailing_user_message() -> Non
     assert messages == [Message(Role.USER, (Text("go"), Text(INTERRUPTED_NOTE)))]
     assert records[1:] == [
         TurnEnded("error", TURN_DETAIL),
-        StateChanged(SessionStatus.IDLE, TURN_DETAIL),
+        StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL),
         Note("recovered after a restart: the session was running, now idle"),
     ]
 
@@ -156,3 +157,12 @@ def test_journal_recover_appends_durably_and_a_reload_agrees(tmp_path: Path) -> 
             Text(INTERRUPTED_NOTE),
         ),
     )
+
+
+def test_a_session_cut_while_starting_goes_idle_without_a_turn() -> None:
+    records, messages = recovered()  # only SessionStarted: the status is still starting
+    assert records == [
+        StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL),
+        Note("recovered after a restart: the session was starting, now idle"),
+    ]
+    assert messages == []
