@@ -16,7 +16,7 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := bubblewrap diod 9base ripgrep git
+DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl-base
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean
