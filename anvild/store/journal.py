@@ -48,9 +48,9 @@ Theory of operation.
 Calling from trio. Every method here blocks on file I/O and is synchronous. Measured on the
 development machine (a shared, busy 2-core VM, ext4; 3000-record loops of ~300-byte lines; a
 plain `sum(range(100))` takes ~4 µs there, several times a laptop's): `write(2)` of one line
-~6 µs; a whole unsynced `append` (reduce, encode, write) 50-75 µs; a synced `append` 1.5-4.7
+~6 µs; a whole unsynced `append` (reduce, encode, write) 40-75 µs; a synced `append` 1.2-4.7
 ms, fsync dominating (a laptop SSD is similar; a busy disk or network storage far slower);
-loading ~65 µs per record. So: call appends that `needs_sync(record)` says are synced through
+loading 40-65 µs per record. So: call appends that `needs_sync(record)` says are synced through
 `await trio.to_thread.run_sync(journal.append, record)`, and the others directly (tens of
 microseconds, like a log line). Appends of one session must not overlap: serialise them in the
 session (one writer task, or a `trio.Lock` held across the call); the journal also holds a
