@@ -334,9 +334,14 @@ class _BodyHandle(Handle):
         if body is None or (body.writes == 0 and not self._truncate):
             return  # opened for write but nothing written: nothing to commit
         try:
-            await self._node.commit(body.value())
-        except ValueError as exc:
-            raise FsError(f"{self._node.name}: {exc}", errno.EINVAL) from exc
+            try:
+                await self._node.commit(body.value())
+            except ValueError as exc:
+                raise FsError(f"{self._node.name}: {exc}", errno.EINVAL) from exc
+        except FsError as exc:
+            if self._node.on_reject is not None:
+                self._node.on_reject(exc)  # e.g. an event on `events`, mail back to a sender
+            raise
         self._node.touch()
 
     async def abort(self) -> None:
@@ -353,10 +358,13 @@ class BodyFile(FsNode):
         *,
         limit: int = DEFAULT_BODY_LIMIT,
         perm: int = 0o222,
+        on_reject: Callable[[FsError], None] | None = None,
     ) -> None:
+        """`on_reject` is told about every body refused at clunk, before the Tclunk fails."""
         super().__init__(name, perm)
         self.commit = commit
         self.limit = limit
+        self.on_reject = on_reject
 
     async def _snapshot(self) -> bytes:
         return b""
@@ -381,8 +389,9 @@ class ValueFile(BodyFile):
         *,
         limit: int = DEFAULT_BODY_LIMIT,
         perm: int = 0o644,
+        on_reject: Callable[[FsError], None] | None = None,
     ) -> None:
-        super().__init__(name, commit, limit=limit, perm=perm)
+        super().__init__(name, commit, limit=limit, perm=perm, on_reject=on_reject)
         self._read = read
 
     async def _snapshot(self) -> bytes:

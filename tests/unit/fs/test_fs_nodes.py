@@ -320,6 +320,21 @@ async def test_body_refusal_fails_the_clunk_with_the_reason() -> None:
     assert committed == []
 
 
+async def test_body_refusal_is_reported_to_on_reject() -> None:
+    body, _ = make_body()
+    rejected: list[FsError] = []
+    body.on_reject = rejected.append
+    handle = await body.open(WRITE)
+    await handle.write(0, b"invalid")
+    with pytest.raises(FsError) as info:
+        await handle.clunk()
+    assert rejected == [info.value]
+    handle = await body.open(WRITE)
+    await handle.write(0, b"fine")
+    await handle.clunk()
+    assert len(rejected) == 1
+
+
 async def test_body_abort_commits_nothing() -> None:
     body, committed = make_body()
     handle = await body.open(WRITE)
