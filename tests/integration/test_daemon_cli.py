@@ -217,3 +217,15 @@ def test_version_flag() -> None:
         timeout=STARTUP_TIMEOUT,
     )
     assert out.stdout == f"anvild {__version__}\n"
+
+
+def test_a_busy_tcp_port_fails_the_start_and_cleans_up(namespace: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code, log = Anvild(namespace, "--listen", f"tcp!127.0.0.1!{port}").exit()
+    assert code == 1
+    assert f"cannot listen on tcp!127.0.0.1!{port}" in log
+    assert not (namespace / "agent").exists()
+    assert not (namespace / "agent.pid").exists()
