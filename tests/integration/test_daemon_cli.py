@@ -229,3 +229,19 @@ def test_a_busy_tcp_port_fails_the_start_and_cleans_up(namespace: Path) -> None:
     assert f"cannot listen on tcp!127.0.0.1!{port}" in log
     assert not (namespace / "agent").exists()
     assert not (namespace / "agent.pid").exists()
+
+
+def test_restart_after_kill_9_takes_over_the_stale_socket_and_pid_file(namespace: Path) -> None:
+    first = Anvild(namespace)
+    first.wait_serving()
+    code, _ = first.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert (namespace / "agent").exists()  # left behind, nobody answers
+    assert (namespace / "agent.pid").exists()
+    second = Anvild(namespace)
+    second.wait_serving()
+    try:
+        assert (namespace / "agent.pid").read_text() == f"{second.proc.pid}\n"
+        assert anvilctl(namespace, "read", "agent/version").returncode == 0
+    finally:
+        assert second.stop()[0] == 0
