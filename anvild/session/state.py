@@ -1,0 +1,66 @@
+"""The session lifecycle: its states and the one transition table (DESIGN section 4).
+
+    starting ──> idle <──────────────┐ (out read to EOF, start, restart)
+                  │ prompt            │
+                  v                   │
+    ┌──────── running <──> await_approval
+    │             │ turn ended
+    │             v
+    │           await ──> running (the next queued prompt)
+    │
+    any live state ──> stopped (stop) ──> idle (start)
+    any live state ──> error (a record could not be written) ──> idle (start, restart)
+    any live state ──> exited (kill; an ephemeral session's turn ended)   [terminal]
+
+The supervisor (`anvild.session.session.Session`) is the only owner of a session's state, and
+it derives every change from its own loop: a prompt taken, a turn ended, an approval asked or
+answered, a verb. No client and no model can write a state. Every change goes through `check`,
+and a change the table does not list raises `IllegalTransition` (a bug in the supervisor; the
+tests walk the whole table). The states themselves are the store's `SessionStatus`, so what is
+recorded and what is enforced are one vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from anvild.session.errors import IllegalTransition
+from anvild.store import SessionStatus
+
+S = SessionStatus
+
+TRANSITIONS: Final[Mapping[SessionStatus, frozenset[SessionStatus]]] = {
+    S.STARTING: frozenset({S.IDLE, S.STOPPED, S.EXITED, S.ERROR}),
+    S.IDLE: frozenset({S.RUNNING, S.STOPPED, S.EXITED, S.ERROR}),
+    S.RUNNING: frozenset({S.AWAIT, S.AWAIT_APPROVAL, S.STOPPED, S.EXITED, S.ERROR}),
+    # An approval is answered (back to running), or the turn is cut while it waits.
+    S.AWAIT_APPROVAL: frozenset({S.RUNNING, S.AWAIT, S.STOPPED, S.EXITED, S.ERROR}),
+    S.AWAIT: frozenset({S.IDLE, S.RUNNING, S.STOPPED, S.EXITED, S.ERROR}),
+    S.STOPPED: frozenset({S.IDLE, S.EXITED, S.ERROR}),
+    S.ERROR: frozenset({S.IDLE, S.EXITED}),
+    S.EXITED: frozenset(),
+}
+"""Every legal change of state: `TRANSITIONS[old]` is the set of states `old` may become."""
+
+LIVE: Final = frozenset(s for s in SessionStatus if s is not S.EXITED)
+"""States of a session that still exists in the tree."""
+
+BUSY: Final = frozenset({S.STARTING, S.RUNNING, S.AWAIT_APPROVAL})
+"""States in which the session is working: `wait` does not return while in one of them."""
+
+ACCEPTS_PROMPTS: Final = frozenset({S.STARTING, S.IDLE, S.RUNNING, S.AWAIT_APPROVAL, S.AWAIT})
+"""States in which `in` accepts a prompt (it runs now, or waits in the queue)."""
+
+
+def check(old: SessionStatus, new: SessionStatus) -> SessionStatus:
+    """`new` if the table allows `old -> new`; `IllegalTransition` otherwise."""
+    if new not in TRANSITIONS[old]:
+        allowed = ", ".join(sorted(s.value for s in TRANSITIONS[old])) or "none (terminal)"
+        raise IllegalTransition(
+            f"illegal session transition {old.value} -> {new.value} (from {old.value}: {allowed})"
+        )
+    return new
+
+
+__all__ = ["ACCEPTS_PROMPTS", "BUSY", "LIVE", "TRANSITIONS", "SessionStatus", "check"]

@@ -1,0 +1,196 @@
+"""`LineBroadcast`: a session's `log` and `events` streams, with a cursor per reader.
+
+Theory of operation (DESIGN section 3, "Streams"). The supervisor `publish`es one line at a
+time. Each open of a stream file calls `open_reader()` and gets its own `LineReader`, which
+starts with a copy of the bounded backlog (the last `backlog_lines` lines) and then receives
+every later line. A reader holds at most `reader_lines` lines and `reader_bytes` bytes: a line
+that does not fit is dropped and counted, and the next line it does take is preceded by one
+explicit marker, `{"type":"lagged","dropped":N}`, exactly where the gap is (a reader that
+drains everything while lines are being dropped gets the marker on its own). Loss is never
+silent, and a slow reader never makes the daemon buffer without bound.
+
+Reads behave like reads from a pipe: `read_nowait(count)` returns up to `count` bytes (whole
+lines when they fit; a line longer than `count` is split across reads), `None` when nothing is
+there yet and b"" at end of stream; `await read(count)` waits for something (a plain cancel
+point: a Tflush or a clunk cancels it, and no task is spawned per reader). `close()` on the
+broadcast ends the stream: readers return what they hold, then end-of-file.
+
+This duplicates the shape of `anvild.fs.stream` on purpose: the session layer may not import
+the tree (DESIGN section 2), and the tree serves these readers as they are.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import attrs
+import trio
+
+LAGGED: Final = b'{"type":"lagged","dropped":%d}\n'
+
+
+def lag_marker(dropped: int) -> bytes:
+    return LAGGED % dropped
+
+
+@attrs.frozen
+class BroadcastLimits:
+    backlog_lines: int = 200
+    reader_lines: int = 1024
+    reader_bytes: int = 1 << 20
+
+
+@attrs.frozen
+class BroadcastStatistics:
+    readers: int
+    backlog_lines: int
+    published: int
+    closed: bool
+
+
+class LineReader:
+    """One open of a stream: a bounded buffer of lines not yet read."""
+
+    def __init__(self, owner: LineBroadcast, limits: BroadcastLimits) -> None:
+        self._owner = owner
+        self._limits = limits
+        self._lines: deque[bytes] = deque()
+        self._bytes = 0
+        self._partial = b""
+        self._dropped = 0
+        self._closed = False
+
+    @property
+    def dropped(self) -> int:
+        """Lines lost and not yet reported by a marker."""
+        return self._dropped
+
+    def _fits(self, size: int, lines: int) -> bool:
+        return (
+            len(self._lines) + lines <= self._limits.reader_lines
+            and self._bytes + size <= self._limits.reader_bytes
+        )
+
+    def _append(self, line: bytes) -> None:
+        self._lines.append(line)
+        self._bytes += len(line)
+
+    def _push(self, line: bytes) -> None:
+        if self._dropped:
+            marker = lag_marker(self._dropped)
+            if not self._fits(len(marker) + len(line), 2):
+                self._dropped += 1
+                return
+            self._append(marker)
+            self._dropped = 0
+        if self._fits(len(line), 1):
+            self._append(line)
+        else:
+            self._dropped += 1
+
+    def read_nowait(self, count: int) -> bytes | None:
+        """Up to `count` bytes; b"" at end of stream; None when nothing is there yet."""
+        if count <= 0:
+            return b""
+        if not self._partial and not self._lines and self._dropped:
+            self._append(lag_marker(self._dropped))
+            self._dropped = 0
+        if not self._partial and not self._lines:
+            return b"" if self._closed else None
+        out = bytearray(self._partial[:count])
+        self._partial = self._partial[count:]
+        while self._lines and len(out) < count:
+            room = count - len(out)
+            if len(self._lines[0]) > room and out:
+                break  # keep lines whole when they fit in a later read
+            line = self._lines.popleft()
+            self._bytes -= len(line)
+            out += line[:room]
+            self._partial = line[room:]  # only a line longer than the whole read is split
+        return bytes(out)
+
+    async def read(self, count: int) -> bytes:
+        """Up to `count` bytes, waiting until there are some; b"" at end of stream."""
+        while True:
+            changed = self._owner._changed  # taken before the check: no wakeup is missed
+            data = self.read_nowait(count)
+            if data is not None:
+                return data
+            await changed.wait()
+
+    def close(self) -> None:
+        """Leave the stream (the fid was clunked); a pending read returns end-of-file."""
+        self._owner._readers.pop(self, None)
+        self._closed = True
+        self._owner._wake()
+
+
+class LineBroadcast:
+    """Lines published to every reader, with a bounded backlog for new readers."""
+
+    def __init__(self, limits: BroadcastLimits | None = None) -> None:
+        self._limits = limits or BroadcastLimits()
+        self._backlog: deque[bytes] = deque(maxlen=self._limits.backlog_lines)
+        self._readers: dict[LineReader, None] = {}
+        self._published = 0
+        self._closed = False
+        self._changed = trio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def publish(self, line: str) -> None:
+        """One line (no newline inside; one is added). Ignored once the stream is closed."""
+        if self._closed:
+            return
+        data = line.removesuffix("\n").encode("utf-8", "surrogateescape")
+        if b"\n" in data:
+            raise ValueError("a stream line must not contain a newline")
+        data += b"\n"
+        self._backlog.append(data)
+        self._published += 1
+        for reader in self._readers:
+            reader._push(data)
+        self._wake()
+
+    def open_reader(self, *, backlog: bool = True) -> LineReader:
+        reader = LineReader(self, self._limits)
+        if backlog:
+            for line in self._backlog:
+                reader._push(line)
+        if self._closed:
+            reader._closed = True
+        else:
+            self._readers[reader] = None
+        return reader
+
+    def backlog(self) -> tuple[str, ...]:
+        """The lines a new reader would start with (for snapshots and tests)."""
+        return tuple(line[:-1].decode("utf-8", "surrogateescape") for line in self._backlog)
+
+    def close(self) -> None:
+        self._closed = True
+        for reader in self._readers:
+            reader._closed = True
+        self._readers.clear()
+        self._wake()
+
+    def statistics(self) -> BroadcastStatistics:
+        return BroadcastStatistics(
+            len(self._readers), len(self._backlog), self._published, self._closed
+        )
+
+
+__all__ = [
+    "BroadcastLimits",
+    "BroadcastStatistics",
+    "LineBroadcast",
+    "LineReader",
+    "lag_marker",
+]
