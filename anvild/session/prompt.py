@@ -1,0 +1,144 @@
+"""The layered system prompt of a session (DESIGN section 5, course 13.1).
+
+    base instructions        BASE_INSTRUCTIONS, written for anvild (under 60 lines)
+    AGENTS.md chain          the user config dir's AGENTS.md, then every AGENTS.md from the git
+                             root down to the cwd (most general first), each capped at
+                             MAX_INSTRUCTION_BYTES with a note saying so
+    role                     the role's text (`anvild.session.roles.role_text`)
+    context                  the session's `context` file
+
+in that order, under clear headers. `PromptLayers` is a frozen value and `render` is a pure
+function of it, so the prompt is byte-identical across the turns of a session (provider prompt
+caches depend on it). The files are read once, when the session starts (creation, daemon
+start, `restart`): an AGENTS.md edited during a session applies from its next restart. A write to
+`context` makes a new `PromptLayers` (recorded as `ContextFileChanged`), used from the next turn.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import attrs
+
+MAX_INSTRUCTION_BYTES: Final = 20 * 1024
+INSTRUCTION_FILE: Final = "AGENTS.md"
+
+BASE_INSTRUCTIONS: Final = """\
+You are a coding agent run by anvild, a local daemon. Each session is published as plain files \
+over 9P: a person, a script or another agent writes your prompt to the session's `in` file and \
+reads your final answer from `out`. Your answer may be read by a program, so keep it plain and \
+put the result where a reader expects it (usually at the end).
+
+Tools:
+- read_file, glob and grep to look at the workspace; edit_file and write_file to change it;
+  bash to run commands; todo_write to keep a task list for work with several steps.
+- Paths are relative to the session's working directory unless absolute.
+- Read a file before you edit it. Prefer small, targeted edits over rewriting whole files.
+- Tool results can be long: ask for what you need (grep for a name, read a range of lines).
+
+Limits, enforced outside of you:
+- Commands run in a sandbox: a private /tmp, the home directory hidden, the network off unless
+  the user enabled it, and writes only where your role allows. A refusal from the sandbox or the
+  permission policy is final: do not look for a way around it; say what you needed and why.
+- Some calls wait for a person's approval. A rejection comes back as the call's result, often
+  with a reason: follow it.
+- .git/hooks, .git/config, .anvil and credential files are read-only or hidden for you.
+- A turn has a step limit and a deadline; finish what you can and say what is left.
+
+Honesty:
+- Say what you did and what you did not do. Never claim a check passed unless you ran it and saw
+  it pass; quote the command and its result.
+- When you are unsure, say so, and say what would settle it. Do not guess at file contents,
+  APIs or command output: look.
+- If a tool call's outcome is reported as unknown (the daemon stopped while it ran), check the
+  current state before doing it again.
+
+When you are done, end with a short answer: what changed, how it was checked, what remains.
+"""
+
+
+@attrs.frozen
+class InstructionFile:
+    """One AGENTS.md as it enters the prompt: its path, its (possibly capped) text."""
+
+    path: Path
+    text: str
+    truncated: bool = False
+
+
+@attrs.frozen
+class PromptLayers:
+    """Everything the system prompt is made of; `render()` is the prompt."""
+
+    base: str = BASE_INSTRUCTIONS
+    instructions: tuple[InstructionFile, ...] = ()
+    role: str = ""
+    role_text: str = ""
+    context: str = ""
+
+    def render(self) -> str:
+        parts = [self.base.strip()]
+        if self.instructions:
+            section = ["# Instructions (AGENTS.md, most general first)"]
+            for item in self.instructions:
+                section.append(f"## {item.path}\n\n{item.text.strip()}")
+                if item.truncated:
+                    section.append(
+                        f"[{item.path} is longer than {MAX_INSTRUCTION_BYTES // 1024} KB: only its "
+                        "beginning is shown. Read the file for the rest.]"
+                    )
+            parts.append("\n\n".join(section))
+        if self.role_text.strip():
+            parts.append(f"# Your role: {self.role}\n\n{self.role_text.strip()}")
+        if self.context.strip():
+            parts.append(f"# Session context\n\n{self.context.strip()}")
+        return "\n\n".join(parts) + "\n"
+
+
+def git_root(cwd: Path) -> Path | None:
+    """The nearest directory at or above `cwd` holding `.git` (a directory or a worktree file)."""
+    for directory in (cwd, *cwd.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
+
+
+def read_instruction(path: Path) -> InstructionFile | None:
+    """`path` capped at MAX_INSTRUCTION_BYTES (cut at a character boundary); None if absent or
+    unreadable (a broken AGENTS.md must not stop a session)."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_INSTRUCTION_BYTES + 1)
+    except OSError:
+        return None
+    truncated = len(data) > MAX_INSTRUCTION_BYTES
+    text = data[:MAX_INSTRUCTION_BYTES].decode("utf-8", errors="ignore" if truncated else "replace")
+    if not text.strip():
+        return None
+    return InstructionFile(path, text, truncated)
+
+
+def discover_instructions(cwd: Path, user_config_dir: Path | None) -> tuple[InstructionFile, ...]:
+    """The AGENTS.md chain for `cwd`: the user config dir's, then from the git root (or `cwd`
+    itself outside a repository) down to `cwd`."""
+    cwd = Path(os.path.realpath(cwd))
+    root = git_root(cwd) or cwd
+    chain = [cwd, *cwd.parents]
+    directories = list(reversed(chain[: chain.index(root) + 1]))
+    paths = [] if user_config_dir is None else [user_config_dir / INSTRUCTION_FILE]
+    paths += [directory / INSTRUCTION_FILE for directory in directories]
+    found = (read_instruction(path) for path in dict.fromkeys(paths))
+    return tuple(item for item in found if item is not None)
+
+
+__all__ = [
+    "BASE_INSTRUCTIONS",
+    "MAX_INSTRUCTION_BYTES",
+    "InstructionFile",
+    "PromptLayers",
+    "discover_instructions",
+    "git_root",
+    "read_instruction",
+]

@@ -1,0 +1,106 @@
+"""Roles: what a session's role sets (DESIGN section 7).
+
+A role is three things, all chosen when the session is created (or before its first prompt):
+
+- its text, a prompt layer: `roles/<name>.txt` shipped with anvild, overridden by the user's
+  `platformdirs.user_config_dir("anvil")/roles/<name>.txt`. A project can never supply one;
+- its sandbox: the sandbox role file `sandbox-roles/<name>.yaml` (`anvild.sandbox.roles
+  .load_role`, user overrides in the config dir's `sandbox-roles/`), which says what commands
+  may read and write;
+- its permission ceiling (`RoleCeiling`): reviewer, planner and conductor write no files and run
+  no mutating git; the tester writes only under test directories. The policy enforces it
+  whatever the rules, the mode or the model say.
+
+The roles are the built-in ones (`ROLES`); a user overrides their text and sandbox, but cannot
+invent a role without a ceiling. The conductor coordinates and changes nothing, so it has the
+planner's sandbox (read-only, `.git` read-only) until it has a sandbox file of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import platformdirs
+
+from anvild.agent.permissions.policy import CEILINGS, RoleCeiling
+from anvild.sandbox import RoleConfigError
+from anvild.sandbox.roles import BUILTIN_DIR, Role, load_role, user_roles_dir
+from anvild.session.errors import InvalidSessionRequest
+
+BUILTIN_TEXT_DIR: Final = Path(__file__).resolve().parents[2] / "roles"
+"""The role texts shipped with anvild (`roles/` at the top of the source tree)."""
+
+ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
+DEFAULT_ROLE: Final = "developer"
+
+CONDUCTOR: Final = RoleCeiling("conductor", file_writes=False, mutating_git=False)
+SANDBOX_OF: Final[Mapping[str, str]] = {"conductor": "planner"}
+"""Roles that borrow another role's sandbox file when they have none of their own."""
+
+
+def user_text_dir() -> Path:
+    return platformdirs.user_config_path("anvil") / "roles"
+
+
+def check_name(name: str) -> str:
+    if name not in ROLES:
+        raise InvalidSessionRequest(
+            f"unknown role {name!r}: the roles are {', '.join(ROLES)} (override their text in "
+            f"{user_text_dir()}/<role>.txt)"
+        )
+    return name
+
+
+def role_text(name: str, *, user_dir: Path | None = None, builtin_dir: Path | None = None) -> str:
+    """The role's prompt text: the user's override if there is one, else the shipped file."""
+    check_name(name)
+    for directory in (
+        user_text_dir() if user_dir is None else user_dir,
+        BUILTIN_TEXT_DIR if builtin_dir is None else builtin_dir,
+    ):
+        path = directory / f"{name}.txt"
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidSessionRequest(f"role text {path} cannot be read: {exc}") from exc
+    raise InvalidSessionRequest(
+        f"role {name!r} has no text file: anvild's roles/ directory is missing "
+        f"({BUILTIN_TEXT_DIR}); reinstall anvild or add {user_text_dir()}/{name}.txt"
+    )
+
+
+def ceiling(name: str) -> RoleCeiling:
+    """The role's permission ceiling."""
+    check_name(name)
+    if name == "conductor":
+        return CONDUCTOR
+    return CEILINGS[name]
+
+
+def sandbox_role(name: str, *, user_dir: Path | None = None) -> Role:
+    """The role's sandbox file (`anvild.sandbox.roles.load_role`)."""
+    check_name(name)
+    users = user_roles_dir() if user_dir is None else user_dir
+    file = f"{name}.yaml"
+    if name in SANDBOX_OF and not (users / file).exists() and not (BUILTIN_DIR / file).exists():
+        name = SANDBOX_OF[name]
+    try:
+        return load_role(name, user_dir=users)
+    except RoleConfigError as exc:
+        raise InvalidSessionRequest(f"the sandbox of role {name!r}: {exc}") from exc
+
+
+__all__ = [
+    "BUILTIN_TEXT_DIR",
+    "DEFAULT_ROLE",
+    "ROLES",
+    "ceiling",
+    "check_name",
+    "role_text",
+    "sandbox_role",
+    "user_text_dir",
+]

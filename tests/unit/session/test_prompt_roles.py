@@ -1,0 +1,114 @@
+"""Prompt layers (order, caps, byte stability) and roles (text, overrides, ceilings, sandbox)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anvild.session import roles
+from anvild.session.errors import InvalidSessionRequest
+from anvild.session.prompt import (
+    BASE_INSTRUCTIONS,
+    MAX_INSTRUCTION_BYTES,
+    PromptLayers,
+    discover_instructions,
+)
+
+
+def make_repo(tmp_path: Path) -> tuple[Path, Path]:
+    repo = tmp_path / "repo"
+    sub = repo / "pkg" / "mod"
+    sub.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    (tmp_path / "AGENTS.md").write_text("above the repository: never read\n")
+    (repo / "AGENTS.md").write_text("root rules\n")
+    (repo / "pkg" / "AGENTS.md").write_text("x" * (MAX_INSTRUCTION_BYTES + 10))
+    (sub / "AGENTS.md").write_text("module rules\n")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "AGENTS.md").write_text("user rules\n")
+    return sub, config
+
+
+def test_the_chain_runs_from_the_user_file_and_the_git_root_down_to_the_cwd(
+    tmp_path: Path,
+) -> None:
+    cwd, config = make_repo(tmp_path)
+    found = discover_instructions(cwd, config)
+    assert [item.path for item in found] == [
+        config / "AGENTS.md",
+        tmp_path / "repo" / "AGENTS.md",
+        tmp_path / "repo" / "pkg" / "AGENTS.md",
+        cwd / "AGENTS.md",
+    ]
+    capped = found[2]
+    assert capped.truncated
+    assert len(capped.text.encode()) == MAX_INSTRUCTION_BYTES
+    assert not found[0].truncated
+
+
+def test_layers_render_in_order_and_byte_identically(tmp_path: Path) -> None:
+    cwd, config = make_repo(tmp_path)
+    layers = PromptLayers(
+        instructions=discover_instructions(cwd, config),
+        role="reviewer",
+        role_text=roles.role_text("reviewer"),
+        context="Focus on the parser.",
+    )
+    prompt = layers.render()
+    assert prompt.startswith(BASE_INSTRUCTIONS.strip())
+    order = [
+        prompt.index("user rules"),
+        prompt.index("root rules"),
+        prompt.index("module rules"),
+        prompt.index("# Your role: reviewer"),
+        prompt.index("VERDICT: LGTM"),
+        prompt.index("# Session context"),
+        prompt.index("Focus on the parser."),
+    ]
+    assert order == sorted(order)
+    assert "only its beginning is shown" in prompt
+    assert "never read" not in prompt
+    again = PromptLayers(
+        instructions=discover_instructions(cwd, config),
+        role="reviewer",
+        role_text=roles.role_text("reviewer"),
+        context="Focus on the parser.",
+    )
+    assert again.render().encode() == prompt.encode()
+
+
+def test_base_instructions_stay_short() -> None:
+    assert len(BASE_INSTRUCTIONS.splitlines()) < 60
+    assert "9P" in BASE_INSTRUCTIONS
+    assert "sandbox" in BASE_INSTRUCTIONS
+
+
+@pytest.mark.parametrize("name", roles.ROLES)
+def test_every_role_has_text_a_ceiling_and_a_sandbox(name: str, tmp_path: Path) -> None:
+    assert len(roles.role_text(name, user_dir=tmp_path)) > 200
+    assert roles.ceiling(name).role == name
+    assert roles.sandbox_role(name, user_dir=tmp_path).name in roles.ROLES
+
+
+def test_reviewer_planner_and_conductor_cannot_write() -> None:
+    for name in ("reviewer", "planner", "conductor"):
+        ceiling = roles.ceiling(name)
+        assert not ceiling.file_writes
+        assert not ceiling.mutating_git
+    tester = roles.ceiling("tester")
+    assert tester.allows_write("tests/test_x.py")
+    assert not tester.allows_write("src/x.py")
+
+
+def test_user_overrides_the_role_text(tmp_path: Path) -> None:
+    (tmp_path / "reviewer.txt").write_text("  My own reviewer.\n")
+    assert roles.role_text("reviewer", user_dir=tmp_path) == "My own reviewer."
+
+
+def test_unknown_roles_are_refused_with_the_list() -> None:
+    with pytest.raises(InvalidSessionRequest, match="the roles are developer, reviewer"):
+        roles.role_text("hacker")
+    with pytest.raises(InvalidSessionRequest, match="unknown role"):
+        roles.ceiling("root")
