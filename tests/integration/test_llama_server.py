@@ -156,7 +156,9 @@ async def test_llama_server_conformance(
     )
     config = load(tmp_path, user_file=user, data_dir=tmp_path / "data")
     transport = ForceToolChoice()
-    async with httpx.AsyncClient(transport=transport) as client:
+    # Deadlines are anvil's (Timeouts: request and idle), not httpx's 5 s default, which a
+    # loaded 2-core machine exceeds between two tokens.
+    async with httpx.AsyncClient(transport=transport, timeout=None) as client:
         resolved = config.registry(client, env={}).resolve()
         assert resolved.kind == family
         expect = Expect(wording=False, max_tokens=256, forced_tools=scenario in TOOL_SCENARIOS)
