@@ -20,6 +20,10 @@ key at all (and a warning), so a key can never follow an endpoint to a host nobo
 for it. A key that is needed but not set is an error a person can act on:
 "ANTHROPIC_API_KEY is not set (needed by provider 'anthropic')".
 
+The `client` is shared by every adapter. Create it with `timeout=None`: deadlines are anvil's
+own (`anvild.llm.http.Timeouts`: request and idle), and httpx's 5 s default read timeout would
+end a slow local model's stream between two tokens.
+
 Every resolved provider is wrapped in `Retry`. Pricing is optional: without it cost is
 unknown (`None`), never zero.
 """
