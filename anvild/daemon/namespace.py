@@ -178,13 +178,19 @@ def read_or_create_token(path: Path) -> str:
             and _TOKEN_RE.match(token)
         ):
             return token
-        # Anything else (wrong owner or mode, damaged) is replaced with a fresh token.
-        path.unlink()
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(token + "\n")
+    try:
+        if fd >= 0:
+            # Anything else (wrong owner or mode, damaged) is replaced with a fresh token.
+            path.unlink()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(token + "\n")
+    except OSError as exc:
+        raise NamespaceError(
+            f"cannot write the token file {path}: {exc.strerror}; remove it and start again"
+        ) from exc
     return token
 
 
