@@ -1,0 +1,112 @@
+"""Usage and cost text for a session's `usage` and `cost` files (course 13.3, 18.3). Pure.
+
+`usage` is "used/window (pct%)". The last response's reported input + cache_read +
+cache_write + output is the baseline: what the context held when the model last answered, its
+answer included. Everything appended to the transcript after that answer is estimated at one
+token per four bytes (UTF-8) of its content. The baseline is reset (None) by a model change, a
+clear, a restart and any other context replacement; then, and before any usage at all, the file
+reads "-": unknown is never shown as a guess. Input and output must have been reported; cache
+counts a provider does not report are taken as no cache use (such providers have no prompt
+cache to report on).
+
+`cost` lists the session's tokens by kind, the cache hit rate (cache reads over all input
+tokens) and the USD cost from the model's pricing, or "n/a" when a price or a count it needs is
+unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Final
+
+from anvild.llm.stream import Usage
+from anvild.llm.types import Image, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from anvild.store import UsageBaseline
+
+THRESHOLDS: Final = (80, 90)
+"""Percentages of the window whose upward crossing is announced on the daemon's events."""
+
+
+def message_bytes(message: Message) -> int:
+    """The size of what a message adds to the context, in UTF-8 bytes."""
+    size = 0
+    for block in message.content:
+        match block:
+            case Text(text=text) | Reasoning(text=text):
+                size += len(text.encode("utf-8", "surrogatepass"))
+            case ToolCall(name=name, arguments=arguments):
+                size += len(name) + len(json.dumps(arguments, ensure_ascii=False).encode())
+            case ToolResult(content=content):
+                size += len(content.encode("utf-8", "surrogatepass"))
+            case Image(data=data):
+                size += len(data)
+    return size
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    return math.ceil(sum(message_bytes(m) for m in messages) / 4)
+
+
+def context_used(baseline: UsageBaseline | None, messages: Sequence[Message]) -> int | None:
+    """Tokens the context holds now, or None when unknown (see the module docstring)."""
+    if baseline is None:
+        return None
+    usage = baseline.usage
+    if usage.input is None or usage.output is None:
+        return None
+    reported = usage.input + usage.output + (usage.cache_read or 0) + (usage.cache_write or 0)
+    since = list(messages[baseline.messages :])
+    # The usage of a response is recorded just before the response itself is appended: that
+    # message is already counted (as output) and is not estimated again.
+    if since and since[0].role is Role.ASSISTANT:
+        since = since[1:]
+    return reported + estimate_tokens(since)
+
+
+def usage_line(used: int | None, window: int) -> str:
+    if used is None:
+        return "-"
+    return f"{used}/{window} ({used * 100 / window:.1f}%)"
+
+
+def crossed(before: int | None, after: int | None, window: int) -> tuple[int, ...]:
+    """The thresholds `after` reached that `before` had not (percentages, ascending)."""
+    if after is None:
+        return ()
+    low = -1.0 if before is None else before * 100 / window
+    high = after * 100 / window
+    return tuple(t for t in THRESHOLDS if low < t <= high)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def cost_text(usage: Usage, usd: float | None) -> str:
+    """The `cost` file: one `key value` line per item."""
+    hit = "-"
+    if usage.input is not None and usage.cache_read is not None:
+        denominator = usage.input + usage.cache_read + (usage.cache_write or 0)
+        hit = f"{usage.cache_read * 100 / denominator:.1f}%" if denominator else "-"
+    lines = [
+        f"input {_count(usage.input)}",
+        f"output {_count(usage.output)}",
+        f"cache_read {_count(usage.cache_read)}",
+        f"cache_write {_count(usage.cache_write)}",
+        f"cache_hit_rate {hit}",
+        f"usd {'n/a' if usd is None else f'{usd:.6f}'}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "THRESHOLDS",
+    "context_used",
+    "cost_text",
+    "crossed",
+    "estimate_tokens",
+    "message_bytes",
+    "usage_line",
+]

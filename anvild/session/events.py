@@ -1,0 +1,107 @@
+"""The supervisor's daemon-wide events: typed values, one JSON line each on `agent/events`.
+
+    SessionEvent = SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold
+                 | SessionFailed
+
+Each line carries a stable `type` tag (never a class name) and `ts`, the UTC time in RFC 3339
+with milliseconds, like the daemon's own events (`anvild.daemon.events`), so one `jq` filter
+reads both:
+
+    {"type":"session_created","ts":"...","id":"a1b2c3d4","alias":"r1","role":"reviewer",...}
+    {"type":"session_state","ts":"...","id":"a1b2c3d4","state":"running","detail":""}
+    {"type":"usage_threshold","ts":"...","id":"a1b2c3d4","percent":80,"used":25700,...}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import ClassVar, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+
+@attrs.frozen
+class SessionCreated:
+    TAG: ClassVar[str] = "session_created"
+    id: str
+    alias: str | None
+    role: str
+    model: str
+    cwd: str
+    ephemeral: bool
+    restored: bool = False  # brought back from its records at daemon start
+
+
+@attrs.frozen
+class SessionStateChanged:
+    TAG: ClassVar[str] = "session_state"
+    id: str
+    state: str
+    detail: str = ""
+
+
+@attrs.frozen
+class SessionEnded:
+    """Killed, or an ephemeral session reaped: gone from `list` (its records stay on disk)."""
+
+    TAG: ClassVar[str] = "session_ended"
+    id: str
+    reason: str
+
+
+@attrs.frozen
+class UsageThreshold:
+    """The session's context use crossed `percent` of the model's window."""
+
+    TAG: ClassVar[str] = "usage_threshold"
+    id: str
+    percent: int
+    used: int
+    window: int
+
+
+@attrs.frozen
+class SessionFailed:
+    """A session's records could not be written, or a session could not be restored."""
+
+    TAG: ClassVar[str] = "session_failed"
+    id: str
+    error: str
+
+
+SessionEvent: TypeAlias = (
+    SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold | SessionFailed
+)
+_TYPES = (SessionCreated, SessionStateChanged, SessionEnded, UsageThreshold, SessionFailed)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    tags: dict[type, str] = {cls: cls.TAG for cls in _TYPES}
+    configure_tagged_union(SessionEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
+    return conv
+
+
+_converter = _make_converter()
+
+
+def encode_event(event: SessionEvent, *, now: dt.datetime | None = None) -> str:
+    """One event as one compact JSON line (no newline): the tag and `ts` first."""
+    data = _converter.unstructure(event, SessionEvent)
+    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
+    line = {"type": data.pop("type"), "ts": stamp.replace("+00:00", "Z"), **data}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+
+
+__all__ = [
+    "SessionCreated",
+    "SessionEnded",
+    "SessionEvent",
+    "SessionFailed",
+    "SessionStateChanged",
+    "UsageThreshold",
+    "encode_event",
+]

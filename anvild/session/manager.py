@@ -1,0 +1,482 @@
+"""`SessionManager`: every session of the daemon, their task tree, creation and restoration.
+
+Theory of operation.
+
+- Tasks. `await nursery.start(manager.run)` opens the manager's nursery, restores every session
+  from its records, then reports started. Each session's task is `await
+  nursery.start(session.run)` in that nursery. Cancelling the manager's scope (daemon shutdown)
+  cancels every turn (approvals are cancelled, never approved), records how each turn ended,
+  then syncs and closes every journal (shielded).
+- Creation (`create`) validates everything before anything is written: the model (an unknown
+  one lists the aliases), the cwd (it must exist), the role, the sandbox, the alias (not a
+  reserved name, not an id or alias in use). Then the journal is created (`SessionStarted`,
+  synced) and the session started.
+- Restoration (`run`, at daemon start): every `<id>.jsonl` of the store is opened (a torn tail
+  is cut), sessions that ended (killed, reaped) stay on disk only, and the others are recovered
+  (`Journal.recover`: a call that started without a durable finish gets a result saying its
+  outcome is unknown and is never re-run; the session is idle with a note). A file that cannot
+  be loaded is left untouched and reported (`SessionFailed` on `events`, and the log). Sessions
+  come back in creation order.
+- Providers. Every request a session makes goes through its provider's `trio.CapacityLimiter`
+  (`SessionSettings.concurrency`): a provider with one slot serves one request at a time and
+  the others wait, in arrival order, parked (no polling).
+- Events. Session created/ended, state changes, usage thresholds and failures are typed
+  (`anvild.session.events`), published as JSON lines on `manager.events` and handed to
+  `on_event` (the daemon bridges them to `agent/events`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import attrs
+import structlog
+import trio
+
+from anvild.agent.tools.base import Tool
+from anvild.agent.tools.bash import BashTool, CommandWrapper, SandboxWrapper, default_wrapper_for
+from anvild.agent.tools.files import EditFile, ReadFile, WriteFile
+from anvild.agent.tools.search import Glob, Grep
+from anvild.agent.tools.todo import TodoWriteTool
+from anvild.llm.errors import ConfigError
+from anvild.llm.provider import Provider
+from anvild.llm.registry import ResolvedModel
+from anvild.llm.stream import StreamEvent
+from anvild.llm.types import ChatRequest
+from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox.bwrap import Sandbox
+from anvild.session import roles
+from anvild.session.errors import (
+    InvalidSessionRequest,
+    RecordWriteFailed,
+    SessionNotFound,
+    SessionRefused,
+)
+from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
+from anvild.session.events import encode_event as encode_session_event
+from anvild.session.session import (
+    Services,
+    Session,
+    SessionSettings,
+    ToolSetup,
+    ToolsFactory,
+    sandbox_name,
+    sandbox_policy,
+)
+from anvild.session.stream import LineBroadcast
+from anvild.store import (
+    JournalWriteError,
+    ModelChanged,
+    Note,
+    SessionStarted,
+    SessionStore,
+    StoreError,
+)
+
+log = structlog.get_logger(__name__)
+
+RESERVED: Final = frozenset(
+    {"ctl", "list", "models", "events", "roles", "beads", "convoys", "user", "version", "mail"}
+)
+"""Names of `agent/` entries an alias may not take."""
+ALIAS_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+NEW_KEYS: Final = ("model", "cwd", "role", "alias", "sandbox")
+
+
+@attrs.frozen
+class NewSession:
+    """The arguments of `new`: `model=M cwd=D role=R alias=A sandbox=S ephemeral`."""
+
+    model: str | None = None
+    cwd: str | None = None
+    role: str | None = None
+    alias: str | None = None
+    sandbox: str | None = None
+    ephemeral: bool = False
+
+    @classmethod
+    def parse(cls, words: Sequence[str]) -> NewSession:
+        """From the words after `new`; a bad word raises `InvalidSessionRequest`."""
+        values: dict[str, str] = {}
+        ephemeral = False
+        for word in words:
+            key, eq, value = word.partition("=")
+            if not eq and key == "ephemeral":
+                ephemeral = True
+            elif eq and key == "ephemeral":
+                if value not in ("true", "false", "1", "0", "yes", "no"):
+                    raise InvalidSessionRequest(
+                        f"ephemeral={value}: use ephemeral or ephemeral=true"
+                    )
+                ephemeral = value in ("true", "1", "yes")
+            elif eq and key in NEW_KEYS and value:
+                if key in values:
+                    raise InvalidSessionRequest(f"{key}= is given twice")
+                values[key] = value
+            else:
+                raise InvalidSessionRequest(
+                    f"new: cannot use {word!r}; the arguments are model=M cwd=DIR role=R "
+                    "alias=A sandbox=S ephemeral"
+                )
+        return cls(ephemeral=ephemeral, **values)
+
+
+# -- providers behind their concurrency cap ----------------------------------------------------
+
+
+class LimitedProvider:
+    """A provider whose requests each hold one token of a `trio.CapacityLimiter` while they
+    stream. Waiters are served in arrival order (trio's limiter is FIFO)."""
+
+    def __init__(self, inner: Provider, limiter: trio.CapacityLimiter) -> None:
+        self._inner = inner
+        self.limiter = limiter
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        async with self.limiter, self._inner.stream(request) as events:
+            yield events
+
+
+# -- the default tool set ----------------------------------------------------------------------
+
+
+def default_tools(setup: ToolSetup) -> list[Tool]:
+    """The native tools; bash runs under the role's sandbox file."""
+
+    def wrapper_for(policy: SandboxPolicy | None) -> CommandWrapper:
+        if isinstance(policy, ReadOnly | WorkspaceWrite):
+            return SandboxWrapper(Sandbox(policy, role=setup.sandbox_role))
+        return default_wrapper_for(policy)
+
+    return [
+        ReadFile(),
+        WriteFile(),
+        EditFile(),
+        Glob(),
+        Grep(),
+        BashTool(wrapper_for=wrapper_for),
+        TodoWriteTool(),
+    ]
+
+
+def _new_id() -> str:
+    return secrets.token_hex(4)
+
+
+@attrs.frozen
+class ManagerStatistics:
+    sessions: int
+    providers: Mapping[str, tuple[float, int]]  # name -> (tokens borrowed, tasks waiting)
+
+
+class SessionManager:
+    """Every live session, by id and alias, in creation order. See the module docstring."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        resolve: Callable[[str | None], ResolvedModel],
+        *,
+        settings: SessionSettings | None = None,
+        tools: ToolsFactory = default_tools,
+        default_cwd: Path | None = None,
+        on_event: Callable[[SessionEvent], None] | None = None,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self.store = store
+        self.settings = settings or SessionSettings()
+        self.events = LineBroadcast(self.settings.stream_limits)
+        self._resolve_model = resolve
+        self._tools = tools
+        self._default_cwd = default_cwd
+        self._on_event = on_event
+        self._new_id = new_id
+        self._sessions: dict[str, Session] = {}
+        self._aliases: dict[str, str] = {}
+        self._claimed: set[str] = set()  # ids and aliases of sessions being created
+        self._limiters: dict[str, trio.CapacityLimiter] = {}
+        self._nursery: trio.Nursery | None = None
+        self._services = Services(
+            settings=self.settings,
+            resolve=self._resolve,
+            provider_for=self.provider_for,
+            tools=tools,
+            publish=self.publish,
+            on_exit=self._exited,
+        )
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Restore the sessions, report started, and host every session until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._restore()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            with trio.CancelScope(shield=True):
+                for session in list(self._sessions.values()):
+                    await self._close_journal(session)
+            self.events.close()
+
+    # -- lookup ------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Session:
+        """The session with this id or alias; `SessionNotFound` otherwise."""
+        session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+        if session is None:
+            raise SessionNotFound(f"no session {key!r}: read agent/list for the live sessions")
+        return session
+
+    def sessions(self) -> tuple[Session, ...]:
+        """Live sessions in creation order (ephemeral ones until they are reaped)."""
+        return tuple(self._sessions.values())
+
+    def list_text(self) -> str:
+        """`agent/list`: one tab-separated line per session."""
+        return "".join(session.list_line() + "\n" for session in self._sessions.values())
+
+    def statistics(self) -> ManagerStatistics:
+        providers = {
+            name: (limiter.borrowed_tokens, limiter.statistics().tasks_waiting)
+            for name, limiter in self._limiters.items()
+        }
+        return ManagerStatistics(len(self._sessions), providers)
+
+    # -- creation and ending -----------------------------------------------------------------
+
+    async def create(self, request: NewSession) -> Session:
+        """A new session, started. Raises `InvalidSessionRequest` (what to fix) or
+        `RecordWriteFailed` (its file could not be created)."""
+        nursery = self._require_nursery()
+        cwd = self._check_cwd(request.cwd)
+        role = roles.check_name(request.role or roles.DEFAULT_ROLE)
+        alias = request.alias
+        if alias is not None:
+            self._check_alias(alias)
+        target = self._resolve(request.model)
+        sandbox_role = roles.sandbox_role(role, user_dir=self.settings.sandbox_role_dir)
+        policy = sandbox_policy(request.sandbox or "", sandbox_role, self.settings)
+        roles.role_text(role, user_dir=self.settings.role_text_dir)
+        session_id = self._fresh_id()
+        claimed = {session_id} | ({alias} if alias else set())
+        self._claimed |= claimed
+        try:
+            started = SessionStarted(
+                id=session_id,
+                alias=alias,
+                role=role,
+                model=target.name,
+                cwd=str(cwd),
+                sandbox=sandbox_name(policy),
+                created_at=dt.datetime.now(dt.UTC),
+                ephemeral=request.ephemeral,
+            )
+            try:
+                journal = await trio.to_thread.run_sync(self.store.create, started)
+            except StoreError as exc:
+                raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+            session = Session(journal, target, self._services)
+            self._add(session)
+        finally:
+            self._claimed -= claimed
+        await nursery.start(session.run)
+        self.publish(
+            SessionCreated(session.id, alias, role, target.name, str(cwd), request.ephemeral)
+        )
+        return session
+
+    async def kill(self, key: str) -> None:
+        """`kill ID` on agent/ctl: end the session (its records stay on disk)."""
+        await self.get(key).kill()
+
+    # -- services for sessions ---------------------------------------------------------------
+
+    def provider_for(self, target: ResolvedModel) -> Provider:
+        """`target`'s provider behind its provider's concurrency cap."""
+        name = target.provider_name
+        limiter = self._limiters.get(name)
+        if limiter is None:
+            cap = self.settings.concurrency.get(name, self.settings.default_concurrency)
+            limiter = self._limiters[name] = trio.CapacityLimiter(cap)
+        return LimitedProvider(target.provider, limiter)
+
+    def publish(self, event: SessionEvent) -> None:
+        self.events.publish(encode_session_event(event))
+        if self._on_event is not None:
+            self._on_event(event)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _resolve(self, name: str | None) -> ResolvedModel:
+        try:
+            return self._resolve_model(name)
+        except ConfigError as exc:
+            raise InvalidSessionRequest(str(exc)) from exc
+
+    def _require_nursery(self) -> trio.Nursery:
+        if self._nursery is None:
+            raise SessionRefused("the session manager is not running (the daemon is stopping)")
+        return self._nursery
+
+    def _check_cwd(self, cwd: str | None) -> Path:
+        if cwd is None:
+            if self._default_cwd is None:
+                raise InvalidSessionRequest("new needs cwd=DIR (the session's working directory)")
+            return self._default_cwd
+        path = Path(cwd)
+        if not path.is_absolute():
+            raise InvalidSessionRequest(f"cwd={cwd} is not an absolute path")
+        if not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            raise InvalidSessionRequest(f"cwd={cwd} {what}: create it or give another cwd")
+        return Path(os.path.normpath(path))
+
+    def _check_alias(self, alias: str) -> None:
+        if not ALIAS_RE.fullmatch(alias):
+            raise InvalidSessionRequest(
+                f"alias={alias} is not a name: 1-64 letters, digits, '_', '-' or '.', starting "
+                "with a letter"
+            )
+        if alias in RESERVED:
+            raise InvalidSessionRequest(
+                f"alias={alias} is reserved ({', '.join(sorted(RESERVED))} are agent/ entries)"
+            )
+        if alias in self._sessions or alias in self.store.ids():
+            raise InvalidSessionRequest(f"alias={alias} is the id of a session; choose another")
+        if alias in self._aliases or alias in self._claimed:
+            raise InvalidSessionRequest(
+                f"alias={alias} is taken by session {self._aliases.get(alias, '(being created)')}"
+            )
+
+    def _fresh_id(self) -> str:
+        taken = set(self.store.ids())
+        while True:
+            session_id = self._new_id()
+            if (
+                session_id not in taken
+                and session_id not in self._sessions
+                and session_id not in self._aliases
+                and session_id not in self._claimed
+                and session_id not in RESERVED
+            ):
+                return session_id
+
+    def _add(self, session: Session) -> None:
+        self._sessions[session.id] = session
+        if session.alias:
+            self._aliases[session.alias] = session.id
+
+    def _exited(self, session: Session, reason: str, reap: bool) -> None:
+        if reap and self._nursery is not None:
+            self._nursery.start_soon(self._reap, session, reason)
+        else:
+            self._remove(session, reason)
+
+    async def _reap(self, session: Session, reason: str) -> None:
+        await trio.sleep(self.settings.reap_delay)
+        self._remove(session, reason)
+
+    def _remove(self, session: Session, reason: str) -> None:
+        if self._sessions.get(session.id) is not session:
+            return
+        del self._sessions[session.id]
+        if session.alias:
+            self._aliases.pop(session.alias, None)
+        session.journal.close()
+        self.publish(SessionEnded(session.id, reason))
+
+    async def _close_journal(self, session: Session) -> None:
+        journal = session.journal
+        if journal.closed:
+            return
+        try:
+            await trio.to_thread.run_sync(journal.sync)
+        except StoreError as exc:
+            log.error("session.sync_failed", session=session.id, error=str(exc))
+        journal.close()
+
+    async def _restore(self) -> None:
+        nursery = self._require_nursery()
+        ids = await trio.to_thread.run_sync(self.store.ids)
+        journals = []
+        for session_id in ids:
+            try:
+                journal = await trio.to_thread.run_sync(self.store.open, session_id)
+            except StoreError as exc:
+                log.error("session.restore_failed", session=session_id, error=str(exc))
+                self.publish(SessionFailed(session_id, f"not restored: {exc}"))
+                continue
+            if journal.state.ended is not None:
+                journal.close()
+                continue
+            try:
+                found = await trio.to_thread.run_sync(journal.recover)
+            except StoreError as exc:
+                journal.close()
+                log.error("session.recover_failed", session=session_id, error=str(exc))
+                self.publish(SessionFailed(session_id, f"not restored: {exc}"))
+                continue
+            if found.records:
+                log.warning(
+                    "session.recovered",
+                    session=session_id,
+                    records=len(found.records),
+                    unknown=[call.id for call in found.unknown],
+                )
+            journals.append(journal)
+        journals.sort(key=lambda j: j.state.created_at)
+        for journal in journals:
+            state = journal.state
+            try:
+                target = self._resolve(state.model)
+            except InvalidSessionRequest as exc:
+                target = self._resolve(None)
+                why = f"model {state.model} is no longer available ({exc}); now {target.name}"
+                try:
+                    journal.append(Note(why), sync=False)
+                    journal.append(ModelChanged(target.name), sync=False)
+                except (JournalWriteError, StoreError) as failed:
+                    log.error("session.restore_failed", session=state.id, error=str(failed))
+                    journal.close()
+                    continue
+            session = Session(journal, target, self._services)
+            self._add(session)
+            await nursery.start(session.run)
+            self.publish(
+                SessionCreated(
+                    state.id,
+                    state.alias,
+                    state.role,
+                    target.name,
+                    state.cwd,
+                    state.ephemeral,
+                    restored=True,
+                )
+            )
+
+
+__all__ = [
+    "ALIAS_RE",
+    "RESERVED",
+    "LimitedProvider",
+    "ManagerStatistics",
+    "NewSession",
+    "SessionManager",
+    "default_tools",
+]

@@ -1,0 +1,1020 @@
+"""One session: the supervisor of one agent, its records, its queue and its files' contents.
+
+Theory of operation.
+
+- Tasks. `Session.run` is the session's task, started by the manager with `await
+  nursery.start(session.run)`; it owns a cancel scope (`kill` and daemon shutdown cancel it) and
+  runs the worker loop: wait for a queued prompt while the session is idle or await, take it,
+  run one turn, publish the end, repeat. Verbs run in the caller's task (a 9P request): they
+  cancel the running turn through the agent (`Agent.cancel`) and wait for the worker to finish
+  it, under one `trio.Lock` so two verbs never interleave.
+- State. The status is derived here and nowhere else, from the loop: a prompt taken (running),
+  an approval asked (await_approval) and answered (running), a turn ended (await), `out` read
+  (idle), a verb (stopped, idle, exited), a failed record write (error). Every change goes
+  through the table in `anvild.session.state`; an illegal one raises.
+- Records. Every mutation is recorded before it is visible (`anvild.store`): the agent's
+  transcript is diffed into records on every agent event (`message_records`), a call's
+  `ToolStarted` is synced before the tool runs and its `ToolFinished` after (the registry is
+  wrapped), and usage, todos, turn ends, prompts, approvals, context and role changes each have
+  their record. So the journal's state equals the live session after every event. A failed
+  write (disk full) moves the session to `error` and cancels its turn; nothing else stops. A
+  tool whose start could not be recorded is not run.
+- Prompts. `submit` records the prompt as queued and returns its sequence number; the worker
+  takes prompts in order, one turn each. `drop_queue` discards the waiting ones. `wait_handled`
+  blocks until every prompt accepted up to a sequence number has been handled and the session
+  is not busy.
+- Approvals. The permission gate asks the session's approver, which records the request, shows
+  it on `approval` (state await_approval) and waits on an `ApprovalBroker`. Only an explicit
+  `approve`, `always` or `reject REASON` answers it; cancel, stop, kill and shutdown cancel the
+  wait (recorded as cancelled) and the call never runs.
+- Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
+  `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+import attrs
+import structlog
+import trio
+
+from anvild.agent import events as ev
+from anvild.agent.loop import Agent, AgentConfig
+from anvild.agent.permissions.approval import (
+    ApprovalAnswer,
+    ApprovalBroker,
+    ApprovalRequest,
+    ApproveAlways,
+    ApproveOnce,
+    Reject,
+    Unavailable,
+)
+from anvild.agent.permissions.gate import PermissionGate
+from anvild.agent.permissions.policy import Grants, Mode, Policy
+from anvild.agent.permissions.rules import RuleSet
+from anvild.agent.tools.base import Tool, ToolContext
+from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.provider import Provider
+from anvild.llm.registry import ResolvedModel
+from anvild.llm.stream import Usage
+from anvild.llm.types import Message, Role, ToolCall, ToolResult
+from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox.files import FileAccess
+from anvild.sandbox.roles import Role as SandboxRole
+from anvild.session import accounting, roles
+from anvild.session.errors import (
+    InvalidSessionRequest,
+    RecordWriteFailed,
+    SessionError,
+    SessionRefused,
+)
+from anvild.session.events import SessionEvent, SessionFailed, SessionStateChanged, UsageThreshold
+from anvild.session.handoff import handoff_text, replayable
+from anvild.session.prompt import PromptLayers, discover_instructions
+from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
+from anvild.session.stream import BroadcastLimits, LineBroadcast
+from anvild.store import (
+    ApprovalAnswered,
+    ApprovalRequested,
+    ContextFileChanged,
+    ContextReplaced,
+    Journal,
+    JournalWriteError,
+    ModelChanged,
+    Note,
+    PromptDropped,
+    PromptQueued,
+    PromptTaken,
+    Record,
+    RecordError,
+    ReplaceReason,
+    RoleChanged,
+    SessionEnded,
+    SessionState,
+    SessionStatus,
+    StateChanged,
+    TodoItem,
+    TodosChanged,
+    ToolFinished,
+    ToolStarted,
+    TurnEnded,
+    UsageReported,
+    Verdict,
+    message_records,
+)
+
+log = structlog.get_logger(__name__)
+
+S = SessionStatus
+SANDBOXES: Final = ("read-only", "workspace-write", "full-access")
+VERBS: Final = ("stop", "start", "restart", "kill", "cancel", "clear", "model NAME")
+PREVIEW_CHARS: Final = 200
+
+
+# -- configuration handed down by the manager --------------------------------------------------
+
+
+@attrs.frozen
+class SessionSettings:
+    """Daemon-wide settings of every session (the daemon builds them from the trusted config).
+
+    `turn_deadline` is the wall-clock limit of one turn in seconds (None: none), counted from
+    the moment the turn starts, waiting for a provider slot included. `reap_delay` is how long
+    an ephemeral session stays listed (`exited`, `out` readable) after its turn. `concurrency`
+    caps the requests in flight per provider name (`default_concurrency` for the others): a
+    local llama-server with one slot is `{"local": 1}`. `full_access_granted_by` names who
+    granted `sandbox=full-access` (the user's config or command line); None refuses it."""
+
+    mode: Mode = Mode.DEFAULT
+    rules: RuleSet = attrs.field(factory=RuleSet)
+    grants: Grants = attrs.field(factory=Grants)
+    max_steps: int = 50
+    turn_deadline: float | None = 3600.0
+    reap_delay: float = 60.0
+    concurrency: dict[str, int] = attrs.field(factory=dict)
+    default_concurrency: int = 4
+    user_config_dir: Path | None = None  # for AGENTS.md and role overrides (None: platformdirs)
+    role_text_dir: Path | None = None  # user overrides of roles/<name>.txt (None: platformdirs)
+    sandbox_role_dir: Path | None = None  # user overrides of sandbox-roles/ (None: platformdirs)
+    home: Path = attrs.field(factory=Path.home)
+    full_access_granted_by: str | None = None
+    stream_limits: BroadcastLimits = attrs.field(factory=BroadcastLimits)
+    redact: Callable[[str], str] | None = None
+
+
+@attrs.frozen
+class ToolSetup:
+    """What a tool set is built for: one session's cwd, role, sandbox policy and sandbox role."""
+
+    cwd: Path
+    role: str
+    sandbox: SandboxPolicy
+    sandbox_role: SandboxRole
+
+
+ToolsFactory = Callable[[ToolSetup], Iterable[Tool]]
+
+
+@attrs.frozen
+class Services:
+    """What a session needs from its manager."""
+
+    settings: SessionSettings
+    resolve: Callable[[str], ResolvedModel]  # raises InvalidSessionRequest
+    provider_for: Callable[[ResolvedModel], Provider]  # the provider behind its concurrency cap
+    tools: ToolsFactory
+    publish: Callable[[SessionEvent], None]
+    on_exit: Callable[[Session, str, bool], None]  # (session, reason, reap later)
+
+
+def sandbox_policy(name: str, role: SandboxRole, settings: SessionSettings) -> SandboxPolicy:
+    """The sandbox policy `name` means for a role ("" is the role's default)."""
+    match name:
+        case "":
+            return role.default_policy()
+        case "read-only":
+            return ReadOnly(network=role.network)
+        case "workspace-write":
+            return WorkspaceWrite(network=role.network)
+        case "full-access":
+            if settings.full_access_granted_by is None:
+                raise InvalidSessionRequest(
+                    "sandbox=full-access runs commands with no sandbox at all, and only the user "
+                    "can grant it (user config or the daemon's command line); it is not granted"
+                )
+            return FullAccess(settings.full_access_granted_by)
+    raise InvalidSessionRequest(f"unknown sandbox {name!r}: use one of {', '.join(SANDBOXES)}")
+
+
+def sandbox_name(policy: SandboxPolicy) -> str:
+    match policy:
+        case ReadOnly():
+            return "read-only"
+        case WorkspaceWrite():
+            return "workspace-write"
+        case FullAccess():
+            return "full-access"
+
+
+# -- the recording pieces ----------------------------------------------------------------------
+
+
+class _RecordingRegistry(ToolRegistry):
+    """The session's tools, with `ToolStarted` synced before each call runs and `ToolFinished`
+    synced after (the store's durability policy)."""
+
+    def __init__(self, tools: Iterable[Tool], session: Session) -> None:
+        super().__init__(tools)
+        self._session = session
+
+    async def dispatch(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        session = self._session
+        if not await session._append_synced(ToolStarted(call.id, call.name)):
+            return ToolResult(
+                call.id,
+                f"Not run: the session's record could not be written ({session.status_detail}); "
+                "the session is in error.",
+                is_error=True,
+            )
+        result = await super().dispatch(call, ctx)
+        await session._append_synced(ToolFinished(session._redacted(result)))
+        return result
+
+
+class _Approver:
+    """The session's `Approver`: records the request, waits on the broker, records the answer."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def request_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
+        session = self._session
+        arguments = dict(request.arguments)
+        asked = ApprovalRequested(request.id, request.tool, arguments, request.reason)
+        if not session._append(asked):
+            return Unavailable(
+                f"the session's record could not be written: {session.status_detail}"
+            )
+        session._set_status(S.AWAIT_APPROVAL)
+        try:
+            answer = await session._broker.request_approval(request)
+        except BaseException:
+            # cancel, stop, kill, shutdown: nobody answered, and nothing is approved
+            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, "the turn ended"))
+            raise
+        match answer:
+            case ApproveOnce():
+                verdict, reason = Verdict.APPROVE, ""
+            case ApproveAlways():
+                verdict, reason = Verdict.ALWAYS, ""
+            case Reject(feedback=feedback):
+                verdict, reason = Verdict.REJECT, feedback
+            case Unavailable(reason=why):
+                verdict, reason = Verdict.CANCELLED, why
+        session._append(ApprovalAnswered(request.id, verdict, reason))
+        if session.status is S.AWAIT_APPROVAL:
+            session._set_status(S.RUNNING)
+        return answer
+
+
+def _first_line(text: str, limit: int = PREVIEW_CHARS) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _indented(prefix: str, text: str) -> list[str]:
+    lines = text.rstrip("\n").splitlines() or [""]
+    return [f"{prefix} {lines[0]}", *(f"  {line}" for line in lines[1:])]
+
+
+# -- the session -------------------------------------------------------------------------------
+
+
+class Session:
+    """One live session. Build it with `SessionManager` (which owns its task and its journal).
+
+    Read side (what the tree's files show): `id`, `alias`, `role`, `model`, `cwd`, `sandbox`,
+    `ephemeral`, `status`, `out`, `queue_text()`, `usage_line()`, `cost_text()`,
+    `approval_text()`, `todos_text()`, `context`, `log`, `events`, `record` (the recorded
+    state). Write side: `submit`, `drop_queue`, `answer_approval`, `set_role`, `set_context`,
+    `mark_out_read`, `control` and one method per verb. Blocking: `wait_handled`,
+    `wait_changed`; the verbs that end a turn wait for it to end.
+    """
+
+    def __init__(self, journal: Journal, target: ResolvedModel, services: Services) -> None:
+        self._journal = journal
+        self._target = target
+        self._services = services
+        settings = services.settings
+        state = journal.state
+        self.log = LineBroadcast(settings.stream_limits)
+        self.events = LineBroadcast(settings.stream_limits)
+        self._status = state.status
+        self._detail = state.status_detail
+        self._broken: str | None = None
+        self._scope = trio.CancelScope()
+        self._verbs = trio.Lock()
+        self._changed = trio.Event()
+        self._version = 0
+        self._hold = 0  # verbs in progress: the worker takes no prompt meanwhile
+        self._turn_active = False
+        self._turn_scope: trio.CancelScope | None = None
+        self._finished: ev.TurnFinished | None = None
+        self._step_text: list[str] = []  # the current step's answer text, for `out`
+        self._logged = 0  # how much of it is in the log already
+        self._accepted = len(state.queue)  # restored queued prompts were accepted
+        self._handled = 0
+        self._used_before: int | None = None
+        self._usd: float | None = self._initial_cost(state)
+        self._out = self._restored_out(state)
+        self._broker = ApprovalBroker(on_change=self._notify)
+        self._layers = self._load_layers(state.context)
+        self._agent = self._build_agent(state.messages)
+        self._agent.context.state.todos = tuple(
+            ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
+        )
+        for note in state.notes:
+            self._log_lines(_indented("NOTE:", note))
+
+    # -- read side ---------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._journal.state.id
+
+    @property
+    def alias(self) -> str | None:
+        return self._journal.state.alias
+
+    @property
+    def role(self) -> str:
+        return self._journal.state.role
+
+    @property
+    def model(self) -> str:
+        """The model's name as asked for (alias or provider:model)."""
+        return self._target.name
+
+    @property
+    def target(self) -> ResolvedModel:
+        return self._target
+
+    @property
+    def cwd(self) -> str:
+        return self._journal.state.cwd
+
+    @property
+    def sandbox(self) -> str:
+        return self._journal.state.sandbox
+
+    @property
+    def ephemeral(self) -> bool:
+        return self._journal.state.ephemeral
+
+    @property
+    def context(self) -> str:
+        return self._journal.state.context
+
+    @property
+    def status(self) -> SessionStatus:
+        return self._status
+
+    @property
+    def status_detail(self) -> str:
+        return self._detail
+
+    @property
+    def record(self) -> SessionState:
+        """The session as its records build it (equal to what a reload would give)."""
+        return self._journal.state
+
+    @property
+    def journal(self) -> Journal:
+        return self._journal
+
+    @property
+    def agent(self) -> Agent:
+        return self._agent
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt the next turn will use."""
+        return self._layers.render()
+
+    @property
+    def out(self) -> str:
+        """The last final answer, or the partial text and the reason after an abnormal end."""
+        return self._out
+
+    @property
+    def version(self) -> int:
+        """Bumped on every change a reader may want to see (state, out, queue, approval...)."""
+        return self._version
+
+    def list_line(self) -> str:
+        """This session's line of `agent/list`: id alias state role model cwd, tab-separated."""
+        fields = (self.id, self.alias, self._status.value, self.role, self.model, self.cwd)
+        return "\t".join(f or "-" for f in fields)
+
+    def queue_text(self) -> str:
+        return "".join(
+            f"{p.prompt_id}\t{_first_line(p.text) or '-'}\n" for p in self._journal.state.queue
+        )
+
+    def usage_used(self) -> int | None:
+        state = self._journal.state
+        return accounting.context_used(state.baseline, self._agent.messages)
+
+    def usage_line(self) -> str:
+        return accounting.usage_line(self.usage_used(), self._target.limits.context_window)
+
+    def cost_text(self) -> str:
+        return accounting.cost_text(self._journal.state.usage, self._usd)
+
+    def approval_text(self) -> str:
+        pending = self._broker.pending()
+        if not pending:
+            return ""
+        request = pending[0]
+        lines = [
+            f"call_id {request.id}",
+            f"tool {request.tool}",
+            f"arguments {json.dumps(dict(request.arguments), ensure_ascii=False)}",
+            f"reason {request.reason}",
+        ]
+        if request.always:
+            lines.append(f"always_adds {'; '.join(request.always)}")
+        lines.append("answer approve | always | reject REASON")
+        return "\n".join(lines) + "\n"
+
+    def todos_text(self) -> str:
+        return "".join(f"{t.status}\t{t.content}\n" for t in self._journal.state.todos)
+
+    def accepted_seq(self) -> int:
+        """How many prompts were accepted so far: `wait` takes this when it is opened."""
+        return self._accepted
+
+    # -- blocking ----------------------------------------------------------------------------
+
+    async def wait_changed(self, seen: int) -> int:
+        """Wait until `version` differs from `seen`; return the new version."""
+        while self._version == seen:
+            await self._changed.wait()
+        return self._version
+
+    async def wait_handled(self, accepted_seq: int) -> SessionStatus:
+        """Block until every prompt up to `accepted_seq` is handled (run or dropped) and the
+        session is not busy; return the state. A stopped, failed or exited session returns at
+        once: its queue will not move until someone acts."""
+        while True:
+            status = self._status
+            if status in (S.STOPPED, S.ERROR, S.EXITED):
+                return status
+            if self._handled >= accepted_seq and status not in BUSY and not self._turn_active:
+                return status
+            await self._changed.wait()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def submit(self, text: str) -> int:
+        """Accept a prompt (`in`): it runs now or waits in the queue. Returns its sequence
+        number for `wait_handled`."""
+        status = self._status
+        if status not in ACCEPTS_PROMPTS:
+            what = {
+                S.STOPPED: "write `start` to its ctl to resume it",
+                S.ERROR: f"{self._detail}; write `start` or `restart` to its ctl",
+                S.EXITED: "it has exited; create a new session",
+            }[status]
+            raise SessionRefused(f"session {self.id} is {status.value}: {what}")
+        if not text.strip():
+            raise InvalidSessionRequest("the prompt is empty: write some text to `in`")
+        if self.ephemeral and self._accepted >= 1:
+            raise SessionRefused(
+                f"session {self.id} is ephemeral: it runs one prompt; create another session"
+            )
+        if not self._append(PromptQueued(f"p{self._journal.seq + 1}", text)):
+            raise RecordWriteFailed(f"the prompt was not accepted: {self._detail}")
+        self._accepted += 1
+        self._notify()
+        return self._accepted
+
+    def drop_queue(self) -> int:
+        """`drop` on `queue`: discard every waiting prompt; returns how many."""
+        ids = tuple(p.prompt_id for p in self._journal.state.queue)
+        if not ids:
+            return 0
+        if not self._append(PromptDropped(ids)):
+            raise RecordWriteFailed(f"the queue was not dropped: {self._detail}")
+        self._handled += len(ids)
+        self._log_lines([f"DROPPED: {len(ids)} queued prompt(s)"])
+        self._notify()
+        return len(ids)
+
+    def answer_approval(self, line: str) -> None:
+        """`approve`, `always` or `reject REASON` for the pending tool call."""
+        pending = self._broker.pending()
+        if not pending:
+            raise SessionRefused(
+                f"no approval is pending (session {self.id} is {self._status.value})"
+            )
+        verb, _, rest = line.strip().partition(" ")
+        answer: ApprovalAnswer
+        match verb:
+            case "approve" if not rest.strip():
+                answer = ApproveOnce()
+            case "always" if not rest.strip():
+                answer = ApproveAlways()
+            case "reject":
+                answer = Reject(rest.strip())
+            case _:
+                raise InvalidSessionRequest(
+                    f"cannot answer an approval with {line.strip()!r}: write approve, always or "
+                    "reject REASON"
+                )
+        self._broker.answer(pending[0].id, answer)
+
+    def mark_out_read(self) -> None:
+        """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""
+        if self._status is S.AWAIT:
+            self._set_status(S.IDLE)
+
+    def set_context(self, text: str) -> None:
+        """The `context` file: recorded now, in the prompt from the next turn."""
+        if self._status is S.EXITED:
+            raise SessionRefused(f"session {self.id} has exited")
+        if not self._append(ContextFileChanged(text)):
+            raise RecordWriteFailed(f"the context was not changed: {self._detail}")
+        self._layers = attrs.evolve(self._layers, context=text)
+        self._notify()
+
+    def set_role(self, name: str) -> None:
+        """The `role` file: allowed only before the first prompt."""
+        name = name.strip()
+        if self._accepted or self._journal.state.messages:
+            raise SessionRefused(
+                f"the role of session {self.id} is fixed once it has had a prompt; create a new "
+                f"session with role={name}"
+            )
+        roles.check_name(name)
+        if name == self.role:
+            return
+        if not self._append(RoleChanged(name)):
+            raise RecordWriteFailed(f"the role was not changed: {self._detail}")
+        self._layers = self._load_layers(self.context)
+        self._agent = self._build_agent(())
+        self._notify()
+
+    # -- verbs -------------------------------------------------------------------------------
+
+    async def control(self, line: str) -> None:
+        """One ctl line: stop | start | restart | kill | cancel | clear | model NAME."""
+        verb, _, rest = line.strip().partition(" ")
+        rest = rest.strip()
+        if verb == "model":
+            if not rest:
+                raise InvalidSessionRequest("model needs a name: model NAME")
+            await self.switch_model(rest)
+            return
+        actions = {
+            "stop": self.stop,
+            "start": self.start,
+            "restart": self.restart,
+            "kill": self.kill,
+            "cancel": self.cancel,
+            "clear": self.clear,
+        }
+        if verb not in actions or rest:
+            raise InvalidSessionRequest(
+                f"unknown session command {line.strip()!r}: the commands are {', '.join(VERBS)}"
+            )
+        await actions[verb]()
+
+    async def cancel(self) -> None:
+        """End the running turn (its out says it was cancelled); the queue goes on."""
+        if not self._agent.cancel():
+            raise SessionRefused(
+                f"no turn is running (session {self.id} is {self._status.value}): nothing to cancel"
+            )
+        await self._wait_turn_end()
+
+    async def stop(self) -> None:
+        """Cancel the running turn and refuse prompts until `start`."""
+        async with self._held():
+            if self._status in (S.STOPPED, S.EXITED):
+                raise SessionRefused(f"session {self.id} is already {self._status.value}")
+            await self._end_turn()
+            if self._status is not S.ERROR:
+                self._set_status(S.STOPPED, "stopped by request")
+
+    async def start(self) -> None:
+        """Resume a stopped session, or retry one in error."""
+        async with self._held():
+            if self._status not in (S.STOPPED, S.ERROR):
+                raise SessionRefused(
+                    f"session {self.id} is {self._status.value}: start resumes a stopped session "
+                    "or one in error"
+                )
+            self._retry_records()
+            self._set_status(S.IDLE)
+
+    async def restart(self) -> None:
+        """Same id, alias and role; a fresh context (recorded as a replacement)."""
+        async with self._held():
+            self._refuse_exited()
+            await self._end_turn()
+            if self._status is S.ERROR:
+                self._retry_records()
+            self._replace_context(ReplaceReason.RESTART)
+            self._layers = self._load_layers(self.context)
+            self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
+            if self._status is not S.IDLE:
+                self._set_status(S.IDLE, "restarted with a fresh context")
+
+    async def clear(self) -> None:
+        """Empty the context (not while a turn runs)."""
+        async with self._held():
+            self._refuse_exited()
+            self._refuse_busy("clear")
+            self._replace_context(ReplaceReason.CLEAR)
+
+    async def switch_model(self, name: str) -> None:
+        """`model NAME`: replay the history to the new model if it can take it as is, else
+        record a text handoff. Not while a turn runs."""
+        async with self._held():
+            self._refuse_exited()
+            self._refuse_busy("model")
+            target = self._services.resolve(name)
+            old = self._target
+            messages = self._agent.messages
+            why = replayable(messages, target.kind, target.capabilities) if messages else None
+            if why is not None:
+                text = handoff_text(messages, old.name, target.name)
+                handed = (Message.user_text(text),)
+                self._agent.reset(handed)
+                if not self._append(ContextReplaced(handed, ReplaceReason.HANDOFF)):
+                    raise RecordWriteFailed(f"the model was not changed: {self._detail}")
+                self._append(Note(f"model {old.name} -> {target.name}: {why}; text handoff"))
+                self._log_lines([f"NOTE: model {old.name} -> {target.name}: handoff ({why})"])
+            if not self._append(ModelChanged(target.name)):
+                raise RecordWriteFailed(f"the model was not changed: {self._detail}")
+            self._target = target
+            self._agent.provider = self._services.provider_for(target)
+            self._agent.config = attrs.evolve(
+                self._agent.config,
+                model=target.model,
+                max_tokens=target.limits.max_output_tokens,
+            )
+            self._used_before = None
+            self._log_lines([f"MODEL: {target.name}" + (" (replayed)" if why is None else "")])
+            self._notify()
+
+    async def kill(self) -> None:
+        """End the session: its turn, its task; gone from the tree, records kept."""
+        async with self._held():
+            self._refuse_exited()
+            await self._end_turn()
+            await self._exit("killed")
+
+    # -- the task ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The session's task: run queued prompts, one turn each, until killed or cancelled."""
+        with self._scope:
+            try:
+                if self._status is S.STARTING:
+                    self._set_status(S.IDLE)
+                task_status.started()
+                while True:
+                    text = await self._next_prompt()
+                    await self._run_turn(text)
+                    if self.ephemeral and self._status is not S.ERROR:
+                        async with self._held():
+                            if self._status is not S.EXITED:
+                                await self._exit("ephemeral: its prompt was handled")
+                        return
+            finally:
+                self._broker.close("the session ended before the approval was answered")
+                self.log.close()
+                self.events.close()
+
+    async def _next_prompt(self) -> str:
+        while True:
+            queue = self._journal.state.queue
+            if queue and not self._hold and self._status in (S.IDLE, S.AWAIT):
+                head = queue[0]
+                if self._append(PromptTaken(head.prompt_id)):
+                    return head.text
+            await self._changed.wait()
+
+    async def _run_turn(self, text: str) -> None:
+        self._turn_active = True
+        self._finished = None
+        self._step_text, self._logged = [], 0
+        self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
+        self._set_status(S.RUNNING)
+        self._log_lines(_indented("USER:", text))
+        deadline = self._services.settings.turn_deadline
+        scope = self._turn_scope = trio.CancelScope(
+            deadline=math.inf if deadline is None else trio.current_time() + deadline
+        )
+        try:
+            with scope:
+                await self._agent.run_turn(text)
+        finally:
+            self._turn_scope = None
+            self._turn_active = False
+            self._handled += 1
+            self._finish_turn()
+
+    def _finish_turn(self) -> None:
+        """Set `out` from how the turn ended, and leave running (synchronously: this also runs
+        while the daemon shuts down)."""
+        finished = self._finished
+        last = self._agent.messages[-1] if self._agent.messages else None
+        answer = last.text() if last is not None and last.role is Role.ASSISTANT else ""
+        if finished is not None and finished.outcome is ev.TurnOutcome.DONE:
+            self._out = answer if answer.endswith("\n") or not answer else answer + "\n"
+        else:
+            partial = "".join(self._step_text) or answer
+            outcome = finished.outcome.value if finished else "error"
+            detail = finished.detail if finished else "the turn ended without a report"
+            reason = f"[turn ended: {outcome}" + (f": {detail}]" if detail else "]")
+            self._out = (partial.rstrip("\n") + "\n\n" if partial.strip() else "") + reason + "\n"
+        # An ephemeral session goes from running straight to exited (the worker ends it next).
+        if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
+            self._set_status(S.AWAIT)
+        self._notify()
+
+    # -- agent events ------------------------------------------------------------------------
+
+    def _on_event(self, event: ev.AgentEvent) -> None:
+        self._sync_messages()
+        match event:
+            case ev.StepStarted():
+                self._flush_text()
+                self._step_text, self._logged = [], 0
+            case ev.TextDelta(text=text):
+                self._step_text.append(text)
+            case ev.ToolCallStarted(name=name, arguments=arguments):
+                self._flush_text()
+                args = json.dumps(arguments, ensure_ascii=False)
+                self._log_lines([f"TOOL: {name} {_first_line(args)}"])
+            case ev.ToolCallFinished(is_error=is_error, preview=preview):
+                self._log_lines(_indented("ERROR:" if is_error else "RESULT:", preview))
+            case ev.Usage(usage=usage):
+                self._append(UsageReported(usage))
+                self._add_cost(usage)
+            case ev.TodosUpdated(todos=todos):
+                items = tuple(TodoItem(t.content, t.status.value) for t in todos)
+                self._append(TodosChanged(items))
+            case ev.StepFailed(error_type=kind, message=message):
+                self._log_lines(_indented("ERROR:", f"{kind}: {message}"))
+            case ev.TurnFinished(outcome=outcome, detail=detail):
+                scope = self._turn_scope
+                if (
+                    outcome is ev.TurnOutcome.CANCELLED
+                    and scope is not None
+                    and trio.current_time() >= scope.deadline
+                ):
+                    deadline = self._services.settings.turn_deadline
+                    detail = f"the turn's deadline of {deadline:g} s passed"
+                    event = attrs.evolve(event, detail=detail)
+                self._flush_text()
+                self._finished = event
+                self._append(TurnEnded(outcome.value, detail))
+                self._log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
+        self.events.publish(ev.to_json(event))
+        if isinstance(event, ev.Usage | ev.TurnFinished):
+            self._check_thresholds()
+        self._notify()
+
+    def _flush_text(self) -> None:
+        """Log the step's text not logged yet (it stays in `_step_text` for `out`)."""
+        text = "".join(self._step_text[self._logged :]).strip()
+        self._logged = len(self._step_text)
+        if text:
+            self._log_lines(_indented("ASSISTANT:", text))
+
+    def _check_thresholds(self) -> None:
+        used = self.usage_used()
+        window = self._target.limits.context_window
+        for percent in accounting.crossed(self._used_before, used, window):
+            assert used is not None
+            self._services.publish(UsageThreshold(self.id, percent, used, window))
+            self._log_lines([f"NOTE: context {percent}% full ({used}/{window} tokens)"])
+        self._used_before = used
+
+    def _add_cost(self, usage: Usage) -> None:
+        pricing = self._target.pricing
+        cost = None if pricing is None else pricing.cost(usage)
+        self._usd = None if cost is None or self._usd is None else self._usd + cost
+
+    def _initial_cost(self, state: SessionState) -> float | None:
+        if state.usage.total == 0:
+            return 0.0
+        # A restored session: its usage is priced at its current model's prices, which holds
+        # as long as it never changed model; otherwise the cost is unknown.
+        return None
+
+    # -- records -----------------------------------------------------------------------------
+
+    def _append(self, record: Record) -> bool:
+        """Record `record` now (a write, no fsync). False if the session cannot record."""
+        if self._broken is not None:
+            return False
+        try:
+            self._journal.append(record, sync=False)
+        except (JournalWriteError, RecordError) as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    async def _append_synced(self, record: Record) -> bool:
+        """Record `record` and fsync, in a worker thread (ToolStarted, ToolFinished, ...)."""
+        if self._broken is not None:
+            return False
+        try:
+            await trio.to_thread.run_sync(self._journal.append, record)
+        except (JournalWriteError, RecordError) as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _sync_messages(self) -> None:
+        if self._broken is not None:
+            return
+        try:
+            records = message_records(self._journal.state.messages, self._agent.messages)
+        except RecordError as exc:
+            self._fail(exc)
+            return
+        for record in records:
+            if not self._append(record):
+                return
+
+    def _fail(self, exc: Exception) -> None:
+        """A record could not be written: the session goes to error, its turn is cancelled."""
+        if self._broken is not None or self._status is S.EXITED:
+            return
+        self._broken = str(exc)
+        log.error("session.record_failed", session=self.id, error=str(exc))
+        self._services.publish(SessionFailed(self.id, str(exc)))
+        self._set_status(S.ERROR, f"the session's record could not be written: {exc}")
+        self._agent.cancel()
+
+    def _retry_records(self) -> None:
+        """Leave error: write what the records are missing, or stay in error."""
+        if self._broken is None:
+            return
+        self._broken = None
+        self._sync_messages()
+        if (still := self._broken_reason()) is not None:
+            raise RecordWriteFailed(
+                f"session {self.id} still cannot record: {still}; free space and retry"
+            )
+
+    def _broken_reason(self) -> str | None:
+        return self._broken
+
+    def _redacted(self, result: ToolResult) -> ToolResult:
+        redact = self._services.settings.redact
+        if redact is None:
+            return result
+        return ToolResult(result.call_id, redact(result.content), result.is_error)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _set_status(self, new: SessionStatus, detail: str = "") -> None:
+        old = self._status
+        if new is old and new is S.ERROR:
+            return
+        check(old, new)
+        self._status, self._detail = new, detail
+        if new is not S.EXITED:  # SessionEnded is the record of the end
+            self._append(StateChanged(new, detail))
+        self._services.publish(SessionStateChanged(self.id, new.value, detail))
+        self._log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
+        self._notify()
+
+    def _notify(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _log_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.log.publish(line)
+
+    def _held(self) -> _Held:
+        return _Held(self)
+
+    def _refuse_exited(self) -> None:
+        if self._status is S.EXITED:
+            raise SessionRefused(f"session {self.id} has exited")
+
+    def _refuse_busy(self, verb: str) -> None:
+        if self._turn_active or self._status in BUSY:
+            raise SessionRefused(
+                f"{verb}: a turn is running in session {self.id}; write cancel (or wait) first"
+            )
+
+    async def _wait_turn_end(self) -> None:
+        while self._turn_active:
+            await self._changed.wait()
+
+    async def _end_turn(self) -> None:
+        self._agent.cancel()
+        await self._wait_turn_end()
+
+    def _replace_context(self, reason: ReplaceReason) -> None:
+        self._agent.reset()
+        self._agent.context.state.todos = ()
+        if not self._append(ContextReplaced((), reason)):
+            raise RecordWriteFailed(f"the context was not replaced: {self._detail}")
+        if self._journal.state.todos:
+            self._append(TodosChanged(()))
+        self._used_before = None
+        self._log_lines([f"CONTEXT: {reason.value}"])
+        self._notify()
+
+    async def _exit(self, reason: str) -> None:
+        if not await self._append_synced(SessionEnded(reason)):
+            raise RecordWriteFailed(f"session {self.id} could not record its end: {self._detail}")
+        self._set_status(S.EXITED, reason)
+        self._broker.close("the session ended before the approval was answered")
+        self._services.on_exit(self, reason, self.ephemeral and reason.startswith("ephemeral"))
+        self._scope.cancel()
+
+    def _load_layers(self, context: str) -> PromptLayers:
+        settings = self._services.settings
+        return PromptLayers(
+            instructions=discover_instructions(Path(self.cwd), settings.user_config_dir),
+            role=self.role,
+            role_text=roles.role_text(self.role, user_dir=settings.role_text_dir),
+            context=context,
+        )
+
+    def _build_agent(self, messages: Iterable[Message]) -> Agent:
+        settings = self._services.settings
+        cwd = Path(self.cwd)
+        sandbox_role = roles.sandbox_role(self.role, user_dir=settings.sandbox_role_dir)
+        policy = sandbox_policy(self.sandbox, sandbox_role, settings)
+        ceiling = roles.ceiling(self.role)
+        files = FileAccess.workspace(cwd) if ceiling.file_writes else FileAccess(readable=[cwd])
+        context = ToolContext(cwd=cwd, files=files, sandbox=policy)
+        tools = _RecordingRegistry(
+            self._services.tools(ToolSetup(cwd, self.role, policy, sandbox_role)), self
+        )
+        permission = Policy(
+            workspace=PurePosixPath(cwd.resolve()),
+            mode=settings.mode,
+            rules=settings.rules,
+            grants=settings.grants,
+            ceiling=ceiling,
+            sandbox=policy,
+            home=PurePosixPath(settings.home.resolve()),
+        )
+        gate = PermissionGate(permission, _Approver(self), tools, context)
+        config = AgentConfig(
+            model=self._target.model,
+            system=self._layers.render(),
+            max_steps=settings.max_steps,
+            max_tokens=self._target.limits.max_output_tokens,
+        )
+        return Agent(
+            self._services.provider_for(self._target),
+            tools,
+            config,
+            context,
+            emit=self._on_event,
+            decide=gate,
+            redact=settings.redact,
+            messages=messages,
+        )
+
+    @staticmethod
+    def _restored_out(state: SessionState) -> str:
+        """`out` after a daemon restart: the last answer, or the recorded end of the turn."""
+        last = state.messages[-1] if state.messages else None
+        answer = last.text() if last is not None and last.role is Role.ASSISTANT else ""
+        turn = state.last_turn
+        if turn is None or turn.outcome == ev.TurnOutcome.DONE.value:
+            return answer + ("\n" if answer and not answer.endswith("\n") else "")
+        reason = f"[turn ended: {turn.outcome}" + (f": {turn.detail}]" if turn.detail else "]")
+        return (answer.rstrip("\n") + "\n\n" if answer.strip() else "") + reason + "\n"
+
+
+class _Held:
+    """A verb in progress: the verb lock held and the worker told not to take a prompt."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def __aenter__(self) -> None:
+        await self._session._verbs.acquire()
+        self._session._hold += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._session._hold -= 1
+        self._session._verbs.release()
+        self._session._notify()
+
+
+__all__ = [
+    "SANDBOXES",
+    "VERBS",
+    "Services",
+    "Session",
+    "SessionError",
+    "SessionSettings",
+    "ToolSetup",
+    "ToolsFactory",
+    "sandbox_name",
+    "sandbox_policy",
+]

@@ -1,0 +1,35 @@
+"""DESIGN section 2: the tree observes sessions. `anvild.session` imports only the layers below
+it (the agent, the llm layer, the sandbox, the store), never the 9P service, the synthetic tree
+or the daemon. (`anvild.agent` has the same rule in tests/unit/agent.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.unit.test_dependency_rules import ROOT, violations
+
+ALLOWED = ("anvild.session", "anvild.agent", "anvild.llm", "anvild.sandbox", "anvild.store")
+
+
+def session_violations(root: Path = ROOT) -> list[str]:
+    return violations("anvild.session", ALLOWED, root)
+
+
+def test_the_supervisor_imports_only_the_layers_below_it() -> None:
+    assert (ROOT / "anvild" / "session" / "session.py").exists()
+    assert session_violations() == []
+
+
+def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
+    package = tmp_path / "anvild" / "session"
+    package.mkdir(parents=True)
+    (package / "ok.py").write_text("from anvild.store import Journal\nfrom . import state\n")
+    (package / "bad.py").write_text(
+        "from anvild.fs.stream import LineStream\nfrom .. import daemon\nimport anvild.ninep\n"
+    )
+    assert session_violations(tmp_path) == [
+        "anvild/session/bad.py:1 imports anvild.fs.stream",
+        "anvild/session/bad.py:1 imports anvild.fs.stream.LineStream",
+        "anvild/session/bad.py:2 imports anvild.daemon",
+        "anvild/session/bad.py:3 imports anvild.ninep",
+    ]
