@@ -78,6 +78,9 @@ def settings(tmp_path: Path, **changes: Any) -> SessionSettings:
         sandbox_role_dir=config / "sandbox-roles",
         home=tmp_path,
         reap_delay=30.0,
+        # No deadline unless a test sets one: under autojump_clock, a worker thread (a synced
+        # record, a path resolution) lets the clock jump straight to the next deadline.
+        turn_deadline=None,
     )
     return attrs.evolve(base, **changes)
 
