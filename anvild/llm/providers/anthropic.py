@@ -64,7 +64,6 @@ truncated, and `on_end` raises UnexpectedEof.
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -73,7 +72,8 @@ import httpx
 
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import SseStream, Timeouts, open_event_stream
+from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.providers._events import ProviderEvents
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     BlockMeta,
@@ -463,38 +463,6 @@ def messages_url(base_url: str) -> str:
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
 
-class _Events:
-    """The provider's event iterator: SSE events in, StreamEvents out, `on_end` at EOF.
-
-    It stops after the Finish without reading further, so a server that keeps the connection
-    open after `message_stop` cannot hold the turn until the idle deadline."""
-
-    def __init__(self, sse: SseStream, state: StreamState) -> None:
-        self._sse = sse
-        self._state = state
-        self._ready: deque[StreamEvent] = deque()
-        self._done = False
-
-    def __aiter__(self) -> _Events:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        while not self._ready:
-            if self._done:
-                raise StopAsyncIteration
-            try:
-                sse = await anext(self._sse)
-            except StopAsyncIteration:
-                self._done = True
-                self._ready.extend(self._state.on_end())
-            else:
-                self._ready.extend(self._state.on_sse(sse))
-        event = self._ready.popleft()
-        if isinstance(event, Finish):
-            self._done = True
-        return event
-
-
 class AnthropicProvider:
     """A Provider for the Anthropic Messages API and servers that speak it."""
 
@@ -534,4 +502,4 @@ class AnthropicProvider:
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
         http_request = self.build_request(request)
         async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield _Events(sse, StreamState())
+            yield ProviderEvents(sse, StreamState())

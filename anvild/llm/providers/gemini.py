@@ -63,8 +63,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -73,6 +73,7 @@ import httpx
 from anvild.llm.capabilities import Capabilities, Replay, SchemaDialect
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
 from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.providers._events import ProviderEvents
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
@@ -595,16 +596,6 @@ def _usage(metadata: dict[str, Any]) -> Usage | None:
 # -- HTTP glue --------------------------------------------------------------------------------
 
 
-async def _events(
-    sse: AsyncIterable[SseEvent], state: StreamState
-) -> AsyncGenerator[StreamEvent, None]:
-    async for event in sse:
-        for out in state.on_sse(event):
-            yield out
-    for out in state.on_end():
-        yield out
-
-
 class GeminiProvider:
     """The Gemini API (generativelanguage.googleapis.com/v1beta) or a compatible endpoint."""
 
@@ -644,8 +635,5 @@ class GeminiProvider:
             json=to_wire(request, self._capabilities),
             headers=headers,
         )
-        async with (
-            open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse,
-            aclosing(_events(sse, StreamState())) as events,
-        ):
-            yield events
+        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+            yield ProviderEvents(sse, StreamState())

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -64,7 +63,8 @@ import httpx
 
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import SseStream, Timeouts, open_event_stream
+from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.providers._events import ProviderEvents
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     Finish,
@@ -422,38 +422,6 @@ def completions_url(base_url: str) -> str:
     return f"{base_url.rstrip('/')}/chat/completions"
 
 
-class _Events:
-    """The provider's event iterator: SSE events in, StreamEvents out, `on_end` at EOF.
-
-    It stops after the Finish without reading further (a server that keeps the connection
-    open after `[DONE]` cannot hold the turn until the idle deadline)."""
-
-    def __init__(self, sse: SseStream, state: StreamState) -> None:
-        self._sse = sse
-        self._state = state
-        self._ready: deque[StreamEvent] = deque()
-        self._done = False
-
-    def __aiter__(self) -> _Events:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        while not self._ready:
-            if self._done:
-                raise StopAsyncIteration
-            try:
-                sse = await anext(self._sse)
-            except StopAsyncIteration:
-                self._done = True
-                self._ready.extend(self._state.on_end())
-            else:
-                self._ready.extend(self._state.on_sse(sse))
-        event = self._ready.popleft()
-        if isinstance(event, Finish):
-            self._done = True
-        return event
-
-
 class OpenAiChatProvider:
     """A Provider for Chat Completions servers. Without an API key no Authorization header is
     sent (local Ollama and llama-server need none)."""
@@ -490,4 +458,4 @@ class OpenAiChatProvider:
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
         http_request = self.build_request(request)
         async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield _Events(sse, StreamState())
+            yield ProviderEvents(sse, StreamState())

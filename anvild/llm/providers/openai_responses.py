@@ -53,8 +53,8 @@ deadline), and the state machine ignores anything after it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -63,6 +63,7 @@ import httpx
 from anvild.llm.capabilities import Capabilities, Replay
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
 from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.providers._events import ProviderEvents
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     BlockMeta,
@@ -504,20 +505,6 @@ def _api_error(error: object, default_kind: str, default_message: str) -> ApiErr
 # -- HTTP glue --------------------------------------------------------------------------------
 
 
-async def _events(
-    sse: AsyncIterable[SseEvent], state: StreamState
-) -> AsyncGenerator[StreamEvent, None]:
-    async for event in sse:
-        for out in state.on_sse(event):
-            yield out
-        if state.finished:
-            # Stop at the terminal event: a server that keeps the connection open after it
-            # must not hold the turn until the idle deadline.
-            return
-    for out in state.on_end():
-        yield out
-
-
 class OpenAIResponsesProvider:
     """A Responses endpoint: OpenAI's, or a compatible server's (llama.cpp, vLLM, ...)."""
 
@@ -549,8 +536,5 @@ class OpenAIResponsesProvider:
         http_request = self._client.build_request(
             "POST", self._url, json=to_wire(request, self._capabilities), headers=headers
         )
-        async with (
-            open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse,
-            aclosing(_events(sse, StreamState())) as events,
-        ):
-            yield events
+        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+            yield ProviderEvents(sse, StreamState())
