@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.llm.types import Image, Message, Reasoning, Role, Text, ToolCall, ToolResult
-from anvild.store import UsageBaseline
+from anvild.store import ModelChanged, Record, SessionStarted, UsageBaseline, UsageReported
 
 THRESHOLDS: Final = (80, 90)
 """Percentages of the window whose upward crossing is announced on the daemon's events."""
@@ -80,6 +81,21 @@ def crossed(before: int | None, after: int | None, window: int) -> tuple[int, ..
     return tuple(t for t in THRESHOLDS if low < t <= high)
 
 
+def priced(records: Iterable[Record], pricing_of: Callable[[str], Pricing | None]) -> float | None:
+    """The USD cost of a session's recorded requests, each at the prices of the model it was
+    made with (`SessionStarted` and `ModelChanged` say which); None once any is unknown."""
+    pricing: Pricing | None = None
+    total: float | None = 0.0
+    for record in records:
+        match record:
+            case SessionStarted(model=model) | ModelChanged(model=model):
+                pricing = pricing_of(model)
+            case UsageReported(usage=usage):
+                cost = None if pricing is None else pricing.cost(usage)
+                total = None if cost is None or total is None else total + cost
+    return total
+
+
 def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -108,5 +124,6 @@ __all__ = [
     "crossed",
     "estimate_tokens",
     "message_bytes",
+    "priced",
     "usage_line",
 ]

@@ -47,12 +47,12 @@ from anvild.agent.tools.search import Glob, Grep
 from anvild.agent.tools.todo import TodoWriteTool
 from anvild.llm.errors import ConfigError
 from anvild.llm.provider import Provider
-from anvild.llm.registry import ResolvedModel
+from anvild.llm.registry import Pricing, ResolvedModel
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
 from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import Sandbox
-from anvild.session import roles
+from anvild.session import accounting, roles
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -78,6 +78,7 @@ from anvild.store import (
     SessionStarted,
     SessionStore,
     StoreError,
+    read_journal,
 )
 
 log = structlog.get_logger(__name__)
@@ -329,6 +330,12 @@ class SessionManager:
         except ConfigError as exc:
             raise InvalidSessionRequest(str(exc)) from exc
 
+    def _pricing_of(self, model: str) -> Pricing | None:
+        try:
+            return self._resolve(model).pricing
+        except InvalidSessionRequest:
+            return None
+
     def _require_nursery(self) -> trio.Nursery:
         if self._nursery is None:
             raise SessionRefused("the session manager is not running (the daemon is stopping)")
@@ -439,9 +446,15 @@ class SessionManager:
                     records=len(found.records),
                     unknown=[call.id for call in found.unknown],
                 )
-            journals.append(journal)
-        journals.sort(key=lambda j: j.state.created_at)
-        for journal in journals:
+            try:
+                contents = await trio.to_thread.run_sync(read_journal, journal.path)
+            except StoreError:
+                usd = None
+            else:
+                usd = accounting.priced(contents.records, self._pricing_of)
+            journals.append((journal, usd))
+        journals.sort(key=lambda item: item[0].state.created_at)
+        for journal, usd in journals:
             state = journal.state
             try:
                 target = self._resolve(state.model)
@@ -455,7 +468,7 @@ class SessionManager:
                     log.error("session.restore_failed", session=state.id, error=str(failed))
                     journal.close()
                     continue
-            session = Session(journal, target, self._services)
+            session = Session(journal, target, self._services, usd=usd)
             self._add(session)
             await nursery.start(session.run)
             self.publish(

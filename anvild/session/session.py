@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Final
 
@@ -136,7 +136,7 @@ class SessionSettings:
     max_steps: int = 50
     turn_deadline: float | None = 3600.0
     reap_delay: float = 60.0
-    concurrency: dict[str, int] = attrs.field(factory=dict)
+    concurrency: Mapping[str, int] = attrs.field(factory=dict)
     default_concurrency: int = 4
     user_config_dir: Path | None = None  # for AGENTS.md and role overrides (None: platformdirs)
     role_text_dir: Path | None = None  # user overrides of roles/<name>.txt (None: platformdirs)
@@ -286,7 +286,14 @@ class Session:
     `wait_changed`; the verbs that end a turn wait for it to end.
     """
 
-    def __init__(self, journal: Journal, target: ResolvedModel, services: Services) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        target: ResolvedModel,
+        services: Services,
+        *,
+        usd: float | None = 0.0,
+    ) -> None:
         self._journal = journal
         self._target = target
         self._services = services
@@ -310,7 +317,7 @@ class Session:
         self._accepted = len(state.queue)  # restored queued prompts were accepted
         self._handled = 0
         self._used_before: int | None = None
-        self._usd: float | None = self._initial_cost(state)
+        self._usd = usd  # the cost so far (a restored session's is priced from its records)
         self._out = self._restored_out(state)
         self._broker = ApprovalBroker(on_change=self._notify)
         self._layers = self._load_layers(state.context)
@@ -794,13 +801,6 @@ class Session:
         pricing = self._target.pricing
         cost = None if pricing is None else pricing.cost(usage)
         self._usd = None if cost is None or self._usd is None else self._usd + cost
-
-    def _initial_cost(self, state: SessionState) -> float | None:
-        if state.usage.total == 0:
-            return 0.0
-        # A restored session: its usage is priced at its current model's prices, which holds
-        # as long as it never changed model; otherwise the cost is unknown.
-        return None
 
     # -- records -----------------------------------------------------------------------------
 
