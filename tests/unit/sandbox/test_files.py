@@ -297,3 +297,24 @@ def test_classes() -> None:
     assert not is_credential(p("id_ecdsa.pub"))
     assert not is_credential(p(".git/config"))
     assert not is_credential(p("env.py"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership hand-over only happens as root")
+def test_as_root_created_files_take_their_directory_owner(
+    tree: tuple[FileAccess, Path, Path],
+) -> None:
+    """DESIGN section 5: as root, what the daemon's tools create belongs to the workspace's
+    owner (the sandbox uid must be able to change it later), and a replaced file keeps its own
+    owner. CI runs as root, so this runs there."""
+    access, ws, _ = tree
+    os.chown(ws, 65534, 65534)
+    access.update(ws, "new/deeper/file.txt", put(b"x"), max_bytes=100)
+    for path in (ws / "new", ws / "new" / "deeper", ws / "new" / "deeper" / "file.txt"):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (65534, 65534), path
+    kept = ws / "kept.txt"
+    kept.write_text("old")
+    os.chown(kept, 1234, 4321)
+    access.update(ws, "kept.txt", put(b"new"), max_bytes=100)
+    assert kept.read_bytes() == b"new"
+    assert (kept.stat().st_uid, kept.stat().st_gid) == (1234, 4321)
