@@ -459,13 +459,14 @@ class SessionManager:
             try:
                 target = self._resolve(state.model)
             except InvalidSessionRequest as exc:
-                target = self._resolve(None)
-                why = f"model {state.model} is no longer available ({exc}); now {target.name}"
                 try:
+                    target = self._resolve(None)
+                    why = f"model {state.model} is no longer available ({exc}); now {target.name}"
                     journal.append(Note(why), sync=False)
                     journal.append(ModelChanged(target.name), sync=False)
-                except (JournalWriteError, StoreError) as failed:
+                except (InvalidSessionRequest, JournalWriteError, StoreError) as failed:
                     log.error("session.restore_failed", session=state.id, error=str(failed))
+                    self.publish(SessionFailed(state.id, f"not restored: {failed}"))
                     journal.close()
                     continue
             session = Session(journal, target, self._services, usd=usd)

@@ -308,3 +308,26 @@ async def test_a_hundred_sessions_queue_behind_one_slot_in_order(
         assert trio.current_time() - start == pytest.approx(100, abs=1)
         assert all(s.status is S.AWAIT for s in sessions)
         assert [s.out for s in sessions[:2]] == ["a0\n", "a1\n"]
+
+
+async def test_a_session_whose_model_is_gone_comes_back_on_the_default(tmp_path: Path) -> None:
+    first = Models(
+        {
+            "fake": target(ScriptedProvider([])),
+            "other": target(ScriptedProvider([script.text("a")]), name="other"),
+        }
+    )
+    async with running(tmp_path, first) as manager:
+        session = await new(manager, model="other", alias="o")
+        await ask(session, "hi")
+    async with running(tmp_path, [script.text("b")]) as manager:
+        restored = manager.get("o")
+        assert restored.model == "fake"
+        assert any("no longer available" in note for note in restored.record.notes)
+        assert await ask(restored, "still there?") == "b\n"
+    nothing = Models({}, default="missing")
+    async with running(tmp_path, nothing) as manager:
+        assert manager.sessions() == ()
+        failed = [json.loads(line) for line in manager.events.backlog()]
+        assert failed[0]["type"] == "session_failed"
+        assert "not restored" in failed[0]["error"]
