@@ -1,6 +1,109 @@
 """anvild.session: the session supervisor (DESIGN sections 4, 5, 7 and 8).
 
-state.py    the lifecycle states and the one transition table
-errors.py   SessionError and its subclasses
-stream.py   LineBroadcast: the `log` and `events` streams (per-reader cursors, lag markers)
+    manager.py     SessionManager: create, look up, kill, restore; provider caps; daemon events
+    session.py     Session: one agent, its queue, verbs, out, wait, usage, approvals, records
+    state.py       the lifecycle states and the one transition table
+    prompt.py      the layered system prompt (base, AGENTS.md chain, role, context)
+    roles.py       roles: text (user overrides), sandbox file, permission ceiling
+    accounting.py  the `usage` and `cost` texts (pure)
+    handoff.py     `model NAME`: replay check and text handoff (pure)
+    stream.py      LineBroadcast: the `log`, `events` and daemon event streams
+    events.py      the daemon-wide session events (typed, one JSON line each)
+    errors.py      SessionError and its subclasses
+
+This package imports the agent, the llm layer, the sandbox and the store; never the 9P service,
+the tree or the daemon (a test checks). The tree observes sessions through the API below.
+
+Wiring (the daemon)
+-------------------
+    manager = SessionManager(SessionStore(data_dir / "sessions"), registry.resolve,
+                             settings=SessionSettings(...), default_cwd=..., on_event=...)
+    await nursery.start(manager.run)     # restores every session, then serves; cancel = shutdown
+
+`on_event(SessionEvent)` receives session created/ended, state changes, usage thresholds (80 %,
+90 %) and failures; `anvild.session.events.encode_event` gives their JSON line for
+`agent/events` (the same lines are on `manager.events`, a `LineBroadcast`).
+
+The tree, file by file (DESIGN section 4)
+-----------------------------------------
+Errors: every refusal is a `SessionError` whose `str()` is the 9P error string (it says what to
+do): `InvalidSessionRequest` (bad arguments), `SessionRefused` (not possible in this state),
+`SessionNotFound`, `RecordWriteFailed` (the disk refused a record: the session is in error).
+
+agent/ctl     `new ...`: `await manager.create(NewSession.parse(words))` -> Session; its `id` is
+              what a read on the same fid returns. Unknown model (lists the aliases), missing cwd,
+              unknown role, bad sandbox, taken or reserved alias: `InvalidSessionRequest`.
+              `kill ID`: `await manager.kill(id_or_alias)` (blocks until the turn has ended).
+agent/list    `manager.list_text()` (one `Session.list_line()` per session, creation order).
+agent/events  `manager.events.open_reader()` (or bridge `on_event` to the root's stream).
+agent/roles/  `roles.ROLES`; content `roles.role_text(name)`.
+agent/<id>/ and agent/<alias>/: `manager.get(id_or_alias)` -> Session (`SessionNotFound`).
+
+For a Session `s`:
+  ctl       `await s.control(line)`: stop | start | restart | kill | cancel | clear | model NAME
+            (or the methods `stop`, `start`, `restart`, `kill`, `cancel`, `clear`,
+            `switch_model`). Blocking: each waits for the running turn to end when it ends one.
+            `clear` and `model` refuse while a turn runs (write cancel first); `cancel` refuses
+            when no turn runs; `start` only from stopped or error.
+  in        at clunk: `s.submit(text)` -> accepted sequence number (queued behind a running
+            turn). Refused when stopped, in error or exited, for an empty prompt, and for a second
+            prompt to an ephemeral session.
+  out       `s.out` (text, snapshot per open); after a read reached EOF, at clunk:
+            `s.mark_out_read()` (await -> idle; harmless otherwise).
+  wait      at open: `seq = s.accepted_seq()`; read: `await s.wait_handled(seq)` -> the state
+            (`.value` + "\n", then EOF). Returns at once for stopped, error or exited.
+  queue     `s.queue_text()` (`<prompt-id>\t<first line>` per waiting prompt); write `drop`:
+            `s.drop_queue()` -> how many.
+  state     `s.status.value` (and `s.status_detail`, why, for error and stopped).
+  usage     `s.usage_line()`: "used/window (pct%)" or "-".
+  cost      `s.cost_text()`: `input/output/cache_read/cache_write N`, `cache_hit_rate`, `usd`.
+  approval  read `s.approval_text()` ("" when nothing is pending; while await_approval: call_id,
+            tool, arguments, reason, always_adds); write `s.answer_approval(line)`: approve |
+            always | reject REASON (`SessionRefused` when nothing is pending).
+  role      read `s.role`; write `s.set_role(name)` (refused after the first prompt).
+  context   read `s.context`; write (body, at clunk) `s.set_context(text)`: from the next turn.
+  alias, model, cwd, sandbox   `s.alias` (None -> "-"), `s.model`, `s.cwd`, `s.sandbox`.
+  log       `s.log.open_reader()`: USER:/ASSISTANT:/TOOL:/RESULT:/ERROR:/STATE:/NOTE: lines.
+  events    `s.events.open_reader()`: stream-json agent events (`anvild.agent.events`).
+  todos     `s.todos_text()` (`<status>\t<content>` per item).
+
+Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks
+until there is something and is a plain cancel point for Tflush; `read_nowait`; `close()` at
+clunk). A reader starts with the backlog, holds a bounded buffer and gets
+`{"type":"lagged","dropped":N}` where it lost lines. Streams end (EOF) when the session exits.
+To block on any other change (a `state` reader that wants to wait), use `s.version` and
+`await s.wait_changed(seen)`.
 """
+
+from anvild.session.errors import (
+    IllegalTransition,
+    InvalidSessionRequest,
+    RecordWriteFailed,
+    SessionError,
+    SessionNotFound,
+    SessionRefused,
+)
+from anvild.session.manager import NewSession, SessionManager, default_tools
+from anvild.session.session import Session, SessionSettings, ToolSetup
+from anvild.session.state import TRANSITIONS, SessionStatus
+from anvild.session.stream import BroadcastLimits, LineBroadcast, LineReader
+
+__all__ = [
+    "TRANSITIONS",
+    "BroadcastLimits",
+    "IllegalTransition",
+    "InvalidSessionRequest",
+    "LineBroadcast",
+    "LineReader",
+    "NewSession",
+    "RecordWriteFailed",
+    "Session",
+    "SessionError",
+    "SessionManager",
+    "SessionNotFound",
+    "SessionRefused",
+    "SessionSettings",
+    "SessionStatus",
+    "ToolSetup",
+    "default_tools",
+]
