@@ -294,3 +294,28 @@ async def test_new_validates_its_arguments(tmp_path: Path) -> None:
         with pytest.raises(InvalidSessionRequest, match="not granted"):
             await new(manager, sandbox="full-access")
         assert [s.id for s in manager.sessions()] == [first.id]
+
+
+def test_new_parses_key_value_arguments() -> None:
+    from anvild.session.manager import NewSession
+
+    parsed = NewSession.parse(["model=fake", "cwd=/src", "role=reviewer", "alias=r1", "ephemeral"])
+    assert parsed == NewSession("fake", "/src", "reviewer", "r1", None, ephemeral=True)
+    assert NewSession.parse([]) == NewSession()
+    with pytest.raises(InvalidSessionRequest, match="model=M cwd=DIR"):
+        NewSession.parse(["colour=blue"])
+    with pytest.raises(InvalidSessionRequest, match="given twice"):
+        NewSession.parse(["alias=a", "alias=b"])
+
+
+async def test_unknown_ctl_commands_list_the_verbs(tmp_path: Path) -> None:
+    async with running(tmp_path, [script.text("a")]) as manager:
+        session = await new(manager)
+        with pytest.raises(InvalidSessionRequest, match="stop, start, restart, kill"):
+            await session.control("explode")
+        with pytest.raises(InvalidSessionRequest, match="model NAME"):
+            await session.control("model")
+        with pytest.raises(SessionRefused, match="nothing to cancel"):
+            await session.control("cancel")
+        with pytest.raises(SessionRefused, match="start resumes"):
+            await session.control("start")
