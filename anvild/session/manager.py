@@ -76,6 +76,7 @@ from anvild.store import (
     ModelChanged,
     Note,
     SessionStarted,
+    SessionStatus,
     SessionStore,
     StoreError,
     read_journal,
@@ -303,8 +304,13 @@ class SessionManager:
         return session
 
     async def kill(self, key: str) -> None:
-        """`kill ID` on agent/ctl: end the session (its records stay on disk)."""
-        await self.get(key).kill()
+        """`kill ID` on agent/ctl: end the session (its records stay on disk). An ephemeral
+        session that already exited and waits to be reaped is removed at once."""
+        session = self.get(key)
+        if session.status is SessionStatus.EXITED:
+            self._remove(session, "killed")
+            return
+        await session.kill()
 
     # -- services for sessions ---------------------------------------------------------------
 

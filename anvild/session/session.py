@@ -476,7 +476,7 @@ class Session:
             what = {
                 S.STOPPED: "write `start` to its ctl to resume it",
                 S.ERROR: f"{self._detail}; write `start` or `restart` to its ctl",
-                S.EXITED: "it has exited; create a new session",
+                S.EXITED: "it has ended; create a new session",
             }[status]
             raise SessionRefused(f"session {self.id} is {status.value}: {what}")
         if not text.strip():

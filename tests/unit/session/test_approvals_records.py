@@ -331,3 +331,45 @@ async def test_a_session_whose_model_is_gone_comes_back_on_the_default(tmp_path:
         failed = [json.loads(line) for line in manager.events.backlog()]
         assert failed[0]["type"] == "session_failed"
         assert "not restored" in failed[0]["error"]
+
+
+async def test_a_reviewer_cannot_commit_and_a_tester_writes_only_tests(tmp_path: Path) -> None:
+    from tests.unit.permissions.test_gate import FakeBash
+
+    bash = FakeBash()
+    provider = ScriptedProvider(
+        [
+            script.tool_call("c1", "bash", {"command": "git commit -am 'sneaky'"}),
+            script.text("VERDICT: LGTM"),
+            script.tool_call("t1", "write_file", {"file_path": "tests/test_a.py", "content": "x"}),
+            script.tool_call("t2", "write_file", {"file_path": "src/a.py", "content": "x"}),
+            script.text("done"),
+        ]
+    )
+    models = Models({"fake": target(provider)})
+    async with running(tmp_path, models, tools=[bash], mode=Mode.BYPASS) as manager:
+        reviewer = await new(manager, role="reviewer")
+        await ask(reviewer, "commit it")
+        assert bash.ran == []
+        assert "Permission denied" in provider.requests[1].messages[-1].tool_results()[0].content
+        tester = await new(manager, role="tester")
+        await ask(tester, "write tests")
+        work = tmp_path / "work"
+        assert (work / "tests" / "test_a.py").read_text() == "x"
+        assert not (work / "src" / "a.py").exists()
+        denied = provider.requests[4].messages[-1].tool_results()[0]
+        assert denied.is_error
+        assert "Permission denied" in denied.content
+
+
+async def test_kill_removes_an_exited_ephemeral_session_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with running(tmp_path, [script.text("done")]) as manager:
+        session = await new(manager, ephemeral=True)
+        await session.wait_handled(session.submit("once"))
+        assert session.status is S.EXITED
+        await manager.kill(session.id)
+        assert manager.sessions() == ()
+        with pytest.raises(SessionRefused, match="is exited: it has ended; create a new"):
+            session.submit("again")
