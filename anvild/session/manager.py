@@ -159,7 +159,9 @@ def default_tools(setup: ToolSetup) -> list[Tool]:
 
     def wrapper_for(policy: SandboxPolicy | None) -> CommandWrapper:
         if isinstance(policy, ReadOnly | WorkspaceWrite):
-            return SandboxWrapper(Sandbox(policy, role=setup.sandbox_role))
+            return SandboxWrapper(
+                Sandbox(policy, role=setup.sandbox_role, settings=setup.sandbox_settings)
+            )
         return default_wrapper_for(policy)
 
     return [

@@ -64,6 +64,7 @@ from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role, ToolCall, ToolResult
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.files import FileAccess
 from anvild.sandbox.roles import Role as SandboxRole
 from anvild.session import accounting, roles
@@ -144,6 +145,7 @@ class SessionSettings:
     home: Path = attrs.field(factory=Path.home)
     full_access_granted_by: str | None = None
     stream_limits: BroadcastLimits = attrs.field(factory=BroadcastLimits)
+    sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
     redact: Callable[[str], str] | None = None
 
 
@@ -155,6 +157,7 @@ class ToolSetup:
     role: str
     sandbox: SandboxPolicy
     sandbox_role: SandboxRole
+    sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
 
 
 ToolsFactory = Callable[[ToolSetup], Iterable[Tool]]
@@ -949,7 +952,10 @@ class Session:
         files = FileAccess.workspace(cwd) if ceiling.file_writes else FileAccess(readable=[cwd])
         context = ToolContext(cwd=cwd, files=files, sandbox=policy)
         tools = _RecordingRegistry(
-            self._services.tools(ToolSetup(cwd, self.role, policy, sandbox_role)), self
+            self._services.tools(
+                ToolSetup(cwd, self.role, policy, sandbox_role, settings.sandbox_settings)
+            ),
+            self,
         )
         permission = Policy(
             workspace=PurePosixPath(cwd.resolve()),

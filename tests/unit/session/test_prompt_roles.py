@@ -112,3 +112,26 @@ def test_unknown_roles_are_refused_with_the_list() -> None:
         roles.role_text("hacker")
     with pytest.raises(InvalidSessionRequest, match="unknown role"):
         roles.ceiling("root")
+
+
+def test_the_default_tool_set_runs_bash_under_the_roles_sandbox(tmp_path: Path) -> None:
+    from anvild.agent.tools.bash import SandboxWrapper
+    from anvild.sandbox import ReadOnly
+    from anvild.session.manager import default_tools
+    from anvild.session.session import ToolSetup
+
+    role = roles.sandbox_role("reviewer", user_dir=tmp_path)
+    tools = default_tools(ToolSetup(tmp_path, "reviewer", ReadOnly(), role))
+    assert sorted(t.name for t in tools) == [
+        "bash",
+        "edit_file",
+        "glob",
+        "grep",
+        "read_file",
+        "todo_write",
+        "write_file",
+    ]
+    bash = next(t for t in tools if t.name == "bash")
+    wrapper = bash._wrapper_for(ReadOnly())  # type: ignore[attr-defined]
+    assert isinstance(wrapper, SandboxWrapper)
+    assert wrapper.sandbox.role.name == "reviewer"
