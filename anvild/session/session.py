@@ -85,7 +85,6 @@ from anvild.store import (
     ContextFileChanged,
     ContextReplaced,
     Journal,
-    JournalWriteError,
     ModelChanged,
     Note,
     PromptDropped,
@@ -99,6 +98,7 @@ from anvild.store import (
     SessionState,
     SessionStatus,
     StateChanged,
+    StoreError,
     TodoItem,
     TodosChanged,
     ToolFinished,
@@ -813,7 +813,7 @@ class Session:
             return False
         try:
             self._journal.append(record, sync=False)
-        except (JournalWriteError, RecordError) as exc:
+        except StoreError as exc:  # a write failed, a record did not fit, the file closed
             self._fail(exc)
             return False
         return True
@@ -824,7 +824,7 @@ class Session:
             return False
         try:
             await trio.to_thread.run_sync(self._journal.append, record)
-        except (JournalWriteError, RecordError) as exc:
+        except StoreError as exc:  # a write failed, a record did not fit, the file closed
             self._fail(exc)
             return False
         return True
