@@ -78,7 +78,7 @@ from anvild.session.events import SessionEvent, SessionFailed, SessionStateChang
 from anvild.session.handoff import handoff_text, replayable
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
-from anvild.session.stream import BroadcastLimits, LineBroadcast
+from anvild.session.stream import BroadcastLimits, LineBroadcast, coalesce_text_deltas
 from anvild.store import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -303,7 +303,7 @@ class Session:
         settings = services.settings
         state = journal.state
         self.log = LineBroadcast(settings.stream_limits)
-        self.events = LineBroadcast(settings.stream_limits)
+        self.events = LineBroadcast(settings.stream_limits, coalesce=coalesce_text_deltas)
         self._status = state.status
         self._detail = state.status_detail
         self._broken: str | None = None

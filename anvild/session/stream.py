@@ -21,8 +21,10 @@ the tree (DESIGN section 2), and the tree serves these readers as they are.
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeAlias
 
 import attrs
 import trio
@@ -30,8 +32,26 @@ import trio
 LAGGED: Final = b'{"type":"lagged","dropped":%d}\n'
 
 
+Coalesce: TypeAlias = Callable[[bytes, bytes], bytes | None]
+"""Merges a reader's last buffered line with the next one (both with their newline), or None."""
+
+
 def lag_marker(dropped: int) -> bytes:
     return LAGGED % dropped
+
+
+def coalesce_text_deltas(last: bytes, line: bytes) -> bytes | None:
+    """For agent-event streams: two adjacent `text_delta` lines of the same step that a reader
+    has not read yet become one, so a slow reader falls behind later and loses nothing."""
+    prefix = b'{"type":"text_delta",'
+    if not (last.startswith(prefix) and line.startswith(prefix)):
+        return None
+    first, second = json.loads(last), json.loads(line)
+    if first.get("step") != second.get("step"):
+        return None
+    first["text"] = str(first.get("text", "")) + str(second.get("text", ""))
+    text = json.dumps(first, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "surrogateescape") + b"\n"
 
 
 @attrs.frozen
@@ -77,6 +97,13 @@ class LineReader:
         self._bytes += len(line)
 
     def _push(self, line: bytes) -> None:
+        merge = self._owner._coalesce
+        if merge is not None and self._lines and not self._dropped:
+            merged = merge(self._lines[-1], line)
+            if merged is not None and self._fits(len(merged) - len(self._lines[-1]), 0):
+                self._bytes += len(merged) - len(self._lines[-1])
+                self._lines[-1] = merged
+                return
         if self._dropped:
             marker = lag_marker(self._dropped)
             if not self._fits(len(marker) + len(line), 2):
@@ -129,8 +156,11 @@ class LineReader:
 class LineBroadcast:
     """Lines published to every reader, with a bounded backlog for new readers."""
 
-    def __init__(self, limits: BroadcastLimits | None = None) -> None:
+    def __init__(
+        self, limits: BroadcastLimits | None = None, *, coalesce: Coalesce | None = None
+    ) -> None:
         self._limits = limits or BroadcastLimits()
+        self._coalesce = coalesce
         self._backlog: deque[bytes] = deque(maxlen=self._limits.backlog_lines)
         self._readers: dict[LineReader, None] = {}
         self._published = 0
@@ -190,7 +220,9 @@ class LineBroadcast:
 __all__ = [
     "BroadcastLimits",
     "BroadcastStatistics",
+    "Coalesce",
     "LineBroadcast",
     "LineReader",
+    "coalesce_text_deltas",
     "lag_marker",
 ]

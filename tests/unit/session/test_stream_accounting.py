@@ -127,3 +127,28 @@ async def test_a_restored_session_keeps_its_usage_and_cost(tmp_path: Path) -> No
         assert restored.usage_line() == usage == "1500/32000 (4.7%)"
         assert restored.out == "a\n"
         assert restored.status.value == "await"
+
+
+def test_adjacent_text_deltas_coalesce_for_a_reader_behind() -> None:
+    from anvild.agent import events as ev
+    from anvild.session.stream import coalesce_text_deltas
+
+    lines = LineBroadcast(BroadcastLimits(reader_lines=3), coalesce=coalesce_text_deltas)
+    reader = lines.open_reader()
+    lines.publish(ev.to_json(ev.StepStarted(1)))
+    for piece in ("Hel", "lo", " wörld"):
+        lines.publish(ev.to_json(ev.TextDelta(1, piece)))
+    lines.publish(ev.to_json(ev.TextDelta(2, "next step")))
+    lines.publish(ev.to_json(ev.TurnFinished(ev.TurnOutcome.DONE, 2, stream.Usage())))
+    got = [ev.from_json(line) for line in reader.read_nowait(10_000).decode().splitlines()]
+    assert got[:3] == [
+        ev.StepStarted(1),
+        ev.TextDelta(1, "Hello wörld"),
+        ev.TextDelta(2, "next step"),
+    ]
+    assert reader.dropped == 1  # three lines held; the fourth is counted, then marked
+    assert reader.read_nowait(10_000) == lag_marker(1)
+    # a reader that keeps up sees every delta as published
+    live = lines.open_reader(backlog=False)
+    lines.publish(ev.to_json(ev.TextDelta(3, "a")))
+    assert live.read_nowait(100) == b'{"type":"text_delta","step":3,"text":"a"}\n'
