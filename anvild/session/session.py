@@ -62,7 +62,7 @@ from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
-from anvild.llm.types import Message, Role, ToolCall, ToolResult
+from anvild.llm.types import Message, Role, Text, ToolCall, ToolResult
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.files import FileAccess
@@ -328,6 +328,7 @@ class Session:
         self._agent.context.state.todos = tuple(
             ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
         )
+        self._log_transcript(state.messages)  # a restored session's log starts with its past
         for note in state.notes:
             self._log_lines(_indented("NOTE:", note))
 
@@ -783,6 +784,20 @@ class Session:
         if isinstance(event, ev.Usage | ev.TurnFinished):
             self._check_thresholds()
         self._notify()
+
+    def _log_transcript(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            for block in message.content:
+                match block:
+                    case Text(text=text) if text.strip():
+                        who = "USER:" if message.role is Role.USER else "ASSISTANT:"
+                        self._log_lines(_indented(who, text.strip()))
+                    case ToolCall(name=name, arguments=arguments):
+                        args = json.dumps(arguments, ensure_ascii=False)
+                        self._log_lines([f"TOOL: {name} {_first_line(args)}"])
+                    case ToolResult(content=content, is_error=is_error):
+                        label = "ERROR:" if is_error else "RESULT:"
+                        self._log_lines([f"{label} {_first_line(content)}"])
 
     def _flush_text(self) -> None:
         """Log the step's text not logged yet (it stays in `_step_text` for `out`)."""

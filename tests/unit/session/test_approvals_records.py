@@ -167,6 +167,7 @@ async def test_the_journal_replays_to_the_live_session_after_a_tool_turn(
     async with running(tmp_path, [script.text("again")]) as manager:
         restored = manager.get("rec")
         assert restored.status is S.IDLE
+        assert restored.log.backlog() == ()  # cleared: the context (and so the past) is empty
         assert restored.record == read_journal(restored.journal.path).state
         assert await ask(restored, "hello") == "again\n"
 
@@ -201,6 +202,9 @@ async def test_recovery_marks_an_unknown_outcome_and_never_reruns(tmp_path: Path
         assert any("outcome unknown" in note for note in session.record.notes)
         assert any("outcome unknown" in line for line in session.log.backlog())
         assert "[turn ended: error" in session.out
+        past = session.log.backlog()
+        assert past[:2] == ("USER: do it", 'TOOL: probe {"tag": "x"}')
+        assert past[2].startswith("ERROR: Outcome unknown")
         validate_transcript(session.agent.messages)
         assert await ask(session, "what happened?") == "checked\n"
         assert log == []  # never re-run
