@@ -34,9 +34,15 @@ class ScriptedApprover:
         self._script = list(script)
         self.requests: list[ApprovalRequest] = []
         self.exhausted = 0
+        self._asked = trio.Event()
+
+    async def wait_asked(self) -> None:
+        """Until the first request has arrived (a test's synchronisation point)."""
+        await self._asked.wait()
 
     async def request_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
         self.requests.append(request)
+        self._asked.set()
         await trio.lowlevel.checkpoint()
         if not self._script:
             self.exhausted += 1
