@@ -1,28 +1,52 @@
 """The `anvild` command: run the daemon in the foreground until SIGTERM or SIGINT.
 
-    anvild [--namespace DIR] [--listen tcp!127.0.0.1!5640 ...] [--allow-remote] [-v] [--version]
+    anvild [--namespace DIR] [--listen tcp!127.0.0.1!5640 ...] [--allow-remote]
+           [--data-dir DIR] [--config FILE] [-q] [--version]
 
-Exit status: 0 after a clean shutdown (socket and pid file removed), 1 when the daemon cannot
-start (the reason is printed on stderr and says what to do), 2 for a usage error.
+Start-up, in order, each refusal printed on stderr with what to do:
+
+1. `ANVIL_LOG` (debug|info|warning|error, default info) and the listen addresses are checked
+   (exit 2 when wrong);
+2. the data directory is prepared (`anvild.daemon.datadir`: 0700, ours, not a link) and the
+   configuration is loaded from `--config` or the user config file (a missing default file is
+   fine; a bad one is refused with the loader's message, exit 2);
+3. the data directory is locked: one daemon per data directory; a second start exits 1 naming
+   the holder's pid, start time and socket;
+4. logging is configured once, here (`anvild.daemon.logs`): JSON lines to
+   `<data>/logs/anvild.log`, secrets redacted. Nothing is logged on stdout or stderr;
+5. the daemon runs (`anvild.daemon.app.Daemon`), with the embedded llama-server as a child
+   when it is the default model (`anvild.daemon.llama`), and prints one line on stderr saying
+   where it listens, its data directory and its log file (`-q` silences it).
+
+The first SIGTERM or SIGINT asks the daemon to stop (`Daemon.request_shutdown`: stop
+accepting, the shutdown sequence, cancel the nursery, remove the socket and pid file); the lock
+file goes last. A second signal cancels at once. Exit status: 0 after a clean shutdown, 1 when
+the daemon cannot start (the reason is on stderr), 2 for a usage or configuration error.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import structlog
 import trio
 
 from anvild import __version__
-from anvild.daemon.app import Daemon, DaemonConfig
+from anvild.config import ConfigFileError, load, user_config_file, user_data_dir
+from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
+from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
-from anvild.daemon.namespace import NamespaceError, default_namespace
+from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
+from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
+from anvild.llm.errors import ConfigError
+from anvild.sandbox.secrets import Redactor
 
-log = logging.getLogger("anvild")
+log = structlog.get_logger("anvild")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
             "directory, so `9p ls agent` and `anvilctl ls agent` find it. TCP is off unless "
             "--listen is given; TCP clients must give the token from agent.token (next to the "
             "socket) as the attach name. Note that a v9fs mount's aname= option, and so the "
-            "token, is visible to every local user in /proc/mounts."
+            "token, is visible to every local user in /proc/mounts. "
+            f"Logs go to DATA_DIR/logs/anvild.log; {LOG_ENV}=debug|info|warning|error sets "
+            "the level (default info)."
         ),
     )
     p.add_argument(
@@ -56,49 +82,131 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="permit --listen addresses that other machines can reach",
     )
-    p.add_argument("-v", "--verbose", action="count", default=0, help="debug logging")
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        type=Path,
+        help=f"where sessions, trust grants and logs are kept (default: {user_data_dir()}); "
+        "one daemon per data directory",
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        type=Path,
+        help=f"the user configuration file (default: {user_config_file()}, if it exists)",
+    )
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="do not print the startup line on stderr"
+    )
     p.add_argument("--version", action="version", version=f"anvild {__version__}")
     return p
 
 
-async def _run_until_signalled(daemon: Daemon) -> None:
+def _say(message: str) -> None:
+    print(f"anvild: {message}", file=sys.stderr, flush=True)
+
+
+async def _run_until_signalled(daemon: Daemon, on_started: Callable[[Endpoints], None]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(daemon.run)
+
+            async def run(*, task_status: trio.TaskStatus[Endpoints]) -> None:
+                await daemon.run(task_status=task_status)
+                nursery.cancel_scope.cancel()  # stopped on its own: end the signal loop
+
+            on_started(await nursery.start(run))
             async for signum in signals:
-                log.info("received %s; shutting down", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                name = signal.Signals(signum).name
+                if daemon.stopping:
+                    log.warning("daemon.signal_again", signal=name, action="cancelling now")
+                    nursery.cancel_scope.cancel()
+                    break
+                log.info("daemon.signal", signal=name)
+                daemon.request_shutdown(f"received {name}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="anvild: %(levelname)s %(name)s: %(message)s",
-    )
     try:
+        level = parse_level(env.get(LOG_ENV))
         listen: tuple[TcpAddress, ...] = tuple(
             parse_listen_address(a, allow_remote=args.allow_remote) for a in args.listen
         )
-        namespace = args.namespace or default_namespace()
-    except (ListenError, NamespaceError) as exc:
-        print(f"anvild: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ListenError) else 1
-    daemon = Daemon(DaemonConfig(namespace=namespace, listen=listen))
+    except (LogLevelError, ListenError) as exc:
+        _say(str(exc))
+        return 2
     try:
-        trio.run(_run_until_signalled, daemon)
+        namespace = args.namespace or default_namespace(env)
+        data_dir = prepare_data_dir((args.data_dir or user_data_dir()).absolute())
+    except (NamespaceError, DataDirError) as exc:
+        _say(str(exc))
+        return 1
+    user_file = args.config if args.config is not None else user_config_file()
+    try:
+        if args.config is not None and not args.config.is_file():
+            raise ConfigFileError(
+                args.config, None, "does not exist or is not a file; give one with --config"
+            )
+        config = load(user_file=user_file, data_dir=data_dir, project=False)
+    except ConfigError as exc:
+        _say(f"bad configuration: {exc}")
+        return 2
+    lock = DataDirLock(data_dir)
+    try:
+        lock.acquire(namespace / SERVICE)
+    except DataDirError as exc:
+        _say(str(exc))
+        return 1
+    try:
+        redactor = Redactor.from_environ(
+            env,
+            passthrough=config.env_passthrough,
+            extra_secret_names=[p.api_key_env for p in config.providers.values() if p.api_key_env],
+        )
+        logs = configure_logging(data_dir, level=level, redactor=redactor)
+        log.info(
+            "daemon.starting",
+            version=__version__,
+            pid=os.getpid(),
+            data_dir=str(data_dir),
+            config=str(user_file),
+            namespace=str(namespace),
+        )
+        daemon = Daemon(DaemonConfig(namespace=namespace, listen=listen))
+
+        def started(endpoints: Endpoints) -> None:
+            if args.quiet:
+                return
+            where = ", ".join([str(endpoints.socket_path), *endpoints.tcp_addresses])
+            token = f" (token in {endpoints.token_path})" if endpoints.token_path else ""
+            _say(f"serving {where}{token}; data {data_dir}; log {logs.path}")
+
+        return _run(daemon, started)
+    finally:
+        lock.release()
+
+
+def _run(daemon: Daemon, started: Callable[[Endpoints], None]) -> int:
+    try:
+        trio.run(_run_until_signalled, daemon, started)
     except (ListenError, NamespaceError) as exc:
-        print(f"anvild: {exc}", file=sys.stderr)
+        log.error("daemon.refused", error=str(exc))
+        _say(str(exc))
         return 1
     except BaseExceptionGroup as group:
         startup, rest = group.split((ListenError, NamespaceError))
         if startup is None or rest is not None:
+            log.critical("daemon.crashed", exc_info=group)
             raise
         for err in _leaves(startup):
-            print(f"anvild: {err}", file=sys.stderr)
+            log.error("daemon.refused", error=str(err))
+            _say(str(err))
         return 1
+    except Exception:
+        log.critical("daemon.crashed", exc_info=True)
+        raise
+    log.info("daemon.exit", status=0)
     return 0
 
 

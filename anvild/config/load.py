@@ -264,15 +264,19 @@ def load(
     user_file: Path | None = None,
     data_dir: Path | None = None,
     project_file: Path | None = None,
+    project: bool = True,
 ) -> Config:
     """Load and merge the configuration that applies in `cwd`.
 
     `user_file` and `data_dir` default to the platformdirs locations (tests pass their own, or
     set XDG_CONFIG_HOME / XDG_DATA_HOME); `project_file` defaults to the one found from `cwd`.
+    `project=False` loads the built-in and user layers only: the daemon's own settings at
+    startup, which no directory it happens to run in may change (a session's cwd brings its
+    project config).
     """
     user_path = user_file if user_file is not None else user_config_file()
     store = TrustStore(data_dir if data_dir is not None else user_data_dir())
-    if project_file is None:
+    if project_file is None and project:
         project_file = find_project_config(cwd if cwd is not None else Path.cwd())
 
     layers: list[tuple[Layer, Source]] = [
@@ -283,15 +287,15 @@ def load(
         layers.append((parse_bytes(user_bytes, user_path), Source(user_path, Trust.USER)))
 
     warnings: list[ConfigWarning] = []
-    project: ProjectFile | None = None
-    if project_file is not None:
+    found: ProjectFile | None = None
+    if project_file is not None and project:
         project_bytes = _read(project_file)
         if project_bytes is not None:
             path = project_file.resolve()
             settings = parse_bytes(project_bytes, path)
             sha = digest(project_bytes)
             granted = store.is_granted(path, sha)
-            project = ProjectFile(path, sha, granted, settings)
+            found = ProjectFile(path, sha, granted, settings)
             stale = not granted and store.find(path) is not None
             kept: Layer = {}
             for key, value in settings.items():
@@ -304,7 +308,7 @@ def load(
                 log.warning("config.ignored", file=str(path), key=warning.key, category=category)
             trust = Trust.PROJECT_GRANTED if granted else Trust.PROJECT
             layers.append((kept, Source(path, trust)))
-    return _build(layers, user_path, project, tuple(warnings))
+    return _build(layers, user_path, found, tuple(warnings))
 
 
 def _ignored(path: Path, key: Key, category: str, stale: bool) -> ConfigWarning:

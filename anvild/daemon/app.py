@@ -9,14 +9,25 @@ Theory of operation
    stale socket check), so a second daemon is refused before it touches anything;
 2. binds the Unix socket, and each TCP address given (none by default), creating the token file
    only when there is a TCP listener;
-3. serves every accepted connection with the one `anvild.ninep.server.Server` in a task of its
-   own, after checking who it is:
+3. starts its children (`children`: long-lived services such as the embedded llama-server,
+   each `await nursery.start(child)` in the daemon's nursery, so each has it as parent);
+4. serves every accepted connection with the one `anvild.ninep.server.Server` in a task of its
+   own (in the daemon's nursery too), after checking who it is:
    - Unix: the peer's uid (SO_PEERCRED) must be ours, else the connection is closed at once;
    - TCP: each Tattach must give the token as its attach name (aname), compared in constant
      time; and where the dialect carries a numeric uid (9P2000.u/.L), it must be ours or root's
      (root can read the token file anyway; v9fs mounts attach as root by default);
-4. on cancellation (SIGTERM/SIGINT in `anvild.__main__`), closes the event stream, stops the
-   listeners, lets the server drop every fid, and removes the socket and the pid file.
+5. stops, on `request_shutdown` (SIGTERM/SIGINT in `anvild.__main__`) or when cancelled:
+   a. stop accepting: the accept loops are cancelled and the listeners closed, so no new
+      client arrives while the daemon winds down;
+   b. publish `daemon_stopping` on `agent/events`;
+   c. run the shutdown sequence (`shutdown_steps`, in order, shielded, within
+      `DaemonConfig.shutdown_grace` seconds in all): the place where the session layer will end
+      turns and flush records while connections and children are still up. A step that fails
+      is logged and the next one runs; one cut by the deadline is logged by name;
+   d. close the event stream and cancel the daemon's nursery: connections are dropped (the
+      server releases every fid) and children are stopped (they reap their processes);
+   e. remove the socket and the pid file.
 
 Refusals are logged and published on `agent/events` (`client_refused`).
 """
@@ -25,13 +36,13 @@ from __future__ import annotations
 
 import errno
 import hmac
-import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeAlias
 
 import attrs
+import structlog
 import trio
 
 from anvild import __version__
@@ -48,11 +59,18 @@ from anvild.ninep.backend import AttachRequest, Node
 from anvild.ninep.errors import FsError
 from anvild.ninep.server import Server
 
-__all__ = ["Daemon", "DaemonConfig", "Endpoints"]
+__all__ = ["Child", "Daemon", "DaemonConfig", "Endpoints", "ShutdownStep"]
 
-log = logging.getLogger("anvild.daemon")
+log = structlog.get_logger("anvild.daemon")
 
 _Handler: TypeAlias = Callable[[trio.SocketStream], Awaitable[None]]
+
+ShutdownStep: TypeAlias = Callable[[], Awaitable[None]]
+"""One step of the shutdown sequence: an async function of no arguments."""
+
+Child: TypeAlias = Callable[..., Awaitable[object]]
+"""A long-lived service of the daemon, started with `nursery.start(child)`: it takes
+`task_status` and calls `task_status.started()` once it is up; cancellation stops it."""
 
 
 @attrs.frozen
@@ -61,6 +79,7 @@ class DaemonConfig:
     listen: tuple[TcpAddress, ...] = ()
     service: str = SERVICE
     max_msize: int = 1 << 20
+    shutdown_grace: float = 10.0  # seconds for the whole shutdown sequence
 
 
 @attrs.frozen
@@ -85,15 +104,44 @@ class Daemon:
     """One anvild instance. `tree` and `server` exist from construction, for tests to inspect."""
 
     def __init__(
-        self, config: DaemonConfig, *, tree: RootTree | None = None, peer_uid: int | None = None
+        self,
+        config: DaemonConfig,
+        *,
+        tree: RootTree | None = None,
+        peer_uid: int | None = None,
+        children: Sequence[Child] = (),
     ) -> None:
-        """`peer_uid` is the uid Unix peers must have (default: ours; tests change it)."""
+        """`peer_uid` is the uid Unix peers must have (default: ours; tests change it).
+        `children` are started in the daemon's nursery after the listeners are bound."""
         self.config = config
         self.tree = tree or RootTree(version=__version__)
         self.server = Server(self._root, max_msize=config.max_msize)
+        self.children: tuple[Child, ...] = tuple(children)
+        self.shutdown_steps: list[tuple[str, ShutdownStep]] = []
+        """The shutdown sequence, run in order after the listeners close and before the
+        daemon's nursery is cancelled (see the module docstring, step 5c). The session layer
+        adds its steps here with `add_shutdown_step`: end running turns (never approving a
+        pending call), flush and sync each session's records, reap tool processes."""
         self._uid = os.getuid() if peer_uid is None else peer_uid
         self._token: str | None = None
         self._token_path: Path | None = None
+        self._stop = trio.Event()
+        self._stop_reason = "shutdown"
+
+    def add_shutdown_step(self, name: str, step: ShutdownStep) -> None:
+        """Append `step` to the shutdown sequence; `name` is what the log calls it."""
+        self.shutdown_steps.append((name, step))
+
+    @property
+    def stopping(self) -> bool:
+        """True once `request_shutdown` was called."""
+        return self._stop.is_set()
+
+    def request_shutdown(self, reason: str = "shutdown") -> None:
+        """Begin an orderly stop (idempotent): `run` winds down and returns."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
 
     def _root(self, request: AttachRequest) -> Node:
         return self.tree.root
@@ -121,28 +169,57 @@ class Daemon:
                 token_path=self._token_path,
             )
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._serve, [unix], self._handle_unix)
+                accepting: list[trio.CancelScope] = []
+
+                async def accept(group: list[trio.SocketListener], handler: _Handler) -> None:
+                    with trio.CancelScope() as scope:
+                        accepting.append(scope)
+                        await trio.serve_listeners(handler, group, handler_nursery=nursery)
+
+                nursery.start_soon(accept, [unix], self._handle_unix)
                 if tcp:
-                    nursery.start_soon(self._serve, tcp, self._handle_tcp)
+                    nursery.start_soon(accept, tcp, self._handle_tcp)
+                for child in self.children:
+                    await nursery.start(child)
                 self.tree.publish(DaemonStarted(version=self.tree.version, pid=os.getpid()))
-                log.info("serving %s", files.socket_path)
+                log.info("daemon.serving", socket=str(files.socket_path))
                 for bound in endpoints.tcp_addresses:
-                    log.info("serving %s (attach name: the token in %s)", bound, files.token_path)
+                    log.info("daemon.serving", tcp=bound, token_file=str(files.token_path))
                 task_status.started(endpoints)
                 try:
-                    await trio.sleep_forever()
+                    await self._stop.wait()
                 finally:
-                    self.tree.publish(DaemonStopping(reason="shutdown"))
+                    log.info("daemon.stopping", reason=self._stop_reason)
+                    for scope in accepting:
+                        scope.cancel()
+                    with trio.CancelScope(shield=True):
+                        for listener in listeners:
+                            await trio.aclose_forcefully(listener)
+                    self.tree.publish(DaemonStopping(reason=self._stop_reason))
+                    await self._run_shutdown_steps()
                     self.tree.events.close()
+                    nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 for listener in listeners:
                     await trio.aclose_forcefully(listener)
             files.release()
-            log.info("stopped; removed %s", files.socket_path)
+            log.info("daemon.stopped", removed=str(files.socket_path))
 
-    async def _serve(self, listeners: list[trio.SocketListener], handler: _Handler) -> None:
-        await trio.serve_listeners(handler, listeners)
+    async def _run_shutdown_steps(self) -> None:
+        """The shutdown sequence: each step in order, shielded from the cancellation that may
+        have started it, all within `shutdown_grace` seconds."""
+        current = ""
+        with trio.move_on_after(self.config.shutdown_grace, shield=True) as deadline:
+            for current, step in self.shutdown_steps:
+                try:
+                    await step()
+                except Exception:
+                    log.exception("daemon.shutdown_step_failed", step=current)
+        if deadline.cancelled_caught:
+            log.error(
+                "daemon.shutdown_step_cut", step=current, grace_seconds=self.config.shutdown_grace
+            )
 
     # --- per-connection checks ------------------------------------------------------------------
 
@@ -150,17 +227,17 @@ class Daemon:
         try:
             creds = peer_credentials(stream.socket)
         except OSError as exc:
-            log.warning("unix: cannot read the peer's credentials (%s); closing", exc)
+            log.warning("unix.no_credentials", error=str(exc))
             await trio.aclose_forcefully(stream)
             return
         peer = f"unix!pid={creds.pid}!uid={creds.uid}"
         if creds.uid != self._uid:
             reason = f"peer uid {creds.uid} is not the daemon's uid {self._uid}"
-            log.warning("unix: refused pid %d: %s", creds.pid, reason)
+            log.warning("unix.refused", pid=creds.pid, reason=reason)
             self.tree.publish(ClientRefused(transport="unix", peer=peer, reason=reason))
             await trio.aclose_forcefully(stream)
             return
-        log.debug("unix: connection from pid %d", creds.pid)
+        log.debug("unix.connection", pid=creds.pid)
         await self.server.serve(stream, peer=peer)
 
     async def _handle_tcp(self, stream: trio.SocketStream) -> None:
@@ -170,7 +247,7 @@ class Daemon:
             await trio.aclose_forcefully(stream)
             return
         peer = f"tcp!{host}!{port}"
-        log.debug("tcp: connection from %s", peer)
+        log.debug("tcp.connection", peer=peer)
 
         def check(request: AttachRequest) -> None:
             self._check_tcp_attach(request, peer)
@@ -197,5 +274,5 @@ class Daemon:
             )
 
     def _refuse(self, peer: str, reason: str) -> None:
-        log.warning("tcp: refused attach from %s: %s", peer, reason)
+        log.warning("tcp.refused", peer=peer, reason=reason)
         self.tree.publish(ClientRefused(transport="tcp", peer=peer, reason=reason))

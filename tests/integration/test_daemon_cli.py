@@ -1,11 +1,13 @@
 """End to end: a fresh `anvild` process, driven by `anvilctl` and by python-9p.
 
-Each test starts the real command (`python -m anvild`) in a temporary namespace directory and
-talks to it as a user would: the service `agent` found through $NAMESPACE.
+Each test starts the real command (`python -m anvild`) in a temporary namespace directory, with
+a temporary data directory and XDG directories (so the user's own config and data are never
+read), and talks to it as a user would: the service `agent` found through $NAMESPACE.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
@@ -13,8 +15,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import py9p
 import pytest
@@ -24,16 +27,41 @@ from anvild import __version__
 STARTUP_TIMEOUT = 20.0
 
 
-class Anvild:
-    """A running `anvild` subprocess and what it printed on stderr."""
+def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a test daemon: ours, with XDG dirs under `home` and no ANVIL_LOG."""
+    env = {k: v for k, v in os.environ.items() if k != "ANVIL_LOG"}
+    env["XDG_CONFIG_HOME"] = str(home / "xdg-config")
+    env["XDG_DATA_HOME"] = str(home / "xdg-data")
+    env.update(extra or {})
+    return env
 
-    def __init__(self, namespace: Path, *args: str) -> None:
+
+class Anvild:
+    """A running `anvild` subprocess and what it printed on stdout and stderr.
+
+    `data_dir` defaults to `data` next to the namespace; `platform_data_dir` leaves --data-dir
+    out, so the daemon uses its default (under the test's XDG_DATA_HOME)."""
+
+    def __init__(
+        self,
+        namespace: Path,
+        *args: str,
+        data_dir: Path | None = None,
+        platform_data_dir: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.namespace = namespace
+        self.data_dir = data_dir or namespace.parent / "data"
+        more = ["--data-dir", str(self.data_dir)]
+        if platform_data_dir:
+            self.data_dir = namespace.parent / "xdg-data" / "anvil"
+            more = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "anvild", "--namespace", str(namespace), *args],
+            [sys.executable, "-m", "anvild", "--namespace", str(namespace), *more, *args],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            env=isolated_env(namespace.parent, env),
         )
         self._pending = b""
         self.log: list[str] = []
@@ -68,9 +96,15 @@ class Anvild:
 
     def exit(self) -> tuple[int, str]:
         """Wait for a daemon that exits on its own (a refused start); its status and stderr."""
-        _, rest = self.proc.communicate(timeout=STARTUP_TIMEOUT)
+        out, rest = self.proc.communicate(timeout=STARTUP_TIMEOUT)
+        self.stdout = out.decode(errors="replace")
         tail = (self._pending + rest).decode(errors="replace")
         return self.proc.returncode, "".join(self.log) + tail
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The daemon's log file, one JSON object per line (every line must be one)."""
+        lines = (self.data_dir / "logs" / "anvild.log").read_text().splitlines()
+        return [json.loads(line) for line in lines]
 
 
 @pytest.fixture
@@ -147,16 +181,76 @@ def test_sigterm_and_sigint_shut_down_cleanly(namespace: Path) -> None:
         d.wait_serving()
         code, log = d.stop(sig)
         assert code == 0, log
-        assert f"received {signal.Signals(sig).name}" in log
         assert not (namespace / "agent").exists()
         assert not (namespace / "agent.pid").exists()
+        assert not (d.data_dir / "anvild.lock").exists()
+        records = d.log_records()
+        events = [r["event"] for r in records]
+        last = events.index("daemon.signal", len(events) - 4)  # this run's ending
+        assert events[last:] == [
+            "daemon.signal",
+            "daemon.stopping",
+            "daemon.stopped",
+            "daemon.exit",
+        ]
+        assert records[last]["signal"] == signal.Signals(sig).name
+        assert records[last + 1]["reason"] == f"received {signal.Signals(sig).name}"
 
 
-def test_a_second_daemon_is_refused_and_names_the_first(daemon: Anvild, namespace: Path) -> None:
-    second = Anvild(namespace)
+def test_the_startup_line_is_all_it_prints_and_the_log_is_json(namespace: Path) -> None:
+    d = Anvild(namespace, "--listen", "tcp!127.0.0.1!0")
+    line = d.wait_serving()
+    log_file = d.data_dir / "logs" / "anvild.log"
+    assert line.startswith(f"anvild: serving {namespace}/agent, tcp!127.0.0.1!")
+    assert line.endswith(
+        f" (token in {namespace}/agent.token); data {d.data_dir}; log {log_file}\n"
+    )
+    anvilctl(namespace, "read", "agent/version")
+    code, log = d.stop()
+    assert (code, log, d.stdout) == (0, line, "")
+    records = d.log_records()
+    assert {"timestamp", "level", "logger", "event"} <= set(records[0])
+    assert records[0]["event"] == "daemon.starting"
+    assert [r["tcp"] for r in records if r["event"] == "daemon.serving" and "tcp" in r]
+    assert d.data_dir.stat().st_mode & 0o777 == 0o700
+    assert log_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_quiet_prints_nothing(namespace: Path) -> None:
+    d = Anvild(namespace, "-q")
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not (namespace / "agent").is_socket():
+        assert time.monotonic() < deadline, "anvild -q did not post its socket"
+        time.sleep(0.05)
+    assert anvilctl(namespace, "read", "agent/version").returncode == 0
+    code, log = d.stop()
+    assert (code, log, d.stdout) == (0, "", "")
+
+
+def test_a_second_daemon_on_the_data_dir_is_refused_and_names_the_first(
+    daemon: Anvild, namespace: Path, tmp_path: Path
+) -> None:
+    second = Anvild(tmp_path / "other-ns")
+    code, log = second.exit()
+    assert code == 1
+    lock = daemon.data_dir / "anvild.lock"
+    started = lock.read_text().splitlines()[1].removeprefix("started=")
+    assert (
+        f"another anvild (pid {daemon.proc.pid}, started {started}, serving {namespace}/agent) "
+        f"is using the data directory {daemon.data_dir}; stop it first (kill {daemon.proc.pid})"
+    ) in log
+    assert not (tmp_path / "other-ns" / "agent").exists()
+    assert anvilctl(namespace, "read", "agent/version").returncode == 0  # the first still serves
+
+
+def test_a_second_daemon_on_the_namespace_is_refused_and_names_the_first(
+    daemon: Anvild, namespace: Path, tmp_path: Path
+) -> None:
+    second = Anvild(namespace, data_dir=tmp_path / "other-data")
     code, log = second.exit()
     assert code == 1
     assert f"another anvild (pid {daemon.proc.pid}) is already serving {namespace}/agent" in log
+    assert not (tmp_path / "other-data" / "anvild.lock").exists()  # released on the way out
     assert anvilctl(namespace, "read", "agent/version").returncode == 0  # the first still serves
 
 
@@ -245,3 +339,97 @@ def test_restart_after_kill_9_takes_over_the_stale_socket_and_pid_file(namespace
         assert anvilctl(namespace, "read", "agent/version").returncode == 0
     finally:
         assert second.stop()[0] == 0
+
+
+def test_the_default_data_dir_is_the_platform_one_created_0700(namespace: Path) -> None:
+    d = Anvild(namespace, platform_data_dir=True)
+    line = d.wait_serving()
+    assert f"; data {d.data_dir}; " in line
+    assert d.data_dir.stat().st_mode & 0o777 == 0o700
+    assert (d.data_dir / "anvild.lock").read_text().startswith(f"pid={d.proc.pid}\n")
+    assert d.stop()[0] == 0
+
+
+@pytest.mark.parametrize("problem", ["symlink", "group-writable"])
+def test_an_unsafe_data_dir_is_refused_with_an_explanation(
+    namespace: Path, tmp_path: Path, problem: str
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    if problem == "symlink":
+        data = tmp_path / "link"
+        data.symlink_to(real)
+        expected = f"data directory {data} is a symbolic link; refusing to follow it"
+    else:
+        data = real
+        data.chmod(0o770)
+        expected = f"has mode 0770: other users can write to it. Run `chmod 700 {data}`"
+    code, log = Anvild(namespace, data_dir=data).exit()
+    assert code == 1
+    assert expected in log
+    assert not (namespace / "agent").exists()
+    assert list(real.iterdir()) == []
+
+
+def test_a_bad_config_refuses_to_start_with_the_loaders_message(
+    namespace: Path, tmp_path: Path
+) -> None:
+    bad = tmp_path / "config.toml"
+    bad.write_text('[models.fast]\nprovider = "nowhere"\nmodel = "m"\n')
+    code, log = Anvild(namespace, "--config", str(bad)).exit()
+    assert code == 2
+    assert log.startswith(f"anvild: bad configuration: {bad}: models.fast.provider: unknown")
+    assert not (namespace / "agent").exists()
+    bad.write_text("default_model = [\n")
+    code, log = Anvild(namespace, "--config", str(bad)).exit()
+    assert (code, log.startswith(f"anvild: bad configuration: {bad}")) == (2, True)
+
+
+def test_the_user_config_file_is_the_default_and_is_validated(namespace: Path) -> None:
+    user_file = namespace.parent / "xdg-config" / "anvil" / "config.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text("context_window = 'big'\n")
+    code, log = Anvild(namespace).exit()
+    assert code == 2
+    assert f"anvild: bad configuration: {user_file}: " in log
+
+
+def test_a_missing_explicit_config_is_refused(namespace: Path, tmp_path: Path) -> None:
+    code, log = Anvild(namespace, "--config", str(tmp_path / "nope.toml")).exit()
+    assert code == 2
+    assert f"{tmp_path / 'nope.toml'}: does not exist or is not a file" in log
+
+
+def test_an_invalid_anvil_log_is_refused_with_the_allowed_values(namespace: Path) -> None:
+    code, log = Anvild(namespace, env={"ANVIL_LOG": "loud"}).exit()
+    assert code == 2
+    assert log == (
+        "anvild: ANVIL_LOG='loud' is not a log level; set it to one of "
+        "debug|info|warning|error (or unset it for info)\n"
+    )
+
+
+@pytest.mark.parametrize(("value", "debug_seen"), [("debug", True), ("warning", False)])
+def test_anvil_log_sets_the_level_of_the_file(
+    namespace: Path, value: str, debug_seen: bool
+) -> None:
+    d = Anvild(namespace, env={"ANVIL_LOG": value})
+    d.wait_serving()
+    assert anvilctl(namespace, "read", "agent/version").returncode == 0
+    assert d.stop()[0] == 0
+    levels = {r["level"] for r in d.log_records()}
+    assert ("debug" in levels) is debug_seen  # unix.connection is logged at debug
+    assert ("info" in levels) is debug_seen
+
+
+def test_a_planted_api_key_is_redacted_in_the_log(namespace: Path, tmp_path: Path) -> None:
+    key = "sk-ant-PLANTED0123456789abcdef"
+    # The key reaches a log call through the data dir's path, which startup logs.
+    data = tmp_path / f"data-{key}"
+    d = Anvild(namespace, data_dir=data, env={"ANTHROPIC_API_KEY": key})
+    d.wait_serving()
+    assert d.stop()[0] == 0
+    text = (data / "logs" / "anvild.log").read_text()
+    assert key not in text
+    starting = next(r for r in d.log_records() if r["event"] == "daemon.starting")
+    assert starting["data_dir"] == f"{tmp_path}/data-[redacted:ANTHROPIC_API_KEY]"
