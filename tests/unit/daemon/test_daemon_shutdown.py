@@ -38,10 +38,10 @@ async def test_the_shutdown_sequence_runs_in_order_after_accepting_stops(tmp_pat
     with capture_logs() as logs:
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.run)
-            assert not daemon.stopping
+            before = daemon.stopping
             daemon.request_shutdown("test over")
             daemon.request_shutdown("ignored: already stopping")
-            assert daemon.stopping
+            assert (before, daemon.stopping) == (False, True)
     assert order == ["first", "broken", "last"]
     assert not (tmp_path / "ns" / "agent").exists()
     failed = [e for e in logs if e["event"] == "daemon.shutdown_step_failed"]
