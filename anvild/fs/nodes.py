@@ -194,6 +194,14 @@ class Directory(FsNode):
             self.touch()
         return node
 
+    def set_dynamic(self, dynamic: DynamicChildren) -> None:
+        """Give a directory built without them its dynamic children (a tree mounted later,
+        e.g. the sessions on `agent/`); a directory has at most one source of them."""
+        if self._dynamic is not None:
+            raise ValueError(f"{self._name}: dynamic children are already set")
+        self._dynamic = dynamic
+        self.touch()
+
     def child(self, name: str) -> Node | None:
         """The static child `name` (no dynamic lookup)."""
         return self._children.get(name)

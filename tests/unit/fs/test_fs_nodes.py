@@ -107,6 +107,20 @@ async def test_directory_static_then_dynamic_children() -> None:
     assert await d.walk("nope") is None
 
 
+async def test_dynamic_children_can_be_set_once_after_construction() -> None:
+    sessions = Sessions()
+    sessions.nodes["r1"] = r1 = Directory("r1")
+    d = Directory("agent", [SnapshotFile("ctl", lambda: "")])
+    assert await d.walk("r1") is None
+    before = d.stat().version
+    d.set_dynamic(sessions)
+    assert d.stat().version != before
+    assert [n.stat().name for n in await d.list()] == ["ctl", "r1"]
+    assert await d.walk("alias") is r1
+    with pytest.raises(ValueError, match="already set"):
+        d.set_dynamic(Sessions())
+
+
 async def test_directory_add_and_discard() -> None:
     d = Directory("d")
     v0 = d.stat().version
