@@ -41,6 +41,7 @@ from anvild.config import ConfigFileError, load, user_config_file, user_data_dir
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
 from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
+from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
 from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
 from anvild.llm.errors import ConfigError
@@ -96,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the user configuration file (default: {user_config_file()}, if it exists)",
     )
     p.add_argument(
-        "-q", "--quiet", action="store_true", help="do not print the startup line on stderr"
+        "-q", "--quiet", action="store_true", help="do not print the startup line on stderr (a note that the default model is "
+        "not built is still printed)"
     )
     p.add_argument("--version", action="version", version=f"anvild {__version__}")
     return p
@@ -173,14 +175,27 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             config=str(user_file),
             namespace=str(namespace),
         )
-        daemon = Daemon(DaemonConfig(namespace=namespace, listen=listen))
+        local_model: LlamaServer | None = None
+        not_built = ""
+        if embedded_default_wanted(config, env):
+            try:
+                paths = LlamaPaths.find(env)
+            except LlamaNotBuilt as exc:
+                not_built = str(exc)
+                log.warning("llama.not_built", message=not_built)
+            else:
+                log_file = logs.path.with_name("llama-server.log")
+                local_model = LlamaServer(paths, log_file=log_file, env=env)
+        daemon = Daemon(DaemonConfig(namespace=namespace, listen=listen), local_model=local_model)
 
         def started(endpoints: Endpoints) -> None:
-            if args.quiet:
-                return
-            where = ", ".join([str(endpoints.socket_path), *endpoints.tcp_addresses])
-            token = f" (token in {endpoints.token_path})" if endpoints.token_path else ""
-            _say(f"serving {where}{token}; data {data_dir}; log {logs.path}")
+            if not args.quiet:
+                where = ", ".join([str(endpoints.socket_path), *endpoints.tcp_addresses])
+                token = f" (token in {endpoints.token_path})" if endpoints.token_path else ""
+                model = "; default model: local llama-server" if local_model else ""
+                _say(f"serving {where}{token}; data {data_dir}; log {logs.path}{model}")
+            if not_built:
+                _say(not_built)  # even with -q: what the user expects to work does not
 
         return _run(daemon, started)
     finally:

@@ -53,6 +53,7 @@ from anvild.daemon.listeners import (
     open_unix_listener,
     peer_credentials,
 )
+from anvild.daemon.llama import LlamaServer
 from anvild.daemon.namespace import SERVICE, ServiceFiles, prepare_namespace, read_or_create_token
 from anvild.daemon.root import RootTree
 from anvild.ninep.backend import AttachRequest, Node
@@ -110,13 +111,18 @@ class Daemon:
         tree: RootTree | None = None,
         peer_uid: int | None = None,
         children: Sequence[Child] = (),
+        local_model: LlamaServer | None = None,
     ) -> None:
         """`peer_uid` is the uid Unix peers must have (default: ours; tests change it).
-        `children` are started in the daemon's nursery after the listeners are bound."""
+        `children` are started in the daemon's nursery after the listeners are bound.
+        `local_model` is the embedded llama-server when it is the default model: a child too,
+        and where the session layer finds its base URL (`await local_model.wait_ready()`)."""
         self.config = config
         self.tree = tree or RootTree(version=__version__)
         self.server = Server(self._root, max_msize=config.max_msize)
-        self.children: tuple[Child, ...] = tuple(children)
+        self.local_model = local_model
+        extra = () if local_model is None else (local_model.run,)
+        self.children: tuple[Child, ...] = (*children, *extra)
         self.shutdown_steps: list[tuple[str, ShutdownStep]] = []
         """The shutdown sequence, run in order after the listeners close and before the
         daemon's nursery is cancelled (see the module docstring, step 5c). The session layer

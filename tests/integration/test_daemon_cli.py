@@ -23,15 +23,29 @@ import py9p
 import pytest
 
 from anvild import __version__
+from tests.support.fake_llama_server import write_fake
 
 STARTUP_TIMEOUT = 20.0
 
 
+PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY")
+
+
 def isolated_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a test daemon: ours, with XDG dirs under `home` and no ANVIL_LOG."""
-    env = {k: v for k, v in os.environ.items() if k != "ANVIL_LOG"}
+    """The environment of a test daemon: ours, with XDG dirs under `home`, no ANVIL_LOG and no
+    provider keys (so the embedded default applies), and the fake llama-server as its binary
+    (it records each run in `home/llama-runs`)."""
+    env = {k: v for k, v in os.environ.items() if k != "ANVIL_LOG" and k not in PROVIDER_KEYS}
     env["XDG_CONFIG_HOME"] = str(home / "xdg-config")
     env["XDG_DATA_HOME"] = str(home / "xdg-data")
+    fake = home / "fake-llama-server"
+    if not fake.exists():
+        write_fake(fake, "--fake-record", str(home / "llama-runs"))
+        (home / "model.gguf").write_text("")
+        (home / "template.jinja").write_text("")
+    env["ANVIL_LLAMA_SERVER"] = str(fake)
+    env["ANVIL_LLAMA_MODEL"] = str(home / "model.gguf")
+    env["ANVIL_LLAMA_TEMPLATE"] = str(home / "template.jinja")
     env.update(extra or {})
     return env
 
@@ -184,9 +198,9 @@ def test_sigterm_and_sigint_shut_down_cleanly(namespace: Path) -> None:
         assert not (namespace / "agent").exists()
         assert not (namespace / "agent.pid").exists()
         assert not (d.data_dir / "anvild.lock").exists()
-        records = d.log_records()
+        records = [r for r in d.log_records() if r["event"].startswith("daemon.")]
         events = [r["event"] for r in records]
-        last = events.index("daemon.signal", len(events) - 4)  # this run's ending
+        last = len(events) - 1 - events[::-1].index("daemon.signal")  # this run's ending
         assert events[last:] == [
             "daemon.signal",
             "daemon.stopping",
@@ -195,6 +209,10 @@ def test_sigterm_and_sigint_shut_down_cleanly(namespace: Path) -> None:
         ]
         assert records[last]["signal"] == signal.Signals(sig).name
         assert records[last + 1]["reason"] == f"received {signal.Signals(sig).name}"
+        # The llama-server child is stopped between the stopping and the stopped lines.
+        every = [r["event"] for r in d.log_records()]
+        tail = every[len(every) - 1 - every[::-1].index("daemon.stopping") :]
+        assert tail.index("llama.stopped") < tail.index("daemon.stopped")
 
 
 def test_the_startup_line_is_all_it_prints_and_the_log_is_json(namespace: Path) -> None:
@@ -203,7 +221,8 @@ def test_the_startup_line_is_all_it_prints_and_the_log_is_json(namespace: Path) 
     log_file = d.data_dir / "logs" / "anvild.log"
     assert line.startswith(f"anvild: serving {namespace}/agent, tcp!127.0.0.1!")
     assert line.endswith(
-        f" (token in {namespace}/agent.token); data {d.data_dir}; log {log_file}\n"
+        f" (token in {namespace}/agent.token); data {d.data_dir}; log {log_file}; "
+        "default model: local llama-server\n"
     )
     anvilctl(namespace, "read", "agent/version")
     code, log = d.stop()
@@ -433,3 +452,81 @@ def test_a_planted_api_key_is_redacted_in_the_log(namespace: Path, tmp_path: Pat
     assert key not in text
     starting = next(r for r in d.log_records() if r["event"] == "daemon.starting")
     assert starting["data_dir"] == f"{tmp_path}/data-[redacted:ANTHROPIC_API_KEY]"
+
+
+def llama_runs(namespace: Path) -> list[dict[str, Any]]:
+    """What the fake llama-server recorded: one {"pid", "argv"} per start."""
+    path = namespace.parent / "llama-runs"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def alive(pid: int) -> bool:
+    """True when `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_for(condition: Any, what: str, timeout: float = STARTUP_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_the_embedded_llama_server_runs_as_a_child_and_stops_with_the_daemon(
+    namespace: Path,
+) -> None:
+    d = Anvild(namespace)
+    d.wait_serving()
+    wait_for(lambda: any(r["event"] == "llama.ready" for r in d.log_records()), "llama.ready")
+    [run] = llama_runs(namespace)
+    assert alive(run["pid"])
+    ready = next(r for r in d.log_records() if r["event"] == "llama.ready")
+    assert ready["base_url"] == f"http://127.0.0.1:{run['argv'][run['argv'].index('--port') + 1]}"
+    code, log = d.stop()
+    assert code == 0, log
+    assert not alive(run["pid"])
+    assert "fake llama-server: listening" in (d.data_dir / "logs" / "llama-server.log").read_text()
+    assert "fake llama-server" not in log + d.stdout  # its output never reaches the terminal
+
+
+def test_kill_9_of_the_daemon_leaves_no_llama_server(namespace: Path) -> None:
+    d = Anvild(namespace)
+    d.wait_serving()
+    wait_for(lambda: bool(llama_runs(namespace)), "the llama-server child")
+    [run] = llama_runs(namespace)
+    assert alive(run["pid"])
+    assert d.stop(signal.SIGKILL)[0] == -signal.SIGKILL
+    wait_for(lambda: not alive(run["pid"]), "the orphaned llama-server to die", timeout=5)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_an_unbuilt_llama_server_still_starts_and_says_how_to_build_it(
+    namespace: Path, tmp_path: Path, quiet: bool
+) -> None:
+    missing = tmp_path / "cache" / "bin" / "llama-server"
+    d = Anvild(namespace, *(["-q"] if quiet else []), env={"ANVIL_LLAMA_SERVER": str(missing)})
+    note = d.wait_serving("not built")
+    assert note == (
+        f"anvild: the default model is a local llama-server, which is not built yet ({missing} "
+        "is missing): run `make llama-server` (about 10 minutes of compiling the first time), "
+        "then restart anvild; or configure a hosted provider in the user config file\n"
+    )
+    assert anvilctl(namespace, "read", "agent/version").returncode == 0
+    code, log = d.stop()
+    assert code == 0
+    assert "; default model: local llama-server" not in log
+    assert log.count("\n") == (1 if quiet else 2)
+    assert llama_runs(namespace) == []
+
+
+def test_a_provider_key_in_the_environment_means_no_embedded_server(namespace: Path) -> None:
+    d = Anvild(namespace, env={"ANTHROPIC_API_KEY": "sk-ant-test-key-not-real"})
+    line = d.wait_serving()
+    assert "default model" not in line
+    code, _ = d.stop()
+    assert code == 0
+    assert llama_runs(namespace) == []
