@@ -97,8 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the user configuration file (default: {user_config_file()}, if it exists)",
     )
     p.add_argument(
-        "-q", "--quiet", action="store_true", help="do not print the startup line on stderr (a note that the default model is "
-        "not built is still printed)"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="do not print the startup line on stderr (a note that the default model is "
+        "not built is still printed)",
     )
     p.add_argument("--version", action="version", version=f"anvild {__version__}")
     return p
