@@ -6,10 +6,10 @@
       version  the daemon's version
       events   blocking JSON lines (`anvild.daemon.events`)
 
-The tree is built to be extended rather than replaced: the session supervisor will add verbs to
-`RootTree.commands` (`new`, `kill`), give `RootTree.root` its dynamic children (one directory per
-session, also reachable by alias), add static directories (`beads/`, `convoys/`, `user/`), and
-publish its events on `RootTree.events`.
+The tree is built to be extended rather than replaced: `anvild.daemon.sessions.SessionTree.mount`
+adds verbs to `RootTree.commands` (`new`, `kill`), gives `RootTree.root` its dynamic children (one
+directory per session, also reachable by alias) with `Directory.set_dynamic`, adds static entries
+(`models`, `roles/`; later `beads/`, `convoys/`, `user/`), and sets `RootTree.list_sessions`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ class RootTree:
         self.version = version
         self.events = LineStream(stream_limits)
         self.commands = CommandTable([CommandSpec("ping", self._ping, usage="ping")])
-        self._list_sessions = list_sessions or (lambda: "")
+        self.list_sessions: Callable[[], str] = list_sessions or (lambda: "")
+        """What `list` shows; replaceable when the sessions are mounted after construction."""
         self.root = Directory(
             "/",
             [
@@ -63,7 +64,7 @@ class RootTree:
             self.events.publish(encode_event(event))
 
     def _list(self) -> str:
-        return self._list_sessions()
+        return self.list_sessions()
 
     async def _ping(self, command: Command) -> str:
         self.publish(Pinged())

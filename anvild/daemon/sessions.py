@@ -1,0 +1,493 @@
+"""The session part of the `agent/` tree (DESIGN.md section 4), served from a `SessionManager`.
+
+    agent/
+      ctl        + `new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]`, `kill ID`
+      list       `manager.list_text()`
+      models     one line per usable model: alias provider model window key-present
+      roles/     one file per role: its prompt text (the user's override if any)
+      <id>/      one directory per live session, also reachable as agent/<alias>/:
+                 ctl in out wait queue state usage cost approval role context alias model cwd
+                 sandbox log events todos
+
+Theory of operation
+-------------------
+The tree observes sessions; it owns none of their state. Every file calls the `Session` method
+that `anvild.session`'s docstring names for it, at the moment 9P asks: a snapshot file at open,
+a body file (`in`, `context`, `role`) at clunk, a ctl line when it is written. The supervisor
+validates and decides; this module only turns its refusals (`SessionError`, whose message says
+what to do) into the 9P error of the write or clunk that caused them, prefixed with the file's
+name as every ctl error of the tree is.
+
+A session's directory node is made once, on first lookup, and kept while the session is live,
+so its qid path stays stable; the alias walks to that same node. When a session leaves
+`manager.sessions()` its directory is forgotten at the next lookup or listing. A fid that is
+already open on one of its files keeps working against the `Session` object (reads show its last
+state; writes get the supervisor's refusal for an exited session).
+
+Four files need handles of their own:
+
+- `out`: the text is a snapshot per open; when a read on that open returned the last byte (or the
+  text is empty), the clunk calls `mark_out_read()`, which moves await to idle. If another turn
+  replaced `out` in between, the clunk does nothing: the reader has not seen the new answer.
+- `wait`: `accepted_seq()` is taken at open; the first read blocks in `wait_handled` and fixes the
+  answer (the state and a newline) for that open; later reads slice it, so EOF follows. A Tflush
+  cancels the blocked read (no reply); a clunk of the fid ends it with an empty read.
+- `queue` and `approval`: a snapshot to read, and command lines to write (`drop`; `approve`,
+  `always`, `reject REASON`), each line handed to the session, failing the write on refusal.
+- `log` and `events`: a `LineReader` per open (`anvild.session.stream`), closed at clunk, which
+  also releases a read still waiting.
+
+Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models` and `roles/` to the
+root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
+`forward_events` bridges the manager's `on_event` to the root's `events` stream.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import attrs
+import trio
+
+from anvild.daemon.root import RootTree
+from anvild.fs import (
+    BodyFile,
+    Command,
+    CommandError,
+    CommandSpec,
+    CommandTable,
+    CtlFile,
+    Directory,
+    DynamicChildren,
+    FsNode,
+    SnapshotFile,
+    ValueFile,
+)
+from anvild.fs.ctl import split_lines
+from anvild.ninep.backend import Handle, Node, OpenMode, StatChange
+from anvild.ninep.errors import FsError
+from anvild.session import (
+    InvalidSessionRequest,
+    LineReader,
+    NewSession,
+    RecordWriteFailed,
+    Session,
+    SessionError,
+    SessionManager,
+    SessionNotFound,
+    SessionRefused,
+)
+from anvild.session import roles as session_roles
+from anvild.session.events import SessionEvent, encode_event
+from anvild.session.manager import NEW_KEYS
+
+__all__ = ["SESSION_FILES", "ModelLine", "SessionTree", "forward_events"]
+
+SESSION_FILES = (
+    "ctl",
+    "in",
+    "out",
+    "wait",
+    "queue",
+    "state",
+    "usage",
+    "cost",
+    "approval",
+    "role",
+    "context",
+    "alias",
+    "model",
+    "cwd",
+    "sandbox",
+    "log",
+    "events",
+    "todos",
+)
+"""A session directory's files, in listing order."""
+
+SESSION_VERBS = ("stop", "start", "restart", "kill", "cancel", "clear")
+
+
+@attrs.frozen
+class ModelLine:
+    """One line of `agent/models`."""
+
+    alias: str
+    provider: str
+    model: str
+    window: int
+    key_present: bool
+
+    def text(self) -> str:
+        present = "yes" if self.key_present else "no"
+        return f"{self.alias}\t{self.provider}\t{self.model}\t{self.window}\t{present}\n"
+
+
+def _errno_of(exc: SessionError) -> int:
+    if isinstance(exc, SessionNotFound):
+        return errno.ENOENT
+    if isinstance(exc, SessionRefused):
+        return errno.EBUSY
+    if isinstance(exc, RecordWriteFailed):
+        return errno.EIO
+    return errno.EINVAL
+
+
+def _fs_error(name: str, exc: SessionError) -> FsError:
+    return FsError(f"{name}: {exc}", _errno_of(exc))
+
+
+def _text(name: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FsError(
+            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text",
+            errno.EINVAL,
+        ) from exc
+
+
+def _line(value: str | None) -> str:
+    return f"{value or '-'}\n"
+
+
+# --- file kinds of their own ----------------------------------------------------------------
+
+
+class _OutHandle(Handle):
+    def __init__(self, session: Session, mode: OpenMode) -> None:
+        self._session = session
+        self._text = session.out
+        self._content = self._text.encode()
+        self._reads = mode.read
+        self._reached_eof = False
+
+    async def read(self, offset: int, count: int) -> bytes:
+        data = self._content[offset : offset + count]
+        if offset + len(data) >= len(self._content):
+            self._reached_eof = True
+        return data
+
+    async def clunk(self) -> None:
+        # Only the answer this open showed counts as read: a newer one stays in await.
+        if self._reads and self._reached_eof and self._session.out == self._text:
+            self._session.mark_out_read()
+
+
+class _OutFile(FsNode):
+    def __init__(self, session: Session) -> None:
+        super().__init__("out", 0o444)
+        self._session = session
+
+    async def open(self, mode: OpenMode) -> Handle:
+        return _OutHandle(self._session, mode)
+
+
+class _WaitHandle(Handle):
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._seq = session.accepted_seq()
+        self._answer: bytes | None = None
+        self._lock = trio.Lock()  # several tags may read one fid: one waits, the rest follow
+        self._waiting: trio.CancelScope | None = None
+        self._closed = False
+
+    async def read(self, offset: int, count: int) -> bytes:
+        async with self._lock:
+            if self._answer is None:
+                if self._closed:
+                    return b""
+                with trio.CancelScope() as self._waiting:
+                    status = await self._session.wait_handled(self._seq)
+                    self._answer = f"{status.value}\n".encode()
+                self._waiting = None
+                if self._answer is None:
+                    return b""  # the fid was clunked while this read waited
+        return self._answer[offset : offset + count]
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def clunk(self) -> None:
+        self._close()
+
+    async def abort(self) -> None:
+        self._close()
+
+
+class _WaitFile(FsNode):
+    def __init__(self, session: Session) -> None:
+        super().__init__("wait", 0o444)
+        self._session = session
+
+    async def open(self, mode: OpenMode) -> Handle:
+        return _WaitHandle(self._session)
+
+
+LineAction = Callable[[str], Awaitable[None]]
+
+
+class _LinesHandle(Handle):
+    def __init__(self, node: _LinesFile, snapshot: bytes) -> None:
+        self._node = node
+        self._snapshot = snapshot
+        self._lock = trio.Lock()
+
+    async def read(self, offset: int, count: int) -> bytes:
+        return self._snapshot[offset : offset + count]
+
+    async def write(self, offset: int, data: bytes) -> int:
+        # Offsets are ignored, as on every ctl file: each write holds complete lines.
+        name = self._node.name
+        async with self._lock:
+            try:
+                lines = split_lines(data)
+            except CommandError as exc:
+                raise FsError(f"{name}: {exc}", errno.EINVAL) from exc
+            for line in lines:
+                try:
+                    await self._node.action(line)
+                except SessionError as exc:
+                    raise _fs_error(name, exc) from exc
+            if lines:
+                self._node.touch()
+        return len(data)
+
+
+class _LinesFile(FsNode):
+    """A snapshot to read (taken at open) and command lines to write, one action per line."""
+
+    def __init__(self, name: str, read: Callable[[], str], action: LineAction) -> None:
+        super().__init__(name, 0o644)
+        self._read = read
+        self.action = action
+
+    async def open(self, mode: OpenMode) -> Handle:
+        snapshot = self._read().encode() if mode.read else b""
+        return _LinesHandle(self, snapshot)
+
+    async def wstat(self, change: StatChange) -> None:
+        if not change.is_truncate_only():
+            await super().wstat(change)
+
+
+class _ReaderHandle(Handle):
+    def __init__(self, reader: LineReader) -> None:
+        self._reader = reader
+
+    async def read(self, offset: int, count: int) -> bytes:
+        return await self._reader.read(count)  # a pipe: each open reads from its own cursor
+
+    async def clunk(self) -> None:
+        self._reader.close()
+
+    async def abort(self) -> None:
+        self._reader.close()
+
+
+class _ReaderFile(FsNode):
+    """A blocking stream file over a session's `LineBroadcast` (`log`, `events`)."""
+
+    def __init__(self, name: str, open_reader: Callable[[], LineReader]) -> None:
+        super().__init__(name, 0o444)
+        self._open_reader = open_reader
+
+    async def open(self, mode: OpenMode) -> Handle:
+        return _ReaderHandle(self._open_reader())
+
+
+# --- one session's directory ----------------------------------------------------------------
+
+
+def _session_directory(session: Session) -> Directory:
+    s = session
+
+    def verb(name: str) -> CommandSpec:
+        async def run(command: Command) -> str:
+            await _run(s.control(name))
+            return ""
+
+        return CommandSpec(name, run, usage=name)
+
+    async def switch(command: Command) -> str:
+        await _run(s.switch_model(command.args[0]))
+        return ""
+
+    ctl = CommandTable(
+        [
+            *(verb(v) for v in SESSION_VERBS),
+            CommandSpec("model", switch, usage="model NAME", min_args=1, max_args=1),
+        ]
+    )
+
+    async def submit(data: bytes) -> None:
+        text = _text("in", data)
+        try:
+            s.submit(text)
+        except SessionError as exc:
+            raise _fs_error("in", exc) from exc
+
+    async def set_role(data: bytes) -> None:
+        try:
+            s.set_role(_text("role", data))
+        except SessionError as exc:
+            raise _fs_error("role", exc) from exc
+
+    async def set_context(data: bytes) -> None:
+        try:
+            s.set_context(_text("context", data))
+        except SessionError as exc:
+            raise _fs_error("context", exc) from exc
+
+    async def drop(line: str) -> None:
+        if line.strip() != "drop":
+            raise InvalidSessionRequest(f"unknown queue command {line.strip()!r}: write drop")
+        s.drop_queue()
+
+    async def answer(line: str) -> None:
+        s.answer_approval(line)
+
+    files: list[Node] = [
+        CtlFile("ctl", ctl, perm=0o644),
+        BodyFile("in", submit),
+        _OutFile(s),
+        _WaitFile(s),
+        _LinesFile("queue", s.queue_text, drop),
+        SnapshotFile("state", lambda: _line(s.status.value)),
+        SnapshotFile("usage", lambda: _line(s.usage_line())),
+        SnapshotFile("cost", s.cost_text),
+        _LinesFile("approval", s.approval_text, answer),
+        ValueFile("role", lambda: _line(s.role), set_role),
+        ValueFile("context", lambda: s.context, set_context),
+        SnapshotFile("alias", lambda: _line(s.alias)),
+        SnapshotFile("model", lambda: _line(s.model)),
+        SnapshotFile("cwd", lambda: _line(s.cwd)),
+        SnapshotFile("sandbox", lambda: _line(s.sandbox)),
+        _ReaderFile("log", s.log.open_reader),
+        _ReaderFile("events", s.events.open_reader),
+        SnapshotFile("todos", s.todos_text),
+    ]
+    return Directory(s.id, files)
+
+
+async def _run(action: Awaitable[None]) -> None:
+    """Await a supervisor call from a ctl handler; its refusal becomes the write's error."""
+    try:
+        await action
+    except SessionError as exc:
+        raise CommandError(str(exc)) from exc
+
+
+class _SessionDirectories(DynamicChildren):
+    """The live sessions as directories, by id (listed) and by alias (walk only)."""
+
+    def __init__(self, manager: SessionManager) -> None:
+        self._manager = manager
+        self._nodes: dict[str, tuple[Session, Directory]] = {}
+
+    def _node(self, session: Session) -> Directory:
+        known = self._nodes.get(session.id)
+        if known is None or known[0] is not session:
+            known = (session, _session_directory(session))
+            self._nodes[session.id] = known
+        return known[1]
+
+    def _prune(self, live: Iterable[Session]) -> None:
+        ids = {s.id for s in live}
+        for gone in [i for i in self._nodes if i not in ids]:
+            del self._nodes[gone]
+
+    async def entries(self) -> Sequence[Node]:
+        live = self._manager.sessions()
+        self._prune(live)
+        return [self._node(s) for s in live]
+
+    async def lookup(self, name: str) -> Node | None:
+        try:
+            session = self._manager.get(name)
+        except SessionNotFound:
+            self._prune(self._manager.sessions())
+            return None
+        return self._node(session)
+
+
+# --- the tree -------------------------------------------------------------------------------
+
+
+class SessionTree:
+    """The session part of `agent/` for one `SessionManager`; `mount` it on a `RootTree`."""
+
+    def __init__(
+        self,
+        manager: SessionManager,
+        *,
+        models: Callable[[], Iterable[ModelLine]] = tuple,
+    ) -> None:
+        """`models` lists the usable models each time `agent/models` is opened."""
+        self.manager = manager
+        self._models = models
+        self.children = _SessionDirectories(manager)
+        self.commands = [
+            CommandSpec(
+                "new",
+                self._new,
+                usage="new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]",
+                options=frozenset({*NEW_KEYS, "ephemeral"}),
+                flags=frozenset({"ephemeral"}),
+            ),
+            CommandSpec("kill", self._kill, usage="kill ID", min_args=1, max_args=1),
+        ]
+        self.files: list[Node] = [
+            SnapshotFile("models", self._models_text),
+            Directory("roles", [self._role_file(name) for name in session_roles.ROLES]),
+        ]
+
+    def mount(self, root: RootTree) -> None:
+        """Add the verbs, `models`, `roles/` and the session directories to `root`, and make
+        `manager.list_text` its `list`."""
+        for spec in self.commands:
+            root.commands.add(spec)
+        for node in self.files:
+            root.root.add(node)
+        root.root.set_dynamic(self.children)
+        root.list_sessions = self.manager.list_text
+
+    async def _new(self, command: Command) -> str:
+        words = [f"{key}={value}" for key, value in command.options.items()]
+        words += sorted(command.flags)
+        try:
+            session = await self.manager.create(NewSession.parse(words))
+        except SessionError as exc:
+            raise CommandError(str(exc)) from exc
+        return session.id
+
+    async def _kill(self, command: Command) -> str:
+        await _run(self.manager.kill(command.args[0]))
+        return ""
+
+    def _models_text(self) -> str:
+        return "".join(line.text() for line in self._models())
+
+    def _role_file(self, name: str) -> SnapshotFile:
+        user_dir = self.manager.settings.role_text_dir
+
+        def text() -> str:
+            try:
+                return session_roles.role_text(name, user_dir=user_dir)
+            except SessionError as exc:
+                raise _fs_error(name, exc) from exc
+
+        return SnapshotFile(name, text)
+
+
+def forward_events(root: RootTree) -> Callable[[SessionEvent], None]:
+    """An `on_event` for `SessionManager` that puts each session event on `agent/events`."""
+
+    def forward(event: SessionEvent) -> None:
+        if not root.events.core.closed:
+            root.events.publish(encode_event(event))
+
+    return forward

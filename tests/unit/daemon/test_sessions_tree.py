@@ -1,0 +1,266 @@
+"""The session tree (`anvild.daemon.sessions`) over a real 9P connection, in-process.
+
+A `SessionManager` over scripted providers (tests.unit.session.support) is mounted on a
+`RootTree`, served by `anvild.ninep.Server` on trio memory streams, and driven with raw 9P
+messages, the way `9p rdwr`, `9p write` and `9p read` drive it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from anvild.daemon.root import RootTree
+from anvild.daemon.sessions import SESSION_FILES, ModelLine, SessionTree, forward_events
+from anvild.llm import stream
+from anvild.llm.testing import script
+from anvild.ninep import messages as m
+from anvild.ninep.constants import Dialect
+from anvild.ninep.server import Server
+from anvild.ninep.testing import RawClient
+from anvild.session import SessionManager, SessionStatus
+from anvild.session.events import SessionEnded
+from anvild.session.roles import ROLES
+from tests.unit.session.support import Models, running
+
+OREAD, OWRITE, ORDWR, OTRUNC = 0, 1, 2, 0x10
+S = SessionStatus
+
+
+class Client:
+    """One 9P connection; `fid` numbers are handed out per call."""
+
+    def __init__(self, raw: RawClient) -> None:
+        self.raw = raw
+        self._fids = iter(range(1, 1 << 30))
+
+    async def open(self, path: str, mode: int) -> int:
+        fid = next(self._fids)
+        names = tuple(p for p in path.split("/") if p)
+        reply = await self.raw.rpc(m.Twalk(0, 0, fid, names))
+        assert isinstance(reply, m.Rwalk), reply
+        assert len(reply.qids) == len(names), reply
+        reply = await self.raw.rpc(m.Topen(0, fid, mode))
+        assert isinstance(reply, m.Ropen), reply
+        return fid
+
+    async def read_all(self, fid: int) -> bytes:
+        out = b""
+        while True:
+            reply = await self.raw.rpc(m.Tread(0, fid, len(out), 4096))
+            assert isinstance(reply, m.Rread), reply
+            if not reply.data:
+                return out
+            out += reply.data
+
+    async def write(self, fid: int, data: bytes, offset: int = 0) -> m.Message:
+        return await self.raw.rpc(m.Twrite(0, fid, offset, data))
+
+    async def clunk(self, fid: int) -> m.Message:
+        return await self.raw.rpc(m.Tclunk(0, fid))
+
+    async def get(self, path: str) -> str:
+        fid = await self.open(path, OREAD)
+        data = await self.read_all(fid)
+        assert await self.clunk(fid) == m.Rclunk(0)
+        return data.decode()
+
+    async def put(self, path: str, data: bytes) -> m.Message:
+        """`9p write`: OWRITE|OTRUNC, one Twrite, clunk; the first error reply, or Rclunk."""
+        fid = await self.open(path, OWRITE | OTRUNC)
+        reply = await self.write(fid, data)
+        clunked = await self.clunk(fid)
+        return reply if isinstance(reply, m.Rerror) else clunked
+
+    async def rdwr(self, path: str, line: bytes) -> tuple[m.Message, bytes]:
+        """`9p rdwr`: ORDWR, write a line, read the answer on the same fid."""
+        fid = await self.open(path, ORDWR)
+        reply = await self.write(fid, line)
+        answer = await self.read_all(fid)
+        await self.clunk(fid)
+        return reply, answer
+
+
+def error_text(reply: m.Message) -> str:
+    assert isinstance(reply, m.Rerror), reply
+    return reply.ename
+
+
+Connect = Callable[[], Awaitable[Client]]
+
+
+@asynccontextmanager
+async def served(
+    tmp_path: Path, models: Models | Sequence[Any], **changes: Any
+) -> AsyncIterator[tuple[SessionManager, Connect, RootTree]]:
+    lines = [ModelLine("fake", "scripted", "fake-model", 32000, True)]
+    async with running(tmp_path, models, **changes) as manager:
+        root = RootTree()
+        SessionTree(manager, models=lambda: lines).mount(root)
+        server = Server(lambda req: root.root)
+        streams: list[trio.testing.MemorySendStream | Any] = []
+        async with trio.open_nursery() as nursery:
+
+            async def connect() -> Client:
+                client_stream, server_stream = trio.testing.memory_stream_pair()
+                streams.append(client_stream)
+                nursery.start_soon(server.serve, server_stream)
+                raw = RawClient(client_stream, Dialect.P9P2000_U)
+                await raw.handshake()
+                return Client(raw)
+
+            yield manager, connect, root
+            for s in streams:
+                await s.aclose()
+
+
+async def new_session(c: Client, args: bytes = b"") -> str:
+    reply, answer = await c.rdwr("ctl", b"new " + args if args else b"new")
+    assert isinstance(reply, m.Rwrite), reply
+    assert answer.endswith(b"\n")
+    return answer.decode().strip()
+
+
+async def test_new_then_a_turn_through_in_wait_and_out(tmp_path: Path) -> None:
+    usage = stream.Usage(100, 20, 0, 0)
+    async with served(tmp_path, [script.text("Hello there.", usage=usage)]) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c, b"alias=r1")
+        assert manager.get(sid).alias == "r1"
+        assert await c.get(f"{sid}/state") == "idle\n"
+        assert await c.get(f"{sid}/usage") == "-\n"
+        assert await c.put(f"{sid}/in", b"hi") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert await c.get(f"{sid}/state") == "await\n"
+        assert await c.get(f"{sid}/usage") == "120/32000 (0.4%)\n"
+        assert "input 100\noutput 20\n" in await c.get(f"{sid}/cost")
+        # The read of out to EOF, then the clunk, moves await to idle.
+        assert await c.get(f"{sid}/out") == "Hello there.\n"
+        assert await c.get(f"{sid}/state") == "idle\n"
+        assert "USER: hi\n" in await read_some(c, "r1/log")
+        assert await c.get("r1/alias") == "r1\n"
+        assert await c.get("r1/model") == "fake\n"
+        assert await c.get("r1/cwd") == f"{tmp_path / 'work'}\n"
+        assert await c.get("list") == f"{sid}\tr1\tidle\tdeveloper\tfake\t{tmp_path / 'work'}\n"
+
+
+async def test_open_without_reading_to_eof_leaves_await(tmp_path: Path) -> None:
+    async with served(tmp_path, [script.text("a long answer")]) as (_, con, _root):
+        c = await con()
+        sid = await new_session(c)
+        await c.put(f"{sid}/in", b"hi")
+        assert await c.get(f"{sid}/wait") == "await\n"
+        fid = await c.open(f"{sid}/out", OREAD)
+        reply = await c.raw.rpc(m.Tread(0, fid, 0, 3))
+        assert reply == m.Rread(0, b"a l")
+        await c.clunk(fid)
+        assert await c.get(f"{sid}/state") == "await\n"
+
+
+async def test_the_tree_lists_the_root_roles_models_and_session_files(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (_, con, _root):
+        c = await con()
+        sid = await new_session(c, b"alias=r1 role=reviewer")
+        assert await dir_names(c, "") == [
+            "ctl",
+            "list",
+            "version",
+            "events",
+            "models",
+            "roles",
+            sid,
+        ]
+        assert await dir_names(c, sid) == list(SESSION_FILES)
+        assert await dir_names(c, "r1") == list(SESSION_FILES)
+        assert await dir_names(c, "roles") == list(ROLES)
+        assert await c.get("models") == "fake\tscripted\tfake-model\t32000\tyes\n"
+        assert (await c.get("roles/reviewer")).strip()
+        assert await c.get("r1/role") == "reviewer\n"
+        assert await c.get(f"{sid}/sandbox") == "read-only\n"  # the reviewer role's sandbox
+        assert await c.get(f"{sid}/queue") == ""
+        assert await c.get(f"{sid}/approval") == ""
+        assert await c.get(f"{sid}/todos") == ""
+
+
+async def dir_names(c: Client, path: str) -> list[str]:
+    fid = await c.open(path, OREAD)
+    data = await c.read_all(fid)
+    await c.clunk(fid)
+    names = []
+    while data:
+        size = int.from_bytes(data[:2], "little") + 2
+        names.append(m.decode_stat(data[:size], Dialect.P9P2000_U).name)
+        data = data[size:]
+    return names
+
+
+async def test_new_refusals_are_the_writes_errors(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (_, con, _root):
+        c = await con()
+        reply, answer = await c.rdwr("ctl", b"new model=nope")
+        assert error_text(reply) == "ctl: unknown model 'nope' (known aliases: fake)"
+        assert answer == b""
+        reply, _ = await c.rdwr("ctl", b"new cwd=/no/such/dir")
+        assert "cwd=/no/such/dir does not exist" in error_text(reply)
+        reply, _ = await c.rdwr("ctl", b"new alias=list")
+        assert "alias=list is reserved" in error_text(reply)
+        reply, _ = await c.rdwr("ctl", b"new colour=red")
+        assert "new: unknown option colour=" in error_text(reply)
+        reply, _ = await c.rdwr("ctl", b"kill nobody")
+        assert error_text(reply) == (
+            "ctl: no session 'nobody': read agent/list for the live sessions"
+        )
+        assert await c.get("list") == ""
+
+
+async def test_kill_removes_the_session_from_list_and_the_tree(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (_, con, _root):
+        c = await con()
+        first = await new_session(c, b"alias=a1")
+        second = await new_session(c, b"ephemeral")
+        assert [line.split("\t")[0] for line in (await c.get("list")).splitlines()] == [
+            first,
+            second,
+        ]
+        reply, answer = await c.rdwr("ctl", b"kill a1")
+        assert isinstance(reply, m.Rwrite)
+        assert answer == b""
+        assert [line.split("\t")[0] for line in (await c.get("list")).splitlines()] == [second]
+        gone = await c.raw.rpc(m.Twalk(0, 0, 99, ("a1",)))
+        assert isinstance(gone, m.Rerror), gone
+        assert await dir_names(c, "") == [
+            "ctl",
+            "list",
+            "version",
+            "events",
+            "models",
+            "roles",
+            second,
+        ]
+
+
+async def test_forward_events_puts_session_events_on_agent_events() -> None:
+    root = RootTree()
+    forward = forward_events(root)
+    reader = root.events.open_reader(backlog=False)
+    forward(SessionEnded("s1", "killed"))
+    data = reader.read_nowait(1 << 16) or b""
+    assert b'"type":"session_ended"' in data
+    assert b'"id":"s1"' in data
+    reader.close()
+    root.events.close()
+    forward(SessionEnded("s2", "killed"))  # after shutdown: dropped, no error
+
+
+async def read_some(c: Client, path: str) -> str:
+    """One read of a stream file (its backlog), then clunk."""
+    fid = await c.open(path, OREAD)
+    reply = await c.raw.rpc(m.Tread(0, fid, 0, 8192))
+    assert isinstance(reply, m.Rread), reply
+    await c.clunk(fid)
+    return reply.data.decode()
