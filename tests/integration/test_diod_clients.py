@@ -34,8 +34,8 @@ def diod_tool(name: str) -> str:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     namespace = tmp_path_factory.mktemp("diod") / "ns"
     daemon = Anvild(namespace, "--listen", "tcp!127.0.0.1!0")
-    line = daemon.wait_serving("serving tcp!")
-    match = re.search(r"serving tcp!127\.0\.0\.1!(\d+)", line)
+    line = daemon.wait_serving("serving ")  # the startup line names every listener
+    match = re.search(r", tcp!127\.0\.0\.1!(\d+)", line)
     assert match, line
     token = (namespace / "agent.token").read_text().strip()
     yield f"127.0.0.1:{match.group(1)}", token
