@@ -12,13 +12,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
+from anvild.agent.permissions.policy import Mode
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import SESSION_FILES, ModelLine, SessionTree, forward_events
 from anvild.llm import stream
-from anvild.llm.testing import script
+from anvild.llm.testing import Pause, ScriptedProvider, Step, script
 from anvild.ninep import messages as m
 from anvild.ninep.constants import Dialect
 from anvild.ninep.server import Server
@@ -26,7 +28,7 @@ from anvild.ninep.testing import RawClient
 from anvild.session import SessionManager, SessionStatus
 from anvild.session.events import SessionEnded
 from anvild.session.roles import ROLES
-from tests.unit.session.support import Models, running
+from tests.unit.session.support import Models, running, target
 
 OREAD, OWRITE, ORDWR, OTRUNC = 0, 1, 2, 0x10
 S = SessionStatus
@@ -57,6 +59,12 @@ class Client:
             if not reply.data:
                 return out
             out += reply.data
+
+    async def read_all_nowait(self, fid: int) -> bytes:
+        """One read (a stream's backlog)."""
+        reply = await self.raw.rpc(m.Tread(0, fid, 0, 1 << 16))
+        assert isinstance(reply, m.Rread), reply
+        return reply.data
 
     async def write(self, fid: int, data: bytes, offset: int = 0) -> m.Message:
         return await self.raw.rpc(m.Twrite(0, fid, offset, data))
@@ -264,3 +272,146 @@ async def read_some(c: Client, path: str) -> str:
     assert isinstance(reply, m.Rread), reply
     await c.clunk(fid)
     return reply.data.decode()
+
+
+async def wait_state(manager: SessionManager, sid: str, status: SessionStatus) -> None:
+    session = manager.get(sid)
+    while session.status is not status:
+        await session.wait_changed(session.version)
+
+
+SLOW: list[Step] = [
+    stream.TextDelta(0, "one"),
+    Pause(10),
+    stream.Finish(stream.FinishReason.END_TURN),
+]
+
+
+async def test_prompts_written_during_a_turn_run_in_order_and_drop_empties_the_queue(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    provider = ScriptedProvider([SLOW, script.text("two"), script.text("three"), SLOW, SLOW])
+    async with served(tmp_path, Models({"fake": target(provider)})) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        await c.put(f"{sid}/in", b"p1")
+        await wait_state(manager, sid, S.RUNNING)
+        for text in (b"p2", b"p3"):
+            assert await c.put(f"{sid}/in", text) == m.Rclunk(0)
+        assert [line.split("\t")[1] for line in (await c.get(f"{sid}/queue")).splitlines()] == [
+            "p2",
+            "p3",
+        ]
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert await c.get(f"{sid}/out") == "three\n"
+        prompts = [r.messages[-1].text() for r in provider.requests]
+        assert prompts == ["p1", "p2", "p3"]
+        # A new turn with two prompts behind it: drop discards them.
+        await c.put(f"{sid}/in", b"p4")
+        await wait_state(manager, sid, S.RUNNING)
+        await c.put(f"{sid}/in", b"p5")
+        await c.put(f"{sid}/in", b"p6")
+        reply = await c.put(f"{sid}/queue", b"frob")
+        assert error_text(reply) == "queue: unknown queue command 'frob': write drop"
+        assert await c.put(f"{sid}/queue", b"drop\n") == m.Rclunk(0)
+        assert await c.get(f"{sid}/queue") == ""
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert len(provider.requests) == 4
+
+
+async def test_role_is_writable_only_before_the_first_prompt(tmp_path: Path) -> None:
+    async with served(tmp_path, [script.text("ok")]) as (_, con, _root):
+        c = await con()
+        sid = await new_session(c)
+        assert await c.put(f"{sid}/role", b"tester\n") == m.Rclunk(0)
+        assert await c.get(f"{sid}/role") == "tester\n"
+        reply = await c.put(f"{sid}/role", b"wizard")
+        assert "role: unknown role 'wizard'" in error_text(reply)
+        await c.put(f"{sid}/in", b"hi")
+        await c.get(f"{sid}/wait")
+        reply = await c.put(f"{sid}/role", b"reviewer")
+        assert error_text(reply) == (
+            f"role: the role of session {sid} is fixed once it has had a prompt; create a new "
+            "session with role=reviewer"
+        )
+        assert await c.get(f"{sid}/role") == "tester\n"
+        assert await c.put(f"{sid}/context", b"Be brief.") == m.Rclunk(0)
+        assert await c.get(f"{sid}/context") == "Be brief."
+        reply = await c.put(f"{sid}/in", b"   ")
+        assert error_text(reply) == "in: the prompt is empty: write some text to `in`"
+
+
+WRITE = {"file_path": "a.txt", "content": "written\n"}
+
+
+@pytest.mark.parametrize("answer", [b"approve", b"reject because X"])
+async def test_a_call_needing_approval_waits_for_the_approval_file(
+    tmp_path: Path, answer: bytes
+) -> None:
+    provider = ScriptedProvider([script.tool_call("c1", "write_file", WRITE), script.text("ok")])
+    models = Models({"fake": target(provider)})
+    async with served(tmp_path, models, mode=Mode.DEFAULT) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        reply = await c.put(f"{sid}/approval", b"approve")
+        assert error_text(reply) == f"approval: no approval is pending (session {sid} is idle)"
+        await c.put(f"{sid}/in", b"write a.txt")
+        await wait_state(manager, sid, S.AWAIT_APPROVAL)
+        assert await c.get(f"{sid}/state") == "await_approval\n"
+        assert "tool write_file\n" in await c.get(f"{sid}/approval")
+        reply = await c.put(f"{sid}/approval", b"yes please")
+        assert "write approve, always or reject REASON" in error_text(reply)
+        assert await c.put(f"{sid}/approval", answer) == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        written = (tmp_path / "work" / "a.txt").exists()
+        result = provider.requests[-1].messages[-1].tool_results()[0].content
+        if answer == b"approve":
+            assert written
+        else:
+            assert not written
+            assert "because X" in result
+
+
+@pytest.mark.parametrize("path", ["wait", "log"])
+@pytest.mark.parametrize("release", ["flush", "clunk"])
+async def test_a_blocked_read_is_released_by_flush_and_by_clunk(
+    tmp_path: Path, path: str, release: str
+) -> None:
+    provider = ScriptedProvider([SLOW])
+    async with served(tmp_path, Models({"fake": target(provider)})) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        fid = await c.open(f"{sid}/{path}", OREAD)
+        if path == "log":
+            await c.read_all_nowait(fid)  # the backlog; the next read blocks
+        else:
+            await c.put(f"{sid}/in", b"p1")
+            await wait_state(manager, sid, S.RUNNING)
+        await c.raw.send(m.Tread(5, fid, 1 << 20, 4096))
+        await trio.testing.wait_all_tasks_blocked()
+        if release == "flush":
+            assert await c.raw.rpc(m.Tflush(6, 5)) == m.Rflush(6)
+            assert await c.clunk(fid) == m.Rclunk(0)
+        else:
+            await c.raw.send(m.Tclunk(6, fid))
+            replies = {await c.raw.receive(), await c.raw.receive()}
+            assert replies == {m.Rread(5, b""), m.Rclunk(6)}
+        # The connection still works, and the blocked read was never answered after a flush.
+        assert await c.get(f"{sid}/alias") == "-\n"
+
+
+async def test_a_large_body_over_many_writes_is_one_prompt(tmp_path: Path) -> None:
+    provider = ScriptedProvider([script.text("ok")])
+    async with served(tmp_path, Models({"fake": target(provider)})) as (_, con, _root):
+        c = await con()
+        sid = await new_session(c)
+        body = b"".join(b"line %05d of a long diff\n" % i for i in range(2000))
+        fid = await c.open(f"{sid}/in", OWRITE | OTRUNC)
+        for offset in range(0, len(body), 4096):
+            reply = await c.write(fid, body[offset : offset + 4096], offset)
+            assert isinstance(reply, m.Rwrite), reply
+        assert await c.get(f"{sid}/queue") == ""  # nothing is submitted before the clunk
+        assert await c.clunk(fid) == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert len(provider.requests) == 1
+        assert provider.requests[0].messages[-1].text() == body.decode()
