@@ -169,7 +169,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             passthrough=config.env_passthrough,
             extra_secret_names=[p.api_key_env for p in config.providers.values() if p.api_key_env],
         )
-        logs = configure_logging(data_dir, level=level, redactor=redactor)
+        try:
+            logs = configure_logging(data_dir, level=level, redactor=redactor)
+        except OSError as exc:
+            _say(
+                f"cannot open the log file in {data_dir / 'logs'}: {exc.strerror or exc}; "
+                "fix its permissions or choose another --data-dir"
+            )
+            return 1
         log.info(
             "daemon.starting",
             version=__version__,

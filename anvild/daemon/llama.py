@@ -259,7 +259,12 @@ class LlamaServer:
             await self._changed.wait()
 
     def command(self, port: int) -> list[str]:
-        setpriv = shutil.which("setpriv") or "setpriv"
+        setpriv = shutil.which("setpriv", path=self._env.get("PATH"))
+        if setpriv is None:
+            raise FileNotFoundError(
+                "setpriv (util-linux) is not on PATH; it sets the child's parent-death signal. "
+                "Install util-linux (`make setup` does)"
+            )
         threads = str(self.threads)
         # fmt: off
         return [

@@ -274,3 +274,18 @@ def test_the_parent_death_signal_is_set_in_the_command(tmp_path: Path) -> None:
     command = fake_server(tmp_path).command(1234)
     assert command[1:4] == ["--pdeathsig", "KILL", "--"]
     assert signal.SIGKILL.name.removeprefix("SIG") == command[2]
+
+
+async def test_without_setpriv_it_fails_and_says_what_to_install(tmp_path: Path) -> None:
+    llama = fake_server(tmp_path, max_restarts=0)
+    llama = LlamaServer(
+        llama.paths,
+        log_file=tmp_path / "log",
+        env={"PATH": str(tmp_path / "empty")},
+        max_restarts=0,
+    )
+    await llama.run()
+    assert llama.state is State.FAILED
+    assert "setpriv (util-linux) is not on PATH" in llama.reason
+    assert "Install util-linux" in llama.reason
+    assert runs(tmp_path) == []
