@@ -164,6 +164,8 @@ class DynamicChildren:
 class Directory(FsNode):
     """A directory: static children in insertion order, then dynamic ones."""
 
+    open_blocks = False  # the server reads directories itself
+
     def __init__(
         self,
         name: str,
@@ -224,6 +226,10 @@ class Directory(FsNode):
 class _BytesHandle(Handle):
     """Reads of one fixed byte string at any offset and count."""
 
+    read_blocks = False
+    write_blocks = False  # the default write refuses at once
+    clunk_blocks = False
+
     def __init__(self, content: bytes) -> None:
         self._content = content
 
@@ -254,6 +260,8 @@ class SnapshotFile(FsNode):
     def __init__(self, name: str, generate: Generate, *, perm: int = 0o444) -> None:
         super().__init__(name, perm)
         self._generate = generate
+        # A plain function makes its snapshot at once; an async one may wait (a task per open).
+        self.open_blocks = inspect.iscoroutinefunction(generate)
 
     async def open(self, mode: OpenMode) -> Handle:
         return _BytesHandle(await _generate(self._generate))
@@ -263,6 +271,9 @@ class SnapshotFile(FsNode):
 
 
 class _CtlHandle(Handle):
+    read_blocks = False
+    clunk_blocks = False  # writes run commands, which may wait: they keep a task each
+
     def __init__(self, node: CtlFile) -> None:
         self._node = node
         self._answer = b""
@@ -305,6 +316,7 @@ class CtlFile(FsNode):
     def __init__(self, name: str, table: CommandTable, *, perm: int = 0o644) -> None:
         super().__init__(name, perm)
         self.table = table
+        self.open_blocks = False
 
     async def open(self, mode: OpenMode) -> Handle:
         return _CtlHandle(self)
@@ -321,6 +333,9 @@ CommitBody = Callable[[bytes], Awaitable[None]]
 
 
 class _BodyHandle(Handle):
+    read_blocks = False
+    write_blocks = False  # collected in memory; the commit at clunk may wait
+
     def __init__(self, node: BodyFile, mode: OpenMode, snapshot: bytes) -> None:
         self._node = node
         self._body = BodyBuffer(node.limit) if mode.write else None
@@ -373,6 +388,7 @@ class BodyFile(FsNode):
         self.commit = commit
         self.limit = limit
         self.on_reject = on_reject
+        self.open_blocks = False  # no snapshot to make
 
     async def _snapshot(self) -> bytes:
         return b""
@@ -401,6 +417,7 @@ class ValueFile(BodyFile):
     ) -> None:
         super().__init__(name, commit, limit=limit, perm=perm, on_reject=on_reject)
         self._read = read
+        self.open_blocks = inspect.iscoroutinefunction(read)
 
     async def _snapshot(self) -> bytes:
         return await _generate(self._read)
@@ -410,6 +427,9 @@ class ValueFile(BodyFile):
 
 
 class _StreamHandle(Handle):
+    write_blocks = False  # the default write refuses at once
+    clunk_blocks = False  # clunk releases the waiting read; reads block (a task each)
+
     def __init__(self, reader: StreamReader) -> None:
         self._reader = reader
 
@@ -430,6 +450,7 @@ class StreamFile(FsNode):
     def __init__(self, name: str, stream: LineStream, *, perm: int = 0o444) -> None:
         super().__init__(name, perm)
         self.stream = stream
+        self.open_blocks = False
 
     def stat(self) -> NodeStat:
         st = super().stat()

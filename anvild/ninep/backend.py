@@ -182,7 +182,18 @@ class Handle:
 
     The defaults refuse: the server only calls ``read``/``write`` when the open mode allowed it,
     so a default is reached only when a node's permission bits promise more than its handle does.
+
+    ``read_blocks``, ``write_blocks`` and ``clunk_blocks`` say whether that call may wait for
+    something outside the request (new data, a command, a commit). The default is True, which is
+    always correct: the server runs the call in a task of its own with a cancel scope, so a Tflush
+    can cancel it while the connection serves other requests. A handle whose call completes at
+    once (a snapshot read, a body write into a buffer) sets the flag to False: the server then
+    answers it inline in the connection's receive loop, which is several times cheaper.
     """
+
+    read_blocks: bool = True
+    write_blocks: bool = True
+    clunk_blocks: bool = True
 
     async def read(self, offset: int, count: int) -> bytes:
         """Return at most ``count`` bytes at ``offset``; b"" means end of file.
@@ -205,7 +216,15 @@ class Handle:
 
 
 class Node(abc.ABC):
-    """One file or directory of a synthetic tree. Only `stat` is mandatory."""
+    """One file or directory of a synthetic tree. Only `stat` is mandatory.
+
+    ``walk`` and ``list`` are lookups: the server awaits them inline in the connection's receive
+    loop, so they may await briefly (a lock, a table) but must never wait for an event that
+    another request would cause. ``open_blocks`` says whether ``open`` may wait (e.g. generating
+    a snapshot with an async call); True (the default) runs each open in a task of its own.
+    """
+
+    open_blocks: bool = True
 
     @abc.abstractmethod
     def stat(self) -> NodeStat:

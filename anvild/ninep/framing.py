@@ -29,7 +29,7 @@ class FrameReader:
         self.max_size = max_size
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append bytes received from the peer."""
         self._buf += data
 

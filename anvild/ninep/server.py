@@ -49,6 +49,7 @@ import inspect
 import logging
 import math
 import os
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -115,6 +116,10 @@ DEFAULT_MAX_MSIZE = 1 << 20
 DEFAULT_MAX_REQUESTS = 1024
 V9FS_MAGIC = 0x01021997
 _RECEIVE_SIZE = 65536
+# Queued reply bytes that make the receive loop send before it decodes the next frame.
+_SEND_AT = 1 << 18
+# Receives that found data at once in a row before the receive loop yields to other tasks.
+_FAIRNESS_STREAK = 16
 
 RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
 AttachCheck: TypeAlias = Callable[[AttachRequest], Awaitable[None] | None]
@@ -240,6 +245,95 @@ class Server:
             self._connections_open -= 1
 
 
+class _ConnectionLost(Exception):
+    """The peer is gone (reset, broken pipe, closed stream)."""
+
+
+class _StreamTransport:
+    """Bytes in and out over any `trio.abc.Stream` (in-memory streams in tests, TLS, ...)."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+
+    async def receive(self) -> bytes | bytearray:
+        try:
+            # A fixed size: asking for msize (up to 1 MiB) would allocate that much per call.
+            return await self.stream.receive_some(_RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _ConnectionLost(str(exc)) from exc
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _ConnectionLost(str(exc)) from exc
+
+    def detach(self) -> None:
+        pass
+
+
+class _SocketTransport:
+    """Bytes in and out of a `trio.SocketStream`'s socket, below trio's stream layer.
+
+    The socket is already non-blocking (trio made it so). `receive` and `send` try the system
+    call first and wait for readiness only on EAGAIN, so a request whose bytes have arrived and
+    a reply that fits the socket buffer cost no scheduler pass. The trio stream keeps owning the
+    file descriptor: this object shares it and is detached before the stream closes it.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self.sock.setblocking(False)
+        self._streak = 0
+
+    async def receive(self) -> bytes:
+        sock = self.sock
+        while True:
+            try:
+                data = sock.recv(_RECEIVE_SIZE)
+            except BlockingIOError:
+                self._streak = 0
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            except OSError as exc:
+                raise _ConnectionLost(str(exc)) from exc
+            self._streak += 1
+            if self._streak >= _FAIRNESS_STREAK:
+                # A client that keeps the socket full must not starve the other connections.
+                self._streak = 0
+                await trio.lowlevel.checkpoint()
+            return data
+
+    async def send(self, data: bytes) -> None:
+        sock = self.sock
+        view: memoryview | bytes = data
+        while True:
+            try:
+                sent = sock.send(view)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise _ConnectionLost(str(exc)) from exc
+            if sent == len(view):
+                return
+            view = memoryview(view)[sent:]
+            await trio.lowlevel.wait_writable(sock)
+
+    def detach(self) -> None:
+        self.sock.detach()
+
+
+def _transport(stream: trio.abc.Stream) -> _StreamTransport | _SocketTransport:
+    if type(stream) is trio.SocketStream:
+        try:
+            fd = stream.socket.fileno()
+            if fd >= 0:
+                return _SocketTransport(fd)
+        except (OSError, ValueError):  # pragma: no cover - a closed or unusual socket
+            pass
+    return _StreamTransport(stream)
+
+
 class _Connection:
     def __init__(
         self,
@@ -250,6 +344,7 @@ class _Connection:
     ) -> None:
         self.server = server
         self.stream = stream
+        self.transport = _transport(stream)
         self.check_attach = check_attach
         self.peer = peer or "?"
         self.dialect: Dialect | None = None
@@ -257,9 +352,14 @@ class _Connection:
         self.reader = FrameReader(server.max_msize)
         self.fids: dict[int, _Fid] = {}
         self.tags: dict[int, _Request] = {}
-        self.send_lock = trio.Lock()
         self.nursery: trio.Nursery | None = None
+        # Reply frames waiting to be sent, in order; one task at a time sends them.
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._sending = False
+        self._drained: trio.Event | None = None
         self._handlers: dict[type[m.Message], Callable[[Any], Awaitable[m.Message]]] = {
+            m.Tflush: self._flush,
             m.Tauth: self._auth,
             m.Tattach: self._attach,
             m.Twalk: self._walk,
@@ -291,6 +391,27 @@ class _Connection:
             m.Tmkdir: self._mkdir,
             m.Tunlinkat: self._unlinkat,
         }
+        # Which requests may wait (see "Theory of operation"); every other one is inline.
+        always: Callable[[Any], bool] = lambda msg: True  # noqa: E731
+        self._may_block: dict[type[m.Message], Callable[[Any], bool]] = {
+            # Rare, and it may wait for the flushed request; a task keeps two Tflushes that name
+            # each other (sent in one write) from both being answered.
+            m.Tflush: always,
+            m.Tread: self._read_blocks,
+            m.Twrite: self._write_blocks,
+            m.Tclunk: self._clunk_blocks,
+            m.Topen: self._open_blocks,
+            m.Tlopen: self._open_blocks,
+            m.Tcreate: always,
+            m.Tlcreate: always,
+            m.Tmkdir: always,
+            m.Tremove: always,
+            m.Twstat: always,
+            m.Tsetattr: always,
+            m.Trename: always,
+            m.Trenameat: always,
+            m.Tunlinkat: always,
+        }
 
     # --- the connection's lifetime -------------------------------------------------------------
 
@@ -304,100 +425,137 @@ class _Connection:
                     nursery.cancel_scope.cancel()
         finally:
             await self._drop_all_fids()
+            self.transport.detach()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
 
     async def _read_loop(self) -> None:
+        transport = self.transport
+        reader = self.reader
         while True:
             try:
-                # A fixed size: asking for msize (up to 1 MiB) would allocate that much per call.
-                data = await self.stream.receive_some(_RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                data = await transport.receive()
+            except _ConnectionLost as exc:
                 log.debug("9p %s: connection lost: %s", self.peer, exc)
                 return
             if not data:
                 log.debug("9p %s: EOF", self.peer)
                 return
-            self.reader.feed(bytes(data))
+            reader.feed(data)
             try:
-                while (frame := self.reader.next_frame()) is not None:
+                while (frame := reader.next_frame()) is not None:
                     await self._dispatch(frame)
+                    if self._out_bytes >= _SEND_AT:
+                        await self._send_queued(wait=True)
             except ProtocolError as exc:
                 log.warning("9p %s: closing the connection: %s", self.peer, exc)
+                await self._send_queued(wait=True)
                 return
+            # One send for every reply this batch of frames produced; and wait until the peer
+            # takes them before reading more (backpressure: a client that never reads its
+            # replies cannot make us buffer without bound).
+            await self._send_queued(wait=True)
 
     async def _dispatch(self, frame: bytes) -> None:
         try:
             msg = m.decode(frame, self.dialect or Dialect.P9P2000)
         except UnknownMessageError as exc:
-            await self._fail(exc.tag, str(exc), errno.EOPNOTSUPP)
+            self._fail(exc.tag, str(exc), errno.EOPNOTSUPP)
             return
-        if isinstance(msg, m.Tversion):
-            await self._version(msg)
+        cls = type(msg)
+        if cls is m.Tversion:
+            await self._version(msg)  # type: ignore[arg-type]
             return
+        tag = msg.tag
         if self.dialect is None:
-            await self._fail(msg.tag, "the first message must be Tversion", errno.EPROTO)
+            self._fail(tag, "the first message must be Tversion", errno.EPROTO)
             return
-        if not type(msg).__name__.startswith("T"):
-            name = type(msg).__name__
-            await self._fail(msg.tag, f"{name} is a reply; a client sends T-messages", errno.EPROTO)
+        handler = self._handlers.get(cls)
+        if handler is None and not cls.__name__.startswith("T"):
+            name = cls.__name__
+            self._fail(tag, f"{name} is a reply; a client sends T-messages", errno.EPROTO)
             return
-        if msg.tag in self.tags or msg.tag == NOTAG:
-            await self._fail(
-                msg.tag, f"tag {msg.tag} is already in use by an outstanding request", errno.EBADMSG
-            )
+        if tag in self.tags or tag == NOTAG:
+            self._fail(tag, f"tag {tag} is already in use by an outstanding request", errno.EBADMSG)
             return
         if len(self.tags) >= self.server.max_requests:
             limit = self.server.max_requests
-            await self._fail(
-                msg.tag,
+            self._fail(
+                tag,
                 f"too many outstanding requests on this connection (limit {limit}); "
                 "wait for replies or flush some",
                 errno.EAGAIN,
             )
             return
-        req = _Request(msg.tag)
-        self.tags[msg.tag] = req
+        may_block = self._may_block.get(cls)
+        if handler is None or may_block is None or not may_block(msg):
+            # Inline: answered before the next frame is even decoded (no task, no scope).
+            self._queue(await self._answer(handler, msg))
+            return
+        req = _Request(tag)
+        self.tags[tag] = req
         self.server._requests += 1
         assert self.nursery is not None
-        self.nursery.start_soon(self._run_request, req, msg)
+        self.nursery.start_soon(self._run_request, req, handler, msg)
 
-    async def _run_request(self, req: _Request, msg: m.Message) -> None:
-        reply: m.Message | None = None
+    async def _answer(
+        self, handler: Callable[[Any], Awaitable[m.Message]] | None, msg: m.Message
+    ) -> m.Message:
+        try:
+            if handler is None:
+                raise FsError(
+                    f"{type(msg).__name__} is not supported by this server", errno.EOPNOTSUPP
+                )
+            return await handler(msg)
+        except FsError as exc:
+            return self._error_reply(msg.tag, exc)
+        except Exception:
+            log.exception(
+                "9p %s: internal error handling %s (tag %d)", self.peer, type(msg).__name__, msg.tag
+            )
+            return self._error_reply(msg.tag, _internal_error())
+
+    async def _run_request(
+        self, req: _Request, handler: Callable[[Any], Awaitable[m.Message]], msg: m.Message
+    ) -> None:
         try:
             with req.scope:
-                try:
-                    if isinstance(msg, m.Tflush):
-                        reply = await self._flush(msg)
-                    else:
-                        handler = self._handlers.get(type(msg))
-                        if handler is None:
-                            raise FsError(
-                                f"{type(msg).__name__} is not supported by this server",
-                                errno.EOPNOTSUPP,
-                            )
-                        reply = await handler(msg)
-                except FsError as exc:
-                    reply = self._error_reply(msg.tag, exc)
-                except Exception:
-                    log.exception(
-                        "9p %s: internal error handling %s (tag %d)",
-                        self.peer,
-                        type(msg).__name__,
-                        msg.tag,
-                    )
-                    reply = self._error_reply(msg.tag, _internal_error())
-            if req.scope.cancelled_caught:
-                reply = None  # flushed (flush(5)): the reply is never sent
-            if reply is not None:
-                await self._send(reply, req)
+                reply = await self._answer(handler, msg)
+            if not req.scope.cancelled_caught:  # flushed (flush(5)): the reply is never sent
+                self._queue(reply, req)
+                await self._send_queued()
         finally:
             if self.tags.get(req.tag) is req:
                 del self.tags[req.tag]
             self.server._requests -= 1
             req.done.set()
 
-    async def _send(self, msg: m.Message, req: _Request | None = None) -> None:
+    # --- which requests may wait ----------------------------------------------------------------
+
+    def _read_blocks(self, msg: m.Tread) -> bool:
+        entry = self.fids.get(msg.fid)
+        return entry is not None and entry.handle is not None and entry.handle.read_blocks
+
+    def _write_blocks(self, msg: m.Twrite) -> bool:
+        entry = self.fids.get(msg.fid)
+        return entry is not None and entry.handle is not None and entry.handle.write_blocks
+
+    def _clunk_blocks(self, msg: m.Tclunk) -> bool:
+        entry = self.fids.get(msg.fid)
+        if entry is None:
+            return False
+        if entry.remove_on_close:
+            return True
+        return entry.handle is not None and entry.handle.clunk_blocks
+
+    def _open_blocks(self, msg: m.Topen | m.Tlopen) -> bool:
+        entry = self.fids.get(msg.fid)
+        return entry is not None and entry.node.open_blocks
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def _queue(self, msg: m.Message, req: _Request | None = None) -> None:
+        """Encode a reply and queue it; `_send_queued` sends it."""
         assert self.dialect is not None or isinstance(msg, m.Rerror | m.Rversion)
         dialect = self.dialect or Dialect.P9P2000
         try:
@@ -424,29 +582,42 @@ class _Connection:
                 ),
                 dialect,
             )
-        # Uncontended (the usual case) the lock is taken without the extra scheduling round
-        # trip of `async with`; send_all is the checkpoint. trio's Lock is FIFO, so an Rflush
-        # queued behind a flushed request's reply still goes out after it (flush(5)).
+        # Free the tag before the reply can reach the client: a client may reuse it as soon as
+        # it has the reply (plan9port's `9p` and diod's tools always send tag 0).
+        if req is not None and self.tags.get(req.tag) is req:
+            del self.tags[req.tag]
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+
+    async def _send_queued(self, *, wait: bool = False) -> None:
+        """Send every queued reply, in order. One task sends at a time; a caller that finds
+        another one sending leaves its frames to it (and with ``wait``, waits until they are
+        out)."""
+        if self._sending:
+            while wait and self._sending:
+                if self._drained is None:
+                    self._drained = trio.Event()
+                await self._drained.wait()
+            return
+        self._sending = True
         try:
-            self.send_lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self.send_lock.acquire()
-        try:
-            # Free the tag before the reply can reach the client: a client may reuse it as soon
-            # as it has the reply (plan9port's `9p` and diod's tools always send tag 0), and
-            # send_all yields after the bytes are out, so freeing it later races the next frame.
-            if req is not None and self.tags.get(req.tag) is req:
-                del self.tags[req.tag]
-            await self.stream.send_all(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            while self._out:
+                out, self._out, self._out_bytes = self._out, [], 0
+                await self.transport.send(out[0] if len(out) == 1 else b"".join(out))
+        except _ConnectionLost as exc:
             log.debug("9p %s: cannot send: %s", self.peer, exc)
+            self._out.clear()
+            self._out_bytes = 0
             if self.nursery is not None:
                 self.nursery.cancel_scope.cancel()
         finally:
-            self.send_lock.release()
+            self._sending = False
+            if self._drained is not None:
+                self._drained.set()
+                self._drained = None
 
-    async def _fail(self, tag: int, message: str, code: int) -> None:
-        await self._send(self._error_reply(tag, FsError(message, code)))
+    def _fail(self, tag: int, message: str, code: int) -> None:
+        self._queue(self._error_reply(tag, FsError(message, code)))
 
     def _error_reply(self, tag: int, exc: FsError) -> m.Message:
         if self.dialect is Dialect.P9P2000_L:
@@ -535,7 +706,7 @@ class _Connection:
         await self._reset()
         if msg.msize < MIN_MSIZE:
             self.dialect = None
-            await self._send(
+            self._queue(
                 m.Rerror(
                     msg.tag, (f"msize {msg.msize} is too small; at least {MIN_MSIZE} is required")
                 )
@@ -553,7 +724,7 @@ class _Connection:
         self.reader.max_size = self.msize
         self.dialect = dialect
         version = dialect.value if dialect is not None else VERSION_UNKNOWN
-        await self._send(m.Rversion(msg.tag, self.msize, version))
+        self._queue(m.Rversion(msg.tag, self.msize, version))
 
     async def _flush(self, msg: m.Tflush) -> m.Message:
         old = self.tags.get(msg.oldtag)
@@ -856,7 +1027,9 @@ class _Connection:
     async def _release(self, fid: int) -> _Fid:
         entry = self._fid(fid)
         self._forget_fid(fid)
-        if entry.handle is not None:
+        if entry.handle is not None and not entry.handle.clunk_blocks:
+            await entry.handle.clunk()  # answered inline: nothing can cancel it
+        elif entry.handle is not None:
             # Shielded: a clunk that commits a body must finish even if the Tclunk is flushed.
             with trio.CancelScope(shield=True):
                 with trio.move_on_after(self.server.clunk_timeout) as scope:

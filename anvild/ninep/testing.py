@@ -33,6 +33,8 @@ _paths = itertools.count(1)
 class MemDir(Node):
     """A directory holding a fixed (but mutable in tests) list of children."""
 
+    open_blocks = False
+
     def __init__(self, name: str, children: Sequence[Node] = (), *, owner: str = "anvil") -> None:
         self.name = name
         self.owner = owner
@@ -55,6 +57,9 @@ class MemDir(Node):
 
 
 class _MemHandle(Handle):
+    # Reads and writes checkpoint (as a slow file would), so they run in tasks; clunk is inline.
+    clunk_blocks = False
+
     def __init__(self, file: MemFile, mode: OpenMode) -> None:
         self.file = file
         self.mode = mode
@@ -88,6 +93,8 @@ class _MemHandle(Handle):
 
 class MemFile(Node):
     """A file with bytes in memory. ``mode`` decides readable/writable (the server checks it)."""
+
+    open_blocks = False
 
     def __init__(
         self,
@@ -132,6 +139,9 @@ class MemFile(Node):
 
 
 class _BlockingHandle(Handle):
+    write_blocks = False
+    clunk_blocks = False
+
     def __init__(self, file: BlockingFile) -> None:
         self.file = file
         self.cursor = 0
@@ -153,6 +163,8 @@ class _BlockingHandle(Handle):
 
 class BlockingFile(Node):
     """A read-only stream: each open has a cursor; a read waits until there is new data."""
+
+    open_blocks = False
 
     def __init__(self, name: str) -> None:
         self.name = name
