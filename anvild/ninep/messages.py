@@ -995,6 +995,16 @@ def _encode_field(out: bytearray, kind: str, value: Any, dialect: Dialect) -> No
 
 def encode(msg: Message, dialect: Dialect) -> bytes:
     """Encode one message as a complete frame (size field included)."""
+    fast = _fast(dialect)[0].get(type(msg))
+    if fast is not None:
+        try:
+            return fast(msg)
+        except (struct.error, TypeError, AttributeError):
+            pass  # the interpreter says precisely what is wrong
+    return _encode(msg, dialect)
+
+
+def _encode(msg: Message, dialect: Dialect) -> bytes:
     out = bytearray(b"\0\0\0\0")
     try:
         out += _U8.pack(msg.TYPE)
@@ -1060,6 +1070,14 @@ def _decode_field(r: _Reader, kind: str, name: str, dialect: Dialect) -> Any:
 
 def decode(frame: bytes | memoryview, dialect: Dialect) -> Message:
     """Decode one complete frame. Raises `ProtocolError` for anything malformed."""
+    length = len(frame)
+    if length >= HEADER_SIZE:
+        fast = _fast(dialect)[1].get(frame[4])
+        if fast is not None:
+            try:
+                return fast(frame, length)
+            except (ProtocolError, struct.error):
+                pass  # the interpreter says precisely what is wrong
     size, type_, tag = decode_header(frame)
     if size != len(frame):
         raise ProtocolError(f"size field says {size} bytes but the frame has {len(frame)}")
@@ -1085,3 +1103,120 @@ def iter_message_classes() -> Iterator[type[Message]]:
             if cls not in seen:
                 seen.add(cls)
                 yield cls
+
+
+# --- precompiled fast paths ----------------------------------------------------------------------
+#
+# The interpreter above is the reference. For every (class, dialect) whose layout is fixed-size
+# integers and qids, optionally followed by one trailing ``data`` field (Tread, Tclunk, Tlopen,
+# Tgetattr, Rlopen, Rgetattr, Rclunk, Rread, Twrite, ...), one precompiled `struct.Struct` does
+# the whole frame at once. Anything else, and any value the fast path cannot pack, goes through
+# the interpreter, so the errors stay the same.
+
+_FIXED_FORMATS = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "qid": "BIQ"}
+_Encoder = Callable[[Any], bytes]
+_Decoder = Callable[[Any, int], "Message"]
+
+
+def _positional(cls: type[Message], names: list[str]) -> bool:
+    fields = attrs.fields(cls)  # type: ignore[arg-type]
+    if [f.name for f in fields[: len(names) + 1]] != ["tag", *names]:
+        return False
+    return all(f.default is not attrs.NOTHING for f in fields[len(names) + 1 :])
+
+
+def _compile(cls: type[Message], dialect: Dialect) -> tuple[_Encoder | None, _Decoder | None]:
+    layout = cls.layout(dialect)
+    trailing_data = bool(layout) and layout[-1][1] == "data"
+    fixed = layout[:-1] if trailing_data else layout
+    if any(kind not in _FIXED_FORMATS for _, kind in fixed):
+        return None, None
+    names = [name for name, _ in layout]
+    if not _positional(cls, names):
+        return None, None
+    fmt = (
+        "<IBH" + "".join(_FIXED_FORMATS[kind] for _, kind in fixed) + ("I" if trailing_data else "")
+    )
+    st = struct.Struct(fmt)
+    size = st.size
+    type_ = cls.TYPE
+    qids = [i for i, (_, kind) in enumerate(fixed) if kind == "qid"]
+    fixed_names = names[: len(fixed)]
+
+    def values(msg: Any) -> list[Any]:
+        out: list[Any] = []
+        for i, name in enumerate(fixed_names):
+            v = getattr(msg, name)
+            if i in qids:
+                out += (v.type, v.version, v.path)
+            else:
+                out.append(v)
+        return out
+
+    get: Callable[[Any], list[Any]] = values
+    if not qids and len(fixed_names) == 1:
+        only = fixed_names[0]
+
+        def get(msg: Any) -> list[Any]:
+            return [getattr(msg, only)]
+
+    elif not fixed_names:
+
+        def get(msg: Any) -> list[Any]:
+            return []
+
+    if trailing_data:
+        data_name = names[-1]
+
+        def encode_fast(msg: Any) -> bytes:
+            data = getattr(msg, data_name)
+            return bytes(st.pack(size + len(data), type_, msg.tag, *get(msg), len(data)) + data)
+
+    else:
+
+        def encode_fast(msg: Any) -> bytes:
+            return bytes(st.pack(size, type_, msg.tag, *get(msg)))
+
+    decode_fast: _Decoder | None = None
+    new: Callable[..., Message] = cls
+    if not qids:  # the T-messages (servers decode those); replies with qids use the interpreter
+        if trailing_data:
+
+            def decode_fast(frame: Any, length: int) -> Message:
+                *head, count = st.unpack_from(frame, 0)
+                if head[0] != length or size + count != length:
+                    raise ProtocolError("fast path declined")
+                return new(*head[2:], bytes(frame[size:length]))
+
+        else:
+
+            def decode_fast(frame: Any, length: int) -> Message:
+                fields = st.unpack_from(frame, 0)
+                if length != size or fields[0] != length:
+                    raise ProtocolError("fast path declined")
+                return new(*fields[2:])
+
+    return encode_fast, decode_fast
+
+
+_FAST: dict[Dialect, tuple[dict[type[Message], _Encoder], dict[int, _Decoder]]] = {}
+for _dialect, _table in MESSAGE_TYPES.items():
+    _encoders: dict[type[Message], _Encoder] = {}
+    _decoders: dict[int, _Decoder] = {}
+    for _cls in _table.values():
+        _enc, _dec = _compile(_cls, _dialect)
+        if _enc is not None:
+            _encoders[_cls] = _enc
+        if _dec is not None:
+            _decoders[_cls.TYPE] = _dec
+    _FAST[_dialect] = (_encoders, _decoders)
+_FAST_9P, _FAST_U, _FAST_L = _FAST[Dialect.P9P2000], _FAST[Dialect.P9P2000_U], _FAST[_L]
+
+
+def _fast(dialect: Dialect) -> tuple[dict[type[Message], _Encoder], dict[int, _Decoder]]:
+    # Identity tests: hashing an Enum member runs Python code, a measurable share per message.
+    if dialect is _L:
+        return _FAST_L
+    if dialect is _U:
+        return _FAST_U
+    return _FAST_9P
