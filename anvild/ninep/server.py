@@ -10,14 +10,38 @@ runs one connection until EOF or a protocol error. Each connection owns:
   `Handle`, or a directory-read snapshot);
 * a tag table: tag -> `_Request` (its trio cancel scope and a "done" event).
 
-The reader loop decodes frames in order. Tversion is handled inline (version(5): it aborts all
-outstanding I/O and frees every fid before the reply). Every other request runs in its own task in
-the connection's nursery, so several tags can be outstanding and a blocked read never stalls the
-connection (intro(5)). A request's reply is sent outside its cancel scope, under a send lock.
+The receive loop decodes frames in order and splits requests in two (the fast path):
 
-Tflush (flush(5)) cancels the old request's scope and waits for it to finish. A request blocked in
-a read is cancelled and its reply never sent; a request that completed before the cancellation
-reached a checkpoint still sends its reply, and the Rflush always follows it, as flush(5) allows.
+* **Inline** — every request that cannot wait for anything outside itself is answered in the
+  receive loop, before the next frame is decoded, with no task and no cancel scope: Tversion,
+  Tauth, Tattach, Twalk, Tstat, Tgetattr, Tstatfs, directory reads, Treaddir, the lock and xattr
+  refusals, Topen/Tlopen of a node whose ``open_blocks`` is False, and Tread/Twrite/Tclunk of a
+  handle whose ``read_blocks``/``write_blocks``/``clunk_blocks`` is False (a snapshot read, a
+  body write into memory, a clunk that only drops a cursor), plus every error found before a
+  node is called (unknown fid, fid not open, ...). Node lookups (``walk``, ``list``) are inline
+  too: the `Node` contract says they never wait for another request.
+* **In a task** — everything that may block (a stream read waiting for data, a ctl write running
+  a command, a clunk committing a body, create/remove/wstat/setattr/rename, Tflush itself) runs
+  in its own task in the connection's nursery, with its cancel scope in the tag table, so
+  several tags can be outstanding and a blocked read never stalls the connection (intro(5)).
+
+Why this keeps flush(5): a Tflush names a request the client sent earlier. An inline request was
+answered before the Tflush was even decoded, so it is no longer outstanding: the Tflush gets its
+Rflush, after that reply, which is exactly what flush(5) prescribes for a request that already
+took effect. A request in a task is outstanding until its reply is queued; Tflush (always a task)
+cancels its scope and waits for it to finish: a request blocked in a read is cancelled and its
+reply never sent, one that completed before the cancellation reached a checkpoint still sends
+its reply, and the Rflush always follows it. Tversion stays inline (version(5): it aborts all
+outstanding I/O and frees every fid before the reply).
+
+I/O: on a `trio.SocketStream` the connection works on the socket itself, below trio's stream
+layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness only on EAGAIN
+(every received batch of frames costs one ``recv``, and at most one scheduler pass when the
+socket is empty). Replies are queued in order as they are produced and the replies of one
+received batch go out in one ``send``; one task at a time sends, and the receive loop waits until
+the queue is drained before reading more (backpressure). Any other `trio.abc.Stream` (in-memory
+streams in tests) goes through ``receive_some``/``send_all`` with the same queue. A request's tag
+is freed when its reply is queued, before the client can see the reply and reuse the tag.
 
 "Library validates, handler decides" (plan9port lib9p `srv.c`): before a node is called, the
 server checks the fid exists and is (not) open, the open mode against the node's permission bits
