@@ -11,6 +11,7 @@ ANVIL_REQUIRE_LLAMA=1 (as `make test` sets it) it fails instead.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ import trio
 
 from anvild.config import load
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, State, with_local_model
+from tests.integration.test_daemon_cli import Anvild, alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +62,26 @@ async def test_the_real_llama_server_starts_answers_and_stops(
         nursery.cancel_scope.cancel()
     assert llama.state is State.STOPPED
     assert gone(pid)
+
+
+def test_kill_9_of_anvild_takes_the_real_llama_server_with_it(
+    tmp_path: Path, real_paths: LlamaPaths
+) -> None:
+    d = Anvild(
+        tmp_path / "ns",
+        env={
+            "ANVIL_LLAMA_SERVER": str(real_paths.server),
+            "ANVIL_LLAMA_MODEL": str(real_paths.model),
+            "ANVIL_LLAMA_TEMPLATE": str(real_paths.template),
+        },
+    )
+    assert d.wait_serving().endswith("; default model: local llama-server\n")
+
+    def ready() -> list[int]:
+        return [r["pid"] for r in d.log_records() if r["event"] == "llama.ready"]
+
+    wait_for(ready, "llama.ready in the daemon's log", timeout=120)
+    [pid] = ready()
+    assert alive(pid)
+    assert d.stop(signal.SIGKILL)[0] == -signal.SIGKILL
+    wait_for(lambda: not alive(pid), "llama-server to die with its parent", timeout=5)
