@@ -1,0 +1,150 @@
+"""The sandbox's supervisor: the first process of every sandboxed launch, whose only job is that
+nothing it started outlives the daemon, a kill of its process group, or the command.
+
+Run as `python -I -S supervisor.py LIFELINE_FD -- setpriv ... -- bwrap ... -- COMMAND`, with the
+standard library only (it is started per command: no site, no anvild imports). What it does:
+
+1. `PR_SET_CHILD_SUBREAPER`: every process of the launch that loses its parent (bwrap's sandbox
+   init, when bwrap itself dies) is reparented to the supervisor rather than to the host's init,
+   so it stays findable (a child) and killable.
+2. It spawns the rest of the command line (setpriv, then bwrap) and waits for the first of:
+   - end-of-file on the lifeline: the read end of a pipe whose only write end lives in the
+     daemon (close-on-exec, never passed to a child). The kernel closes it when the daemon dies,
+     however it dies and whenever: before the supervisor even started, the pipe already reads
+     end-of-file. No timing is involved, unlike a parent-death signal (see below);
+   - SIGTERM, SIGINT or SIGHUP (the bash tool's group kill, a terminal);
+   - the exit of the spawned process (the command ended: bwrap exits when it does).
+3. Then it SIGKILLs the spawned process if still there and every child it has (orphans
+   reparented to it, in practice bwrap's sandbox init, pid 1 of the sandbox's pid namespace,
+   whose death takes every process in that namespace with it), and reaps until it has no child
+   left. Then it exits with the spawned process's status, or dies of the signal it was sent.
+
+Why not a parent-death signal: `PR_SET_PDEATHSIG` (what `setpriv --pdeathsig` and bwrap's
+`--die-with-parent` use) has two holes for us, both measured. It is set by the child itself
+after it started, and a parent that died before that is never noticed: bwrap sets it in its
+sandbox init only after the whole mount setup, so a daemon killed while bwrap sets up leaves the
+sandbox running (reparented to the host's init). And it fires when the *thread* that forked the
+child exits, not the process: the daemon spawns from trio's worker threads, which exit after ten
+idle seconds, which killed every sandboxed command running longer than that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import sys
+from typing import NoReturn
+
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_received: list[int] = []
+
+
+def _note(signum: int, _frame: object) -> None:
+    _received.append(signum)
+
+
+def _children() -> list[int]:
+    """Our children (zombies included), from /proc: their pids cannot be reused until we reap
+    them, so signalling them is safe."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid ... (proc(5))
+        if len(fields) > 1 and int(fields[1]) == me:
+            found.append(int(name))
+    return found
+
+
+def _kill_all() -> None:
+    """SIGKILL every child and reap them all, including orphans reparented while we do."""
+    while True:
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _die(status: int | None, signum: int | None) -> NoReturn:
+    """Exit as the spawned process did (status), or die of `signum`."""
+    if signum is None and status is not None:
+        if os.WIFSIGNALED(status):
+            signum = os.WTERMSIG(status)
+        else:
+            os._exit(os.waitstatus_to_exitcode(status))
+    if signum is None:
+        signum = signal.SIGKILL
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught or blocked
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)
+
+
+def main(argv: list[str]) -> NoReturn:
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: supervisor.py LIFELINE_FD -- COMMAND...\n")
+        os._exit(125)
+    lifeline = int(argv[1])
+    command = argv[3:]
+    os.set_inheritable(lifeline, False)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        error = os.strerror(ctypes.get_errno())
+        sys.stderr.write(f"anvil sandbox supervisor: prctl(PR_SET_CHILD_SUBREAPER): {error}\n")
+        os._exit(125)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _note)
+    try:
+        pid = os.posix_spawnp(
+            command[0],
+            command,
+            dict(os.environ),
+            # Python ignores SIGPIPE and SIGXFSZ; the command gets them as it would from the
+            # daemon (subprocess restores them), and the stop signals at their default.
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, *STOP_SIGNALS),
+        )
+    except OSError as exc:
+        sys.stderr.write(f"anvil sandbox supervisor: cannot run {command[0]}: {exc}\n")
+        os._exit(127)
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except OSError:  # Linux < 5.3: poll for the exit instead
+        pidfd = None
+    poller = select.poll()
+    poller.register(lifeline, select.POLLIN)
+    poller.register(wake_read, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    status: int | None = None
+    daemon_gone = False
+    while status is None and not _received and not daemon_gone:
+        for fd, _event in poller.poll(None if pidfd is not None else 50):
+            if fd == lifeline:
+                daemon_gone = True  # end-of-file (the daemon never writes)
+        done, got = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = got
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # nothing interrupts the cleanup
+    _kill_all()
+    _die(status, _received[0] if _received else (signal.SIGKILL if daemon_gone else None))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
