@@ -38,19 +38,30 @@ Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a
    (`--disable-userns`), pid, ipc and uts namespaces (and net unless the policy allows the
    network), `--die-with-parent`, `--new-session` (no terminal to inject into), the seccomp
    program (`anvild.sandbox.seccomp`), `--json-status-fd`, `--chdir`, then `bash -c COMMAND`.
-4. The command line starts with `setpriv --pdeathsig=KILL`, so bwrap dies with the daemon (and
-   the sandbox with bwrap: `--die-with-parent` and the pid namespace). When the daemon is root,
-   setpriv also drops to the configured
-   unprivileged uid (default 65534), clearing groups, inheritable, ambient and bounding
-   capabilities and setting no_new_privs, before bwrap runs: bwrap started by root is not a
-   sandbox (the child keeps its capabilities and can remount / read-write). Workspace-write is
-   refused, with the reason, when that uid cannot write a writable root.
+4. The command line starts with the supervisor (`anvild.sandbox.supervisor`, run by the daemon's
+   interpreter), then `setpriv --pdeathsig=KILL`, then bwrap. The supervisor is a child
+   subreaper holding the read end of a lifeline pipe whose only write end stays in the daemon
+   (`Launch`): when the daemon dies, however and whenever, the kernel closes that end, the
+   supervisor reads end-of-file and SIGKILLs bwrap and every orphan reparented to it (bwrap's
+   sandbox init, whose death takes the whole pid namespace with it). It does the same on
+   SIGTERM (the bash tool's group kill) and when bwrap ends. This is correct by construction;
+   parent-death signals are not, and were measured to fail twice: bwrap 0.8.0 arms
+   `PR_SET_PDEATHSIG` in its sandbox init only after the whole mount setup and never checks
+   `getppid()` afterwards, so a daemon killed during setup left the sandbox running; and the
+   signal fires when the forking *thread* exits, which trio's worker threads do after ten idle
+   seconds, killing longer commands. setpriv's and bwrap's own (`--die-with-parent`) stay as a
+   second layer, now relative to the single-threaded supervisor.
+   When the daemon is root, setpriv also drops to the configured unprivileged uid (default
+   65534), clearing groups, inheritable, ambient and bounding capabilities and setting
+   no_new_privs, before bwrap runs: bwrap started by root is not a sandbox (the child keeps its
+   capabilities and can remount / read-write). Workspace-write is refused, with the reason, when
+   that uid cannot write a writable root.
 5. The environment is `anvild.sandbox.secrets.child_env` (an allowlist plus the user's trusted
    passthrough), with HOME, TMPDIR and git's `safe.directory` (the workspace belongs to another
    uid as seen from the sandbox) set through `GIT_CONFIG_COUNT`. It is handed to bwrap as its
    process environment, not as `--setenv` arguments: a command line is readable by every local
-   user (`ps`), an environment is not. bwrap and setpriv therefore never see the daemon's
-   secrets either.
+   user (`ps`), an environment is not. The supervisor, setpriv and bwrap therefore never see
+   the daemon's secrets either.
 6. After the command ends, `Launch.verdict` reads the status stream to its end: a stream
    without an `exit-code` object means bwrap never started the command (a sandbox failure, not a
    command failure), and the caller refuses it as such; it never re-runs it another way.
@@ -69,6 +80,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -80,6 +92,7 @@ import platformdirs
 from anvild.sandbox import (
     ReadOnly,
     SandboxRefused,
+    SandboxUnavailable,
     WorkspaceWrite,
     policy_name,
 )
@@ -604,11 +617,25 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
     )
 
 
+SUPERVISOR: Final = Path(__file__).with_name("supervisor.py")
+
+
+def supervisor_argv(lifeline_fd: int, python: str | None = None) -> tuple[str, ...]:
+    """The supervisor (`anvild.sandbox.supervisor`) in front of setpriv: it kills the launch's
+    whole tree when the daemon dies (end-of-file on `lifeline_fd`), on SIGTERM, and when bwrap
+    ends. Run by the daemon's own interpreter, isolated and without site (it is stdlib only)."""
+    interpreter = python if python is not None else sys.executable
+    if not interpreter:
+        raise SandboxUnavailable(
+            "The sandbox supervisor needs the daemon's Python interpreter, and "
+            "sys.executable is empty: run the daemon with a normal Python."
+        )
+    return (interpreter, "-I", "-S", str(SUPERVISOR), str(lifeline_fd), "--")
+
+
 def prefix_argv(drop: Drop | None, setpriv: str) -> tuple[str, ...]:
-    """setpriv before bwrap: always `--pdeathsig=KILL`, because bwrap's `--die-with-parent`
-    covers the sandbox's processes when bwrap dies but not bwrap itself when the daemon dies
-    (measured: it lingers, reparented to init, with the command still running); and when the
-    daemon is root, the privilege drop."""
+    """setpriv before bwrap: always `--pdeathsig=KILL` (bwrap dies with the supervisor, its
+    parent, if that is killed outright); and when the daemon is root, the privilege drop."""
     if drop is None:
         return (setpriv, "--pdeathsig=KILL", "--")
     return (
@@ -834,20 +861,27 @@ class Launch:
         seccomp_fd: int,
         status_read: int,
         status_write: int,
+        lifeline_read: int,
+        lifeline_write: int,
     ) -> None:
         self.argv = argv
         self.env = env
         self.plan = plan
         self.cwd = Path("/")
-        self.pass_fds = (seccomp_fd, status_write)
+        self.pass_fds = (seccomp_fd, status_write, lifeline_read)
         self._seccomp_fd: int | None = seccomp_fd
         self._status_read: int | None = status_read
         self._status_write: int | None = status_write
+        # The supervisor's lifeline: only its write end stays here (close-on-exec, never
+        # passed), so the supervisor reads end-of-file exactly when this process is gone or
+        # the launch is closed.
+        self._lifeline_read: int | None = lifeline_read
+        self._lifeline_write: int | None = lifeline_write
         self._placeholders = plan.placeholders
         _PLACEHOLDERS.acquire(self._placeholders)
 
     def _close_writers(self) -> None:
-        for name in ("_seccomp_fd", "_status_write"):
+        for name in ("_seccomp_fd", "_status_write", "_lifeline_read"):
             fd = getattr(self, name)
             if fd is not None:
                 setattr(self, name, None)
@@ -882,10 +916,14 @@ class Launch:
         return failure_message(stderr)
 
     def close(self) -> None:
+        """After the process is reaped (or never started). Closing the lifeline tells a
+        supervisor still running, if any, to kill what is left."""
         self._close_writers()
-        if self._status_read is not None:
-            fd, self._status_read = self._status_read, None
-            os.close(fd)
+        for name in ("_status_read", "_lifeline_write"):
+            fd = getattr(self, name)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
         if self._placeholders:
             placeholders, self._placeholders = self._placeholders, ()
             _PLACEHOLDERS.release(placeholders)
@@ -967,12 +1005,18 @@ class Sandbox:
         check_access(the_plan, drop)
         env = sandbox_env(Path(os.path.expanduser("~")), passthrough=self.settings.passthrough)
         seccomp_fd = seccomp.filter_fd()
+        opened = [seccomp_fd]
         try:
             status_read, status_write = os.pipe()
-        except OSError:
-            os.close(seccomp_fd)
+            opened += (status_read, status_write)
+            lifeline_read, lifeline_write = os.pipe()
+            opened += (lifeline_read, lifeline_write)
+            supervisor = supervisor_argv(lifeline_read)
+        except BaseException:
+            for fd in opened:
+                os.close(fd)
             raise
-        argv = bwrap_argv(
+        argv = supervisor + bwrap_argv(
             the_plan,
             command,
             bwrap=bwrap,
@@ -988,6 +1032,8 @@ class Sandbox:
             seccomp_fd=seccomp_fd,
             status_read=status_read,
             status_write=status_write,
+            lifeline_read=lifeline_read,
+            lifeline_write=lifeline_write,
         )
 
 
@@ -1031,5 +1077,6 @@ __all__ = [
     "plan",
     "prefix_argv",
     "sandbox_env",
+    "supervisor_argv",
     "uid_may",
 ]

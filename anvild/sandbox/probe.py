@@ -4,7 +4,7 @@ The daemon calls `probe` at startup (from a worker thread: it runs a process) an
 command calls `ensure_available`, which uses the cached result. The probe checks, in order:
 
 1. bwrap is on PATH (Debian/Ubuntu package `bubblewrap`);
-2. setpriv is on PATH (package `util-linux`): it ties bwrap's life to the daemon's
+2. setpriv is on PATH (package `util-linux`): it ties bwrap's life to the sandbox supervisor's
    (`--pdeathsig`) and, when the daemon is root, drops to an unprivileged uid first, because
    bwrap started by root is not a sandbox;
 3. libseccomp is there and compiles the filter (`anvild.sandbox.seccomp`);

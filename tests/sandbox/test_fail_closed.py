@@ -118,7 +118,9 @@ async def test_new_session_and_seccomp_are_in_the_command_line(ws: Path) -> None
     assert "--unshare-net" in argv
     assert argv[argv.index("--seccomp") + 1] == str(launch.pass_fds[0])
     assert argv[argv.index("--json-status-fd") + 1] == str(launch.pass_fds[1])
+    assert argv[argv.index("-S") + 1].endswith("supervisor.py")  # the supervisor comes first
+    assert argv[argv.index("-S") + 2] == str(launch.pass_fds[2])  # with its lifeline
     if ROOT:
-        assert argv[0].endswith("setpriv")
+        assert argv[argv.index("--") + 1].endswith("setpriv")
         assert "--reuid=65534" in argv
         assert argv.index("--no-new-privs") < argv.index(next(a for a in argv if "bwrap" in a))
