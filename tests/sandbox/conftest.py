@@ -8,10 +8,14 @@ under /var/tmp (the pytest tmp dir is 0700 root) and belong to that uid.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,3 +111,36 @@ def _fresh_probe() -> Iterator[None]:
     probe.clear_cache()
     yield
     probe.clear_cache()
+
+
+def pids_with(text: str) -> list[int]:
+    """Live processes (zombies excluded) whose command line contains `text`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text.encode() in cmdline and state not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    """A text unique to the test, for the command lines of the processes it starts. Whatever
+    still carries it at teardown is killed (a sandbox's init takes its pid namespace with it),
+    so a failing run never leaves orphans behind for the next one."""
+    tag = f"anvil-mark-{uuid.uuid4().hex[:10]}"
+    yield tag
+    deadline = time.monotonic() + 5
+    while (left := pids_with(tag)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,9 +26,9 @@ import platformdirs
 import pytest
 
 from anvild.sandbox import ReadOnly, WorkspaceWrite
-from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox
 from anvild.sandbox.roles import load_role
-from tests.sandbox.conftest import ROOT, give, make_repo, run_in
+from tests.sandbox.conftest import ROOT, give, make_repo, pids_with, run_in
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 
@@ -484,37 +485,58 @@ def test_daemon_dirs_hidden_even_when_home_is_bound(world: World) -> None:
     assert "trust.toml" not in done.stdout
 
 
-@pytest.mark.xfail(
-    reason="known gap: under pytest the sandbox's pid-1 survives the daemon's SIGKILL (bwrap's "
-    "outer process dies through setpriv --pdeathsig; by hand the whole tree dies) - open",
-    strict=False,
-)
-def test_process_tree_dies_when_the_daemon_dies(world: World) -> None:
-    ws = world.top / "daemon-death"
-    ws.mkdir()
-    give(ws)
-    tag = f"orphan-{uuid.uuid4().hex[:8]}"
-    code = (
+def _daemon_code(ws: Path, script: str) -> str:
+    """A stand-in daemon: launches `script` exactly as the bash tool does, then waits."""
+    command = ("bash", "-c", script)
+    return (
         "import subprocess, sys\n"
         "from pathlib import Path\n"
         "from anvild.sandbox import WorkspaceWrite\n"
         "from anvild.sandbox.bwrap import Sandbox\n"
-        "launch = Sandbox(WorkspaceWrite()).prepare(\n"
-        f"    ('bash', '-c', '(setsid sleep 300 &) ; exec -a {tag} sleep 300'), Path('{ws}'))\n"
+        f"launch = Sandbox(WorkspaceWrite()).prepare({command!r}, Path({str(ws)!r}))\n"
         "subprocess.Popen(launch.argv, env=launch.env, pass_fds=launch.pass_fds, cwd='/')\n"
         "print('started', flush=True)\n"
         "sys.stdin.read()\n"
     )
+
+
+def _argv0_endswith(marker: str, suffix: str) -> bool:
+    for pid in pids_with(marker):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(suffix.encode()):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("moment", ["during-setup", "while-running"])
+def test_process_tree_dies_when_the_daemon_dies(world: World, marker: str, moment: str) -> None:
+    """SIGKILL of the daemon, while bwrap is still setting the sandbox up (bwrap's own
+    parent-death signals are not armed yet: this leaked the sandbox) or once the command and a
+    process that left its session run. Everything carrying the marker must be gone: the
+    supervisor, setpriv/bwrap, the sandbox's init and everything in its pid namespace."""
+    ws = world.top / f"daemon-death-{moment}"
+    ws.mkdir()
+    give(ws)
+    script = (
+        f"(setsid bash -c 'exec -a {marker}-escaped sleep 300' &); exec -a {marker}-cmd sleep 300"
+    )
     daemon = subprocess.Popen(
-        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _daemon_code(ws, script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert daemon.stdout is not None
         assert daemon.stdout.readline().strip() == "started"
+        wanted = ["bwrap"] if moment == "during-setup" else [f"{marker}-cmd", f"{marker}-escaped"]
         deadline = time.monotonic() + 10
-        while not _pids_with(tag) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _pids_with(tag), "the sandboxed command never started"
+        while time.monotonic() < deadline:
+            if all(_argv0_endswith(marker, w) for w in wanted):
+                break
+            time.sleep(0.002)
+        else:
+            pytest.fail(f"never saw {wanted} start")
     finally:
         daemon.kill()
         daemon.wait()
@@ -523,24 +545,41 @@ def test_process_tree_dies_when_the_daemon_dies(world: World) -> None:
         assert daemon.stdout is not None
         daemon.stdout.close()
     deadline = time.monotonic() + 5
-    while _pids_with(tag) and time.monotonic() < deadline:
+    while pids_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in _pids_with(tag)}
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in pids_with(marker)}
     assert left == {}
 
 
-def _pids_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text.encode() in cmdline and state != b"Z":
-            found.append(int(entry))
-    return found
+def test_the_sandbox_outlives_the_thread_that_started_it(world: World, marker: str) -> None:
+    """The daemon spawns from worker threads (trio's exit after ten idle seconds). A parent-death
+    signal fires when the forking *thread* exits: with `setpriv --pdeathsig` straight under the
+    daemon every command running longer than that was killed. The supervisor in front has no
+    parent-death signal; it watches the daemon's lifeline instead."""
+    ws = world.top / "thread-death"
+    ws.mkdir()
+    give(ws)
+    launch = Sandbox(WorkspaceWrite()).prepare(
+        ("bash", "-c", f"exec -a {marker} bash -c 'sleep 1.5; echo survived'"), ws
+    )
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn() -> None:
+        started.append(
+            subprocess.Popen(
+                launch.argv,
+                env=launch.env,
+                pass_fds=launch.pass_fds,
+                cwd=launch.cwd,
+                stdout=subprocess.PIPE,
+            )
+        )
+        time.sleep(0.5)  # then the thread exits, while the command still runs
+
+    with launch:
+        spawner = threading.Thread(target=spawn)
+        spawner.start()
+        spawner.join()
+        out, _ = started[0].communicate(timeout=30)
+        assert launch.verdict(started[0].returncode, "") is None
+    assert (started[0].returncode, out) == (0, b"survived\n")
