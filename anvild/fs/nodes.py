@@ -109,6 +109,7 @@ class FsNode(Node):
         self._qid_path = new_qid_path()
         self._version = 0
         self._mtime_ns = time.time_ns()
+        self._stat: NodeStat | None = None  # the walk/open/getattr hot path asks several times
 
     @property
     def name(self) -> str:
@@ -122,23 +123,30 @@ class FsNode(Node):
         """Record a change: bump qid.version and set mtime to now."""
         self._version = (self._version + 1) & 0xFFFFFFFF
         self._mtime_ns = time.time_ns()
+        self._stat = None
 
     def length(self) -> int:
         return 0
 
     def stat(self) -> NodeStat:
-        user, group = owner_names()
-        return NodeStat(
-            name=self._name,
-            mode=self._perm,
-            qid_path=self._qid_path,
-            version=self._version,
-            length=self.length(),
-            mtime_ns=self._mtime_ns,
-            owner=user,
-            group=group,
-            muid=user,
-        )
+        st = self._stat
+        if st is None:
+            user, group = owner_names()
+            st = NodeStat(
+                name=self._name,
+                mode=self._perm,
+                qid_path=self._qid_path,
+                version=self._version,
+                length=self.length(),
+                mtime_ns=self._mtime_ns,
+                owner=user,
+                group=group,
+                muid=user,
+            )
+            # Kept until the next touch(), unless a subclass computes its length (then fresh).
+            if type(self).length is FsNode.length:
+                self._stat = st
+        return st
 
 
 # --- directories ----------------------------------------------------------------------------

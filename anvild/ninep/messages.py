@@ -999,7 +999,7 @@ def encode(msg: Message, dialect: Dialect) -> bytes:
     if fast is not None:
         try:
             return fast(msg)
-        except (struct.error, TypeError, AttributeError):
+        except (_Decline, struct.error, TypeError, AttributeError):
             pass  # the interpreter says precisely what is wrong
     return _encode(msg, dialect)
 
@@ -1076,7 +1076,7 @@ def decode(frame: bytes | memoryview, dialect: Dialect) -> Message:
         if fast is not None:
             try:
                 return fast(frame, length)
-            except (ProtocolError, struct.error):
+            except (_Decline, ProtocolError, struct.error, ValueError):
                 pass  # the interpreter says precisely what is wrong
     size, type_, tag = decode_header(frame)
     if size != len(frame):
@@ -1185,7 +1185,7 @@ def _compile(cls: type[Message], dialect: Dialect) -> tuple[_Encoder | None, _De
             def decode_fast(frame: Any, length: int) -> Message:
                 *head, count = st.unpack_from(frame, 0)
                 if head[0] != length or size + count != length:
-                    raise ProtocolError("fast path declined")
+                    raise _Decline
                 return new(*head[2:], bytes(frame[size:length]))
 
         else:
@@ -1193,10 +1193,46 @@ def _compile(cls: type[Message], dialect: Dialect) -> tuple[_Encoder | None, _De
             def decode_fast(frame: Any, length: int) -> Message:
                 fields = st.unpack_from(frame, 0)
                 if length != size or fields[0] != length:
-                    raise ProtocolError("fast path declined")
+                    raise _Decline
                 return new(*fields[2:])
 
     return encode_fast, decode_fast
+
+
+class _Decline(Exception):
+    """A fast path leaves the message to the interpreter."""
+
+
+_TWALK_HEAD = struct.Struct("<IBHIIH")
+_RWALK_HEAD = struct.Struct("<IBHH")
+
+
+def _decode_twalk(frame: Any, length: int) -> Message:
+    size, _, tag, fid, newfid, n = _TWALK_HEAD.unpack_from(frame, 0)
+    if size != length or n > MAXWELEM:
+        raise _Decline
+    pos = _TWALK_HEAD.size
+    names = []
+    for _ in range(n):
+        (k,) = _U16.unpack_from(frame, pos)
+        pos += 2
+        end = pos + k
+        if end > length:
+            raise _Decline
+        names.append(bytes(frame[pos:end]).decode("utf-8"))
+        pos = end
+    if pos != length:
+        raise _Decline
+    return Twalk(tag, fid, newfid, names)
+
+
+def _encode_rwalk(msg: Any) -> bytes:
+    qids = msg.qids
+    n = len(qids)
+    if n > MAXWELEM:
+        raise _Decline
+    head = _RWALK_HEAD.pack(_RWALK_HEAD.size + 13 * n, Rwalk.TYPE, msg.tag, n)
+    return head + b"".join([_QID.pack(q.type, q.version, q.path) for q in qids])
 
 
 _FAST: dict[Dialect, tuple[dict[type[Message], _Encoder], dict[int, _Decoder]]] = {}
@@ -1209,6 +1245,8 @@ for _dialect, _table in MESSAGE_TYPES.items():
             _encoders[_cls] = _enc
         if _dec is not None:
             _decoders[_cls.TYPE] = _dec
+    _encoders[Rwalk] = _encode_rwalk
+    _decoders[Twalk.TYPE] = _decode_twalk
     _FAST[_dialect] = (_encoders, _decoders)
 _FAST_9P, _FAST_U, _FAST_L = _FAST[Dialect.P9P2000], _FAST[Dialect.P9P2000_U], _FAST[_L]
 
