@@ -512,9 +512,19 @@ class _Connection:
             )
             return
         may_block = self._may_block.get(cls)
-        if handler is None or may_block is None or not may_block(msg):
-            # Inline: answered before the next frame is even decoded (no task, no scope).
+        if handler is None:
             self._queue(await self._answer(handler, msg))
+            return
+        if may_block is None or not may_block(msg):
+            # Inline: answered before the next frame is even decoded (no task, no scope). The
+            # same as `_answer`, spelled out: this is the path of almost every request.
+            try:
+                reply = await handler(msg)
+            except FsError as exc:
+                reply = self._error_reply(tag, exc)
+            except Exception:
+                reply = self._internal_error_reply(msg)
+            self._queue(reply)
             return
         req = _Request(tag)
         self.tags[tag] = req
@@ -534,10 +544,13 @@ class _Connection:
         except FsError as exc:
             return self._error_reply(msg.tag, exc)
         except Exception:
-            log.exception(
-                "9p %s: internal error handling %s (tag %d)", self.peer, type(msg).__name__, msg.tag
-            )
-            return self._error_reply(msg.tag, _internal_error())
+            return self._internal_error_reply(msg)
+
+    def _internal_error_reply(self, msg: m.Message) -> m.Message:
+        log.exception(
+            "9p %s: internal error handling %s (tag %d)", self.peer, type(msg).__name__, msg.tag
+        )
+        return self._error_reply(msg.tag, _internal_error())
 
     async def _run_request(
         self, req: _Request, handler: Callable[[Any], Awaitable[m.Message]], msg: m.Message
