@@ -14,8 +14,10 @@ Start-up, in order, each refusal printed on stderr with what to do:
    the holder's pid, start time and socket;
 4. logging is configured once, here (`anvild.daemon.logs`): JSON lines to
    `<data>/logs/anvild.log`, secrets redacted. Nothing is logged on stdout or stderr;
-5. the daemon runs (`anvild.daemon.app.Daemon`), with the embedded llama-server as a child
-   when it is the default model (`anvild.daemon.llama`), and prints one line on stderr saying
+5. the daemon runs (`anvild.daemon.app.Daemon`), with the session layer as a child
+   (`anvild.daemon.wiring`: every session restored from its records before the first
+   connection is accepted), the embedded llama-server as a child when it is the default model
+   (`anvild.daemon.llama`), and prints one line on stderr saying
    where it listens, its data directory and its log file (`-q` silences it).
 
 The first SIGTERM or SIGINT asks the daemon to stop (`Daemon.request_shutdown`: stop
@@ -44,6 +46,8 @@ from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_addres
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
 from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
+from anvild.daemon.root import RootTree
+from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
 from anvild.sandbox.secrets import Redactor
 
@@ -196,7 +200,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             else:
                 log_file = logs.path.with_name("llama-server.log")
                 local_model = LlamaServer(paths, log_file=log_file, env=env)
-        daemon = Daemon(DaemonConfig(namespace=namespace, listen=listen), local_model=local_model)
+        root = RootTree(version=__version__)
+        sessions = Sessions.build(
+            config, root, env=env, data_dir=data_dir, redactor=redactor, local_model=local_model
+        )
+        daemon = Daemon(
+            DaemonConfig(namespace=namespace, listen=listen),
+            tree=root,
+            children=[sessions.run],
+            local_model=local_model,
+        )
+        sessions.attach(daemon)
 
         def started(endpoints: Endpoints) -> None:
             if not args.quiet:

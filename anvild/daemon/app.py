@@ -9,8 +9,10 @@ Theory of operation
    stale socket check), so a second daemon is refused before it touches anything;
 2. binds the Unix socket, and each TCP address given (none by default), creating the token file
    only when there is a TCP listener;
-3. starts its children (`children`: long-lived services such as the embedded llama-server,
-   each `await nursery.start(child)` in the daemon's nursery, so each has it as parent);
+3. starts its children (`children`: long-lived services such as the session manager and the
+   embedded llama-server, each `await nursery.start(child)` in the daemon's nursery, so each has
+   it as parent), before any connection is accepted: a client never sees a half-started tree
+   (connections arriving meanwhile wait in the listen backlog);
 4. serves every accepted connection with the one `anvild.ninep.server.Server` in a task of its
    own (in the daemon's nursery too), after checking who it is:
    - Unix: the peer's uid (SO_PEERCRED) must be ours, else the connection is closed at once;
@@ -114,7 +116,8 @@ class Daemon:
         local_model: LlamaServer | None = None,
     ) -> None:
         """`peer_uid` is the uid Unix peers must have (default: ours; tests change it).
-        `children` are started in the daemon's nursery after the listeners are bound.
+        `children` are started in the daemon's nursery after the listeners are bound and
+        before the first connection is accepted.
         `local_model` is the embedded llama-server when it is the default model: a child too,
         and where the session layer finds its base URL (`await local_model.wait_ready()`)."""
         self.config = config
@@ -182,11 +185,11 @@ class Daemon:
                         accepting.append(scope)
                         await trio.serve_listeners(handler, group, handler_nursery=nursery)
 
+                for child in self.children:
+                    await nursery.start(child)
                 nursery.start_soon(accept, [unix], self._handle_unix)
                 if tcp:
                     nursery.start_soon(accept, tcp, self._handle_tcp)
-                for child in self.children:
-                    await nursery.start(child)
                 self.tree.publish(DaemonStarted(version=self.tree.version, pid=os.getpid()))
                 log.info("daemon.serving", socket=str(files.socket_path))
                 for bound in endpoints.tcp_addresses:

@@ -155,7 +155,7 @@ def test_anvild_posts_agent_with_pid_file(daemon: Anvild, namespace: Path) -> No
 def test_anvilctl_ls_read_and_write(daemon: Anvild, namespace: Path) -> None:
     ls = anvilctl(namespace, "ls", "agent")
     assert (ls.returncode, ls.stderr) == (0, "")
-    assert sorted(ls.stdout.split()) == ["ctl", "events", "list", "version"]
+    assert sorted(ls.stdout.split()) == ["ctl", "events", "list", "models", "roles", "version"]
 
     version = anvilctl(namespace, "read", "agent/version")
     assert (version.returncode, version.stdout) == (0, f"anvild {__version__}\n")
@@ -173,7 +173,7 @@ def test_a_bad_ctl_command_fails_the_write_with_the_message(
 ) -> None:
     bad = anvilctl(namespace, "write", "agent/ctl", stdin="frobnicate now\n")
     assert bad.returncode != 0
-    assert "ctl: unknown command 'frobnicate'; known commands: ping" in bad.stderr
+    assert "ctl: unknown command 'frobnicate'; known commands: kill, new, ping" in bad.stderr
 
 
 def test_python_9p_client_over_the_socket(daemon: Anvild, namespace: Path) -> None:

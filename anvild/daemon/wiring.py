@@ -1,0 +1,208 @@
+"""The session layer inside the daemon: registry, settings, manager, tree, events, shutdown.
+
+    root = RootTree(version=__version__)
+    sessions = Sessions.build(config, root, env=env, data_dir=data_dir, redactor=redactor,
+                              local_model=local_model)
+    daemon = Daemon(DaemonConfig(...), tree=root, children=[sessions.run],
+                    local_model=local_model)
+    sessions.attach(daemon)
+
+Theory of operation
+-------------------
+`build` turns the loaded (trusted) configuration into what `anvild.session` needs:
+
+- a `Registry` over one shared `httpx.AsyncClient`, its `resolve` handed to the manager;
+- with the embedded default (`local_model` given), the configuration of
+  `anvild.daemon.llama.with_local_model`: provider and alias `local`, the default model. Its
+  port is only known once the server runs (and changes when it restarts), so the adapter behind
+  `local` is a `LocalModelProvider`: each request first awaits `local_model.wait_ready()` (a
+  session created while the model loads just waits), then builds the openai-chat adapter for
+  the current base URL. A server that failed or stopped fails the request with a
+  non-retryable `TransportError` saying why and what to do, so the session ends its turn with
+  that message in `out`;
+- `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
+  too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
+  `--parallel 1`).
+
+`build` also mounts the `SessionTree` on the root tree (`agent/models` lists every configured
+alias) and bridges session events to `agent/events`; `attach(daemon)` adds the shutdown step
+`sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
+children before it accepts a connection): it starts `SessionManager.run` in a cancel scope of
+its own, which restores every session from its records before reporting started. The shutdown
+step cancels that scope and waits until the manager has ended every turn (never approving a
+pending call) and synced and closed every journal, while connections are still up and within
+the daemon's grace period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import httpx
+import structlog
+import trio
+
+from anvild.agent.permissions.rules import RuleSet
+from anvild.config import Config
+from anvild.daemon.app import Daemon
+from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
+from anvild.daemon.root import RootTree
+from anvild.daemon.sessions import ModelLine, SessionTree, forward_events
+from anvild.llm.errors import TransportError
+from anvild.llm.provider import Provider
+from anvild.llm.registry import AdapterArgs, Kind, ProviderFactory, adapter_factory
+from anvild.llm.stream import StreamEvent
+from anvild.llm.types import ChatRequest
+from anvild.sandbox.bwrap import SandboxSettings
+from anvild.sandbox.secrets import Redactor
+from anvild.session import SessionManager, SessionSettings
+from anvild.store import SessionStore
+
+__all__ = ["LocalModelProvider", "Sessions", "local_factory"]
+
+log = structlog.get_logger("anvild.daemon.wiring")
+
+LOCAL_HOST_URL = "http://127.0.0.1"
+"""Where the embedded server listens, before its port is known: what the registry's
+capability table sees for `local` (a loopback openai-chat server)."""
+
+
+class LocalModelProvider:
+    """The `local` provider: waits for the embedded llama-server, then talks to it."""
+
+    def __init__(
+        self, server: LlamaServer, kind: Kind, args: AdapterArgs, factory: ProviderFactory
+    ) -> None:
+        self._server = server
+        self._kind = kind
+        self._args = args
+        self._factory = factory
+
+    @property
+    def name(self) -> str:
+        return self._args.name
+
+    async def _adapter(self) -> Provider:
+        try:
+            base_url = await self._server.wait_ready()
+        except LlamaUnavailable as exc:
+            raise TransportError(
+                f"{exc}; see {self._server.log_file} (build it with `make llama-server`), "
+                "or configure a hosted provider (README, Configuration)",
+                retryable=False,
+            ) from exc
+        return self._factory(self._kind, attrs.evolve(self._args, base_url=f"{base_url}/v1"))
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        adapter = await self._adapter()
+        async with adapter.stream(request) as events:
+            yield events
+
+
+def local_factory(
+    server: LlamaServer, factory: ProviderFactory = adapter_factory
+) -> ProviderFactory:
+    """A registry factory that puts `LocalModelProvider` behind the provider `local`."""
+
+    def build(kind: Kind, args: AdapterArgs) -> Provider:
+        if args.name == LOCAL:
+            return LocalModelProvider(server, kind, args, factory)
+        return factory(kind, args)
+
+    return build
+
+
+def _model_lines(config: Config, env: Mapping[str, str]) -> list[ModelLine]:
+    lines = []
+    for alias, spec in sorted(config.models.items()):
+        provider = config.providers[spec.provider]
+        key = provider.api_key_env
+        lines.append(
+            ModelLine(
+                alias=alias,
+                provider=spec.provider,
+                model=spec.model,
+                window=spec.limits.context_window,
+                key_present=key is None or bool(env.get(key, "").strip()),
+            )
+        )
+    return lines
+
+
+@attrs.define
+class Sessions:
+    """The daemon's session layer: build it, `attach` it to the daemon, run it as a child."""
+
+    manager: SessionManager
+    tree: SessionTree
+    root: RootTree
+    client: httpx.AsyncClient
+    _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _done: trio.Event = attrs.field(factory=trio.Event)
+    _started: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        root: RootTree,
+        *,
+        env: Mapping[str, str],
+        data_dir: Path,
+        redactor: Redactor | None = None,
+        local_model: LlamaServer | None = None,
+        default_cwd: Path | None = None,
+    ) -> Sessions:
+        client = httpx.AsyncClient()
+        if local_model is not None:
+            config = with_local_model(config, LOCAL_HOST_URL)
+            registry = config.registry(client, env=env, factory=local_factory(local_model))
+        else:
+            registry = config.registry(client, env=env)
+        perms = config.permissions
+        settings = SessionSettings(
+            rules=RuleSet.parse(allow=perms.allow, ask=perms.ask, deny=perms.deny),
+            concurrency={LOCAL: 1},
+            sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
+            redact=redactor.redact if redactor else None,
+        )
+        manager = SessionManager(
+            SessionStore(data_dir / "sessions"),
+            registry.resolve,
+            settings=settings,
+            default_cwd=default_cwd,
+            on_event=forward_events(root),
+        )
+        lines = _model_lines(config, env)
+        tree = SessionTree(manager, models=lambda: lines)
+        tree.mount(root)
+        return cls(manager, tree, root, client)
+
+    def attach(self, daemon: Daemon) -> None:
+        """Add the shutdown step; `daemon` must serve the root given to `build`."""
+        if daemon.tree is not self.root:
+            raise ValueError("the daemon must serve the root tree the sessions were built on")
+        daemon.add_shutdown_step("sessions", self.stop)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Restore every session, report started, host them until `stop` or cancellation."""
+        self._started = True
+        try:
+            async with self.client:
+                with self._scope:
+                    async with trio.open_nursery() as nursery:
+                        await nursery.start(self.manager.run)
+                        task_status.started()
+        finally:
+            self._done.set()
+
+    async def stop(self) -> None:
+        """The shutdown step: end every turn, sync and close every journal."""
+        self._scope.cancel()
+        if self._started:
+            await self._done.wait()
+        log.info("sessions.stopped", sessions=len(self.manager.sessions()))

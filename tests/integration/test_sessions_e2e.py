@@ -1,0 +1,203 @@
+"""End to end: sessions through the real `anvild` process, driven by `anvilctl`.
+
+Each test runs the fake provider server as a subprocess (`python -m tests.support.fake_provider`)
+and a real daemon whose user config (`--config`) points a provider at it, on a temporary
+namespace and data directory; then it talks to the daemon as a user would, with `anvilctl`.
+The last test uses the real embedded llama-server instead (skipped when it is not built, unless
+ANVIL_REQUIRE_LLAMA=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
+
+TURN_TIMEOUT = 30.0
+
+
+class FakeServer:
+    """The fake provider as a subprocess; `add` scripts more turns over HTTP."""
+
+    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]]) -> None:
+        script = tmp_path / "turns.json"
+        script.write_text(json.dumps({"turns": turns}))
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tests.support.fake_provider"),
+                *("--port", "0", "--script", str(script)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+
+    def requests(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(self.url + "/_fake/requests", timeout=5) as reply:
+            body: list[dict[str, Any]] = json.load(reply)
+            return body
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def user_config(tmp_path: Path, url: str) -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        'default_model = "fake"\n\n'
+        "[providers.fake]\n"
+        'kind = "openai-chat"\n'
+        f'base_url = "{url}/v1"\n\n'
+        "[models.fake]\n"
+        'provider = "fake"\n'
+        'model = "fake-model"\n'
+        "context_window = 8192\n"
+        "max_output_tokens = 1024\n"
+    )
+    return config
+
+
+def anvilctl(
+    namespace: Path, *args: str, stdin: str = "", cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "anvilctl", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=TURN_TIMEOUT + STARTUP_TIMEOUT,
+        env={**os.environ, "NAMESPACE": str(namespace)},
+        cwd=cwd,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    return result.stdout
+
+
+def read(namespace: Path, path: str) -> str:
+    return ok(anvilctl(namespace, "read", path))
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def start_daemon(namespace: Path, config: Path) -> Anvild:
+    daemon = Anvild(namespace, "--config", str(config))
+    daemon.wait_serving()
+    return daemon
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
+    d = start_daemon(namespace, user_config(tmp_path, fake.url))
+    yield d
+    code, log = d.stop()
+    assert code == 0, log
+
+
+def new_session_by_ctl(namespace: Path, workdir: Path, extra: str = "") -> str:
+    out = ok(anvilctl(namespace, "rdwr", "agent/ctl", stdin=f"new cwd={workdir}{extra}\n"))
+    lines = out.split("\n")
+    assert lines[0] == "", out  # nothing before the write
+    session_id = lines[1]
+    assert session_id.isalnum(), out
+    return session_id
+
+
+def test_rdwr_new_then_in_wait_out_through_the_daemon(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    session_id = new_session_by_ctl(namespace, workdir)
+    assert session_id in ok(anvilctl(namespace, "ls", "agent"))
+    assert read(namespace, f"agent/{session_id}/state") in ("starting\n", "idle\n")
+    assert read(namespace, f"agent/{session_id}/cwd").strip() == str(workdir)
+
+    ok(anvilctl(namespace, "write", f"agent/{session_id}/in", stdin="ping"))
+    assert read(namespace, f"agent/{session_id}/wait") == "await\n"
+    assert read(namespace, f"agent/{session_id}/state") == "await\n"
+    assert read(namespace, f"agent/{session_id}/out") == "pong\n"
+    assert read(namespace, f"agent/{session_id}/state") == "idle\n"
+    assert read(namespace, f"agent/{session_id}/usage").strip() != "-"
+
+    request = fake.requests()[0]
+    assert request["protocol"] == "openai-chat"
+    assert request["model"] == "fake-model"
+    listing = read(namespace, "agent/list")
+    assert session_id in listing
+
+    models = read(namespace, "agent/models")
+    assert models.split()[:3] == ["fake", "fake", "fake-model"]
+
+
+def test_a_bad_new_says_what_to_do(daemon: Anvild, namespace: Path, workdir: Path) -> None:
+    bad = anvilctl(namespace, "write", "agent/ctl", stdin="new model=nope cwd=/\n")
+    assert bad.returncode == 1
+    assert "unknown model 'nope' (known aliases: fake;" in bad.stderr
+    missing = anvilctl(namespace, "write", "agent/ctl", stdin=f"new cwd={workdir}/gone\n")
+    assert missing.returncode == 1
+    assert "does not exist" in missing.stderr
+
+
+def test_session_events_reach_agent_events(daemon: Anvild, namespace: Path, workdir: Path) -> None:
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "anvilctl", "read", "agent/events"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NAMESPACE": str(namespace)},
+    )
+    try:
+        session_id = new_session_by_ctl(namespace, workdir)
+        ok(anvilctl(namespace, "write", f"agent/{session_id}/in", stdin="ping"))
+        assert read(namespace, f"agent/{session_id}/wait") == "await\n"
+        code, log = daemon.stop()  # the stream ends (EOF) when the daemon stops
+        assert code == 0, log
+        out, _ = reader.communicate(timeout=STARTUP_TIMEOUT)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    events = [json.loads(line) for line in out.splitlines() if line]
+    kinds = [e.get("type") for e in events]
+    created = [e for e in events if e.get("type") == "session_created"]
+    assert [e["id"] for e in created] == [session_id], kinds
+    assert "daemon_stopping" in kinds
