@@ -1,10 +1,11 @@
 """The `anvilctl` command line: entry point and subcommand dispatch.
 
 The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.ninep_cli` and
-behave like plan9port's `9p`; `anvilctl --help` lists every command.
+behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`) in
+`anvilctl.sessions`; `anvilctl --help` lists every command.
 
-Scripts run the 9P commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start
-fast: when the command word is a 9P command only the 9P client is imported. The other commands'
+Scripts run these commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start
+fast: when the command word is one of them only the 9P client is imported. The other commands'
 modules pull in the provider and sandbox layers and are imported only when one of them (or
 `--help`) is asked for.
 """
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from anvilctl import ninep_cli
+from anvilctl import ninep_cli, sessions
 
 # Modules with `add_subcommand(subparsers)` and `run(args) -> int`, and the commands they add.
 _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
@@ -46,6 +47,7 @@ def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, lis
     ninep_cli.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ninep_cli.add_subcommands(sub)
+    sessions.add_subcommands(sub)
     others = [] if only_9p else [importlib.import_module(name) for name in _OTHER_COMMANDS]
     for module in others:
         module.add_subcommand(sub)
@@ -54,10 +56,13 @@ def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, others = build_parser(only_9p=_command_word(argv) in ninep_cli.COMMANDS)
+    light = (*ninep_cli.COMMANDS, *sessions.COMMANDS)
+    parser, others = build_parser(only_9p=_command_word(argv) in light)
     args = parser.parse_args(argv)
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)
+    if args.command in sessions.COMMANDS:
+        return sessions.run(args)
     for module in others:
         if args.command in _OTHER_COMMANDS[module.__name__]:
             result: int = module.run(args)

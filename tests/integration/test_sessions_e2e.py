@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,7 +122,14 @@ def start_daemon(namespace: Path, config: Path) -> Anvild:
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeServer]:
-    server = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
+    server = FakeServer(
+        tmp_path,
+        [
+            {"contains": "slow", "text": "slowly", "chunk_delay": 1.0, "repeat": True},
+            {"contains": "stuck", "text": "never finished", "chunk_delay": 30.0, "repeat": True},
+            {"text": "pong", "repeat": True},
+        ],
+    )
     yield server
     server.stop()
 
@@ -201,3 +209,61 @@ def test_session_events_reach_agent_events(daemon: Anvild, namespace: Path, work
     created = [e for e in events if e.get("type") == "session_created"]
     assert [e["id"] for e in created] == [session_id], kinds
     assert "daemon_stopping" in kinds
+
+
+def test_anvilctl_new_send_wait_out_models(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    session_id = ok(anvilctl(namespace, "new", "alias=dev", cwd=workdir)).strip()
+    assert session_id.isalnum()
+    assert read(namespace, f"agent/{session_id}/cwd").strip() == str(workdir)  # the default
+    assert read(namespace, "agent/dev/alias").strip() == "dev"
+
+    assert ok(anvilctl(namespace, "send", session_id, "ping", "please")) == ""
+    assert ok(anvilctl(namespace, "wait", session_id)) == "await\n"
+    assert ok(anvilctl(namespace, "out", session_id)) == "pong\n"
+    assert read(namespace, f"agent/{session_id}/state") == "idle\n"
+
+    ok(anvilctl(namespace, "send", "dev", "-", stdin="from stdin\nsecond line\n"))
+    assert ok(anvilctl(namespace, "wait", "dev", "--timeout", "20")) == "await\n"
+    assert ok(anvilctl(namespace, "out", "dev")) == "pong\n"
+    prompts = [r["body"]["messages"][-1]["content"] for r in fake.requests()]
+    assert "ping please" in str(prompts[0])
+    assert "from stdin\nsecond line" in str(prompts[1])
+
+    models = ok(anvilctl(namespace, "models"))
+    assert models.split() == ["fake", "fake", "fake-model", "8192", "yes"]
+
+
+def test_wait_timeout_exits_1_and_a_later_wait_returns(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    session_id = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+    ok(anvilctl(namespace, "send", session_id, "slow please"))
+    started = time.monotonic()
+    late = anvilctl(namespace, "wait", session_id, "--timeout", "0.3")
+    assert late.returncode == 1, late
+    assert late.stdout == ""
+    assert f"anvilctl wait {session_id}: still busy after 0.3 s" in late.stderr
+    assert time.monotonic() - started < 10
+    assert read(namespace, f"agent/{session_id}/state") == "running\n"
+    assert ok(anvilctl(namespace, "wait", session_id)) == "await\n"
+    assert ok(anvilctl(namespace, "out", session_id)) == "slowly\n"
+
+
+def test_session_command_errors_print_the_servers_message(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    unknown = anvilctl(namespace, "send", "nosuch", "hello")
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("anvilctl send nosuch: ")
+    bad_model = anvilctl(namespace, "new", "model=nope", cwd=workdir)
+    assert bad_model.returncode == 1
+    assert "unknown model 'nope' (known aliases: fake;" in bad_model.stderr
+    session_id = ok(anvilctl(namespace, "new", "ephemeral", cwd=workdir)).strip()
+    ok(anvilctl(namespace, "send", session_id, "ping"))
+    assert ok(anvilctl(namespace, "wait", session_id)) == "exited\n"
+    second = anvilctl(namespace, "send", session_id, "again")
+    assert second.returncode == 1
+    assert second.stderr.startswith(f"anvilctl send {session_id}: ")
+    assert ok(anvilctl(namespace, "out", session_id)) == "pong\n"
