@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from anvild.store import MessageAppended, SessionStore, StateChanged, TurnEnded
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
 
 TURN_TIMEOUT = 30.0
@@ -267,3 +268,67 @@ def test_session_command_errors_print_the_servers_message(
     assert second.returncode == 1
     assert second.stderr.startswith(f"anvilctl send {session_id}: ")
     assert ok(anvilctl(namespace, "out", session_id)) == "pong\n"
+
+
+def test_a_restarted_daemon_lists_the_session_with_its_out(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    config = user_config(tmp_path, fake.url)
+    first = start_daemon(namespace, config)
+    try:
+        session_id = ok(anvilctl(namespace, "new", "alias=keep", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", session_id, "ping"))
+        assert ok(anvilctl(namespace, "wait", session_id)) == "await\n"
+    finally:
+        code, log = first.stop()
+    assert code == 0, log
+
+    second = start_daemon(namespace, config)
+    try:
+        assert session_id in read(namespace, "agent/list")
+        assert session_id in ok(anvilctl(namespace, "ls", "agent")).split()
+        assert ok(anvilctl(namespace, "out", "keep")) == "pong\n"
+        assert read(namespace, f"agent/{session_id}/cwd").strip() == str(workdir)
+        ok(anvilctl(namespace, "send", "keep", "ping again"))
+        assert ok(anvilctl(namespace, "wait", "keep")) == "await\n"
+        assert ok(anvilctl(namespace, "out", "keep")) == "pong\n"
+    finally:
+        code, log = second.stop()
+    assert code == 0, log
+    messages = fake.requests()[-1]["body"]["messages"]
+    assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant", "user"]
+
+
+def test_sigterm_during_a_turn_leaves_every_record_on_disk(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, fake.url))
+    try:
+        session_id = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", session_id, "stuck here"))
+        deadline = time.monotonic() + TURN_TIMEOUT
+        while not fake.requests() or read(namespace, f"agent/{session_id}/state") != "running\n":
+            assert time.monotonic() < deadline, "the turn never started"
+            time.sleep(0.05)
+        started = time.monotonic()
+    finally:
+        code, log = daemon.stop(signal.SIGTERM)
+    assert code == 0, log
+    assert time.monotonic() - started < 10  # the turn was ended, not waited for
+
+    contents = SessionStore(daemon.data_dir / "sessions").read(session_id)
+    assert contents.torn_bytes == 0
+    records = contents.records
+    prompts = [r for r in records if isinstance(r, MessageAppended)]
+    assert "stuck here" in str(prompts[0].message)
+    ended = [r for r in records if isinstance(r, TurnEnded)]
+    assert [e.outcome for e in ended] == ["cancelled"], records
+    assert isinstance(records[-1], StateChanged | TurnEnded), records[-1]
+
+    again = start_daemon(namespace, user_config(tmp_path, fake.url))
+    try:
+        assert session_id in read(namespace, "agent/list")
+        assert read(namespace, f"agent/{session_id}/state") in ("idle\n", "await\n")
+    finally:
+        code, log = again.stop()
+    assert code == 0, log
