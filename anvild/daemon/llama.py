@@ -95,7 +95,9 @@ LOCAL: Final = "local"
 SERVED_MODEL: Final = "smollm2-135m"
 """The model name the server answers to (`--alias`)."""
 CONTEXT: Final = 8192
-MAX_OUTPUT: Final = 2048
+MAX_OUTPUT: Final = 256
+"""Output tokens per response: SmolLM2-135M rarely stops on its own (it rambles up to any
+limit), and on two cores 2048 tokens took minutes; 256 keeps a short answer short."""
 HOST: Final = "127.0.0.1"
 SCRIPT: Final = Path(__file__).resolve().parents[2] / "scripts" / "llama-server"
 BUILD_COMMAND: Final = "make llama-server"

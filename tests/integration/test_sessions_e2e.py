@@ -22,10 +22,12 @@ from typing import Any
 
 import pytest
 
+from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths
 from anvild.store import MessageAppended, SessionStore, StateChanged, TurnEnded
-from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
+from tests.integration.test_daemon_cli import PROVIDER_KEYS, STARTUP_TIMEOUT, Anvild, isolated_env
 
 TURN_TIMEOUT = 30.0
+LLAMA_TIMEOUT = 240.0  # loading the model and answering on two slow cores
 
 
 class FakeServer:
@@ -82,12 +84,13 @@ def user_config(tmp_path: Path, url: str) -> Path:
 def anvilctl(
     namespace: Path, *args: str, stdin: str = "", cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    slow = "--timeout" in args
     return subprocess.run(
         [sys.executable, "-m", "anvilctl", *args],
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=TURN_TIMEOUT + STARTUP_TIMEOUT,
+        timeout=(LLAMA_TIMEOUT if slow else TURN_TIMEOUT) + STARTUP_TIMEOUT,
         env={**os.environ, "NAMESPACE": str(namespace)},
         cwd=cwd,
         check=False,
@@ -331,4 +334,41 @@ def test_sigterm_during_a_turn_leaves_every_record_on_disk(
         assert read(namespace, f"agent/{session_id}/state") in ("idle\n", "await\n")
     finally:
         code, log = again.stop()
+    assert code == 0, log
+
+
+@pytest.mark.slow
+def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Path) -> None:
+    """No provider configured, no key in the environment: the default model is the real
+    llama-server with SmolLM2-135M, and a session created while it loads waits for it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
+    try:
+        paths = LlamaPaths.find(env)
+    except LlamaNotBuilt as exc:
+        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    assert not set(PROVIDER_KEYS) & set(isolated_env(namespace.parent))  # no key: the default
+    daemon = Anvild(
+        namespace,
+        env={
+            "ANVIL_LLAMA_SERVER": str(paths.server),
+            "ANVIL_LLAMA_MODEL": str(paths.model),
+            "ANVIL_LLAMA_TEMPLATE": str(paths.template),
+        },
+    )
+    try:
+        assert daemon.wait_serving().endswith("; default model: local llama-server\n")
+        assert ok(anvilctl(namespace, "models")).split() == [
+            "local", "local", "smollm2-135m", "8192", "yes"
+        ]  # fmt: skip
+        session_id = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+        assert read(namespace, f"agent/{session_id}/model").strip() == "local"
+        ok(anvilctl(namespace, "send", session_id, "-", stdin="hi\n"))
+        waited = anvilctl(namespace, "wait", session_id, "--timeout", str(LLAMA_TIMEOUT))
+        assert ok(waited) == "await\n", read(namespace, f"agent/{session_id}/out")
+        answer = ok(anvilctl(namespace, "out", session_id))
+        assert answer.strip(), answer
+    finally:
+        code, log = daemon.stop()
     assert code == 0, log
