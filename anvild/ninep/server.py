@@ -144,6 +144,8 @@ _RECEIVE_SIZE = 65536
 _SEND_AT = 1 << 18
 # Receives that found data at once in a row before the receive loop yields to other tasks.
 _FAIRNESS_STREAK = 16
+# Frames of one received batch answered inline before the receive loop yields to other tasks.
+_FAIRNESS_FRAMES = 128
 
 RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
 AttachCheck: TypeAlias = Callable[[AttachRequest], Awaitable[None] | None]
@@ -467,10 +469,15 @@ class _Connection:
                 return
             reader.feed(data)
             try:
+                frames = 0
                 while (frame := reader.next_frame()) is not None:
                     await self._dispatch(frame)
+                    frames += 1
                     if self._out_bytes >= _SEND_AT:
                         await self._send_queued(wait=True)
+                    elif frames % _FAIRNESS_FRAMES == 0:
+                        # 64 KiB of tiny inline requests must not stall the other connections.
+                        await trio.lowlevel.checkpoint()
             except ProtocolError as exc:
                 log.warning("9p %s: closing the connection: %s", self.peer, exc)
                 await self._send_queued(wait=True)

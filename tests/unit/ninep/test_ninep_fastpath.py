@@ -123,3 +123,17 @@ async def test_pipelined_large_reads_survive_a_small_send_buffer() -> None:
         got = sorted([await c.receive() for _ in offsets], key=lambda r: r.tag)  # tasks: any order
         assert [r.tag for r in got] == list(range(len(offsets)))
         assert b"".join(r.data for r in got if isinstance(r, m.Rread)) == data
+
+
+async def test_a_large_pipelined_batch_is_answered_in_order() -> None:
+    version = MemFile("version", b"v\n", mode=0o444)
+    async with over_socket(MemDir("/", [version])) as (c, server):
+        # More frames in one write than the receive loop answers before it yields.
+        await c.send_raw(b"".join(m.encode(m.Tstat(i, 0), P) for i in range(600)))
+        tags = []
+        for _ in range(600):
+            reply = await c.receive()
+            assert isinstance(reply, m.Rstat)
+            tags.append(reply.tag)
+        assert tags == list(range(600))
+        assert server.statistics().requests_in_flight == 0
