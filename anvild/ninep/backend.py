@@ -18,6 +18,11 @@ node. A tree implements only what is specific to each file:
 * `Handle.read(offset, count)` returns at most `count` bytes (b"" is end of file). It may block
   until data exists; it must then be a trio checkpoint, because Tflush cancels the request's
   cancel scope (flush(5)): the cancelled read's reply is never sent.
+* Blocking is declared, not guessed: `Node.open_blocks` and `Handle.read_blocks`/`write_blocks`/
+  `clunk_blocks` default to True (the call runs in a task of its own, which Tflush can cancel).
+  A node or handle whose call completes at once sets its flag to False and the server answers
+  that request inline in the connection's receive loop, several times cheaper. `walk` and `list`
+  are always inline: they are lookups and must never wait for another request.
 * `Handle.write(offset, data)` returns how many bytes it took. The server never forwards a
   non-empty write that was answered with 0 (plan9port's `9p` would loop forever on
   `Rwrite count=0`): it turns that into an error. Empty writes are forwarded (the empty-stdin
