@@ -26,10 +26,13 @@ from typing import Final
 
 import attrs
 import httpx
+import structlog
 import trio
 
 from anvild.llm.errors import HttpError, TransportError
 from anvild.llm.sse import SseDecoder, SseEvent
+
+log = structlog.get_logger(__name__)
 
 MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 # Reading the rest of an abandoned body (SseStream.aclose): how long, and how much, at most.
@@ -166,6 +169,21 @@ class SseStream:
         return self._ready.popleft()
 
 
+async def _send(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """`client.send`, once more on a fresh connection when a pooled keep-alive connection turns
+    out to have been closed by the server: httpcore then reports "Server disconnected without
+    sending a response" before any byte of a response, so the request was never answered (the
+    race every HTTP client with a pool has; local servers such as llama-server close idle
+    connections eagerly). Any other failure, and a second disconnect, is raised."""
+    try:
+        return await client.send(request, stream=True)
+    except httpx.RemoteProtocolError as exc:
+        if "without sending a response" not in str(exc):
+            raise
+        log.debug("stale keep-alive connection; resending once", host=request.url.host)
+        return await client.send(request, stream=True)
+
+
 @asynccontextmanager
 async def open_event_stream(
     client: httpx.AsyncClient,
@@ -177,7 +195,7 @@ async def open_event_stream(
     """Send `request`, check its status, and yield its body as SSE events."""
     try:
         with trio.fail_after(timeouts.request):
-            response = await client.send(request, stream=True)
+            response = await _send(client, request)
     except trio.TooSlowError:
         raise TransportError(
             f"no response from {request.url.host} within {timeouts.request:g} s",

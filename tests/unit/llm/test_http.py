@@ -166,3 +166,45 @@ def test_parse_retry_after_http_date() -> None:
     assert parse_retry_after(date, now=now) == pytest.approx(5.0)
     past = email.utils.formatdate(now - 60, usegmt=True)
     assert parse_retry_after(past, now=now) == 0.0
+
+
+async def test_a_stale_keep_alive_connection_is_resent_once() -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise httpx.RemoteProtocolError(
+                "Server disconnected without sending a response.", request=request
+            )
+        return httpx.Response(200, content=b"data: fresh\n\n")
+
+    async with mock_client(httpx.MockTransport(handler)) as client:
+        request = client.build_request("POST", "http://provider.test/x")
+        async with open_event_stream(client, request) as events:
+            got = [event async for event in events]
+    assert got == [SseEvent("message", "fresh")]
+    assert calls == 2
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Server disconnected without sending a response.", "peer closed connection mid-body"],
+)
+async def test_other_protocol_errors_and_a_second_disconnect_are_not_retried(
+    message: str,
+) -> None:
+    calls = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        raise httpx.RemoteProtocolError(message, request=request)
+
+    async with mock_client(httpx.MockTransport(handler)) as client:
+        request = client.build_request("POST", "http://provider.test/x")
+        with pytest.raises(TransportError, match="RemoteProtocolError"):
+            async with open_event_stream(client, request):
+                pass
+    assert calls == (2 if "without sending" in message else 1)
