@@ -1,7 +1,7 @@
 """The seccomp program every sandboxed command runs under, as classic BPF for `bwrap --seccomp FD`.
 
 What it is for. bubblewrap's namespaces do not cover everything a command can reach (measured in
-../shared/SANDBOX-ESCAPES.md): `socket(AF_VSOCK)` works inside `--unshare-net` and, on a VM, is a
+docs/sandbox-escapes.md): `socket(AF_VSOCK)` works inside `--unshare-net` and, on a VM, is a
 path to the host; netlink talks to the kernel's routing, audit and uevent machinery; AF_PACKET
 reads and forges raw frames; io_uring is a second system-call interface that a filter on
 `socket`/`connect` does not see and has been a rich source of kernel bugs. The filter denies:

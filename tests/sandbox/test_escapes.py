@@ -1,4 +1,4 @@
-"""Every case of ../shared/SANDBOX-ESCAPES.md against the real sandbox, through the privilege drop.
+"""Every case of docs/sandbox-escapes.md against the real sandbox, through the privilege drop.
 
 The attacks run as one script per role (fast: one sandbox each), each line reporting whether the
 attempt succeeded; the host is then inspected for what a write may have changed. The same script
