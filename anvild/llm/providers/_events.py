@@ -1,4 +1,4 @@
-"""The event iterator every adapter's Provider yields: SSE events in, StreamEvents out.
+"""The provider glue every adapter shares: `SseProvider` and the event iterator it yields.
 
 Each adapter's sans-IO `StreamState` turns one SSE event into zero or more StreamEvents and may
 emit more when the body ends (`on_end`). `ProviderEvents` drives it from an SSE stream and stops
@@ -10,12 +10,19 @@ provider's context manager early never leaves a generator to be finalised later.
 
 from __future__ import annotations
 
+import abc
 from collections import deque
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Protocol
 
+import httpx
+
+from anvild.llm.capabilities import Capabilities
+from anvild.llm.http import Timeouts, open_event_stream
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import Finish, StreamEvent
+from anvild.llm.types import ChatRequest
 
 
 class WireState(Protocol):
@@ -52,3 +59,44 @@ class ProviderEvents:
             self._done = True
             self._ready.clear()
         return event
+
+
+class SseProvider(abc.ABC):
+    """The HTTP glue every adapter shares: it holds the client, the endpoint and the settings,
+    and `stream` sends the adapter's request and yields `ProviderEvents` over its SSE body.
+    An adapter supplies only what differs: `build_request` (URL, headers, body) and
+    `new_state` (its sans-IO StreamState)."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        endpoint: str,
+        api_key: str | None,
+        name: str,
+        capabilities: Capabilities,
+        timeouts: Timeouts,
+    ) -> None:
+        self._client = client
+        self._endpoint = endpoint
+        self._api_key = api_key
+        self._name = name
+        self.capabilities = capabilities
+        self._timeouts = timeouts
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @abc.abstractmethod
+    def build_request(self, request: ChatRequest) -> httpx.Request:
+        """The adapter's HTTP request for one sample."""
+
+    @abc.abstractmethod
+    def new_state(self) -> WireState:
+        """A fresh stream state machine for one response."""
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+        http_request = self.build_request(request)
+        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+            yield ProviderEvents(sse, self.new_state())

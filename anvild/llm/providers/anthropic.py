@@ -64,16 +64,15 @@ truncated, and `on_end` raises UnexpectedEof.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
 
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import Timeouts, open_event_stream
-from anvild.llm.providers._events import ProviderEvents
+from anvild.llm.http import Timeouts
+from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     BlockMeta,
@@ -463,7 +462,7 @@ def messages_url(base_url: str) -> str:
     return f"{base}/messages" if base.endswith("/v1") else f"{base}/v1/messages"
 
 
-class AnthropicProvider:
+class AnthropicProvider(SseProvider):
     """A Provider for the Anthropic Messages API and servers that speak it."""
 
     def __init__(
@@ -475,16 +474,7 @@ class AnthropicProvider:
         capabilities: Capabilities = ANTHROPIC,
         timeouts: Timeouts = _DEFAULT_TIMEOUTS,
     ) -> None:
-        self._client = client
-        self._url = messages_url(base_url)
-        self._api_key = api_key
-        self._name = name
-        self.capabilities = capabilities
-        self._timeouts = timeouts
-
-    @property
-    def name(self) -> str:
-        return self._name
+        super().__init__(client, messages_url(base_url), api_key, name, capabilities, timeouts)
 
     def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {
@@ -495,11 +485,8 @@ class AnthropicProvider:
         if self._api_key:
             headers["x-api-key"] = self._api_key
         return self._client.build_request(
-            "POST", self._url, headers=headers, json=to_wire(request, self.capabilities)
+            "POST", self._endpoint, headers=headers, json=to_wire(request, self.capabilities)
         )
 
-    @asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
-        http_request = self.build_request(request)
-        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield ProviderEvents(sse, StreamState())
+    def new_state(self) -> StreamState:
+        return StreamState()

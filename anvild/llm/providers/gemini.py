@@ -63,8 +63,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
@@ -72,8 +71,8 @@ import httpx
 
 from anvild.llm.capabilities import Capabilities, Replay, SchemaDialect
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import Timeouts, open_event_stream
-from anvild.llm.providers._events import ProviderEvents
+from anvild.llm.http import Timeouts
+from anvild.llm.providers._events import SseProvider
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
@@ -596,7 +595,7 @@ def _usage(metadata: dict[str, Any]) -> Usage | None:
 # -- HTTP glue --------------------------------------------------------------------------------
 
 
-class GeminiProvider:
+class GeminiProvider(SseProvider):
     """The Gemini API (generativelanguage.googleapis.com/v1beta) or a compatible endpoint."""
 
     def __init__(
@@ -608,32 +607,25 @@ class GeminiProvider:
         capabilities: Capabilities,
         timeouts: Timeouts | None = None,
     ) -> None:
-        self._client = client
-        self._base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self._name = name
-        self._capabilities = capabilities
-        self._timeouts = timeouts or Timeouts()
-
-    @property
-    def name(self) -> str:
-        return self._name
+        super().__init__(
+            client, base_url.rstrip("/"), api_key, name, capabilities, timeouts or Timeouts()
+        )
 
     def url(self, model: str) -> str:
         model = model.removeprefix("models/")
-        return f"{self._base_url}/models/{model}:streamGenerateContent"
+        return f"{self._endpoint}/models/{model}:streamGenerateContent"
 
-    @asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["x-goog-api-key"] = self._api_key
-        http_request = self._client.build_request(
+        return self._client.build_request(
             "POST",
             self.url(request.model),
             params={"alt": "sse"},
-            json=to_wire(request, self._capabilities),
+            json=to_wire(request, self.capabilities),
             headers=headers,
         )
-        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield ProviderEvents(sse, StreamState())
+
+    def new_state(self) -> StreamState:
+        return StreamState()

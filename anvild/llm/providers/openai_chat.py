@@ -54,8 +54,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -63,8 +62,8 @@ import httpx
 
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import Timeouts, open_event_stream
-from anvild.llm.providers._events import ProviderEvents
+from anvild.llm.http import Timeouts
+from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     Finish,
@@ -422,7 +421,7 @@ def completions_url(base_url: str) -> str:
     return f"{base_url.rstrip('/')}/chat/completions"
 
 
-class OpenAiChatProvider:
+class OpenAiChatProvider(SseProvider):
     """A Provider for Chat Completions servers. Without an API key no Authorization header is
     sent (local Ollama and llama-server need none)."""
 
@@ -435,27 +434,15 @@ class OpenAiChatProvider:
         capabilities: Capabilities = OPENAI_CHAT_COMPAT,
         timeouts: Timeouts = _DEFAULT_TIMEOUTS,
     ) -> None:
-        self._client = client
-        self._url = completions_url(base_url)
-        self._api_key = api_key
-        self._name = name
-        self.capabilities = capabilities
-        self._timeouts = timeouts
-
-    @property
-    def name(self) -> str:
-        return self._name
+        super().__init__(client, completions_url(base_url), api_key, name, capabilities, timeouts)
 
     def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         return self._client.build_request(
-            "POST", self._url, headers=headers, json=to_wire(request, self.capabilities)
+            "POST", self._endpoint, headers=headers, json=to_wire(request, self.capabilities)
         )
 
-    @asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
-        http_request = self.build_request(request)
-        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield ProviderEvents(sse, StreamState())
+    def new_state(self) -> StreamState:
+        return StreamState()

@@ -53,8 +53,6 @@ deadline), and the state machine ignores anything after it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -62,8 +60,8 @@ import httpx
 
 from anvild.llm.capabilities import Capabilities, Replay
 from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
-from anvild.llm.http import Timeouts, open_event_stream
-from anvild.llm.providers._events import ProviderEvents
+from anvild.llm.http import Timeouts
+from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
     BlockMeta,
@@ -505,7 +503,7 @@ def _api_error(error: object, default_kind: str, default_message: str) -> ApiErr
 # -- HTTP glue --------------------------------------------------------------------------------
 
 
-class OpenAIResponsesProvider:
+class OpenAIResponsesProvider(SseProvider):
     """A Responses endpoint: OpenAI's, or a compatible server's (llama.cpp, vLLM, ...)."""
 
     def __init__(
@@ -517,24 +515,16 @@ class OpenAIResponsesProvider:
         capabilities: Capabilities,
         timeouts: Timeouts | None = None,
     ) -> None:
-        self._client = client
-        self._url = base_url.rstrip("/") + "/responses"
-        self._api_key = api_key
-        self._name = name
-        self._capabilities = capabilities
-        self._timeouts = timeouts or Timeouts()
+        endpoint = base_url.rstrip("/") + "/responses"
+        super().__init__(client, endpoint, api_key, name, capabilities, timeouts or Timeouts())
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
+    def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        http_request = self._client.build_request(
-            "POST", self._url, json=to_wire(request, self._capabilities), headers=headers
+        return self._client.build_request(
+            "POST", self._endpoint, json=to_wire(request, self.capabilities), headers=headers
         )
-        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
-            yield ProviderEvents(sse, StreamState())
+
+    def new_state(self) -> StreamState:
+        return StreamState()
