@@ -83,7 +83,7 @@ from anvild.session.errors import (
     SessionNotFound,
     SessionRefused,
 )
-from anvild.session.manager import NewSession, SessionManager, default_tools
+from anvild.session.manager import NewSession, SessionManager, chain_tools, default_tools
 from anvild.session.session import Session, SessionSettings, ToolSetup
 from anvild.session.state import TRANSITIONS, SessionStatus
 from anvild.session.stream import BroadcastLimits, LineBroadcast, LineReader
@@ -105,5 +105,6 @@ __all__ = [
     "SessionSettings",
     "SessionStatus",
     "ToolSetup",
+    "chain_tools",
     "default_tools",
 ]

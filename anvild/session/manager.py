@@ -175,6 +175,17 @@ def default_tools(setup: ToolSetup) -> list[Tool]:
     ]
 
 
+def chain_tools(*factories: ToolsFactory) -> ToolsFactory:
+    """One tools factory from several: the daemon adds the coordination tools (mail, beads, the
+    conductor's) after `default_tools`. Each factory sees the same `ToolSetup` and may return
+    nothing for a session it does not serve (e.g. a role without those tools)."""
+
+    def build(setup: ToolSetup) -> list[Tool]:
+        return [tool for factory in factories for tool in factory(setup)]
+
+    return build
+
+
 def _new_id() -> str:
     return secrets.token_hex(4)
 
@@ -500,5 +511,6 @@ __all__ = [
     "ManagerStatistics",
     "NewSession",
     "SessionManager",
+    "chain_tools",
     "default_tools",
 ]

@@ -151,13 +151,16 @@ class SessionSettings:
 
 @attrs.frozen
 class ToolSetup:
-    """What a tool set is built for: one session's cwd, role, sandbox policy and sandbox role."""
+    """What a tool set is built for: one session's cwd, role, sandbox policy and sandbox role,
+    and the session's id (`session_id`), which tools acting on the session's behalf (mail,
+    beads, the conductor's) are bound to: the identity is the daemon's, never the model's."""
 
     cwd: Path
     role: str
     sandbox: SandboxPolicy
     sandbox_role: SandboxRole
     sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
+    session_id: str = attrs.field(kw_only=True)
 
 
 ToolsFactory = Callable[[ToolSetup], Iterable[Tool]]
@@ -968,7 +971,14 @@ class Session:
         context = ToolContext(cwd=cwd, files=files, sandbox=policy)
         tools = _RecordingRegistry(
             self._services.tools(
-                ToolSetup(cwd, self.role, policy, sandbox_role, settings.sandbox_settings)
+                ToolSetup(
+                    cwd,
+                    self.role,
+                    policy,
+                    sandbox_role,
+                    settings.sandbox_settings,
+                    session_id=self.id,
+                )
             ),
             self,
         )

@@ -121,7 +121,7 @@ def test_the_default_tool_set_runs_bash_under_the_roles_sandbox(tmp_path: Path) 
     from anvild.session.session import ToolSetup
 
     role = roles.sandbox_role("reviewer", user_dir=tmp_path)
-    tools = default_tools(ToolSetup(tmp_path, "reviewer", ReadOnly(), role))
+    tools = default_tools(ToolSetup(tmp_path, "reviewer", ReadOnly(), role, session_id="s1"))
     assert sorted(t.name for t in tools) == [
         "bash",
         "edit_file",
@@ -135,3 +135,23 @@ def test_the_default_tool_set_runs_bash_under_the_roles_sandbox(tmp_path: Path) 
     wrapper = bash._wrapper_for(ReadOnly())  # type: ignore[attr-defined]
     assert isinstance(wrapper, SandboxWrapper)
     assert wrapper.sandbox.role.name == "reviewer"
+
+
+def test_chain_tools_joins_factories_in_order(tmp_path: Path) -> None:
+    from anvild.agent.tools.base import Tool
+    from anvild.sandbox import ReadOnly
+    from anvild.session import chain_tools, default_tools
+    from anvild.session.session import ToolSetup
+
+    role = roles.sandbox_role("reviewer", user_dir=tmp_path)
+    setup = ToolSetup(tmp_path, "reviewer", ReadOnly(), role, session_id="s1")
+    seen: list[str] = []
+
+    def extra(given: ToolSetup) -> list[Tool]:
+        seen.append(given.session_id)
+        return [default_tools(given)[0]]
+
+    names = [tool.name for tool in chain_tools(default_tools, extra)(setup)]
+    first = default_tools(setup)[0].name
+    assert names == [*(tool.name for tool in default_tools(setup)), first]
+    assert seen == ["s1"]
