@@ -1,4 +1,4 @@
-"""`anvilctl new|send|wait|out|models`: the session commands, each a few 9P file operations.
+"""`anvilctl new|send|wait|out|models|sessions`: the session commands over 9P files.
 
     anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
                                                                           [ephemeral]
@@ -6,6 +6,7 @@
     anvilctl [...] wait ID [--timeout T]
     anvilctl [...] out ID
     anvilctl [...] models
+    anvilctl [...] sessions [--all]
 
 What each does on the `agent/` tree (DESIGN section 4):
 
@@ -18,6 +19,11 @@ What each does on the `agent/` tree (DESIGN section 4):
   gives up after T seconds and exits 1.
 - `out` reads `agent/ID/out`, the last answer; reading it to the end moves `await` to `idle`.
 - `models` reads `agent/models`: alias, provider, model, window, whether its key is present.
+- `sessions` reads `agent/list` and keeps the sessions whose cwd is the current directory (all
+  of them with `--all`); for each it reads `agent/ID/created` and `agent/ID/first_prompt`, all
+  on one connection, and prints a table: id, alias, state, role, model, age (`42s`, `3m`, `2h`,
+  `5d`), with `--all` the cwd, and the first prompt's first line, cut to fit. A session that
+  ends between the listing and its reads is left out.
 
 Paths follow the 9P commands' rules (`anvilctl.ninep_cli`): without `-a` the service `agent` in
 the namespace directory; with `-a ADDRESS` the files at the root of that server (`-A`: the
@@ -29,16 +35,26 @@ Only the 9P client is imported (these commands run in scripts' loops, like the 9
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
+import shutil
 import sys
-from typing import BinaryIO
+from collections.abc import Sequence
+from typing import BinaryIO, NamedTuple
 
-from anvilctl.ninep_client import CFid, Client, ClientError, dial, service_address
+from anvilctl.ninep_client import (
+    CFid,
+    Client,
+    ClientError,
+    ServerError,
+    dial,
+    service_address,
+)
 from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
 
 __all__ = ["COMMANDS", "add_subcommands", "run"]
 
-COMMANDS = ("new", "send", "wait", "out", "models")
+COMMANDS = ("new", "send", "wait", "out", "models", "sessions")
 SERVICE = "agent"
 _CHUNK = 8192
 
@@ -124,6 +140,110 @@ def _read_file(args: argparse.Namespace, path: str, out: BinaryIO) -> None:
         fid.clunk()  # after a read to the end: `out` moves await to idle
 
 
+class SessionRow(NamedTuple):
+    """One session as `anvilctl sessions` shows it (`created` is None if it could not be read)."""
+
+    id: str
+    alias: str
+    state: str
+    role: str
+    model: str
+    cwd: str
+    created: dt.datetime | None
+    first_prompt: str
+
+
+def age_text(seconds: float) -> str:
+    """A short age: `42s`, `3m`, `2h`, `5d` (whole units, rounded down; never negative)."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def parse_created(text: str) -> dt.datetime | None:
+    """The `created` file (RFC 3339 UTC), or None when it is not one."""
+    try:
+        stamp = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def format_sessions(
+    rows: Sequence[SessionRow], now: dt.datetime, *, show_cwd: bool = False, width: int = 100
+) -> str:
+    """The `anvilctl sessions` table: a header, then one aligned line per session; the prompt
+    column takes what is left of `width` (at least 20 characters)."""
+    header = ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "AGE", *(["CWD"] if show_cwd else [])]
+    table = [header]
+    for row in rows:
+        age = "-" if row.created is None else age_text((now - row.created).total_seconds())
+        cells = [row.id, row.alias, row.state, row.role, row.model, age]
+        table.append([*cells, *([row.cwd] if show_cwd else [])])
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    used = sum(widths) + 2 * len(widths)
+    room = max(20, width - used)
+    prompts = ["PROMPT", *(_cut(row.first_prompt, room) for row in rows)]
+    lines = []
+    for cells, prompt in zip(table, prompts, strict=True):
+        padded = "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True))
+        lines.append(f"{padded}  {prompt}".rstrip() + "\n")
+    return "".join(lines)
+
+
+def _read_path(client: Client, root: CFid, path: str, *, whole: bool = True) -> str:
+    """Walk, open, read, clunk. With `whole=False` one read only: enough for the per-session
+    files `anvilctl sessions` reads (under a kilobyte), and one round trip fewer."""
+    fid = client.open(root, path, OREAD)
+    try:
+        data = _read_all(fid) if whole else fid.read(_CHUNK)
+    finally:
+        fid.clunk()
+    return data.decode(errors="replace")
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _sessions(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> None:
+    here = os.getcwd()
+    address = args.address or service_address(SERVICE)
+    with Client(dial(address)) as client:
+        root = client.mount(aname=args.aname, auth=not args.noauth)
+        listing = _read_path(client, root, "list")
+        rows = []
+        for line in listing.splitlines():
+            fields = [("" if f == "-" else f) for f in line.split("\t")]
+            if len(fields) < 6 or not fields[0]:
+                continue
+            sid, alias, state, role, model, cwd = fields[:6]
+            if not args.all and not _same_dir(cwd, here):
+                continue
+            try:
+                created = parse_created(_read_path(client, root, f"{sid}/created", whole=False))
+                first = _read_path(client, root, f"{sid}/first_prompt", whole=False).strip()
+            except ServerError:
+                continue  # it ended since the listing
+            first = "" if first == "-" else first
+            rows.append(
+                SessionRow(sid, alias or "-", state, role, model, cwd, created, first or "-")
+            )
+    if not rows:
+        where = "the daemon" if args.all else here
+        err.write(f"no sessions in {where}; `anvilctl sessions --all` lists every one\n".encode())
+        return
+    width = shutil.get_terminal_size().columns if out.isatty() else 100
+    now = dt.datetime.now(dt.UTC)
+    out.write(format_sessions(rows, now, show_cwd=args.all, width=width).encode())
+
+
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("new", help="start a session; prints its id")
     p.add_argument(
@@ -142,6 +262,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = sub.add_parser("out", help="print a session's last answer")
     p.add_argument("id", metavar="ID", help="the session's id or alias")
     sub.add_parser("models", help="list the models sessions can use")
+    p = sub.add_parser("sessions", help="list this directory's sessions (first prompt, age)")
+    p.add_argument("--all", action="store_true", help="every session, whatever its cwd")
 
 
 def run(
@@ -155,7 +277,7 @@ def run(
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
-    what = args.command if args.command in ("new", "models") else f"{args.command} {args.id}"
+    what = args.command if not hasattr(args, "id") else f"{args.command} {args.id}"
     try:
         if args.command == "new":
             _new(args, stdout)
@@ -167,6 +289,8 @@ def run(
             _read_file(args, f"{args.id}/out", stdout)
         elif args.command == "models":
             _read_file(args, "models", stdout)
+        elif args.command == "sessions":
+            _sessions(args, stdout, stderr)
         else:  # pragma: no cover - argparse restricts the choices
             raise AssertionError(args.command)
     except ClientError as exc:

@@ -7,7 +7,7 @@
       roles/     one file per role: its prompt text (the user's override if any)
       <id>/      one directory per live session, also reachable as agent/<alias>/:
                  ctl in out wait queue state usage cost approval role context alias model cwd
-                 sandbox log events todos
+                 sandbox created first_prompt log events todos
 
 Theory of operation
 -------------------
@@ -36,6 +36,12 @@ Four files need handles of their own:
   `always`, `reject REASON`), each line handed to the session, failing the write on refusal.
 - `log` and `events`: a `LineReader` per open (`anvild.session.stream`), closed at clunk, which
   also releases a read still waiting.
+
+Two read-only files exist for listings such as `anvilctl sessions` (they are not in `list`,
+whose format scripts parse): `created`, when the session was created, RFC 3339 in UTC to the
+second (`2026-11-30T21:12:33Z`), and `first_prompt`, the first line of the session's first
+prompt (at most 200 characters; `-` before any prompt has run). Both come from the session's
+records (`SessionStarted.created_at` and the first user message), so they survive a restart.
 
 Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models` and `roles/` to the
 root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
@@ -100,6 +106,8 @@ SESSION_FILES = (
     "model",
     "cwd",
     "sandbox",
+    "created",
+    "first_prompt",
     "log",
     "events",
     "todos",
@@ -366,6 +374,8 @@ def _session_directory(session: Session) -> Directory:
         SnapshotFile("model", lambda: _line(s.model)),
         SnapshotFile("cwd", lambda: _line(s.cwd)),
         SnapshotFile("sandbox", lambda: _line(s.sandbox)),
+        SnapshotFile("created", lambda: _line(s.created)),
+        SnapshotFile("first_prompt", lambda: _line(s.first_prompt)),
         _ReaderFile("log", s.log.open_reader),
         _ReaderFile("events", s.events.open_reader),
         SnapshotFile("todos", s.todos_text),

@@ -63,6 +63,9 @@ For a Session `s`:
   role      read `s.role`; write `s.set_role(name)` (refused after the first prompt).
   context   read `s.context`; write (body, at clunk) `s.set_context(text)`: from the next turn.
   alias, model, cwd, sandbox   `s.alias` (None -> "-"), `s.model`, `s.cwd`, `s.sandbox`.
+  created   `s.created`: the creation time, RFC 3339 UTC to the second (`2026-11-30T21:12:33Z`).
+  first_prompt  `s.first_prompt`: the first line of the first prompt, at most 200 characters
+            ("" -> "-" before any prompt has run). Both from the records: they survive restarts.
   log       `s.log.open_reader()`: USER:/ASSISTANT:/TOOL:/RESULT:/ERROR:/STATE:/NOTE: lines.
   events    `s.events.open_reader()`: stream-json agent events (`anvild.agent.events`).
   todos     `s.todos_text()` (`<status>\t<content>` per item).

@@ -33,6 +33,7 @@ Theory of operation.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -365,6 +366,16 @@ class Session:
     @property
     def sandbox(self) -> str:
         return self._journal.state.sandbox
+
+    @property
+    def created(self) -> str:
+        """When the session was created: RFC 3339 in UTC, to the second (`2026-11-30T21:12:33Z`)."""
+        return self._journal.state.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def first_prompt(self) -> str:
+        """The first line of the session's first prompt (at most 200 characters), or ""."""
+        return _first_line(self._journal.state.first_prompt or "")
 
     @property
     def ephemeral(self) -> bool:
