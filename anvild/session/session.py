@@ -16,9 +16,10 @@ Theory of operation.
   transcript is diffed into records on every agent event (`message_records`), a call's
   `ToolStarted` is synced before the tool runs and its `ToolFinished` after (the registry is
   wrapped), and usage, todos, turn ends, prompts, approvals, context and role changes each have
-  their record. So the journal's state equals the live session after every event. A failed
-  write (disk full) moves the session to `error` and cancels its turn; nothing else stops. A
-  tool whose start could not be recorded is not run.
+  their record (an `always` answer records what it added to the permissions, and a restored
+  session's policy starts with it). So the journal's state equals the live session after every
+  event. A failed write (disk full) moves the session to `error` and cancels its turn; nothing
+  else stops. A tool whose start could not be recorded is not run.
 - Prompts. `submit` records the prompt as queued and returns its sequence number; the worker
   takes prompts in order, one turn each. `drop_queue` discards the waiting ones. `wait_handled`
   blocks until every prompt accepted up to a sequence number has been handled and the session
@@ -56,8 +57,8 @@ from anvild.agent.permissions.approval import (
     Unavailable,
 )
 from anvild.agent.permissions.gate import PermissionGate
-from anvild.agent.permissions.policy import Grants, Mode, Policy
-from anvild.agent.permissions.rules import RuleSet
+from anvild.agent.permissions.policy import Grants, Mode, Policy, Remember
+from anvild.agent.permissions.rules import Rule, RuleKind, RuleSet, RuleSyntaxError, parse_rule
 from anvild.agent.tools.base import Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.provider import Provider
@@ -88,6 +89,7 @@ from anvild.store import (
     Journal,
     ModelChanged,
     Note,
+    PermissionsRemembered,
     PromptDropped,
     PromptQueued,
     PromptTaken,
@@ -267,6 +269,18 @@ class _Approver:
         if session.status is S.AWAIT_APPROVAL:
             session._set_status(S.RUNNING)
         return answer
+
+
+def _parse_remembered(session_id: str, texts: Iterable[str]) -> tuple[Rule, ...]:
+    """The recorded `always` rules as allow rules; one that no longer parses is left out (it
+    can only ask again, never allow more)."""
+    rules = []
+    for text in texts:
+        try:
+            rules.append(parse_rule(text, RuleKind.ALLOW))
+        except RuleSyntaxError as exc:
+            log.warning("session.remembered_rule_dropped", session=session_id, error=str(exc))
+    return tuple(rules)
 
 
 def _first_line(text: str, limit: int = PREVIEW_CHARS) -> str:
@@ -963,6 +977,19 @@ class Session:
         self._services.on_exit(self, reason, self.ephemeral and reason.startswith("ephemeral"))
         self._scope.cancel()
 
+    def _record_remembered(self, remember: Remember) -> None:
+        """An `always` answer: record what it added, so a daemon restart restores it."""
+        grants = remember.grants
+        self._append(
+            PermissionsRemembered(
+                rules=tuple(str(rule) for rule in remember.rules),
+                read_roots=tuple(str(path) for path in grants.read_roots),
+                write_roots=tuple(str(path) for path in grants.write_roots),
+                network=grants.network,
+                full_access=grants.full_access,
+            )
+        )
+
     def _load_layers(self, context: str) -> PromptLayers:
         settings = self._services.settings
         return PromptLayers(
@@ -993,16 +1020,27 @@ class Session:
             ),
             self,
         )
+        remembered = self._journal.state.remembered
         permission = Policy(
             workspace=PurePosixPath(cwd.resolve()),
             mode=settings.mode,
             rules=settings.rules,
-            grants=settings.grants,
+            session_rules=_parse_remembered(self.id, remembered.rules),
+            grants=settings.grants.plus(
+                Grants(
+                    remembered.network,
+                    remembered.full_access,
+                    remembered.read_roots,
+                    remembered.write_roots,
+                )
+            ),
             ceiling=ceiling,
             sandbox=policy,
             home=PurePosixPath(settings.home.resolve()),
         )
-        gate = PermissionGate(permission, _Approver(self), tools, context)
+        gate = PermissionGate(
+            permission, _Approver(self), tools, context, on_remember=self._record_remembered
+        )
         config = AgentConfig(
             model=self._target.model,
             system=self._layers.render(),

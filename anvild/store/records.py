@@ -10,8 +10,8 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
     Record = SessionStarted | MessageAppended | MessageExtended | ContextReplaced | ModelChanged
            | StateChanged | TodosChanged | ToolStarted | ToolFinished | UsageReported
            | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
-           | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered | Note
-           | SessionEnded
+           | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
+           | PermissionsRemembered | Note | SessionEnded
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
@@ -294,6 +294,23 @@ class ApprovalAnswered:
 
 
 @attrs.frozen
+class PermissionsRemembered:
+    """What an `always` answer added to the session's permissions, for the rest of the session
+    (a daemon restart included): allow rules as canonical rule strings
+    (`anvild.agent.permissions.rules`, e.g. `write_file(src/a.py)`), and escalation grants
+    (canonical absolute roots, network, full access). Written right after the
+    `ApprovalAnswered` with verdict `always` that caused it; the store only keeps the strings,
+    the supervisor parses them back into its policy."""
+
+    TAG: ClassVar[str] = "permissions_remembered"
+    rules: tuple[str, ...] = attrs.field(default=(), converter=_to_strs)
+    read_roots: tuple[str, ...] = attrs.field(default=(), converter=_to_strs)
+    write_roots: tuple[str, ...] = attrs.field(default=(), converter=_to_strs)
+    network: bool = False
+    full_access: bool = False
+
+
+@attrs.frozen
 class Note:
     """A human-readable line for the session's `log` (e.g. an unknown tool outcome)."""
 
@@ -329,6 +346,7 @@ Record: TypeAlias = (
     | PromptDropped
     | ApprovalRequested
     | ApprovalAnswered
+    | PermissionsRemembered
     | Note
     | SessionEnded
 )
@@ -353,6 +371,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     PromptDropped,
     ApprovalRequested,
     ApprovalAnswered,
+    PermissionsRemembered,
     Note,
     SessionEnded,
 )

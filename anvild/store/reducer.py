@@ -21,6 +21,8 @@ record is never written. The rules it enforces:
 - `ToolStarted` names a call (id and name) of the trailing assistant message, once;
   `ToolFinished` a started call, once. `ApprovalRequested` a call of that message not started
   yet, with no other request pending; `ApprovalAnswered` the pending one.
+- `PermissionsRemembered` adds to `remembered` (never removed: an `always` holds for the rest
+  of the session, across clear, restart and daemon restarts).
 - The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
   `PromptDropped` names queued prompts.
 
@@ -48,6 +50,7 @@ from anvild.store.records import (
     MessageExtended,
     ModelChanged,
     Note,
+    PermissionsRemembered,
     PromptDropped,
     PromptQueued,
     PromptTaken,
@@ -65,7 +68,14 @@ from anvild.store.records import (
     UsageReported,
     Verdict,
 )
-from anvild.store.state import PendingApproval, QueuedPrompt, SessionState, ToolRun, UsageBaseline
+from anvild.store.state import (
+    PendingApproval,
+    QueuedPrompt,
+    Remembered,
+    SessionState,
+    ToolRun,
+    UsageBaseline,
+)
 
 
 def replay(records: Iterable[Record]) -> SessionState:
@@ -168,6 +178,15 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             if verdict is Verdict.ALWAYS:
                 always = tuple(sorted({*always, state.approval.tool}))
             return attrs.evolve(state, approval=None, always_allowed=always)
+        case PermissionsRemembered(
+            rules=rules,
+            read_roots=reads,
+            write_roots=writes,
+            network=network,
+            full_access=full_access,
+        ):
+            added = Remembered(rules, reads, writes, network, full_access)
+            return attrs.evolve(state, remembered=state.remembered.plus(added))
         case Note(text=text):
             return attrs.evolve(state, notes=(*state.notes, text))
         case SessionEnded(reason=reason):

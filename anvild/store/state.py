@@ -55,6 +55,32 @@ class UsageBaseline:
 ZERO_USAGE = stream.Usage(0, 0, 0, 0)
 
 
+def _merged(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*old, *new)))
+
+
+@attrs.frozen
+class Remembered:
+    """Everything `always` answers added to the session's permissions (in the order given,
+    without repeats): allow rule strings and escalation grants. It outlives clear, restart and
+    daemon restarts: an `always` is "for the rest of this session"."""
+
+    rules: tuple[str, ...] = ()
+    read_roots: tuple[str, ...] = ()
+    write_roots: tuple[str, ...] = ()
+    network: bool = False
+    full_access: bool = False
+
+    def plus(self, other: Remembered) -> Remembered:
+        return Remembered(
+            _merged(self.rules, other.rules),
+            _merged(self.read_roots, other.read_roots),
+            _merged(self.write_roots, other.write_roots),
+            self.network or other.network,
+            self.full_access or other.full_access,
+        )
+
+
 @attrs.frozen
 class SessionState:
     """One session as its records built it.
@@ -85,6 +111,7 @@ class SessionState:
     queue: tuple[QueuedPrompt, ...] = ()
     approval: PendingApproval | None = None
     always_allowed: tuple[str, ...] = ()  # tools answered `always`, sorted
+    remembered: Remembered = Remembered()  # what those answers added (PermissionsRemembered)
     last_turn: TurnEnded | None = None
     first_prompt: str | None = None  # the first user text, for `anvilctl sessions`
     notes: tuple[str, ...] = ()

@@ -9,8 +9,10 @@ For each call, in order, before anything runs:
    a worker thread: it follows symlinks);
 3. `Policy.decide`: Allow and Deny are final;
 4. Ask goes to the `Approver`: once -> allow; always -> allow and remember the answer's rules
-   and grants in `gate.policy` for the rest of the session; reject -> deny with the person's
-   feedback; unavailable (headless, closed) -> deny with its reason. A cancelled wait raises.
+   and grants in `gate.policy` for the rest of the session (and hand them to `on_remember`, so
+   the session records them and restores them after a daemon restart); reject -> deny with the
+   person's feedback; unavailable (headless, closed) -> deny with its reason. A cancelled wait
+   raises.
 
 A denied call never runs: the loop answers the model with `Permission denied for TOOL: REASON`
 as an error result. `gate.policy` is public: a mode switch replaces it (`attrs.evolve`).
@@ -41,6 +43,7 @@ from anvild.agent.permissions.policy import (
     Deny,
     PermissionRequest,
     Policy,
+    Remember,
     resolve_request,
 )
 from anvild.agent.tools.base import ArgsValidator, Effects, InvalidArgs, Tool, ToolContext
@@ -59,12 +62,14 @@ class PermissionGate:
         context: ToolContext,
         *,
         on_decision: Callable[[ToolCall, Decision], None] | None = None,
+        on_remember: Callable[[Remember], None] | None = None,
     ) -> None:
         self.policy = policy
         self.approver = approver
         self.tools = tools
         self.context = context
         self._on_decision = on_decision
+        self._on_remember = on_remember
         self._validators: dict[str, ArgsValidator] = {}
 
     async def __call__(self, call: ToolCall) -> LoopAllow | LoopDeny:
@@ -130,6 +135,8 @@ class PermissionGate:
             case ApproveAlways():
                 if ask.remember:
                     self.policy = self.policy.remember(ask.remember)
+                    if self._on_remember is not None:
+                        self._on_remember(ask.remember)
                 return LoopAllow()
             case Reject(feedback=feedback) if feedback.strip():
                 return LoopDeny(f"the user rejected this call and said: {feedback.strip()}")

@@ -46,6 +46,7 @@ EXPECTED_TAGS = {
     "PromptDropped": "prompt_dropped",
     "ApprovalRequested": "approval_requested",
     "ApprovalAnswered": "approval_answered",
+    "PermissionsRemembered": "permissions_remembered",
     "Note": "note",
     "SessionEnded": "session_ended",
 }
