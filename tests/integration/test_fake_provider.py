@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 import trio
 
+from anvild.llm import stream
 from anvild.llm.errors import ApiError, HttpError
 from anvild.llm.providers.anthropic import AnthropicProvider
 from anvild.llm.providers.openai_chat import OpenAiChatProvider
@@ -96,6 +98,27 @@ async def test_max_tokens_and_reasoning(fake: FakeProvider) -> None:
     assert [c.id for c in called.tool_calls] == ["call_x"]
     reasoning = called.message.content[0]
     assert getattr(reasoning, "text", None) == "thinking about f"
+
+
+async def test_pieces_of_a_given_size_stamped_with_the_send_time(fake: FakeProvider) -> None:
+    text = "".join(f"@T@;{i:02d} " for i in range(5))
+    fake.add(Turn.reply(text, piece=7, stamp="@T@", chunk_delay=0.01))
+    before = time.monotonic_ns()
+    async with httpx.AsyncClient() as client:
+        chat = OpenAiChatProvider(client, f"{fake.url}/v1")
+        async with chat.stream(ask("m", "x")) as events:
+            deltas = [e.text async for e in events if isinstance(e, stream.TextDelta)]
+    after = time.monotonic_ns()
+    assert len(deltas) == 5  # piece=7: one "@T@;NN " per delta
+    stamps = []
+    for i, delta in enumerate(deltas):
+        sent, _, rest = delta.partition(";")
+        assert rest == f"{i:02d} "
+        stamps.append(int(sent))
+    assert before <= stamps[0] <= stamps[-1] <= after
+    assert stamps[-1] - stamps[0] >= 4 * 10_000_000  # each stamped as it was sent
+    with pytest.raises(ValueError, match="piece must be a positive integer"):
+        load_turns({"turns": [{"text": "x", "piece": 0}]})
 
 
 def test_script_json_round_trips_and_rejects_unknown_keys() -> None:

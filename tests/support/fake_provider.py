@@ -42,8 +42,15 @@ The JSON script format (`--script FILE`, `POST /_fake/turns`) mirrors `Turn`:
       {"contains": "Oslo", "reasoning": "hm", "text": "-3 °C", "usage": {"input": 9, "output": 4}},
       {"status": 529, "message": "Overloaded", "retry_after": 1},
       {"text": "half", "stream_error": {"kind": "overloaded_error", "message": "Overloaded"}},
-      {"text": "cut", "finish": "max_tokens", "chunk_delay": 0.05, "repeat": true}
+      {"text": "cut", "finish": "max_tokens", "chunk_delay": 0.05, "repeat": true},
+      {"text": "@T@;0001 @T@;0002 ", "piece": 9, "stamp": "@T@"}
     ]}
+
+`piece` is how many characters of text (and reasoning) each delta carries (default 8). `stamp`
+is a marker that the server replaces, in each SSE event just before it sends it, by its
+`time.monotonic_ns()`: a benchmark scripts text like the last turn above, one marker per
+delta, and a reader of the daemon's streams subtracts the embedded send time from the time it
+got the line (CLOCK_MONOTONIC is one clock for every process of the machine).
 
 Recording. Every request is kept (`requests`: method, path, query, lower-cased headers, parsed
 JSON body, protocol, model, and the turn it got); a subprocess serves them at
@@ -58,6 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -111,6 +119,8 @@ class Turn:
     stream_error: StreamFailure | None = None
     delay: float = 0.0  # seconds before the response headers
     chunk_delay: float = 0.0  # seconds between two SSE events
+    piece: int = 8  # characters of text (and reasoning) per delta
+    stamp: str = ""  # replaced by time.monotonic_ns() in each event as it is sent
     # Conditions.
     model: str | None = None
     contains: str | None = None
@@ -152,6 +162,8 @@ class Turn:
             values["usage"] = Usage(**values["usage"])
         if values.get("stream_error") is not None:
             values["stream_error"] = StreamFailure(**values["stream_error"])
+        if not isinstance(values.get("piece", 1), int) or values.get("piece", 1) < 1:
+            raise ValueError(f"piece must be a positive integer, got {values['piece']!r}")
         if values.get("finish") not in (None, *FINISHES):
             raise ValueError(f"finish must be one of {FINISHES}, got {values['finish']!r}")
         return cls(**values)
@@ -259,7 +271,7 @@ def classify(method: str, path: str) -> tuple[Protocol | None, str | None]:
 
 
 def _pieces(text: str, size: int = 8) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or []
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _halves(text: str) -> list[str]:
@@ -360,13 +372,13 @@ def _anthropic(a: _Answer) -> list[bytes]:
     if t.reasoning:
         block(
             {"type": "thinking", "thinking": "", "signature": ""},
-            [{"type": "thinking_delta", "thinking": p} for p in _pieces(t.reasoning)]
+            [{"type": "thinking_delta", "thinking": p} for p in _pieces(t.reasoning, t.piece)]
             + [{"type": "signature_delta", "signature": f"fake-signature-{a.number}"}],
         )
     if t.text:
         block(
             {"type": "text", "text": ""},
-            [{"type": "text_delta", "text": p} for p in _pieces(t.text)],
+            [{"type": "text_delta", "text": p} for p in _pieces(t.text, t.piece)],
         )
     for call_id, name, arguments in a.calls:
         block(
@@ -412,8 +424,8 @@ def _chat(a: _Answer) -> list[bytes]:
         return _sse({**base, "choices": [choice]})
 
     out = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"reasoning_content": p}) for p in _pieces(t.reasoning)]
-    out += [chunk({"content": p}) for p in _pieces(t.text)]
+    out += [chunk({"reasoning_content": p}) for p in _pieces(t.reasoning, t.piece)]
+    out += [chunk({"content": p}) for p in _pieces(t.text, t.piece)]
     for index, (call_id, name, arguments) in enumerate(a.calls):
         out.append(
             chunk(
@@ -476,7 +488,7 @@ def _responses(a: _Answer) -> list[bytes]:
             output_index=index,
             item={"id": item_id, "type": "reasoning", "summary": []},
         )
-        for piece in _pieces(t.reasoning):
+        for piece in _pieces(t.reasoning, t.piece):
             emit(
                 "response.reasoning_summary_text.delta",
                 item_id=item_id,
@@ -505,7 +517,7 @@ def _responses(a: _Answer) -> list[bytes]:
         part = {"type": "output_text", "text": "", "annotations": []}
         where = {"item_id": item_id, "output_index": index, "content_index": 0}
         emit("response.content_part.added", **where, part=part)
-        for piece in _pieces(t.text):
+        for piece in _pieces(t.text, t.piece):
             emit("response.output_text.delta", **where, delta=piece)
         emit("response.output_text.done", **where, text=t.text)
         emit("response.content_part.done", **where, part={**part, "text": t.text})
@@ -595,8 +607,8 @@ def _gemini(a: _Answer) -> list[bytes]:
             }
         return _sse(data, crlf=True)
 
-    out = [chunk([{"text": p, "thought": True}]) for p in _pieces(t.reasoning)]
-    out += [chunk([{"text": p}]) for p in _pieces(t.text)]
+    out = [chunk([{"text": p, "thought": True}]) for p in _pieces(t.reasoning, t.piece)]
+    out += [chunk([{"text": p}]) for p in _pieces(t.text, t.piece)]
     signature = {"thoughtSignature": f"fake-signature-{a.number}"} if t.reasoning else {}
     calls = [
         {
@@ -788,9 +800,12 @@ class FakeProvider:
             )
             or b""
         )
+        stamp = turn.stamp.encode()
         for index, event in enumerate(events):
             if index and turn.chunk_delay:
                 await trio.sleep(turn.chunk_delay)
+            if stamp:
+                event = event.replace(stamp, str(time.monotonic_ns()).encode())
             await stream.send_all(conn.send(h11.Data(data=event)) or b"")
         await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
 
