@@ -92,6 +92,7 @@ bench: setup
 	$(PY) bench/loop.py
 	$(PY) bench/grep.py
 	$(PY) bench/ninep.py
+	$(PY) bench/sessions.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis
