@@ -20,6 +20,8 @@ Theory of operation
   the current base URL. A server that failed or stopped fails the request with a
   non-retryable `TransportError` saying why and what to do, so the session ends its turn with
   that message in `out`;
+- the tools: `default_tools`, then `ConductorTools` (`anvild.daemon.conductor_tools`: only
+  sessions with role conductor get them; bound to the manager once it exists);
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -48,6 +50,7 @@ import trio
 from anvild.agent.permissions.rules import RuleSet
 from anvild.config import Config
 from anvild.daemon.app import Daemon
+from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import ModelLine, SessionTree, forward_events
@@ -58,7 +61,7 @@ from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.secrets import Redactor
-from anvild.session import SessionManager, SessionSettings
+from anvild.session import SessionManager, SessionSettings, chain_tools, default_tools
 from anvild.store import SessionStore
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
@@ -170,13 +173,16 @@ class Sessions:
             sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
             redact=redactor.redact if redactor else None,
         )
+        conductor = ConductorTools()
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
             registry.resolve,
             settings=settings,
+            tools=chain_tools(default_tools, conductor.tools),
             default_cwd=default_cwd,
             on_event=forward_events(root),
         )
+        conductor.bind(manager)
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines)
         tree.mount(root)

@@ -27,14 +27,17 @@ SCRIPTS = ROOT / "scripts"
 RC = Path("/usr/lib/plan9/bin/rc")
 SCRIPT_TIMEOUT = 120.0
 
-MODELS = ("fake", "dev", "rev", "res", "eng", "edi")
+MODELS = ("fake", "dev", "rev", "cond")
 
 
 def models_config(tmp_path: Path, url: str) -> Path:
-    """A user config with one alias per agent: alias `X` is model `X-model` on the fake server."""
+    """A user config with one alias per agent: alias `X` is model `X-model` on the fake server.
+    The conductor's tools that start and drive sessions are allowed without asking."""
     config = tmp_path / "config.toml"
     text = (
-        f'default_model = "fake"\n\n[providers.fake]\nkind = "openai-chat"\nbase_url = "{url}/v1"\n'
+        'default_model = "fake"\n\n[permissions]\n'
+        'allow = ["start_session", "send_prompt", "kill_session"]\n\n'
+        f'[providers.fake]\nkind = "openai-chat"\nbase_url = "{url}/v1"\n'
     )
     for alias in MODELS:
         text += (
@@ -297,3 +300,41 @@ def test_planning_feeds_each_stage_the_previous_answer(rig_factory: Any, tmp_pat
     assert "technical editor" in systems[2]
     assert (outdir / "research.md").read_text() == "FACTS: two modules.\n"
     assert rig.sessions() == []
+
+
+# -- the LLM conductor's tools -------------------------------------------------------------------
+
+
+def test_a_conductor_session_starts_and_drives_a_reviewer_and_is_refused_full_access(
+    rig_factory: Any,
+) -> None:
+    def cond(contains: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        call = {"name": name, "arguments": arguments}
+        return {"model": "cond-model", "contains": contains, "tool_calls": [call]}
+
+    rig = rig_factory(
+        [
+            cond("Coordinate", "start_session", {"role": "developer", "sandbox": "full-access"}),
+            cond("full-access is refused", "start_session", {"role": "reviewer", "name": "rev"}),
+            cond("Started session", "send_prompt", {"session": "rev", "prompt": "Review it."}),
+            cond("accepted", "wait_sessions", {"sessions": ["rev"]}),
+            cond(": await", "read_out", {"session": "rev"}),
+            {"model": "cond-model", "contains": "VERDICT: LGTM", "text": "Reviewed: LGTM."},
+            {"model": "fake-model", "contains": "Review it.", "text": "Fine.\nVERDICT: LGTM"},
+        ]
+    )
+    boss = ok(anvilctl(rig.namespace, "new", "role=conductor", "model=cond", cwd=rig.work))
+    boss = boss.strip()
+    ok(anvilctl(rig.namespace, "send", boss, "Coordinate a review.", cwd=rig.work))
+    assert ok(anvilctl(rig.namespace, "wait", boss)) == "await\n"
+    assert ok(anvilctl(rig.namespace, "out", boss)) == "Reviewed: LGTM.\n"
+    requests = rig.requests()
+    refusal = requests[1]["body"]["messages"][-1]
+    assert refusal["role"] == "tool"
+    assert "sandbox=full-access is refused" in refusal["content"]
+    assert "Only the user grants full access" in refusal["content"]
+    rows = {row[1]: row for row in rig.sessions()}
+    reviewer = rows[f"rev.{boss}"]
+    assert reviewer[3] == "reviewer"
+    assert reviewer[2] == "idle"  # its out was read by the conductor
+    assert len(rows) == 2  # no developer was started

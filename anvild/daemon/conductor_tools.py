@@ -1,0 +1,484 @@
+"""The conductor's tools: an LLM session with role `conductor` starts and drives worker sessions.
+
+    conductor = ConductorTools(max_sessions=16)
+    manager = SessionManager(..., tools=chain_tools(default_tools, conductor.tools))
+    conductor.bind(manager)          # the tools need the manager, which needs the tools factory
+
+`conductor.tools(setup)` returns nothing for any role but `conductor`; for a conductor session it
+returns tools bound to that session's id (`ToolSetup.session_id`, set by the daemon, never by
+the model):
+
+    start_session   a worker session: role, model, name, cwd, sandbox, ephemeral
+    send_prompt     a prompt to one of its sessions (queued behind a running turn)
+    wait_sessions   block until each given session has handled its prompts (fan-in), or timeout
+    read_out        a session's last answer (reading it moves await to idle, as `out` does)
+    kill_session    end one of its sessions
+    my_sessions     its sessions: id, alias, role, state, model
+
+Theory of operation: authority
+------------------------------
+A conductor must never get more authority through the sessions it starts than its own role
+allows (DESIGN section 7). Its role lets it coordinate workers, so `start_session` creates a
+worker only within these bounds, each refusal saying what was asked and what is allowed:
+
+- roles: developer, reviewer, planner, tester. Never `conductor` (a conductor does not start
+  coordinators, so the tree of agents stays one level deep and bounded);
+- sandbox: never `full-access` (only the user can grant it, in the user config or on the
+  daemon's command line, to a session the user starts); otherwise at most the role's own
+  default sandbox (`sandbox-roles/<role>.yaml`): a reviewer or planner cannot be started with
+  `workspace-write`. The child's permission ceiling is its role's, as for any session;
+- cwd: the conductor's own workspace or a directory inside it (symlinks resolved);
+- count: at most `max_sessions` live sessions per conductor.
+
+Ownership. A conductor drives only the sessions it started. They are named by alias:
+`<name>.<conductor id>` (the name is the model's, or `<role><n>`), so ownership is a property of
+the daemon's own records: it survives a daemon restart with the sessions, and a conductor can
+never reach a session the user (or another conductor) started, e.g. one the user granted full
+access. The model may name a session by id, full alias or short name.
+
+Effects. `start_session`, `send_prompt` and `kill_session` act outside the conductor's own
+session: they declare `subprocess` effects (other agents run), so they are never batched
+concurrently and, outside bypass mode, ask for approval unless the user allows them (e.g.
+`allow = ["start_session", "send_prompt", "kill_session"]` in `[permissions]`).
+`wait_sessions`, `read_out` and `my_sessions` change nothing and run without asking.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from anvild.agent.tools.base import (
+    Args,
+    Cancellation,
+    Effects,
+    Failed,
+    InvalidArgs,
+    Tool,
+    ToolContext,
+    ToolOutput,
+)
+from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.session import (
+    NewSession,
+    Session,
+    SessionError,
+    SessionManager,
+    SessionNotFound,
+    SessionStatus,
+    ToolSetup,
+)
+from anvild.session import roles as session_roles
+
+__all__ = ["CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
+
+CONDUCTOR_ROLE: Final = "conductor"
+WORKER_ROLES: Final = ("developer", "reviewer", "planner", "tester")
+CONDUCTOR_TOOL_NAMES: Final = (
+    "start_session",
+    "send_prompt",
+    "wait_sessions",
+    "read_out",
+    "kill_session",
+    "my_sessions",
+)
+NAME_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
+DEFAULT_WAIT: Final = 900.0
+MAX_WAIT: Final = 3600.0
+MAX_OUT_CHARS: Final = 100_000
+ENDED: Final = frozenset({SessionStatus.EXITED})
+
+
+def _width(policy: SandboxPolicy) -> int:
+    match policy:
+        case ReadOnly():
+            return 0
+        case WorkspaceWrite():
+            return 1
+        case FullAccess():
+            return 2
+
+
+def _policy_name(policy: SandboxPolicy) -> str:
+    match policy:
+        case ReadOnly():
+            return "read-only"
+        case WorkspaceWrite():
+            return "workspace-write"
+        case FullAccess():
+            return "full-access"
+
+
+class ConductorTools:
+    """The tools factory for conductor sessions; see the module docstring."""
+
+    def __init__(self, *, max_sessions: int = 16) -> None:
+        self.max_sessions = max_sessions
+        self._manager: SessionManager | None = None
+
+    def bind(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    @property
+    def manager(self) -> SessionManager:
+        if self._manager is None:
+            raise Failed("the conductor tools are not connected to the session manager")
+        return self._manager
+
+    def tools(self, setup: ToolSetup) -> list[Tool]:
+        """The conductor's tools for a conductor session, nothing for any other role."""
+        if setup.role != CONDUCTOR_ROLE:
+            return []
+        me = _Conductor(self, setup.session_id, setup.cwd)
+        return [
+            StartSession(me),
+            SendPrompt(me),
+            WaitSessions(me),
+            ReadOut(me),
+            KillSession(me),
+            MySessions(me),
+        ]
+
+
+@attrs.frozen
+class _Conductor:
+    """One conductor session's view: its id, its workspace, and the sessions it owns."""
+
+    factory: ConductorTools
+    session_id: str
+    cwd: Path
+
+    @property
+    def manager(self) -> SessionManager:
+        return self.factory.manager
+
+    @property
+    def suffix(self) -> str:
+        return f".{self.session_id}"
+
+    def owns(self, session: Session) -> bool:
+        return session.alias is not None and session.alias.endswith(self.suffix)
+
+    def children(self) -> list[Session]:
+        return [s for s in self.manager.sessions() if self.owns(s) and s.status not in ENDED]
+
+    def get(self, key: str) -> Session:
+        """One of my sessions by id, alias or short name; `Failed` saying why otherwise."""
+        manager = self.manager
+        candidates = [key] if key.endswith(self.suffix) else [key, key + self.suffix]
+        for candidate in candidates:
+            try:
+                session = manager.get(candidate)
+            except SessionNotFound:
+                continue
+            if session.id == self.session_id:
+                raise Failed("That is you, the conductor; name one of the sessions you started.")
+            if not self.owns(session):
+                raise Failed(
+                    f"Session {key!r} was not started by you: a conductor drives only the "
+                    "sessions it started (see my_sessions)."
+                )
+            return session
+        raise Failed(f"You have no session {key!r}; my_sessions lists the ones you started.")
+
+    def describe(self, session: Session) -> str:
+        return (
+            f"{session.id}\talias={session.alias}\trole={session.role}\t"
+            f"state={session.status.value}\tmodel={session.model}"
+        )
+
+
+def _session_arg(description: str) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "description": description}
+
+
+_WHICH = "The session: its id, its alias, or the name you gave it."
+
+
+class _Base:
+    cancellation: Cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def __init__(self, me: _Conductor) -> None:
+        self.me = me
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()  # reads the daemon's own state only
+
+
+class StartSession(_Base):
+    name: Final = "start_session"
+    description: Final = f"""\
+Start a worker session that you then drive with send_prompt, wait_sessions and read_out. \
+`role` is one of {", ".join(WORKER_ROLES)}; the session has that role's own limits (a reviewer \
+or planner cannot write files). Give it a short `name` (letters, digits, '-' or '_') to refer \
+to it later; its alias becomes <name>.<your id>. `model` is a model alias (default: the \
+daemon's default). `cwd` is your workspace or a directory inside it (default: your workspace). \
+`sandbox` may be read-only, or the role's default (omit it); full-access is never available to \
+you, and you cannot widen a role's sandbox. Returns the new session's id and alias."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "role": {"type": "string", "enum": [*WORKER_ROLES]},
+            "name": {"type": "string", "description": "A short name for the session."},
+            "model": {"type": "string", "description": "A model alias."},
+            "cwd": {"type": "string", "description": "Working directory inside your workspace."},
+            "sandbox": {"type": "string", "description": "read-only, or omit for the default."},
+            "ephemeral": {
+                "type": "boolean",
+                "description": "Run one prompt, then exit (default false).",
+            },
+        },
+        "required": ["role"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    def effects(self, args: Args) -> Effects:
+        return Effects(subprocess=True)  # another agent runs
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        me = self.me
+        manager = me.manager
+        role = str(args["role"])
+        if role not in WORKER_ROLES:
+            raise InvalidArgs(
+                f"role {role!r} cannot be started by a conductor: start one of "
+                f"{', '.join(WORKER_ROLES)}."
+            )
+        sandbox = args.get("sandbox")
+        policy_name = self._check_sandbox(role, None if sandbox is None else str(sandbox))
+        cwd = self._check_cwd(args.get("cwd"))
+        live = me.children()
+        if len(live) >= me.factory.max_sessions:
+            raise Failed(
+                f"You already run {len(live)} sessions, the most a conductor may run "
+                f"({me.factory.max_sessions}); kill_session the ones you are done with."
+            )
+        name = args.get("name")
+        if name is None:
+            taken = {s.alias for s in manager.sessions()}
+            n = 1
+            while f"{role}{n}{me.suffix}" in taken:
+                n += 1
+            name = f"{role}{n}"
+        name = str(name)
+        if not NAME_RE.fullmatch(name):
+            raise InvalidArgs(
+                f"name {name!r} is not usable: 1-40 letters, digits, '-' or '_', starting with "
+                "a letter."
+            )
+        request = NewSession(
+            model=None if args.get("model") is None else str(args["model"]),
+            cwd=str(cwd),
+            role=role,
+            alias=f"{name}{me.suffix}",
+            sandbox=policy_name,
+            ephemeral=bool(args.get("ephemeral", False)),
+        )
+        try:
+            session = await manager.create(request)
+        except SessionError as exc:
+            raise Failed(f"The session was not started: {exc}") from exc
+        return ToolOutput(
+            f"Started session {session.id} (alias {session.alias}, role {session.role}, "
+            f"model {session.model}, sandbox {session.sandbox}, cwd {session.cwd})."
+        )
+
+    def _check_sandbox(self, role: str, asked: str | None) -> str | None:
+        manager = self.me.manager
+        if asked is None:
+            return None
+        if asked == "full-access":
+            raise Failed(
+                "sandbox=full-access is refused: a conductor can never start a session without "
+                "a sandbox. Only the user grants full access (user config or the daemon's "
+                "command line) to a session the user starts. Omit sandbox to use the role's "
+                "default, or ask for read-only."
+            )
+        if asked not in ("read-only", "workspace-write"):
+            raise InvalidArgs(
+                f"sandbox {asked!r} is unknown: use read-only, or omit it for the role's default."
+            )
+        try:
+            sandbox_role = session_roles.sandbox_role(
+                role, user_dir=manager.settings.sandbox_role_dir
+            )
+        except SessionError as exc:
+            raise Failed(str(exc)) from exc
+        default = sandbox_role.default_policy()
+        wanted = ReadOnly(network=False) if asked == "read-only" else WorkspaceWrite()
+        if _width(wanted) > _width(default):
+            raise Failed(
+                f"sandbox={asked} is refused: the {role} role runs {_policy_name(default)}, and "
+                "a conductor cannot give a session more than its role allows. Omit sandbox or "
+                "ask for read-only."
+            )
+        return asked
+
+    def _check_cwd(self, asked: Any) -> Path:
+        home = Path(os.path.realpath(self.me.cwd))
+        if asked is None:
+            return home
+        path = Path(str(asked))
+        if not path.is_absolute():
+            path = home / path
+        real = Path(os.path.realpath(path))
+        if real != home and not real.is_relative_to(home):
+            raise Failed(
+                f"cwd {asked} is outside your workspace {home}: a conductor starts sessions only "
+                "in its own workspace or a directory inside it."
+            )
+        return real
+
+
+class SendPrompt(_Base):
+    name: Final = "send_prompt"
+    description: Final = """\
+Send a prompt to one of your sessions. It is queued when the session is busy, and handled in \
+order. Returns at once: use wait_sessions to block until the answer is ready, then read_out."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "session": _session_arg(_WHICH),
+            "prompt": {"type": "string", "minLength": 1, "description": "The prompt text."},
+        },
+        "required": ["session", "prompt"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    def effects(self, args: Args) -> Effects:
+        return Effects(subprocess=True)  # another agent runs a turn
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        session = self.me.get(str(args["session"]))
+        try:
+            seq = session.submit(str(args["prompt"]))
+        except SessionError as exc:
+            raise Failed(f"Session {session.id} refused the prompt: {exc}") from exc
+        return ToolOutput(
+            f"Prompt #{seq} accepted by {session.id} ({session.alias}); "
+            f"call wait_sessions then read_out for the answer."
+        )
+
+
+class WaitSessions(_Base):
+    name: Final = "wait_sessions"
+    description: Final = """\
+Block until each of the given sessions has handled every prompt sent to it so far and is not \
+running (fan-in: give all of them at once), or until `timeout_seconds` (default 900, at most \
+3600). Returns each session's state: await (an answer is ready: read_out), idle, \
+await_approval (a tool call waits for the user's approval), stopped, error or exited."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "sessions": {
+                "type": "array",
+                "items": _session_arg(_WHICH),
+                "minItems": 1,
+                "maxItems": 64,
+            },
+            "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT},
+        },
+        "required": ["sessions"],
+        "additionalProperties": False,
+    }
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        sessions = [self.me.get(str(key)) for key in args["sessions"]]
+        timeout = float(args.get("timeout_seconds", DEFAULT_WAIT))
+        done: dict[str, str] = {}
+
+        async def wait_one(session: Session, seq: int) -> None:
+            state = await session.wait_handled(seq)
+            done[session.id] = state.value
+
+        with trio.move_on_after(timeout):
+            async with trio.open_nursery() as nursery:
+                for session in sessions:
+                    nursery.start_soon(wait_one, session, session.accepted_seq())
+        lines = []
+        for session in sessions:
+            state = done.get(session.id)
+            if state is None:
+                lines.append(
+                    f"{session.id} ({session.alias}): still {session.status.value} after "
+                    f"{timeout:g} s"
+                )
+            else:
+                lines.append(f"{session.id} ({session.alias}): {state}")
+        return ToolOutput("\n".join(lines))
+
+
+class ReadOut(_Base):
+    name: Final = "read_out"
+    description: Final = """\
+Read the last answer of one of your sessions (its `out`). Reading it marks it read (the \
+session goes from await to idle). Wait for the session first (wait_sessions)."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {"session": _session_arg(_WHICH)},
+        "required": ["session"],
+        "additionalProperties": False,
+    }
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        session = self.me.get(str(args["session"]))
+        out = session.out
+        session.mark_out_read()
+        if not out.strip():
+            return ToolOutput(
+                f"{session.id} ({session.alias}) has no answer yet (state "
+                f"{session.status.value}); wait_sessions first."
+            )
+        if len(out) > MAX_OUT_CHARS:
+            out = out[:MAX_OUT_CHARS] + f"\n[... cut: {len(out) - MAX_OUT_CHARS} more chars]"
+        return ToolOutput(out)
+
+
+class KillSession(_Base):
+    name: Final = "kill_session"
+    description: Final = """\
+End one of your sessions (its running turn is cancelled; its records stay on disk). Do it when \
+its work is done, so it stops counting against your session limit."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {"session": _session_arg(_WHICH)},
+        "required": ["session"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    def effects(self, args: Args) -> Effects:
+        return Effects(subprocess=True)  # ends another agent
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        session = self.me.get(str(args["session"]))
+        try:
+            await self.me.manager.kill(session.id)
+        except SessionError as exc:
+            raise Failed(f"Session {session.id} was not killed: {exc}") from exc
+        return ToolOutput(f"Killed {session.id} ({session.alias}).")
+
+
+class MySessions(_Base):
+    name: Final = "my_sessions"
+    description: Final = """\
+List the sessions you started and that still run: id, alias, role, state, model."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        children = self.me.children()
+        if not children:
+            return ToolOutput("You have no sessions; start_session starts one.")
+        return ToolOutput("\n".join(self.me.describe(s) for s in children))
