@@ -47,7 +47,7 @@ from anvild.sandbox import ReadOnly, RoleConfigError, WorkspaceWrite
 BUILTIN_DIR: Final = Path(__file__).resolve().parents[2] / "sandbox-roles"
 """The role files shipped with anvild (`sandbox-roles/` at the top of the source tree)."""
 
-BUILTIN_ROLES: Final = ("developer", "reviewer", "planner", "tester")
+BUILTIN_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
 _NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _TEMPLATE_RE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS: Final = frozenset({"description", "network", "git", "filesystem"})

@@ -12,8 +12,9 @@ A role is three things, all chosen when the session is created (or before its fi
   whatever the rules, the mode or the model say.
 
 The roles are the built-in ones (`ROLES`); a user overrides their text and sandbox, but cannot
-invent a role without a ceiling. The conductor coordinates and changes nothing, so it has the
-planner's sandbox (read-only, `.git` read-only) until it has a sandbox file of its own.
+invent a role without a ceiling. Every role ships its sandbox file (a test checks); the
+conductor's (`sandbox-roles/conductor.yaml`) says why it reads and never writes. `SANDBOX_OF`
+remains for an installation whose conductor file is missing: it then borrows the planner's.
 """
 
 from __future__ import annotations

@@ -155,3 +155,26 @@ def test_chain_tools_joins_factories_in_order(tmp_path: Path) -> None:
     first = default_tools(setup)[0].name
     assert names == [*(tool.name for tool in default_tools(setup)), first]
     assert seen == ["s1"]
+
+
+def test_every_role_text_ships_its_own_sandbox_file() -> None:
+    from anvild.sandbox.roles import BUILTIN_DIR, BUILTIN_ROLES
+
+    texts = sorted(p.stem for p in roles.BUILTIN_TEXT_DIR.glob("*.txt"))
+    sandboxes = sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+    assert texts == sorted(roles.ROLES)
+    assert sandboxes == texts
+    assert sorted(BUILTIN_ROLES) == texts
+
+
+def test_the_conductor_sandbox_reads_the_workspace_and_writes_nothing(tmp_path: Path) -> None:
+    from anvild.sandbox import ReadOnly
+    from anvild.sandbox.roles import GitAccess
+
+    role = roles.sandbox_role("conductor", user_dir=tmp_path / "none")
+    assert role.name == "conductor"
+    assert role.git is GitAccess.READ_ONLY
+    assert not role.network
+    assert role.read_write == ()
+    assert "{CWD}" in role.read_only
+    assert role.default_policy() == ReadOnly(network=False)
