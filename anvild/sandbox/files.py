@@ -2,7 +2,9 @@
 
 The shell sandbox only wraps subprocesses; the native tools run in the daemon itself, so they need
 their own confinement (review finding 3). A `FileAccess` has readable and writable roots
-(canonical directories; writable roots are readable too) and two fixed path classes:
+(canonical directories; writable roots are readable too), an optional `write_check` (a role's
+narrower rule, e.g. the tester's test directories: given the canonical target of a write, it
+returns why the write is refused, or None), and two fixed path classes:
 
 - protected paths, never writable: anything under `.git` or `.anvil`, `.env*`, `.ssh`, `.aws`,
   `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*`;
@@ -253,10 +255,15 @@ class FileAccess:
     """Readable and writable roots plus the protected and credential classes (module docstring)."""
 
     def __init__(
-        self, *, readable: Iterable[Path | str], writable: Iterable[Path | str] = ()
+        self,
+        *,
+        readable: Iterable[Path | str],
+        writable: Iterable[Path | str] = (),
+        write_check: Callable[[Path], str | None] | None = None,
     ) -> None:
         self._writable = _norm_roots(writable)
         self._readable = _norm_roots([*readable, *self._writable])
+        self._write_check = write_check
         self.use_openat2 = _OPENAT2.available
 
     @classmethod
@@ -335,6 +342,8 @@ class FileAccess:
                 f"{root / given} is protected (.git, .anvil, credential files) and cannot be "
                 "written by the file tools."
             )
+        if self._write_check is not None and (why := self._write_check(canonical)) is not None:
+            raise AccessDenied(why)
         return croot
 
     # -- opening --------------------------------------------------------------------------

@@ -9,7 +9,8 @@ A role is three things, all chosen when the session is created (or before its fi
   may read and write;
 - its permission ceiling (`RoleCeiling`): reviewer, planner and conductor write no files and run
   no mutating git; the tester writes only under test directories. The policy enforces it
-  whatever the rules, the mode or the model say.
+  whatever the rules, the mode or the model say, and the native file tools' boundary
+  (`file_access`) has the same limits, so a bypassed policy still cannot write.
 
 The roles are the built-in ones (`ROLES`); a user overrides their text and sandbox, but cannot
 invent a role without a ceiling. Every role ships its sandbox file (a test checks); the
@@ -27,6 +28,7 @@ import platformdirs
 
 from anvild.agent.permissions.policy import CEILINGS, RoleCeiling
 from anvild.sandbox import RoleConfigError
+from anvild.sandbox.files import FileAccess
 from anvild.sandbox.roles import BUILTIN_DIR, Role, load_role, user_roles_dir
 from anvild.session.errors import InvalidSessionRequest
 
@@ -82,6 +84,31 @@ def ceiling(name: str) -> RoleCeiling:
     return CEILINGS[name]
 
 
+def file_access(name: str, cwd: Path) -> FileAccess:
+    """The native file tools' boundary for a session of role `name` in `cwd`: the workspace is
+    readable; what is writable follows the role's ceiling, so the boundary holds even where the
+    policy is bypassed: nothing for reviewer, planner and conductor, only test directories for
+    the tester."""
+    limit = ceiling(name)
+    if not limit.file_writes:
+        return FileAccess(readable=[cwd])
+    if not limit.write_patterns:
+        return FileAccess.workspace(cwd)
+    root = cwd.resolve()
+    dirs = ", ".join(p.rstrip("/") for p in limit.write_patterns)
+
+    def check(canonical: Path) -> str | None:
+        inside = canonical.is_relative_to(root)
+        if limit.allows_write(canonical.relative_to(root).as_posix() if inside else None):
+            return None
+        return (
+            f"The {name} role writes only under test directories ({dirs}) inside the workspace: "
+            f"{canonical} is not in one."
+        )
+
+    return FileAccess(readable=[cwd], writable=[cwd], write_check=check)
+
+
 def sandbox_role(name: str, *, user_dir: Path | None = None) -> Role:
     """The role's sandbox file (`anvild.sandbox.roles.load_role`)."""
     check_name(name)
@@ -101,6 +128,7 @@ __all__ = [
     "ROLES",
     "ceiling",
     "check_name",
+    "file_access",
     "role_text",
     "sandbox_role",
     "user_text_dir",

@@ -67,7 +67,6 @@ from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role, Text, ToolCall, ToolResult
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
-from anvild.sandbox.files import FileAccess
 from anvild.sandbox.roles import Role as SandboxRole
 from anvild.session import accounting, roles
 from anvild.session.errors import (
@@ -1005,7 +1004,7 @@ class Session:
         sandbox_role = roles.sandbox_role(self.role, user_dir=settings.sandbox_role_dir)
         policy = sandbox_policy(self.sandbox, sandbox_role, settings)
         ceiling = roles.ceiling(self.role)
-        files = FileAccess.workspace(cwd) if ceiling.file_writes else FileAccess(readable=[cwd])
+        files = roles.file_access(self.role, cwd)
         context = ToolContext(cwd=cwd, files=files, sandbox=policy)
         tools = _RecordingRegistry(
             self._services.tools(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,25 @@ def test_the_conductor_sandbox_reads_the_workspace_and_writes_nothing(tmp_path: 
     assert role.read_write == ()
     assert "{CWD}" in role.read_only
     assert role.default_policy() == ReadOnly(network=False)
+
+
+def test_the_file_boundary_follows_the_role_ceiling(tmp_path: Path) -> None:
+    from anvild.sandbox.files import AccessDenied
+
+    def write(role: str, path: str) -> None:
+        roles.file_access(role, tmp_path).update(tmp_path, path, lambda _p, _b: b"x", max_bytes=10)
+
+    write("developer", "src/a.py")
+    write("tester", "tests/test_a.py")
+    write("tester", "pkg/tests/test_b.py")
+    for role, path, why in [
+        ("tester", "src/b.py", "writes only under test directories"),
+        ("tester", "tests/../src/c.py", "writes only under test directories"),
+        ("reviewer", "tests/test_c.py", "outside the writable roots (none)"),
+        ("conductor", "notes.md", "outside the writable roots (none)"),
+    ]:
+        with pytest.raises(AccessDenied, match=re.escape(why)):
+            write(role, path)
+    assert not (tmp_path / "src" / "b.py").exists()
+    assert not (tmp_path / "src" / "c.py").exists()
+    assert (tmp_path / "pkg" / "tests" / "test_b.py").read_bytes() == b"x"
