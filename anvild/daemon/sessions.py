@@ -43,6 +43,12 @@ second (`2026-11-30T21:12:33Z`), and `first_prompt`, the first line of the sessi
 prompt (at most 200 characters; `-` before any prompt has run). Both come from the session's
 records (`SessionStarted.created_at` and the first user message), so they survive a restart.
 
+Extensions (`SessionExtension`, added with `SessionTree.extend` before `mount`) let other parts
+of the daemon add to every session directory without this module knowing them: files (mail's
+`inbox`, `outbox`, `mail/`), ctl verbs (`automail on|off`) and `new` keys (`mail=auto`). A new
+key's `check` runs before the session is created (a bad value refuses `new` and nothing is
+created); its `apply` runs right after.
+
 Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models` and `roles/` to the
 root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
 `forward_events` bridges the manager's `on_event` to the root's `events` stream.
@@ -88,7 +94,14 @@ from anvild.session import roles as session_roles
 from anvild.session.events import SessionEvent, encode_event
 from anvild.session.manager import NEW_KEYS
 
-__all__ = ["SESSION_FILES", "ModelLine", "SessionTree", "forward_events"]
+__all__ = [
+    "SESSION_FILES",
+    "ModelLine",
+    "NewKey",
+    "SessionExtension",
+    "SessionTree",
+    "forward_events",
+]
 
 SESSION_FILES = (
     "ctl",
@@ -115,6 +128,34 @@ SESSION_FILES = (
 """A session directory's files, in listing order."""
 
 SESSION_VERBS = ("stop", "start", "restart", "kill", "cancel", "clear")
+
+
+@attrs.frozen
+class NewKey:
+    """A `key=value` of `new` that an extension handles. `check(value)` runs before the session
+    is created and raises `CommandError` for a bad value; `apply(session, value)` runs after."""
+
+    name: str
+    check: Callable[[str], None]
+    apply: Callable[[Session, str], Awaitable[None]]
+
+
+def _no_files(session: Session) -> Iterable[Node]:
+    return ()
+
+
+def _no_verbs(session: Session) -> Iterable[CommandSpec]:
+    return ()
+
+
+@attrs.frozen
+class SessionExtension:
+    """What an extension adds to every session: files after the standard ones, ctl verbs,
+    `new` keys (see the module docstring)."""
+
+    files: Callable[[Session], Iterable[Node]] = _no_files
+    verbs: Callable[[Session], Iterable[CommandSpec]] = _no_verbs
+    new_keys: tuple[NewKey, ...] = ()
 
 
 @attrs.frozen
@@ -310,7 +351,7 @@ class _ReaderFile(FsNode):
 # --- one session's directory ----------------------------------------------------------------
 
 
-def _session_directory(session: Session) -> Directory:
+def _session_directory(session: Session, extensions: Sequence[SessionExtension] = ()) -> Directory:
     s = session
 
     def verb(name: str) -> CommandSpec:
@@ -328,6 +369,7 @@ def _session_directory(session: Session) -> Directory:
         [
             *(verb(v) for v in SESSION_VERBS),
             CommandSpec("model", switch, usage="model NAME", min_args=1, max_args=1),
+            *(spec for extension in extensions for spec in extension.verbs(s)),
         ]
     )
 
@@ -379,6 +421,7 @@ def _session_directory(session: Session) -> Directory:
         _ReaderFile("log", s.log.open_reader),
         _ReaderFile("events", s.events.open_reader),
         SnapshotFile("todos", s.todos_text),
+        *(node for extension in extensions for node in extension.files(s)),
     ]
     return Directory(s.id, files)
 
@@ -394,14 +437,15 @@ async def _run(action: Awaitable[None]) -> None:
 class _SessionDirectories(DynamicChildren):
     """The live sessions as directories, by id (listed) and by alias (walk only)."""
 
-    def __init__(self, manager: SessionManager) -> None:
+    def __init__(self, manager: SessionManager, extensions: Sequence[SessionExtension]) -> None:
         self._manager = manager
+        self._extensions = extensions
         self._nodes: dict[str, tuple[Session, Directory]] = {}
 
     def _node(self, session: Session) -> Directory:
         known = self._nodes.get(session.id)
         if known is None or known[0] is not session:
-            known = (session, _session_directory(session))
+            known = (session, _session_directory(session, self._extensions))
             self._nodes[session.id] = known
         return known[1]
 
@@ -439,21 +483,36 @@ class SessionTree:
         """`models` lists the usable models each time `agent/models` is opened."""
         self.manager = manager
         self._models = models
-        self.children = _SessionDirectories(manager)
+        self.extensions: list[SessionExtension] = []
+        self.children = _SessionDirectories(manager, self.extensions)
         self.commands = [
-            CommandSpec(
-                "new",
-                self._new,
-                usage="new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]",
-                options=frozenset({*NEW_KEYS, "ephemeral"}),
-                flags=frozenset({"ephemeral"}),
-            ),
+            self._new_spec(),
             CommandSpec("kill", self._kill, usage="kill ID", min_args=1, max_args=1),
         ]
         self.files: list[Node] = [
             SnapshotFile("models", self._models_text),
             Directory("roles", [self._role_file(name) for name in session_roles.ROLES]),
         ]
+
+    def extend(self, extension: SessionExtension) -> None:
+        """Add `extension` to every session directory (call before `mount`)."""
+        self.extensions.append(extension)
+        self.commands[0] = self._new_spec()
+
+    def _new_keys(self) -> dict[str, NewKey]:
+        return {key.name: key for ext in self.extensions for key in ext.new_keys}
+
+    def _new_spec(self) -> CommandSpec:
+        extra = self._new_keys()
+        usage = "new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]"
+        usage += "".join(f" [{name}=...]" for name in extra)
+        return CommandSpec(
+            "new",
+            self._new,
+            usage=usage,
+            options=frozenset({*NEW_KEYS, "ephemeral", *extra}),
+            flags=frozenset({"ephemeral"}),
+        )
 
     def mount(self, root: RootTree) -> None:
         """Add the verbs, `models`, `roles/` and the session directories to `root`, and make
@@ -466,12 +525,23 @@ class SessionTree:
         root.list_sessions = self.manager.list_text
 
     async def _new(self, command: Command) -> str:
-        words = [f"{key}={value}" for key, value in command.options.items()]
+        extra = self._new_keys()
+        words = [f"{key}={value}" for key, value in command.options.items() if key not in extra]
         words += sorted(command.flags)
+        chosen = [(extra[key], value) for key, value in command.options.items() if key in extra]
+        for key, value in chosen:
+            key.check(value)
         try:
             session = await self.manager.create(NewSession.parse(words))
         except SessionError as exc:
             raise CommandError(str(exc)) from exc
+        for key, value in chosen:
+            try:
+                await key.apply(session, value)
+            except (CommandError, SessionError) as exc:
+                raise CommandError(
+                    f"session {session.id} was created, but {key.name}={value} failed: {exc}"
+                ) from exc
         return session.id
 
     async def _kill(self, command: Command) -> str:

@@ -27,7 +27,11 @@ Theory of operation
   `--parallel 1`).
 
 `build` also mounts the `SessionTree` on the root tree (`agent/models` lists every configured
-alias) and bridges session events to `agent/events`; `attach(daemon)` adds the shutdown step
+alias) and bridges session events to `agent/events`. Mail (`anvild.mail`, served by
+`anvild.daemon.mail_tree`) is built alongside: a `PostOffice` over `<data dir>/mail`, the mail
+tools added to every session's tools (`chain_tools`), the per-session mailbox files and
+`agent/user/`, mail events on `agent/events`, and auto-prompt poked whenever a session becomes
+idle; `attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
 children before it accepts a connection): it starts `SessionManager.run` in a cancel scope of
 its own, which restores every session from its records before reporting started. The shutdown
@@ -52,6 +56,7 @@ from anvild.config import Config
 from anvild.daemon.app import Daemon
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
+from anvild.daemon.mail_tree import MailTree, SessionPeers, SessionPrompter, forward_mail_events
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import ModelLine, SessionTree, forward_events
 from anvild.llm.errors import TransportError
@@ -59,9 +64,11 @@ from anvild.llm.provider import Provider
 from anvild.llm.registry import AdapterArgs, Kind, ProviderFactory, adapter_factory
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
+from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.secrets import Redactor
 from anvild.session import SessionManager, SessionSettings, chain_tools, default_tools
+from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.store import SessionStore
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
@@ -144,6 +151,7 @@ class Sessions:
     tree: SessionTree
     root: RootTree
     client: httpx.AsyncClient
+    mail: MailTree | None = None
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -174,19 +182,33 @@ class Sessions:
             redact=redactor.redact if redactor else None,
         )
         conductor = ConductorTools()
+        peers, prompter = SessionPeers(), SessionPrompter()
+        office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
+        auto = AutoMail(office, prompter)
+        forward = forward_events(root)
+
+        def on_event(event: SessionEvent) -> None:
+            forward(event)
+            if isinstance(event, SessionStateChanged) and event.state == "idle":
+                auto.poke(event.id)
+
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
             registry.resolve,
             settings=settings,
-            tools=chain_tools(default_tools, conductor.tools),
+            tools=chain_tools(default_tools, conductor.tools, mail_tools(office)),
             default_cwd=default_cwd,
-            on_event=forward_events(root),
+            on_event=on_event,
         )
         conductor.bind(manager)
+        peers.bind(manager)
+        prompter.bind(manager)
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines)
+        mail = MailTree(office, auto)
+        mail.mount(root, tree)
         tree.mount(root)
-        return cls(manager, tree, root, client)
+        return cls(manager, tree, root, client, mail)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""

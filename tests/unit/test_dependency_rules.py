@@ -70,3 +70,14 @@ def test_production_code_never_imports_test_doubles(package: str) -> None:
             if module.endswith(".testing") or ".testing." in module:
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
     assert offenders == []
+
+
+def test_mail_never_imports_the_tree_the_9p_service_or_the_daemon() -> None:
+    forbidden = ("anvild.daemon", "anvild.fs", "anvild.ninep")
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "anvild/mail").rglob("*.py"))
+        for line, module in imports_of(path)
+        if module.startswith(forbidden)
+    ]
+    assert found == []

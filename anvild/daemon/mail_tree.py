@@ -1,0 +1,310 @@
+"""Mail in the tree: every session's mailbox files, the human's `agent/user/`, mail events.
+
+    agent/<id>/inbox                 read: JSON array of unread messages (reading marks them read)
+    agent/<id>/outbox                write: one JSON message (committed at clunk)
+    agent/<id>/mail/received/<msg-id>.json   read messages (archive)
+    agent/<id>/mail/sent/<msg-id>.json       sent messages (archive)
+    agent/<id>/ctl                   + `automail on|off`; agent/ctl `new` + `mail=auto|off`
+    agent/user/{inbox,outbox,mail/}  the same for the human (`from` is `user`)
+    agent/events                     mail_sent, mail_undeliverable, mail_rejected, mail_read
+
+Theory of operation
+-------------------
+The tree owns no mail: every file calls the `PostOffice` (`anvild.mail.post`) at the moment 9P
+asks, and the mailbox a file belongs to is fixed when the directory is made, so a session can
+only send from its own outbox and read its own inbox (`from` is the mailbox of the outbox that
+was written, whatever the body says).
+
+`inbox`: the unread messages are a snapshot taken at open. They are marked read (moved to
+`mail/received/`) only when a read on that open returned the snapshot's last byte and the fid is
+then clunked, like `out`. So a client that opens and dies (its connection drops: the fid is
+aborted, not clunked), or clunks before reading to the end, loses nothing: the messages stay
+unread. Mail delivered after the open is not in the snapshot and stays unread. An empty inbox
+reads `[]`.
+
+`outbox`: a body file (all writes of one open, committed at clunk, since clients split large
+writes). The commit checks the draft (`anvild.mail.message.parse_draft`); a bad one fails the
+Tclunk with the precise reason, writes nothing anywhere, puts a `mail_rejected` event on
+`agent/events`, and, because plan9port's `9p write` does not report a failed clunk, an
+ERROR_REPORT in the writer's own inbox. An undeliverable message (nobody has that name) is not
+an error of the write: it is archived in `sent` and comes back as an ERROR_REPORT.
+
+`mail/received/` and `mail/sent/` list the archive directory at each directory read; each file
+is a snapshot of one message (one JSON object and a newline).
+
+Sessions are adapted to the mail package's narrow protocols here: `SessionPeers` (the live
+sessions, found by id or alias) and `SessionPrompter` (auto-prompt). Each is bound to its
+`SessionManager` after construction (`bind`): the manager needs the tools factory, which needs
+them.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from anvild.daemon.root import RootTree
+from anvild.daemon.sessions import NewKey, SessionExtension, SessionTree
+from anvild.fs import (
+    BodyFile,
+    Command,
+    CommandError,
+    CommandSpec,
+    Directory,
+    DynamicChildren,
+    FsNode,
+    SnapshotFile,
+)
+from anvild.mail import (
+    USER,
+    AutoMail,
+    Box,
+    InvalidMessage,
+    MailEvent,
+    MailStoreError,
+    Message,
+    Peer,
+    PostOffice,
+    encode_event,
+)
+from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list
+from anvild.ninep.backend import Handle, Node, OpenMode
+from anvild.ninep.errors import FsError
+from anvild.session import Session, SessionManager, SessionNotFound, SessionStatus
+
+__all__ = [
+    "MailTree",
+    "SessionPeers",
+    "SessionPrompter",
+    "forward_mail_events",
+    "mailbox_files",
+]
+
+S = SessionStatus
+
+
+# --- adapters: sessions as the mail package sees them ---------------------------------------
+
+
+class _Bound:
+    def __init__(self) -> None:
+        self._manager: SessionManager | None = None
+
+    def bind(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    def _live(self, name: str) -> Session | None:
+        if self._manager is None:
+            return None
+        try:
+            session = self._manager.get(name)
+        except SessionNotFound:
+            return None
+        return None if session.status is S.EXITED else session
+
+
+class SessionPeers(_Bound):
+    """`anvild.mail.Peers` over a session manager."""
+
+    def peers(self) -> Sequence[Peer]:
+        if self._manager is None:
+            return ()
+        return [
+            Peer(s.id, s.alias, s.role, s.status.value)
+            for s in self._manager.sessions()
+            if s.status is not S.EXITED
+        ]
+
+    def find(self, name: str) -> Peer | None:
+        s = self._live(name)
+        return None if s is None else Peer(s.id, s.alias, s.role, s.status.value)
+
+
+class SessionPrompter(_Bound):
+    """`anvild.mail.Prompter` over a session manager."""
+
+    def is_idle(self, mailbox: str) -> bool:
+        s = self._live(mailbox)
+        return s is not None and s.status is S.IDLE and not s.record.queue
+
+    def prompt(self, mailbox: str, text: str) -> None:
+        s = self._live(mailbox)
+        if s is not None:
+            s.submit(text)
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+class _InboxHandle(Handle):
+    clunk_blocks = True
+
+    def __init__(self, office: PostOffice, mailbox: str, messages: list[Message]) -> None:
+        self._office = office
+        self._mailbox = mailbox
+        self._ids = [m.id for m in messages]
+        self._content = encode_list(messages)
+        self._reached_eof = False
+
+    async def read(self, offset: int, count: int) -> bytes:
+        data = self._content[offset : offset + count]
+        if offset + len(data) >= len(self._content):
+            self._reached_eof = True
+        return data
+
+    async def clunk(self) -> None:
+        if self._reached_eof and self._ids:
+            try:
+                await self._office.mark_read(self._mailbox, self._ids)
+            except MailStoreError as exc:
+                raise FsError(f"inbox: {exc}", errno.EIO) from exc
+
+    async def abort(self) -> None:
+        self._ids = []  # a lost connection read nothing for sure: the mail stays unread
+
+
+class _InboxFile(FsNode):
+    def __init__(self, office: PostOffice, mailbox: str) -> None:
+        super().__init__("inbox", 0o444)
+        self._office = office
+        self._mailbox = mailbox
+
+    async def open(self, mode: OpenMode) -> Handle:
+        try:
+            messages = await self._office.unread(self._mailbox) if mode.read else []
+        except MailStoreError as exc:
+            raise FsError(f"inbox: {exc}", errno.EIO) from exc
+        return _InboxHandle(self._office, self._mailbox, messages)
+
+
+class _Archive(DynamicChildren):
+    """`mail/received/` or `mail/sent/`: one snapshot file per stored message."""
+
+    def __init__(self, office: PostOffice, mailbox: str, box: Box) -> None:
+        self._office = office
+        self._mailbox = mailbox
+        self._box = box
+        self._nodes: dict[str, SnapshotFile] = {}  # stable qids while the daemon runs
+
+    def _node(self, message_id: str) -> SnapshotFile:
+        node = self._nodes.get(message_id)
+        if node is None:
+            node = self._nodes[message_id] = SnapshotFile(
+                f"{message_id}.json", self._reader(message_id)
+            )
+        return node
+
+    def _reader(self, message_id: str) -> Callable[[], Awaitable[bytes]]:
+        async def read() -> bytes:
+            message = await self._office.get(self._mailbox, self._box, message_id)
+            if message is None:
+                raise FsError(f"{message_id}.json: no such message", errno.ENOENT)
+            return encode(message)
+
+        return read
+
+    async def entries(self) -> Sequence[Node]:
+        ids = self._office.store.ids(self._mailbox, self._box)
+        return [self._node(i) for i in ids]
+
+    async def lookup(self, name: str) -> Node | None:
+        stem, dot, ext = name.partition(".")
+        if not dot or ext != "json" or stem not in self._office.store.ids(self._mailbox, self._box):
+            return None
+        return self._node(stem)
+
+
+def mailbox_files(office: PostOffice, mailbox: str) -> list[Node]:
+    """`inbox`, `outbox` and `mail/` of one mailbox (a session's id, or `user`)."""
+
+    async def send(data: bytes) -> None:
+        try:
+            await office.send_bytes(mailbox, data)
+        except InvalidMessage as exc:
+            await office.report_rejected(mailbox, str(exc))
+            raise FsError(f"outbox: {exc}", errno.EINVAL) from exc
+        except MailStoreError as exc:
+            raise FsError(f"outbox: the message was not sent: {exc}", errno.EIO) from exc
+
+    return [
+        _InboxFile(office, mailbox),
+        BodyFile("outbox", send, limit=MAX_MESSAGE_BYTES),
+        Directory(
+            "mail",
+            [
+                Directory("received", dynamic=_Archive(office, mailbox, Box.RECEIVED)),
+                Directory("sent", dynamic=_Archive(office, mailbox, Box.SENT)),
+            ],
+        ),
+    ]
+
+
+# --- the tree -------------------------------------------------------------------------------
+
+AUTO_VALUES = {"auto": True, "on": True, "off": False, "manual": False}
+
+
+class MailTree:
+    """Mail's part of the tree; `mount` it on the root and the session tree (before the
+    session tree is mounted)."""
+
+    def __init__(self, office: PostOffice, auto: AutoMail | None = None) -> None:
+        self.office = office
+        self.auto = auto
+
+    def extension(self) -> SessionExtension:
+        """The per-session files, the `automail` verb and the `mail=` key of `new`."""
+        office, auto = self.office, self.auto
+
+        def files(session: Session) -> Iterable[Node]:
+            return mailbox_files(office, session.id)
+
+        def verbs(session: Session) -> Iterable[CommandSpec]:
+            if auto is None:
+                return ()
+
+            async def automail(command: Command) -> str:
+                value = command.args[0]
+                if value not in ("on", "off"):
+                    raise CommandError(f"automail {value}: write automail on or automail off")
+                await _set_auto(auto, session.id, value == "on")
+                return ""
+
+            return [
+                CommandSpec("automail", automail, usage="automail on|off", min_args=1, max_args=1)
+            ]
+
+        def check(value: str) -> None:
+            if value not in AUTO_VALUES:
+                raise CommandError(f"mail={value}: use mail=auto (prompt on new mail) or mail=off")
+            if auto is None:
+                raise CommandError("mail=auto: auto-prompt is not available in this daemon")
+
+        async def apply(session: Session, value: str) -> None:
+            if auto is not None and AUTO_VALUES[value]:
+                await _set_auto(auto, session.id, True)
+
+        keys = (NewKey("mail", check, apply),)
+        return SessionExtension(files=files, verbs=verbs, new_keys=keys)
+
+    def mount(self, root: RootTree, sessions: SessionTree) -> None:
+        """`agent/user/` on the root, the per-session extension on `sessions`."""
+        sessions.extend(self.extension())
+        root.root.add(Directory(USER, mailbox_files(self.office, USER)))
+
+
+async def _set_auto(auto: AutoMail, mailbox: str, on: bool) -> None:
+    try:
+        await auto.set(mailbox, on)
+    except MailStoreError as exc:
+        raise CommandError(f"automail: the setting was not saved: {exc}") from exc
+
+
+def forward_mail_events(root: RootTree) -> Callable[[MailEvent], None]:
+    """An `on_event` for `PostOffice` that puts each mail event on `agent/events`."""
+
+    def forward(event: MailEvent) -> None:
+        if not root.events.core.closed:
+            root.events.publish(encode_event(event))
+
+    return forward

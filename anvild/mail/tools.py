@@ -1,0 +1,262 @@
+"""The coordination tools a model uses to talk to its peers, bound to its own session.
+
+    list_sessions     the live sessions: id, alias, role, state (the ideas file's peer-bot)
+    send_message      one typed message; `from` is always this session
+    read_inbox        the unread messages, which are then marked read (archived)
+    request_approval  ask for approval of this turn's result (a result gate, see below)
+
+`mail_tools(office, gate)` is a tools factory (`anvild.session.chain_tools` adds it after the
+native tools): each session gets its own instances, bound to `ToolSetup.session_id`. The identity
+is the daemon's: no argument names the sender, so a model can neither read another session's
+inbox nor send as someone else. None of them touches files or processes (`Effects.none()`).
+
+`request_approval` goes through the narrow `ResultGate` protocol (the daemon adapts its session
+manager): the session records the request, and when the turn ends it waits in await_approval
+until a human or an approver session writes `approve` (idle) or `reject REASON` (stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
+
+from anvild.agent.tools.base import (
+    Args,
+    Cancellation,
+    Effects,
+    Failed,
+    InvalidArgs,
+    Tool,
+    ToolContext,
+    ToolOutput,
+)
+from anvild.mail.errors import InvalidMessage, MailStoreError
+from anvild.mail.message import (
+    MAX_BODY_BYTES,
+    MAX_SUBJECT_CHARS,
+    TYPES,
+    VERDICTS,
+    encode_list,
+)
+from anvild.mail.post import USER, PostOffice
+from anvild.session.session import ToolSetup, ToolsFactory
+
+MAX_SUMMARY_CHARS: Final = 4000
+
+
+class ResultGate(Protocol):
+    """Asks a session's result gate (the daemon adapts its sessions)."""
+
+    def request_result_approval(self, session_id: str, summary: str, asked_by: str) -> str:
+        """Record the request; returns what the model is told. Raises `ValueError` with the
+        reason when the session cannot ask (ephemeral, already waiting)."""
+        ...
+
+
+LIST_DESCRIPTION: Final = """\
+List the other agent sessions you can message: one line per live session with its id, alias \
+("-" if none), role and state (idle, running, await, await_approval, stopped, ...). Your own \
+session is marked "(you)". Use it to find a peer by role before send_message, e.g. the \
+reviewer to ask for a review. The human is always reachable as "user".
+"""
+
+SEND_DESCRIPTION: Final = f"""\
+Send one typed message to another session (by id or alias from list_sessions) or to the human \
+("user"). It is delivered at once to the recipient's inbox; you are always the sender. If nobody \
+has that id or alias the message is not delivered and you are told why.
+
+Types: {", ".join(TYPES)}. Use REVIEW_REQUEST to ask for a review and REVIEW_RESPONSE to give \
+one: a REVIEW_RESPONSE must set metadata.verdict to "lgtm" (approved, nothing to change) or \
+"changes" (put what must change in body). QUESTION/ANSWER for information, APPROVAL_REQUEST to \
+ask the human to approve something, STATUS_UPDATE for progress, ERROR_REPORT for a problem. \
+Set in_reply_to to the id of the message you answer. Put references such as bead_id in \
+metadata. Keep subject short (at most {MAX_SUBJECT_CHARS} characters); body holds the details \
+(at most {MAX_BODY_BYTES // 1024} KiB; point to files for more).
+"""
+
+READ_DESCRIPTION: Final = """\
+Read your unread messages: returns them as a JSON array (id, from, to, type, subject, body, \
+metadata, timestamp, in_reply_to), oldest first, and marks them read, so each message is \
+returned once (they stay archived). Read it when you are told you have mail, or before you \
+finish a task that others may have commented on.
+"""
+
+APPROVAL_DESCRIPTION: Final = """\
+Ask a human (or an approver session) to approve the result of your current task before \
+anything continues. Give a short summary of what you did and how it was checked. When your \
+turn ends the session waits for the decision: approve lets work continue, reject stops the \
+session with the reason. Call it once, as the last step of the work, then end your turn with \
+the same summary as your answer. Do not call it for routine steps.
+"""
+
+SEND_SCHEMA: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "to": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 64,
+            "description": 'A session id or alias from list_sessions, or "user" for the human.',
+        },
+        "type": {"type": "string", "enum": list(TYPES), "description": "The message type."},
+        "subject": {
+            "type": "string",
+            "maxLength": MAX_SUBJECT_CHARS,
+            "description": "One short line.",
+        },
+        "body": {"type": "string", "description": "The message itself."},
+        "metadata": {
+            "type": "object",
+            "description": 'Structured data, e.g. {"bead_id": "b3"}; a REVIEW_RESPONSE needs '
+            f'{{"verdict": "{VERDICTS[0]}"}} or {{"verdict": "{VERDICTS[1]}"}}.',
+        },
+        "in_reply_to": {
+            "type": "string",
+            "description": "The id of the message this answers (msg-...).",
+        },
+    },
+    "required": ["to", "type", "body"],
+    "additionalProperties": False,
+}
+
+EMPTY_SCHEMA: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": False,
+}
+
+APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "summary": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_SUMMARY_CHARS,
+            "description": "What you did and how you checked it, for the approver.",
+        }
+    },
+    "required": ["summary"],
+    "additionalProperties": False,
+}
+
+
+class ListSessions:
+    name: Final = "list_sessions"
+    description: Final = LIST_DESCRIPTION
+    input_schema: Final = EMPTY_SCHEMA
+    cancellation: Final = Cancellation.SAFE_TO_ABANDON
+
+    def __init__(self, office: PostOffice, session_id: str) -> None:
+        self._office = office
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        lines = ["id\talias\trole\tstate"]
+        for peer in self._office.peers.peers():
+            mark = "\t(you)" if peer.id == self._me else ""
+            lines.append(f"{peer.id}\t{peer.alias or '-'}\t{peer.role}\t{peer.state}{mark}")
+        lines.append(f'(the human: "{USER}")')
+        return ToolOutput("\n".join(lines))
+
+
+class SendMessage:
+    name: Final = "send_message"
+    description: Final = SEND_DESCRIPTION
+    input_schema: Final = SEND_SCHEMA
+    cancellation: Final = Cancellation.ATOMIC  # delivered entirely or not at all
+
+    def __init__(self, office: PostOffice, session_id: str) -> None:
+        self._office = office
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        try:
+            sent = await self._office.send_args(self._me, dict(args))
+        except InvalidMessage as exc:
+            raise InvalidArgs(f"Not sent: {exc}.") from exc
+        except MailStoreError as exc:
+            raise Failed(f"Not sent: {exc}") from exc
+        message = sent.message
+        if sent.undeliverable is not None:
+            raise Failed(f"Not delivered (message {message.id}): {sent.undeliverable}.")
+        return ToolOutput(f"Sent {message.type.value} {message.id} to {message.to}.")
+
+
+class ReadInbox:
+    name: Final = "read_inbox"
+    description: Final = READ_DESCRIPTION
+    input_schema: Final = EMPTY_SCHEMA
+    cancellation: Final = Cancellation.ATOMIC
+
+    def __init__(self, office: PostOffice, session_id: str) -> None:
+        self._office = office
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        try:
+            messages = await self._office.take_unread(self._me)
+        except MailStoreError as exc:
+            raise Failed(f"The inbox could not be read: {exc}") from exc
+        if not messages:
+            return ToolOutput("No unread messages.")
+        return ToolOutput(encode_list(messages).decode())
+
+
+class RequestApproval:
+    name: Final = "request_approval"
+    description: Final = APPROVAL_DESCRIPTION
+    input_schema: Final = APPROVAL_SCHEMA
+    cancellation: Final = Cancellation.ATOMIC
+
+    def __init__(self, gate: ResultGate, session_id: str) -> None:
+        self._gate = gate
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        summary = str(args["summary"]).strip()
+        if not summary:
+            raise InvalidArgs("Invalid value for `summary`: it is empty.")
+        try:
+            return ToolOutput(self._gate.request_result_approval(self._me, summary, "model"))
+        except ValueError as exc:
+            raise Failed(f"Approval not requested: {exc}") from exc
+
+
+def mail_tools(office: PostOffice, gate: ResultGate | None = None) -> ToolsFactory:
+    """A tools factory: the mail tools (and `request_approval` when `gate` is given) bound to
+    each session's id."""
+
+    def build(setup: ToolSetup) -> list[Tool]:
+        me = setup.session_id
+        tools: list[Tool] = [
+            ListSessions(office, me),
+            SendMessage(office, me),
+            ReadInbox(office, me),
+        ]
+        if gate is not None:
+            tools.append(RequestApproval(gate, me))
+        return tools
+
+    return build
+
+
+__all__ = [
+    "ListSessions",
+    "ReadInbox",
+    "RequestApproval",
+    "ResultGate",
+    "SendMessage",
+    "mail_tools",
+]

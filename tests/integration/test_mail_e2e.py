@@ -1,0 +1,148 @@
+"""End to end: mail and result approval gates through the real `anvild`, driven by `anvilctl`.
+
+The fake provider server (a subprocess) scripts every model; the daemon runs on a temporary
+namespace and data directory. Everything is plain file reads and writes, as a script would do.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_sessions_e2e import (
+    FakeServer,
+    anvilctl,
+    ok,
+    read,
+    start_daemon,
+    user_config,
+)
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
+    d = start_daemon(namespace, user_config(tmp_path, fake.url))
+    yield d
+    code, log = d.stop()
+    assert code == 0, log
+
+
+def new(namespace: Path, workdir: Path, *words: str) -> str:
+    return ok(anvilctl(namespace, "new", *words, cwd=workdir)).strip()
+
+
+def send(namespace: Path, outbox: str, message: dict[str, Any] | str) -> Any:
+    data = message if isinstance(message, str) else json.dumps(message)
+    return anvilctl(namespace, "write", outbox, stdin=data)
+
+
+def inbox(namespace: Path, mailbox: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = json.loads(read(namespace, f"agent/{mailbox}/inbox"))
+    return messages
+
+
+def names(namespace: Path, path: str) -> list[str]:
+    return ok(anvilctl(namespace, "ls", path)).split()
+
+
+def test_a_claimed_from_is_replaced_by_the_real_sender(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    dev = new(namespace, workdir, "alias=dev")
+    rev = new(namespace, workdir, "alias=rev")
+    message = {"from": "user", "to": "rev", "type": "REVIEW_REQUEST", "body": "diff staged"}
+    ok(send(namespace, "agent/dev/outbox", message))
+    [got] = inbox(namespace, "rev")
+    assert (got["from"], got["to"], got["type"]) == (dev, rev, "REVIEW_REQUEST")
+    # reading the inbox archived it
+    assert inbox(namespace, rev) == []
+    assert names(namespace, f"agent/{rev}/mail/received") == [f"{got['id']}.json"]
+    assert names(namespace, f"agent/{dev}/mail/sent") == [f"{got['id']}.json"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"to": "rev", "type": "QUESTION", "body": "x"', "outbox: malformed JSON at line 1"),
+        ('{"to": "rev", "type": "GOSSIP", "body": "x"}', 'unknown message type "GOSSIP"'),
+        ('{"type": "QUESTION", "body": "x"}', 'the message has no recipient: add "to"'),
+    ],
+)
+def test_bad_messages_fail_the_write_precisely_and_write_nothing(
+    daemon: Anvild, namespace: Path, workdir: Path, text: str, expected: str
+) -> None:
+    dev = new(namespace, workdir, "alias=dev")
+    new(namespace, workdir, "alias=rev")
+    result = send(namespace, "agent/dev/outbox", text)
+    assert result.returncode != 0
+    assert expected in result.stderr
+    assert inbox(namespace, "rev") == []
+    assert names(namespace, f"agent/{dev}/mail/sent") == []
+    [report] = inbox(namespace, "dev")
+    assert report["type"] == "ERROR_REPORT"
+    assert expected.removeprefix("outbox: ") in report["body"]
+
+
+def test_undeliverable_mail_returns_as_an_error_report(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    gone = new(namespace, workdir, "alias=gone")
+    ok(anvilctl(namespace, "write", "agent/ctl", stdin=f"kill {gone}\n"))
+    ok(send(namespace, "agent/user/outbox", {"to": gone, "type": "QUESTION", "body": "there?"}))
+    [report] = inbox(namespace, "user")
+    assert (report["from"], report["type"]) == ("anvild", "ERROR_REPORT")
+    assert f"{gone!r}" in report["body"]
+    [sent] = names(namespace, "agent/user/mail/sent")
+    assert report["in_reply_to"] == sent.removesuffix(".json")
+
+
+def test_mail_survives_kill_9_and_a_restart(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    config = user_config(tmp_path, fake.url)
+    first = start_daemon(namespace, config)
+    try:
+        rev = new(namespace, workdir, "alias=rev")
+        ok(send(namespace, "agent/user/outbox", {"to": "rev", "type": "QUESTION", "body": "1"}))
+        ok(send(namespace, "agent/user/outbox", {"to": rev, "type": "QUESTION", "body": "2"}))
+        [one, _] = inbox(namespace, "rev")  # both read: archived
+        ok(send(namespace, "agent/user/outbox", {"to": rev, "type": "QUESTION", "body": "3"}))
+    finally:
+        code, _ = first.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    second = start_daemon(namespace, config)
+    try:
+        received = names(namespace, f"agent/{rev}/mail/received")
+        assert len(received) == 2
+        assert f"{one['id']}.json" in received
+        assert [m["body"] for m in inbox(namespace, "rev")] == ["3"]
+        assert len(names(namespace, f"agent/{rev}/mail/received")) == 3
+        assert len(names(namespace, "agent/user/mail/sent")) == 3
+    finally:
+        code, log = second.stop()
+    assert code == 0, log

@@ -1,0 +1,198 @@
+"""Mail in the tree (`anvild.daemon.mail_tree`) over a real 9P connection, in-process.
+
+A `SessionManager` over scripted providers with the mail tools, a `PostOffice` and `AutoMail`
+mounted as the daemon mounts them, driven with raw 9P messages the way `9p read`, `9p write` and
+`9p rdwr` drive it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from anvild.daemon.mail_tree import (
+    MailTree,
+    SessionPeers,
+    SessionPrompter,
+    forward_mail_events,
+)
+from anvild.daemon.root import RootTree
+from anvild.daemon.sessions import SESSION_FILES, SessionTree, forward_events
+from anvild.llm.testing import ScriptedProvider, script
+from anvild.mail import AutoMail, Box, MailStore, PostOffice, mail_tools
+from anvild.ninep import messages as m
+from anvild.ninep.constants import Dialect
+from anvild.ninep.server import Server
+from anvild.ninep.testing import RawClient
+from anvild.session import SessionManager, chain_tools
+from anvild.session.events import SessionEvent, SessionStateChanged
+from anvild.store import SessionStore
+from tests.unit.daemon.test_sessions_tree import OREAD, Client, dir_names, error_text, new_session
+from tests.unit.session.support import Models, file_tools, settings, target, workspace
+
+
+@attrs.frozen
+class Served:
+    manager: SessionManager
+    office: PostOffice
+    root: RootTree
+    client: Client
+    provider: ScriptedProvider
+
+
+@asynccontextmanager
+async def served(tmp_path: Path, scripts: Sequence[Any] = ()) -> AsyncIterator[Served]:
+    provider = ScriptedProvider(scripts)
+    root = RootTree()
+    peers, prompter = SessionPeers(), SessionPrompter()
+    office = PostOffice(
+        MailStore(tmp_path / "data" / "mail"), peers, on_event=forward_mail_events(root)
+    )
+    auto = AutoMail(office, prompter)
+    forward = forward_events(root)
+
+    def on_event(event: SessionEvent) -> None:
+        forward(event)
+        if isinstance(event, SessionStateChanged) and event.state == "idle":
+            auto.poke(event.id)
+
+    manager = SessionManager(
+        SessionStore(tmp_path / "data" / "sessions"),
+        Models({"fake": target(provider)}),
+        settings=settings(tmp_path),
+        tools=chain_tools(file_tools(), mail_tools(office)),
+        default_cwd=workspace(tmp_path),
+        on_event=on_event,
+    )
+    peers.bind(manager)
+    prompter.bind(manager)
+    tree = SessionTree(manager)
+    MailTree(office, auto).mount(root, tree)
+    tree.mount(root)
+    server = Server(lambda req: root.root)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        nursery.start_soon(server.serve, server_stream)
+        raw = RawClient(client_stream, Dialect.P9P2000_U)
+        await raw.handshake()
+        yield Served(manager, office, root, Client(raw), provider)
+        await client_stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def msg(to: str, kind: str = "QUESTION", **fields: Any) -> bytes:
+    return json.dumps({"to": to, "type": kind, "body": "hello", **fields}).encode()
+
+
+async def test_every_session_has_a_mailbox_and_the_human_has_agent_user(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        sid = await new_session(s.client)
+        names = await dir_names(s.client, sid)
+        assert names == [*SESSION_FILES, "inbox", "outbox", "mail"]
+        assert await dir_names(s.client, f"{sid}/mail") == ["received", "sent"]
+        assert "user" in await dir_names(s.client, "")
+        assert await dir_names(s.client, "user") == ["inbox", "outbox", "mail"]
+        assert await s.client.get(f"{sid}/inbox") == "[]\n"
+
+
+async def test_outbox_delivers_with_the_real_sender_and_inbox_archives(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        dev = await new_session(c, b"alias=dev")
+        rev = await new_session(c, b"alias=rev")
+        body = msg("rev", "REVIEW_REQUEST", subject="OAuth", **{"from": "user"})
+        assert await c.put("dev/outbox", body) == m.Rclunk(0)
+        [sent] = json.loads(await c.get(f"{dev}/inbox") or "[]") or [None]
+        assert sent is None  # nothing came back to the sender
+        inbox = json.loads(await c.get("rev/inbox"))
+        assert [(x["from"], x["to"], x["type"], x["subject"]) for x in inbox] == [
+            (dev, rev, "REVIEW_REQUEST", "OAuth")
+        ]
+        # the read above reached EOF and clunked: archived
+        assert await c.get(f"{rev}/inbox") == "[]\n"
+        name = f"{inbox[0]['id']}.json"
+        assert await dir_names(c, f"{rev}/mail/received") == [name]
+        assert json.loads(await c.get(f"{rev}/mail/received/{name}")) == inbox[0]
+        assert json.loads(await c.get(f"{dev}/mail/sent/{name}")) == inbox[0]
+
+
+async def test_an_inbox_read_that_stops_early_marks_nothing(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        await new_session(c, b"alias=dev")
+        assert await c.put("user/outbox", msg("dev")) == m.Rclunk(0)
+        fid = await c.open("dev/inbox", OREAD)
+        reply = await c.raw.rpc(m.Tread(0, fid, 0, 5))
+        assert reply == m.Rread(0, b'[\n{"i')
+        assert await c.clunk(fid) == m.Rclunk(0)
+        assert len(json.loads(await c.get("dev/inbox"))) == 1  # still unread, now read
+
+
+async def test_bad_outbox_writes_fail_the_clunk_and_write_nothing(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        dev = await new_session(c, b"alias=dev")
+        await new_session(c, b"alias=rev")
+        cases = [
+            (b'{"to": "rev", "type": ', "outbox: malformed JSON at line 1 column 23"),
+            (msg("rev", "GOSSIP"), 'outbox: unknown message type "GOSSIP": the types are'),
+            (
+                b'{"type": "QUESTION", "body": "x"}',
+                'outbox: the message has no recipient: add "to"',
+            ),
+        ]
+        for data, expected in cases:
+            assert error_text(await c.put("dev/outbox", data)).startswith(expected)
+        assert await c.get("rev/inbox") == "[]\n"
+        assert await dir_names(c, f"{dev}/mail/sent") == []
+        reports = json.loads(await c.get("dev/inbox"))
+        assert [r["type"] for r in reports] == ["ERROR_REPORT"] * 3
+        assert "malformed JSON" in reports[0]["body"]
+
+
+async def test_undeliverable_mail_comes_back_and_events_show_it(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        events = s.root.events.open_reader()
+        assert await c.put("user/outbox", msg("ghost")) == m.Rclunk(0)
+        [report] = json.loads(await c.get("user/inbox"))
+        assert (report["type"], report["from"]) == ("ERROR_REPORT", "anvild")
+        assert "'ghost'" in report["body"]
+        lines = [json.loads(x) for x in (await events.read(1 << 16)).decode().splitlines()]
+        assert [x["type"] for x in lines] == ["mail_undeliverable", "mail_read"]
+
+
+async def test_automail_prompts_an_idle_session_once(tmp_path: Path) -> None:
+    answer = script.text("I read it.")
+    async with served(tmp_path, [answer]) as s:
+        c = s.client
+        reply, answer_line = await c.rdwr("ctl", b"new alias=rev mail=auto")
+        assert isinstance(reply, m.Rwrite), reply
+        rev = answer_line.decode().strip()
+        assert s.office.store.auto(rev)
+        assert await c.put("user/outbox", msg("rev")) == m.Rclunk(0)
+        assert await c.get("rev/wait") == "await\n"
+        [request] = s.provider.requests
+        prompt = request.messages[-1].text()
+        assert "You have new mail: 1 unread message(s) in your inbox (from user)" in prompt
+        assert "read_inbox" in prompt
+        # The answer is not read yet (await): more mail does not prompt over it.
+        assert await c.put("user/outbox", msg("rev")) == m.Rclunk(0)
+        assert len(s.provider.requests) == 1
+        reply, _ = await c.rdwr("rev/ctl", b"automail off")
+        assert isinstance(reply, m.Rwrite), reply
+        assert await c.get("rev/out") == "I read it.\n"  # idle now; automail is off
+        assert len(s.provider.requests) == 1
+        reply, _ = await c.rdwr("rev/ctl", b"automail maybe")
+        assert "automail maybe: write automail on or automail off" in error_text(reply)
+        reply, _ = await c.rdwr("ctl", b"new mail=sometimes")
+        assert "mail=sometimes: use mail=auto" in error_text(reply)
+        assert s.office.store.count(rev, Box.INBOX) == 2
