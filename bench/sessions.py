@@ -445,8 +445,11 @@ def streaming(
                             got.add(int(number))
                     elif line.startswith(b'{"type":"turn_finished"'):
                         tally.finished[owner] = tally.finished.get(owner, 0) + 1
-                        if sum(tally.finished.values()) == count * turns:
-                            done.set()
+                    if (
+                        sum(tally.finished.values()) == count * turns
+                        and tally.states >= 2 * count * turns
+                    ):
+                        done.set()
 
                 def pump() -> None:
                     try:
