@@ -1,4 +1,4 @@
-"""`anvilctl new|send|wait|out|models|sessions`: the session commands over 9P files.
+"""`anvilctl new|send|wait|out|models|sessions|attach`: the session commands over 9P files.
 
     anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
                                                                           [ephemeral]
@@ -7,6 +7,7 @@
     anvilctl [...] out ID
     anvilctl [...] models
     anvilctl [...] sessions [--all]
+    anvilctl [...] attach ID             interactive: see `anvilctl.attach`
 
 What each does on the `agent/` tree (DESIGN section 4):
 
@@ -24,6 +25,8 @@ What each does on the `agent/` tree (DESIGN section 4):
   on one connection, and prints a table: id, alias, state, role, model, age (`42s`, `3m`, `2h`,
   `5d`), with `--all` the cwd, and the first prompt's first line, cut to fit. A session that
   ends between the listing and its reads is left out.
+- `attach` is interactive (prompts, streamed turns, approvals); it lives in `anvilctl.attach`,
+  imported only for it.
 
 Paths follow the 9P commands' rules (`anvilctl.ninep_cli`): without `-a` the service `agent` in
 the namespace directory; with `-a ADDRESS` the files at the root of that server (`-A`: the
@@ -54,7 +57,7 @@ from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
 
 __all__ = ["COMMANDS", "add_subcommands", "run"]
 
-COMMANDS = ("new", "send", "wait", "out", "models", "sessions")
+COMMANDS = ("new", "send", "wait", "out", "models", "sessions", "attach")
 SERVICE = "agent"
 _CHUNK = 8192
 
@@ -264,6 +267,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub.add_parser("models", help="list the models sessions can use")
     p = sub.add_parser("sessions", help="list this directory's sessions (first prompt, age)")
     p.add_argument("--all", action="store_true", help="every session, whatever its cwd")
+    p = sub.add_parser("attach", help="talk to a session interactively (anvilctl.attach)")
+    p.add_argument("id", metavar="ID", help="the session's id or alias")
 
 
 def run(
@@ -277,6 +282,10 @@ def run(
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
+    if args.command == "attach":
+        from anvilctl import attach  # readline and the terminal: only for this command
+
+        return attach.run(args)
     what = args.command if not hasattr(args, "id") else f"{args.command} {args.id}"
     try:
         if args.command == "new":

@@ -9,14 +9,23 @@ command prints, with a deadline on every read so nothing hangs.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
+import os
 import re
-from collections.abc import Iterator
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
 from tests.integration.test_sessions_e2e import (
+    TURN_TIMEOUT,
     FakeServer,
     anvilctl,
     ok,
@@ -143,3 +152,251 @@ def test_sessions_without_a_daemon_says_which_socket(namespace: Path, workdir: P
     result = anvilctl(namespace, "sessions", cwd=workdir)
     assert result.returncode == 1
     assert result.stderr.startswith(f"anvilctl sessions: dial unix!{namespace}/agent: ")
+
+
+# --- anvilctl attach ------------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\r")
+
+
+class Terminal:
+    """`anvilctl attach` on a real pseudo-terminal that is its controlling terminal.
+
+    `setsid -c` makes the pty the child's controlling terminal, so a 0x03 typed on the master
+    side is SIGINT for it, as in a shell. Every read has a deadline."""
+
+    def __init__(self, namespace: Path, tmp_path: Path, *args: str) -> None:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        env = {
+            **os.environ,
+            "NAMESPACE": str(namespace),
+            "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+            "TERM": "xterm",
+        }
+        env.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen(
+            ["setsid", "-c", sys.executable, "-m", "anvilctl", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=tmp_path,
+            close_fds=True,
+        )
+        os.close(slave)
+        self.master = master
+        self.raw = b""
+        self.seen = 0  # how much of the cleaned text `expect` has consumed
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode("utf-8", "replace"))
+
+    def _read(self, until: float) -> bool:
+        ready, _, _ = select.select([self.master], [], [], max(0.0, until - time.monotonic()))
+        if not ready:
+            return False
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            chunk = b""
+        if not chunk:
+            return False
+        self.raw += chunk
+        return True
+
+    def expect(self, pattern: str, timeout: float = TURN_TIMEOUT) -> re.Match[str]:
+        """Wait for `pattern` (a regex) after what earlier calls consumed; consume through it."""
+        until = time.monotonic() + timeout
+        regex = re.compile(pattern, re.MULTILINE)
+        while True:
+            found = regex.search(self.text, self.seen)
+            if found:
+                self.seen = found.end()
+                return found
+            if not self._read(until) and (
+                time.monotonic() >= until or self.proc.poll() is not None
+            ):
+                if (found := regex.search(self.text, self.seen)) is not None:
+                    self.seen = found.end()
+                    return found
+                seen, rest = self.text[: self.seen], self.text[self.seen :]
+                raise AssertionError(f"no {pattern!r} in the terminal after {seen!r}: {rest!r}")
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def wait_exit(self, timeout: float = STARTUP_TIMEOUT) -> int:
+        until = time.monotonic() + timeout
+        while self.proc.poll() is None and time.monotonic() < until:
+            self._read(min(until, time.monotonic() + 0.2))
+        return self.proc.wait(timeout=1)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.master)
+
+
+@pytest.fixture
+def attach_fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(
+        tmp_path,
+        [
+            {
+                "contains": "read the notes",
+                "tool_calls": [{"name": "read_file", "arguments": {"file_path": "notes.txt"}}],
+            },
+            {"contains": "alpha", "text": "The notes say alpha."},
+            {
+                "contains": "write the file",
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"file_path": "out.txt", "content": "hi"}}
+                ],
+            },
+            {
+                "contains": "make a mess",
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"file_path": "mess.txt", "content": "x"}}
+                ],
+            },
+            # Not repeated: the next prompt's request still holds this one's text.
+            {"contains": "stuck", "text": "never finished", "chunk_delay": 30.0},
+            {"text": "pong", "repeat": True},
+        ],
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def attach_daemon(namespace: Path, tmp_path: Path, attach_fake: FakeServer) -> Iterator[Anvild]:
+    d = start_daemon(namespace, user_config(tmp_path, attach_fake.url))
+    yield d
+    code, log = d.stop()
+    assert code == 0, log
+
+
+@pytest.fixture
+def terminal_factory(namespace: Path, tmp_path: Path) -> Iterator[Callable[..., Terminal]]:
+    terminals: list[Terminal] = []
+
+    def make(*args: str) -> Terminal:
+        terminals.append(Terminal(namespace, tmp_path, *args))
+        return terminals[-1]
+
+    yield make
+    for t in terminals:
+        t.close()
+
+
+def wait_state(namespace: Path, session: str, state: str) -> None:
+    deadline = time.monotonic() + TURN_TIMEOUT
+    while (now := read(namespace, f"agent/{session}/state").strip()) != state:
+        assert time.monotonic() < deadline, f"the session stayed {now}, never {state}"
+        time.sleep(0.05)
+
+
+def test_attach_streams_turns_tools_approvals_cancel_and_commands(
+    attach_daemon: Anvild,
+    namespace: Path,
+    workdir: Path,
+    tmp_path: Path,
+    attach_fake: FakeServer,
+    terminal_factory: Callable[..., Terminal],
+) -> None:
+    (workdir / "notes.txt").write_text("alpha\nbeta\ngamma\ndelta\nepsilon\nzeta\n")
+    sid = ok(anvilctl(namespace, "new", "alias=dev", cwd=workdir)).strip()
+    term = terminal_factory("attach", "dev")
+    term.expect(r"attached to \w+ \(dev\): developer, model fake, idle")
+    assert "\x1b[2mattached to" in term.raw.decode()  # dim: a terminal gets escape codes
+    term.expect(r"> ")
+
+    # A prompt streams its answer, then the usage line.
+    term.type("ping\r")
+    term.expect(r"pong\n\[done · 1 step · tokens \d+ in, \d+ out\]")
+    term.expect(r"> ")
+    assert read(namespace, f"agent/{sid}/state") == "idle\n"  # attach read `out`
+
+    # A tool call: its dim line, then an indented preview of its result (the daemon's preview
+    # is the result's first lines).
+    term.type("read the notes\r")
+    term.expect(r"● read_file notes\.txt\n  ⎿ +1\s+alpha\n +2\s+beta\n +3\s+gamma…\n")
+    term.expect(r"^The notes say alpha\.\n\[done · 2 steps · tokens \d+ in, \d+ out\]\n")
+    term.expect(r"> ")
+
+    # An approval answered y: the file is written.
+    term.type("write the file\r")
+    term.expect(r"approval needed: write_file out\.txt")
+    term.expect(r"y: approve once   a: always.*n: reject with feedback\napprove\? \[y/a/n\] ")
+    term.type("y\r")
+    term.expect(r"pong\n\[done · 2 steps")
+    assert (workdir / "out.txt").read_text() == "hi"
+
+    # An approval answered n: the feedback reaches the model as the call's result.
+    term.expect(r"> ")
+    term.type("make a mess\r")
+    term.expect(r"approve\? \[y/a/n\] ")
+    term.type("n\r")
+    term.expect(r"feedback for the model: ")
+    term.type("not in my repository\r")
+    term.expect(r"  ⎿  error: .*not in my repository")
+    term.expect(r"pong\n\[done · 2 steps")
+    assert not (workdir / "mess.txt").exists()
+    last = attach_fake.requests()[-1]
+    assert "the user rejected this call and said: not in my repository" in last["last_user_text"]
+
+    # Ctrl-C cancels a slow turn; the next prompt works.
+    term.expect(r"> ")
+    term.type("stuck here\r")
+    wait_state(namespace, sid, "running")
+    term.type("\x03")
+    term.expect(r"\^C: cancelling the turn\n(.*\n)?\[cancelled")
+    term.expect(r"> ")
+    term.type("ping again\r")
+    term.expect(r"pong\n\[done")
+
+    # Ctrl-C at the prompt drops the line.
+    term.expect(r"> ")
+    term.type("half a thought\x03")
+    term.expect(r"> ")
+    term.type("/model nope\r")
+    term.expect(r"error: .*unknown model 'nope' \(known aliases: fake")
+    term.type("/help\r")
+    term.expect(r"/model NAME +switch the session's model")
+    term.type("/exit\r")
+    assert term.wait_exit() == 0
+
+    rows = table(ok(anvilctl(namespace, "sessions", cwd=workdir)))
+    assert [row[:3] for row in rows[1:]] == [[sid, "dev", "idle"]]
+    assert rows[1][-1] == "ping"
+    history = (tmp_path / "xdg-data" / "anvil" / "attach_history").read_text()
+    assert "ping again" in history
+    assert "half a thought" not in history
+    assert "not in my repository" not in history  # approval answers are not prompts
+    prompts = [r["last_user_text"] for r in attach_fake.requests()]
+    assert "half a thought" not in str(prompts)
+
+
+def test_attach_without_a_terminal_prints_no_escape_codes(
+    attach_daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    sid = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+    result = anvilctl(namespace, "attach", sid, stdin="ping\n/clear\n/model fake\n/model\n")
+    out = ok(result)
+    assert "\x1b" not in out + result.stderr
+    assert f"attached to {sid}: developer, model fake, idle" in out
+    assert "pong\n[done · 1 step · tokens " in out
+    assert "context cleared\nmodel: fake\n" in out
+    assert "model: fake (/model NAME switches" in out
+    assert sid in read(namespace, "agent/list")  # leaving (EOF) leaves the session running
+
+
+def test_attach_to_an_unknown_session_says_so(attach_daemon: Anvild, namespace: Path) -> None:
+    result = anvilctl(namespace, "attach", "nosuch")
+    assert result.returncode == 1
+    assert result.stderr == (
+        "anvilctl attach nosuch: no session nosuch; `anvilctl sessions --all` lists them\n"
+    )
