@@ -88,7 +88,10 @@ _ABNORMAL: Final = {
 
 @attrs.frozen
 class Allow:
-    pass
+    """The call runs; with `context` when the hook gave it one of its own (the permission gate
+    widens the file boundary for paths outside the workspace that a person granted)."""
+
+    context: ToolContext | None = None
 
 
 @attrs.frozen
@@ -307,6 +310,7 @@ class Agent:
 
     async def _run_batch(self, batch: _Batch, completion: Completion) -> None:
         allowed: list[int] = []
+        contexts: dict[int, ToolContext] = {}
         for call in batch.calls:
             self._emit(ev.ToolCallStarted(batch.step, call.id, call.name, call.arguments))
         for index, call in enumerate(batch.calls):
@@ -319,13 +323,14 @@ class Agent:
                 self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
             else:
                 allowed.append(index)
+                contexts[index] = decision.context or self.context
         if all(self.tools.effects(batch.calls[i]).read_only for i in allowed):
             async with trio.open_nursery() as nursery:
                 for index in allowed:
-                    nursery.start_soon(self._run_call, batch, index)
+                    nursery.start_soon(self._run_call, batch, index, contexts[index])
         else:
             for index in allowed:
-                await self._run_call(batch, index)
+                await self._run_call(batch, index, contexts[index])
 
     async def _decide(self, call: ToolCall) -> Decision:
         try:
@@ -333,9 +338,9 @@ class Agent:
         except Exception as exc:  # a failing policy never grants anything
             return Deny(f"the permission check failed ({type(exc).__name__}: {exc})")
 
-    async def _run_call(self, batch: _Batch, index: int) -> None:
+    async def _run_call(self, batch: _Batch, index: int, context: ToolContext) -> None:
         batch.started[index] = True
-        result = await self.tools.dispatch(batch.calls[index], self.context)
+        result = await self.tools.dispatch(batch.calls[index], context)
         self._finish_call(batch, index, result)
 
     def _finish_call(self, batch: _Batch, index: int, result: ToolResult) -> None:

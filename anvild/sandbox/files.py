@@ -4,7 +4,9 @@ The shell sandbox only wraps subprocesses; the native tools run in the daemon it
 their own confinement (review finding 3). A `FileAccess` has readable and writable roots
 (canonical directories; writable roots are readable too), an optional `write_check` (a role's
 narrower rule, e.g. the tester's test directories: given the canonical target of a write, it
-returns why the write is refused, or None), and two fixed path classes:
+returns why the write is refused, or None), and two fixed path classes. `granting` adds, for
+one call, the paths outside the workspace that a person granted (the permission policy's
+escalations): a directory as a root, a file alone.
 
 - protected paths, never writable: anything under `.git` or `.anvil`, `.env*`, `.ssh`, `.aws`,
   `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*`;
@@ -264,7 +266,51 @@ class FileAccess:
         self._writable = _norm_roots(writable)
         self._readable = _norm_roots([*readable, *self._writable])
         self._write_check = write_check
+        # Roots that were added for granted files, and the files they admit, per access kind.
+        self._only: dict[str, dict[Path, frozenset[Path]]] = {"readable": {}, "writable": {}}
         self.use_openat2 = _OPENAT2.available
+
+    def granting(
+        self, *, reads: Iterable[Path | str] = (), writes: Iterable[Path | str] = ()
+    ) -> FileAccess:
+        """This boundary plus the canonical paths a person granted for one call (the permission
+        policy's outside-workspace escalations, approved or covered by a grant). A granted
+        directory becomes a root; a granted file is admitted alone: its directory becomes a
+        root restricted to exactly that file. A credential path is never granted (nor a
+        protected one for writing): the boundary keeps refusing it."""
+        roots = {"readable": list(self._readable), "writable": list(self._writable)}
+        only = {kind: dict(files) for kind, files in self._only.items()}
+        grants = [(r, ("readable",)) for r in reads] + [
+            (w, ("writable", "readable")) for w in writes
+        ]
+        for raw, kinds in grants:
+            path = _canonical(Path(raw))
+            absolute = PurePosixPath(path)
+            if is_credential(absolute) or ("writable" in kinds and is_protected(absolute)):
+                continue
+            for kind in kinds:
+                covering = self._root_of(path, tuple(roots[kind]))
+                if covering is not None and covering not in only[kind]:
+                    continue
+                if path.is_dir():
+                    roots[kind].append(path)
+                    continue
+                roots[kind].append(path.parent)
+                only[kind][path.parent] = only[kind].get(path.parent, frozenset()) | {path}
+        granted = FileAccess(
+            readable=roots["readable"], writable=roots["writable"], write_check=self._write_check
+        )
+        granted._only = only
+        granted.use_openat2 = self.use_openat2
+        return granted
+
+    def _check_granted(self, root: Path, canonical: Path, what: str) -> None:
+        allowed = self._only[what].get(root)
+        if allowed is not None and canonical not in allowed:
+            listed = ", ".join(str(p) for p in sorted(allowed))
+            raise AccessDenied(
+                f"{canonical} is outside the {what} roots: in {root} only {listed} was granted."
+            )
 
     @classmethod
     def workspace(cls, root: Path | str) -> FileAccess:
@@ -324,6 +370,7 @@ class FileAccess:
         croot = self._root_of(canonical, self._readable)
         if croot is None:
             raise AccessDenied(f"{canonical} is outside the readable roots.")
+        self._check_granted(croot, canonical, "readable")
         if is_credential(given) or is_credential(PurePosixPath(os.path.relpath(canonical, croot))):
             raise AccessDenied(
                 f"{root / given} is a credential file (.env*, .ssh, .aws, .netrc, .npmrc, "
@@ -342,6 +389,7 @@ class FileAccess:
                 f"{root / given} is protected (.git, .anvil, credential files) and cannot be "
                 "written by the file tools."
             )
+        self._check_granted(croot, canonical, "writable")
         if self._write_check is not None and (why := self._write_check(canonical)) is not None:
             raise AccessDenied(why)
         return croot

@@ -14,6 +14,11 @@ For each call, in order, before anything runs:
    person's feedback; unavailable (headless, closed) -> deny with its reason. A cancelled wait
    raises.
 
+An allowed call that reaches paths outside the workspace (granted by the user's config, an
+`always`, or this approval) runs with a context whose `FileAccess` admits exactly those paths
+(`FileAccess.granting`): the boundary and the policy agree, so an approved escalation is not
+refused afterwards. Commands are not widened: what they reach is the sandbox's business.
+
 A denied call never runs: the loop answers the model with `Permission denied for TOOL: REASON`
 as an error result. `gate.policy` is public: a mode switch replaces it (`attrs.evolve`).
 """
@@ -24,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from anvild.agent.loop import Allow as LoopAllow
@@ -79,11 +85,26 @@ class PermissionGate:
             self._on_decision(call, decision)
         match decision:
             case Allow():
-                return LoopAllow()
+                return self._allow(request)
             case Deny(reason=reason):
                 return LoopDeny(reason)
             case Ask():
-                return await self._ask(call, decision)
+                answer = await self._ask(call, decision)
+                return self._allow(request) if isinstance(answer, LoopAllow) else answer
+
+    def _allow(self, request: PermissionRequest) -> LoopAllow:
+        """An allowed call; one that reaches paths outside the workspace (granted: the policy
+        asked, or a grant covered them) runs with a file boundary that admits exactly those
+        paths. Commands are left to their sandbox."""
+        if request.shell is not None:
+            return LoopAllow()
+        workspace = self.policy.workspace
+        reads = [Path(p) for p in request.reads if not p.is_relative_to(workspace)]
+        writes = [Path(p) for p in request.writes if not p.is_relative_to(workspace)]
+        if not reads and not writes:
+            return LoopAllow()
+        files = self.context.files.granting(reads=reads, writes=writes)
+        return LoopAllow(attrs.evolve(self.context, files=files))
 
     async def request_for(self, call: ToolCall) -> PermissionRequest:
         """The call validated, classified and resolved (a `problem` when it is invalid)."""

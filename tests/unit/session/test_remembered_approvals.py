@@ -76,6 +76,7 @@ async def test_always_rules_and_grants_are_restored_after_a_restart(tmp_path: Pa
         assert await prompt(session, "read the outside file") is S.AWAIT_APPROVAL
         assert f"always_adds read {outside}" in session.approval_text()
         assert await answer(session, "always") is S.AWAIT
+        assert "far away" in first.requests[3].messages[-1].tool_results()[0].content
         sid, path = session.id, session.journal.path
         live = session.record.remembered
     assert live == Remembered(rules=("write_file(a.txt)",), read_roots=(str(outside),))
@@ -117,6 +118,7 @@ async def test_always_rules_and_grants_are_restored_after_a_restart(tmp_path: Pa
         result = second.requests[2].messages[-1].tool_results()[0]
         assert (tmp_path / "work" / "a.txt").read_text() == "two\n", result
         assert await prompt(session, "read it again") is S.AWAIT
+        assert "far away" in second.requests[4].messages[-1].tool_results()[0].content
         # What was not answered `always` still asks.
         assert await prompt(session, "write b.txt") is S.AWAIT_APPROVAL
         assert "tool write_file" in session.approval_text()
