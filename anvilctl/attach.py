@@ -662,6 +662,7 @@ class Attach:
         try:
             answer = input(question)
         except EOFError:
+            self.note(f"left with the request pending: answer it on agent/{self.name}/approval")
             raise
         self.history.forget_last()
         return answer

@@ -264,6 +264,7 @@ def attach_fake(tmp_path: Path) -> Iterator[FakeServer]:
             },
             # Not repeated: the next prompt's request still holds this one's text.
             {"contains": "stuck", "text": "never finished", "chunk_delay": 30.0},
+            {"contains": "tell a story", "text": "Once upon a time, far away.", "chunk_delay": 1.0},
             {"text": "pong", "repeat": True},
         ],
     )
@@ -400,3 +401,32 @@ def test_attach_to_an_unknown_session_says_so(attach_daemon: Anvild, namespace: 
     assert result.stderr == (
         "anvilctl attach nosuch: no session nosuch; `anvilctl sessions --all` lists them\n"
     )
+
+
+def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
+    attach_daemon: Anvild,
+    namespace: Path,
+    workdir: Path,
+    terminal_factory: Callable[..., Terminal],
+) -> None:
+    sid = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+    turn(namespace, sid, "ping")  # a finished turn: in the events backlog, never shown
+    ok(anvilctl(namespace, "send", sid, "tell a story"))
+    wait_state(namespace, sid, "running")
+    term = terminal_factory("attach", sid)
+    term.expect(rf"attached to {sid}: developer, model fake, running; /help for help\n")
+    term.expect(r"^Once upon a time, far away\.\n\[done · 1 step")
+    term.expect(r"> ")
+    assert "pong" not in term.text
+    term.type("/exit\r")
+    assert term.wait_exit() == 0
+    assert read(namespace, f"agent/{sid}/state") == "idle\n"
+
+    again = terminal_factory("attach", sid)
+    again.expect(rf"attached to {sid}: developer, model fake, idle; /help for help\n> ")
+    again.type("/help\r")
+    again.expect(r"/exit +leave")
+    assert "pong" not in again.text
+    assert "Once upon" not in again.text
+    again.type("\x04")  # Ctrl-D leaves too
+    assert again.wait_exit() == 0
