@@ -186,6 +186,7 @@ class Config:
     warnings: tuple[ConfigWarning, ...]
     user_file: Path
     project: ProjectFile | None
+    beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
 
     def source_of(self, key: str) -> Source | None:
         """Provenance by rendered key, e.g. `providers.local.base_url`."""
@@ -372,7 +373,12 @@ def _build(
         warnings=warnings,
         user_file=user_file,
         project=project,
+        beads_repo=_path(merged.get(("beads", "repo"))),
     )
+
+
+def _path(value: str | None) -> Path | None:
+    return None if value is None else Path(value).expanduser()
 
 
 def _names(merged: Mapping[Key, Any], top: str) -> list[str]:

@@ -46,7 +46,10 @@ TOP_KEYS: Final = (
     "permissions",
     "hooks",
     "mcp_servers",
+    "beads",
 )
+BEADS_KEYS: Final = ("repo",)
+"""`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads)."""
 PROVIDER_KEYS: Final = ("kind", "base_url", "api_key_env", "context_window", "max_output_tokens")
 MODEL_KEYS: Final = (
     "provider",
@@ -213,6 +216,14 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                         parse_rule(rule, RuleKind(name))
                     except RuleSyntaxError as exc:
                         raise ConfigFileError(c.file, (top, name), f"rule {index}: {exc}") from exc
+        elif top == "beads":
+            table = c.table(key, value)
+            c.known(key, table, BEADS_KEYS)
+            for name, item in table.items():
+                path = c.string((top, name), item)
+                if not Path(path).expanduser().is_absolute():
+                    raise c.fail((top, name), "an absolute path (or one starting with ~)", item)
+                c.set((top, name), path)
         else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))

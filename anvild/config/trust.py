@@ -13,6 +13,7 @@ course 06.B):
     permission       permissions.allow, permissions.ask   (permissions.deny only narrows: data)
     executable       hooks.<name>, mcp_servers.<name>
     budget           models.<alias>.pricing.*             (under-priced models defeat budgets)
+    data location    beads.repo                           (where the daemon writes and commits)
 
 Everything else (`default_model`, `instructions`, `models.<alias>.{provider, model, limits,
 capabilities}`, `permissions.deny`) is instruction or data.
@@ -62,6 +63,8 @@ def authority_of(key: Key) -> str | None:
             return "executable"
         case ("models", _, "pricing", *_):
             return "budget"
+        case ("beads", *_):
+            return "data location"
     return None
 
 

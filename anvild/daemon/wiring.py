@@ -31,7 +31,12 @@ alias) and bridges session events to `agent/events`. Mail (`anvild.mail`, served
 `anvild.daemon.mail_tree`) is built alongside: a `PostOffice` over `<data dir>/mail`, the mail
 tools added to every session's tools (`chain_tools`), the per-session mailbox files and
 `agent/user/`, mail events on `agent/events`, and auto-prompt poked whenever a session becomes
-idle; `attach(daemon)` adds the shutdown step
+idle. The bead store (`anvild.beads.BeadStore`, in `beads_repo`, default `<data dir>/beads`)
+is built too, and its `BeadsTree` (`agent/beads/`, `agent/convoys/`) mounted: claims resolve
+session ids and aliases through the manager, a session's exit marks its beads orphaned, and
+`SessionSettings.extra_context` puts its beads' convoy context in its system prompt. `run` opens
+the store (creating or recovering the repository) before any session is restored;
+`attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
 children before it accepts a connection): it starts `SessionManager.run` in a cancel scope of
 its own, which restores every session from its records before reporting started. The shutdown
@@ -42,7 +47,7 @@ the daemon's grace period.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -52,8 +57,10 @@ import structlog
 import trio
 
 from anvild.agent.permissions.rules import RuleSet
+from anvild.beads import BeadError, BeadStore
 from anvild.config import Config
 from anvild.daemon.app import Daemon
+from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
 from anvild.daemon.mail_tree import MailTree, SessionPeers, SessionPrompter, forward_mail_events
@@ -67,7 +74,14 @@ from anvild.llm.types import ChatRequest
 from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.secrets import Redactor
-from anvild.session import SessionManager, SessionSettings, chain_tools, default_tools
+from anvild.session import (
+    SessionManager,
+    SessionNotFound,
+    SessionSettings,
+    SessionStatus,
+    chain_tools,
+    default_tools,
+)
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.store import SessionStore
 
@@ -143,6 +157,24 @@ def _model_lines(config: Config, env: Mapping[str, str]) -> list[ModelLine]:
     return lines
 
 
+def _resolver(manager: SessionManager) -> Callable[[str], str | None]:
+    """The id of the live session with this id or alias, or None."""
+
+    def resolve(name: str) -> str | None:
+        try:
+            session = manager.get(name)
+        except SessionNotFound:
+            return None
+        return None if session.status is SessionStatus.EXITED else session.id
+
+    return resolve
+
+
+def _liveness(manager: SessionManager) -> Callable[[str], bool]:
+    resolve = _resolver(manager)
+    return lambda session_id: resolve(session_id) == session_id
+
+
 @attrs.define
 class Sessions:
     """The daemon's session layer: build it, `attach` it to the daemon, run it as a child."""
@@ -152,6 +184,7 @@ class Sessions:
     root: RootTree
     client: httpx.AsyncClient
     mail: MailTree | None = None
+    beads: BeadsTree | None = None
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -167,7 +200,10 @@ class Sessions:
         redactor: Redactor | None = None,
         local_model: LlamaServer | None = None,
         default_cwd: Path | None = None,
+        beads_repo: Path | None = None,
     ) -> Sessions:
+        """`beads_repo` is the bead store's repository (default: the config's `[beads] repo`,
+        else `<data_dir>/beads`)."""
         client = httpx.AsyncClient()
         if local_model is not None:
             config = with_local_model(config, LOCAL_HOST_URL)
@@ -175,11 +211,14 @@ class Sessions:
         else:
             registry = config.registry(client, env=env)
         perms = config.permissions
+        store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
+        beads = BeadsTree(store)
         settings = SessionSettings(
             rules=RuleSet.parse(allow=perms.allow, ask=perms.ask, deny=perms.deny),
             concurrency={LOCAL: 1},
             sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
             redact=redactor.redact if redactor else None,
+            extra_context=store.context_for,
         )
         conductor = ConductorTools()
         peers, prompter = SessionPeers(), SessionPrompter()
@@ -191,6 +230,7 @@ class Sessions:
             forward(event)
             if isinstance(event, SessionStateChanged) and event.state == "idle":
                 auto.poke(event.id)
+            beads.on_session_event(event)
 
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
@@ -208,7 +248,10 @@ class Sessions:
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)
-        return cls(manager, tree, root, client, mail)
+        beads.resolve_session = _resolver(manager)
+        beads.session_live = _liveness(manager)
+        beads.mount(root)
+        return cls(manager, tree, root, client, mail, beads)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -222,11 +265,22 @@ class Sessions:
         try:
             async with self.client:
                 with self._scope:
+                    await self._open_beads()
                     async with trio.open_nursery() as nursery:
                         await nursery.start(self.manager.run)
                         task_status.started()
         finally:
             self._done.set()
+
+    async def _open_beads(self) -> None:
+        # A broken bead store (git missing, repository unwritable) must not stop the sessions:
+        # every bead write then says why (BeadStore.unavailable), and the log has it.
+        if self.beads is None:
+            return
+        try:
+            await self.beads.store.open()
+        except BeadError as exc:
+            log.error("beads.unavailable", repo=str(self.beads.store.root), error=str(exc))
 
     async def stop(self) -> None:
         """The shutdown step: end every turn, sync and close every journal."""

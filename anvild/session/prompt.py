@@ -5,6 +5,9 @@
                              root down to the cwd (most general first), each capped at
                              MAX_INSTRUCTION_BYTES with a note saying so
     role                     the role's text (`anvild.session.roles.role_text`)
+    extra                    text the daemon supplies per session, as given (its beads'
+                             convoy context, with its own headers; `SessionSettings.
+                             extra_context`, asked at the start of every turn)
     context                  the session's `context` file
 
 in that order, under clear headers. `PromptLayers` is a frozen value and `render` is a pure
@@ -76,6 +79,7 @@ class PromptLayers:
     instructions: tuple[InstructionFile, ...] = ()
     role: str = ""
     role_text: str = ""
+    extra: str = ""
     context: str = ""
 
     def render(self) -> str:
@@ -92,6 +96,8 @@ class PromptLayers:
             parts.append("\n\n".join(section))
         if self.role_text.strip():
             parts.append(f"# Your role: {self.role}\n\n{self.role_text.strip()}")
+        if self.extra.strip():
+            parts.append(self.extra.strip())
         if self.context.strip():
             parts.append(f"# Session context\n\n{self.context.strip()}")
         return "\n\n".join(parts) + "\n"

@@ -149,6 +149,10 @@ class SessionSettings:
     stream_limits: BroadcastLimits = attrs.field(factory=BroadcastLimits)
     sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
     redact: Callable[[str], str] | None = None
+    extra_context: Callable[[str], str] | None = None
+    """Text for the system prompt of the session with this id, after the role and before the
+    session's `context` (the daemon gives its beads' convoy context). Asked at the start of
+    every turn; the prompt's bytes change only when the text does."""
 
 
 @attrs.frozen
@@ -422,7 +426,7 @@ class Session:
     @property
     def system_prompt(self) -> str:
         """The system prompt the next turn will use."""
-        return self._layers.render()
+        return self._current_layers().render()
 
     @property
     def out(self) -> str:
@@ -734,7 +738,8 @@ class Session:
         self._turn_active = True
         self._finished = None
         self._step_text, self._logged = [], 0
-        self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
+        self._layers = self._current_layers()
+        self._agent.config = attrs.evolve(self._agent.config, system=self._layers.render())
         self._set_status(S.RUNNING)
         self._log_lines(_indented("USER:", text))
         deadline = self._services.settings.turn_deadline
@@ -988,6 +993,20 @@ class Session:
                 full_access=grants.full_access,
             )
         )
+
+    def _current_layers(self) -> PromptLayers:
+        """The layers with the extra context (`SessionSettings.extra_context`) as it is now."""
+        hook = self._services.settings.extra_context
+        if hook is None:
+            return self._layers
+        try:
+            extra = hook(self.id)
+        except Exception:  # a broken hook must not stop the session: keep the last text
+            log.exception("session.extra_context_failed", session=self.id)
+            return self._layers
+        if extra == self._layers.extra:
+            return self._layers
+        return attrs.evolve(self._layers, extra=extra)
 
     def _load_layers(self, context: str) -> PromptLayers:
         settings = self._services.settings

@@ -46,6 +46,19 @@ def test_llm_imports_nothing_else_from_the_project() -> None:
     assert violations("anvild.llm", ("anvild.llm",)) == []
 
 
+def test_beads_import_neither_the_daemon_nor_the_tree_nor_9p() -> None:
+    """The bead store is driven by the tree, the agent tools and the conductor; it serves none."""
+    forbidden = ("anvild.daemon", "anvild.fs", "anvild.ninep")
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "anvild" / "beads").rglob("*.py"))
+        for line, module in imports_of(path)
+        if module.startswith(forbidden)
+    ]
+    assert found == []
+    assert (ROOT / "anvild" / "beads" / "store.py").exists()
+
+
 def test_rule_checker_catches_violations(tmp_path: Path) -> None:
     package = tmp_path / "anvild" / "llm"
     package.mkdir(parents=True)

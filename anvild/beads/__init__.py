@@ -1,0 +1,115 @@
+"""anvild.beads: durable work units (beads) and groups of them (convoys), kept in git.
+
+    model.py   Bead, Convoy, the bead status table (TRANSITIONS), the id scheme (pure)
+    board.py   Board: every bead and convoy, each change a pure function -> Change (pure)
+    codec.py   the file format: one stable JSON object per file (pure)
+    words.py   splitting ctl lines: double and single quotes, for rc and bash (pure)
+    events.py  BeadEvent: typed events, one JSON line each on agent/events
+    git.py     the git CLI with a fixed identity and none of the user's config or hooks
+    store.py   BeadStore: the repository, the one lock, the commit per change, recovery
+    tools.py   list_ready, claim, complete, fail: agent tools bound to their session
+    errors.py  BeadError and its subclasses
+
+This package imports nothing from `anvild.daemon`, `anvild.fs` or `anvild.ninep` (a test
+checks): the tree (`anvild.daemon.beads_tree`) and the conductor scripts drive it through the
+API below, and the session layer meets it only through callables the daemon wires in.
+
+The repository (DESIGN.md section 7)
+------------------------------------
+    <repo>/README.md                 written by the first commit
+    <repo>/beads/<bead-id>.json      {"version": 1, "id": ..., "title": ..., "status": ...}
+    <repo>/convoys/<convoy-id>.json
+
+Default `<data dir>/beads`; the user config sets another with `[beads] repo = "/path"`. Every
+change is one commit by `anvild <anvild@localhost>` whose subject says what happened and who
+asked, e.g. `claim research-auth-001 for a1b2c3d4 (by user)`: `git log` is the audit trail.
+Ids are `<first two title words>-<NNN>` (`research-auth-001`; see `anvild.beads.model`).
+
+Bead: id, title, description, role, status (pending | in_progress | pending_approval |
+completed | failed), assigned_to, result, depends_on, requires_approval, approved_by, convoy,
+reason (the last fail/reject reason), created_at, updated_at (RFC 3339, UTC).
+Convoy: id, title, goal, status (planning | in_progress | completed | failed | abandoned),
+coordinator, beads (member ids, in order), context, created_at, updated_at.
+
+API (the daemon, the tree, tests)
+---------------------------------
+    store = BeadStore(path, on_event=callback)     # callback(BeadEvent), after each commit
+    await store.open()                             # init or recover, then load; store.recovered
+
+Reads are synchronous and see the last committed state:
+
+    store.beads() / store.bead(id)                 # BeadNotFound for an unknown id
+    store.ready(role=None)                         # pending beads whose deps are all completed
+    store.convoys() / store.convoy(id) / store.progress(id) -> Progress(done, total).percent
+    store.assigned(session_id)                     # its in_progress / pending_approval beads
+    store.context_for(session_id) -> str           # convoy context for its system prompt
+    store.board                                    # the whole frozen Board
+
+Writes are async, one commit each, serialised by one lock; `by` names who asked (`user` for a
+file write, `session <id>` for an agent tool) and goes into the commit message and the event:
+
+    await store.create(NewBead(title, role, description, depends_on, requires_approval,
+                               convoy), by=...) -> Bead
+    await store.add_dep(bead, dep, by=...) / store.remove_dep(bead, dep, by=...)
+    await store.claim(bead, session, by=...)       # compare-and-swap: BeadConflict names
+                                                   # the holder; refused while deps are open
+    await store.complete(bead, result_or_None, by=..., only_session=None)
+    await store.fail(bead, reason, by=..., only_session=None)
+    await store.approve(bead, by=...) / store.reject(bead, reason, by=...)
+    await store.release(bead, by=...)              # in_progress or failed -> pending, unassigned
+    await store.set_result(bead, text, by=...) / store.set_description(bead, text, by=...)
+    await store.create_convoy(NewConvoy(title, goal, coordinator, context), by=...) -> Convoy
+    await store.add_bead(convoy, bead, by=...) / store.remove_bead(convoy, bead, by=...)
+    await store.end_convoy(convoy, ConvoyStatus.COMPLETED | ABANDONED | FAILED, by=...,
+                           reason="")
+    await store.set_context(convoy, text, by=...)
+
+`only_session` makes complete/fail refuse unless the bead is assigned to that session (the
+agent tools pass their own session id). Status changes follow `model.TRANSITIONS`; `reject`
+fails the bead (see `anvild.beads.model` for why), `release` makes it claimable again. A
+convoy moves to in_progress when one of its beads is claimed and completes by itself when a
+bead completes and all its beads are completed.
+
+Errors (`str()` is what a person or a model reads):
+
+    BeadError
+     ├── InvalidBeadRequest   bad arguments (empty title, missing dependency, cycle, ...)
+     ├── BeadNotFound         unknown bead or convoy id
+     ├── BeadConflict         not possible in this state (claimed by X, not ready, ...)
+     └── BeadStoreError       git or the disk refused; nothing changed
+
+Events (`anvild.beads.events.encode_event` gives the JSON line): bead_created, bead_changed
+(action, status, assigned_to, by, detail), bead_orphaned (published by the tree when a
+session exits with beads in progress), convoy_created, convoy_changed (action, status, done,
+total, by, detail).
+"""
+
+from anvild.beads.board import Board, Change, NewBead, NewConvoy
+from anvild.beads.errors import (
+    BeadConflict,
+    BeadError,
+    BeadNotFound,
+    BeadStoreError,
+    InvalidBeadRequest,
+)
+from anvild.beads.model import TRANSITIONS, Bead, BeadStatus, Convoy, ConvoyStatus, Progress
+from anvild.beads.store import BeadStore
+
+__all__ = [
+    "TRANSITIONS",
+    "Bead",
+    "BeadConflict",
+    "BeadError",
+    "BeadNotFound",
+    "BeadStatus",
+    "BeadStore",
+    "BeadStoreError",
+    "Board",
+    "Change",
+    "Convoy",
+    "ConvoyStatus",
+    "InvalidBeadRequest",
+    "NewBead",
+    "NewConvoy",
+    "Progress",
+]

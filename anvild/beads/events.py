@@ -1,0 +1,112 @@
+"""Bead and convoy events: typed values, one JSON line each on `agent/events`.
+
+    BeadEvent = BeadCreated | BeadChanged | BeadOrphaned | ConvoyCreated | ConvoyChanged
+
+Like the session events (`anvild.session.events`), each line carries a stable `type` tag and
+`ts` (UTC, RFC 3339 with milliseconds), so one `jq` filter reads the whole stream:
+
+    {"type":"bead_created","ts":"...","id":"research-auth-001","title":"Research auth",...}
+    {"type":"bead_changed","ts":"...","id":"research-auth-001","action":"claim",
+     "status":"in_progress","assigned_to":"a1b2c3d4","by":"user","detail":""}
+    {"type":"bead_orphaned","ts":"...","id":"research-auth-001","session":"a1b2c3d4",
+     "reason":"killed"}
+    {"type":"convoy_changed","ts":"...","id":"auth-system-001","action":"complete",
+     "status":"completed","done":3,"total":3,"by":"user","detail":"its last bead completed"}
+
+`action` is the verb that caused the change (`claim`, `complete`, `approve`, `dep add`, ...);
+`by` is who asked (`user` for a file write, `session <id>` for an agent tool).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import ClassVar, TypeAlias
+
+import attrs
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+__all__ = [
+    "BeadChanged",
+    "BeadCreated",
+    "BeadEvent",
+    "BeadOrphaned",
+    "ConvoyChanged",
+    "ConvoyCreated",
+    "encode_event",
+]
+
+
+@attrs.frozen
+class BeadCreated:
+    TAG: ClassVar[str] = "bead_created"
+    id: str
+    title: str
+    role: str
+    depends_on: tuple[str, ...]
+    by: str
+
+
+@attrs.frozen
+class BeadChanged:
+    TAG: ClassVar[str] = "bead_changed"
+    id: str
+    action: str
+    status: str
+    assigned_to: str | None
+    by: str
+    detail: str = ""
+
+
+@attrs.frozen
+class BeadOrphaned:
+    """The session a bead is assigned to ended while the bead was in progress."""
+
+    TAG: ClassVar[str] = "bead_orphaned"
+    id: str
+    session: str
+    reason: str
+
+
+@attrs.frozen
+class ConvoyCreated:
+    TAG: ClassVar[str] = "convoy_created"
+    id: str
+    title: str
+    coordinator: str | None
+    by: str
+
+
+@attrs.frozen
+class ConvoyChanged:
+    TAG: ClassVar[str] = "convoy_changed"
+    id: str
+    action: str
+    status: str
+    done: int
+    total: int
+    by: str
+    detail: str = ""
+
+
+BeadEvent: TypeAlias = BeadCreated | BeadChanged | BeadOrphaned | ConvoyCreated | ConvoyChanged
+_TYPES = (BeadCreated, BeadChanged, BeadOrphaned, ConvoyCreated, ConvoyChanged)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    tags: dict[type, str] = {cls: cls.TAG for cls in _TYPES}
+    configure_tagged_union(BeadEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
+    return conv
+
+
+_converter = _make_converter()
+
+
+def encode_event(event: BeadEvent, *, now: dt.datetime | None = None) -> str:
+    """One event as one compact JSON line (no newline): the tag and `ts` first."""
+    data = _converter.unstructure(event, BeadEvent)
+    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
+    line = {"type": data.pop("type"), "ts": stamp.replace("+00:00", "Z"), **data}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,407 @@
+"""The bead store: a git repository owned by the daemon, one file per bead and convoy.
+
+    <repo>/                       default <data dir>/beads, `[beads] repo` in the user config
+      README.md                   what this repository is (written by the first commit)
+      beads/<bead-id>.json        one bead (`anvild.beads.codec`)
+      convoys/<convoy-id>.json    one convoy
+
+Theory of operation
+-------------------
+The repository is the store; memory holds a `Board` (`anvild.beads.board`) equal to what HEAD
+says. Every change runs under one `trio.Lock`:
+
+1. the pure board checks the request against the current board and returns a `Change` (or
+   raises: nothing was touched);
+2. each changed file is written to a temporary file in its directory, fsynced and renamed over
+   the old one (`os.replace`, atomic), then the directory is fsynced;
+3. `git add` and `git commit -- <those paths>` make it one commit whose message says what
+   happened and who asked (`claim research-auth-001 for a1b2c3d4 (by user)`); the author and
+   committer are always `anvild`, git runs with none of the user's config or hooks
+   (`anvild.beads.git`). `git log` is the audit trail;
+4. only then the new board is adopted and the events are published.
+
+If step 2 or 3 fails, the paths are put back as HEAD has them and the caller gets a
+`BeadStoreError`: no uncommitted change stays visible. Because of the lock, a claim is a
+compare-and-swap: the second of two claims checks the board the first one left, and is refused
+with the holder's name.
+
+Recovery (`open`): after a kill -9, files may have been renamed into place but not committed
+(the writer was never told it succeeded), temporary files may be left, and git may have left its
+`index.lock`. `open` removes a stale `index.lock` (the daemon's data-dir lock guarantees no
+other anvild uses this repository), puts every dirty path under `beads/` and `convoys/` back as
+HEAD has it (deleting files HEAD does not have), and logs each of these as `beads.recovered`;
+then it loads every file. Paths outside `beads/` and `convoys/` are never touched, so a
+repository configured inside a user's project keeps the user's own work; commits name their
+paths, so nothing the user staged is committed by the daemon.
+
+A file that does not decode (edited by hand) is logged as `beads.unreadable` and left out of the
+board; the daemon keeps serving the others.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Final
+
+import structlog
+import trio
+
+from anvild.beads.board import Board, Change, NewBead, NewConvoy
+from anvild.beads.codec import CodecError, decode_bead, decode_convoy, encode
+from anvild.beads.errors import BeadError, BeadStoreError
+from anvild.beads.events import BeadEvent
+from anvild.beads.git import Git
+from anvild.beads.model import Bead, Convoy, ConvoyStatus, Progress
+
+__all__ = ["BEADS_DIR", "CONVOYS_DIR", "BeadStore"]
+
+log = structlog.get_logger("anvild.beads")
+
+BEADS_DIR: Final = "beads"
+CONVOYS_DIR: Final = "convoys"
+TMP_SUFFIX: Final = ".tmp"
+
+README: Final = """\
+# anvild bead store
+
+This repository is written by anvild: one JSON file per bead (`beads/`) and per convoy
+(`convoys/`), one commit per change. Read it with `git log` (the audit trail: what happened and
+who asked) and change it through the daemon's files (`agent/beads/`, `agent/convoys/`), never
+by hand while the daemon runs.
+"""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class BeadStore:
+    """Beads and convoys in one git repository; `await open()` before anything else."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        on_event: Callable[[BeadEvent], None] | None = None,
+        clock: Callable[[], str] = _now,
+        git: str = "git",
+    ) -> None:
+        self.root = root
+        self.git = Git(root, program=git)
+        self.on_event = on_event
+        self._clock = clock
+        self._lock = trio.Lock()
+        self._board = Board()
+        self._opened = False
+        self.unavailable: str | None = None
+        """Why `open` failed (the daemon serves on without beads and says this)."""
+        self.recovered: list[str] = []
+        """What `open` found and put back (one line each), for tests and the log."""
+
+    # -- opening -------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the repository if needed, undo any half-done change, load every file."""
+        async with self._lock:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                if not (self.root / ".git").exists():
+                    await self._init()
+                else:
+                    await self._recover()
+                self._board = await trio.to_thread.run_sync(self._load)
+            except OSError as exc:
+                self.unavailable = f"cannot use {self.root}: {exc.strerror or exc}"
+                raise BeadStoreError(self.unavailable) from exc
+            except BeadStoreError as exc:
+                self.unavailable = str(exc)
+                raise
+            self._opened = True
+            self.unavailable = None
+        log.info(
+            "beads.opened",
+            repo=str(self.root),
+            beads=len(self._board.beads),
+            convoys=len(self._board.convoys),
+        )
+
+    async def _init(self) -> None:
+        await self.git.run("init", "-q")
+        (self.root / "README.md").write_text(README)
+        await self.git.run("add", "--", "README.md")
+        await self.git.run("commit", "-q", "--no-verify", "-m", "init bead store (by anvild)")
+
+    async def _recover(self) -> None:
+        lock = self.root / ".git" / "index.lock"
+        if lock.exists():
+            lock.unlink()
+            self._note("removed a stale .git/index.lock (git was stopped mid-command)")
+        if not (await self.git.run("rev-parse", "--verify", "-q", "HEAD", check=False)).strip():
+            await self.git.run(
+                "commit", "-q", "--no-verify", "--allow-empty", "-m", "init bead store (by anvild)"
+            )
+        status = await self.git.run(
+            "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", BEADS_DIR, CONVOYS_DIR
+        )
+        dirty = _status_paths(status)
+        if dirty:
+            await self._restore(dirty)
+            for path in dirty:
+                self._note(f"discarded the uncommitted change to {path} (never acknowledged)")
+
+    async def _restore(self, paths: Iterable[str]) -> None:
+        """Put `paths` back as HEAD has them; paths HEAD does not have are deleted."""
+        paths = list(paths)
+        listed = await self.git.run("ls-tree", "-r", "-z", "--name-only", "HEAD", "--", *paths)
+        tracked = {p for p in listed.decode().split("\0") if p}
+        new = [p for p in paths if p not in tracked]
+        if tracked:
+            await self.git.run("checkout", "-q", "HEAD", "--", *sorted(tracked))
+        if new:
+            await self.git.run("rm", "-q", "--cached", "--ignore-unmatch", "--", *new)
+            for path in new:
+                (self.root / path).unlink(missing_ok=True)
+
+    def _note(self, text: str) -> None:
+        self.recovered.append(text)
+        log.warning("beads.recovered", repo=str(self.root), what=text)
+
+    def _load(self) -> Board:
+        beads: dict[str, Bead] = {}
+        convoys: dict[str, Convoy] = {}
+        for path in sorted((self.root / BEADS_DIR).glob("*.json")):
+            try:
+                bead = decode_bead(path.read_bytes())
+            except (OSError, CodecError) as exc:
+                log.error("beads.unreadable", path=str(path), error=str(exc))
+                continue
+            beads[bead.id] = bead
+        for path in sorted((self.root / CONVOYS_DIR).glob("*.json")):
+            try:
+                convoy = decode_convoy(path.read_bytes())
+            except (OSError, CodecError) as exc:
+                log.error("beads.unreadable", path=str(path), error=str(exc))
+                continue
+            convoys[convoy.id] = convoy
+        # Creation order: created_at, then the id's counter (several in one second).
+        order = sorted(beads.values(), key=lambda b: (b.created_at, _counter(b.id)))
+        corder = sorted(convoys.values(), key=lambda c: (c.created_at, _counter(c.id)))
+        return Board({b.id: b for b in order}, {c.id: c for c in corder})
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def board(self) -> Board:
+        """The current board (a frozen value: safe to keep and read)."""
+        return self._board
+
+    def bead(self, bead_id: str) -> Bead:
+        return self._board.bead(bead_id)
+
+    def beads(self) -> tuple[Bead, ...]:
+        return tuple(self._board.beads.values())
+
+    def ready(self, role: str | None = None) -> list[Bead]:
+        return self._board.ready(role)
+
+    def convoy(self, convoy_id: str) -> Convoy:
+        return self._board.convoy(convoy_id)
+
+    def convoys(self) -> tuple[Convoy, ...]:
+        return tuple(self._board.convoys.values())
+
+    def progress(self, convoy_id: str) -> Progress:
+        return self._board.progress(self._board.convoy(convoy_id))
+
+    def context_for(self, session_id: str) -> str:
+        """The convoy context for a session's system prompt ("" when none applies)."""
+        return self._board.context_for(session_id)
+
+    def assigned(self, session_id: str) -> list[Bead]:
+        return self._board.assigned(session_id)
+
+    # -- changing --------------------------------------------------------------------------
+
+    async def apply(self, make: Callable[[Board, str], Change]) -> Change:
+        """Run one change: `make(board, now)` decides, then files, commit, memory, events."""
+        async with self._lock:
+            if not self._opened:
+                if self.unavailable is not None:
+                    raise BeadStoreError(
+                        f"the bead store is unavailable: {self.unavailable}; fix it and "
+                        "restart the daemon (see its log)"
+                    )
+                raise BeadStoreError("the bead store is not open yet; try again in a moment")
+            change = make(self._board, self._clock())
+            await self._commit(change)
+            self._board = change.board
+        for event in change.events:
+            if self.on_event is not None:
+                self.on_event(event)
+        return change
+
+    async def _commit(self, change: Change) -> None:
+        files = [(f"{BEADS_DIR}/{b.id}.json", encode(b)) for b in change.beads]
+        files += [(f"{CONVOYS_DIR}/{c.id}.json", encode(c)) for c in change.convoys]
+        paths = [p for p, _ in files]
+        previous = await trio.to_thread.run_sync(self._read_files, paths)
+        try:
+            await trio.to_thread.run_sync(self._write_files, files)
+            await self.git.run("add", "--", *paths)
+            await self.git.run("commit", "-q", "--no-verify", "-m", change.message, "--", *paths)
+        except (OSError, BeadStoreError) as exc:
+            with trio.CancelScope(shield=True):
+                await self._undo(previous)
+            if isinstance(exc, BeadStoreError):
+                raise BeadStoreError(f"the change was not recorded: {exc}") from exc
+            raise BeadStoreError(
+                f"the change was not recorded: cannot write {self.root}: {exc.strerror or exc}"
+            ) from exc
+
+    def _read_files(self, paths: list[str]) -> dict[str, bytes | None]:
+        previous: dict[str, bytes | None] = {}
+        for path in paths:
+            try:
+                previous[path] = (self.root / path).read_bytes()
+            except FileNotFoundError:
+                previous[path] = None
+        return previous
+
+    async def _undo(self, previous: dict[str, bytes | None]) -> None:
+        """Put the files of a change that was not committed back as they were (HEAD's bytes:
+        the board only ever holds committed values), and unstage them if git can."""
+        try:
+            await trio.to_thread.run_sync(
+                self._write_files, [(p, data) for p, data in previous.items() if data is not None]
+            )
+            for path, data in previous.items():
+                if data is None:
+                    (self.root / path).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("beads.undo_failed", paths=list(previous), error=str(exc))
+        # The index may hold the new content: unstage it (the next `open` would otherwise).
+        await self.git.run("reset", "-q", "--", *previous, check=False)
+
+    def _write_files(self, files: list[tuple[str, bytes]]) -> None:
+        for path, data in files:
+            target = self.root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}{TMP_SUFFIX}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    # -- the verbs (each one commit) ---------------------------------------------------------
+
+    async def create(self, spec: NewBead, *, by: str) -> Bead:
+        change = await self.apply(lambda b, now: b.new_bead(spec, by=by, now=now))
+        return change.board.bead(change.answer)
+
+    async def add_dep(self, bead_id: str, dep: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.add_dep(bead_id, dep, by=by, now=now)))
+
+    async def remove_dep(self, bead_id: str, dep: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.remove_dep(bead_id, dep, by=by, now=now)))
+
+    async def claim(self, bead_id: str, session: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.claim(bead_id, session, by=by, now=now)))
+
+    async def complete(
+        self, bead_id: str, result: str | None, *, by: str, only_session: str | None = None
+    ) -> Bead:
+        return _bead(
+            await self.apply(
+                lambda b, now: b.complete(
+                    bead_id, result, by=by, now=now, only_session=only_session
+                )
+            )
+        )
+
+    async def fail(
+        self, bead_id: str, reason: str, *, by: str, only_session: str | None = None
+    ) -> Bead:
+        return _bead(
+            await self.apply(
+                lambda b, now: b.fail(bead_id, reason, by=by, now=now, only_session=only_session)
+            )
+        )
+
+    async def approve(self, bead_id: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.approve(bead_id, by=by, now=now)))
+
+    async def reject(self, bead_id: str, reason: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.reject(bead_id, reason, by=by, now=now)))
+
+    async def release(self, bead_id: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.release(bead_id, by=by, now=now)))
+
+    async def set_result(self, bead_id: str, text: str, *, by: str) -> Bead:
+        return _bead(await self.apply(lambda b, now: b.set_result(bead_id, text, by=by, now=now)))
+
+    async def set_description(self, bead_id: str, text: str, *, by: str) -> Bead:
+        return _bead(
+            await self.apply(lambda b, now: b.set_description(bead_id, text, by=by, now=now))
+        )
+
+    async def create_convoy(self, spec: NewConvoy, *, by: str) -> Convoy:
+        change = await self.apply(lambda b, now: b.new_convoy(spec, by=by, now=now))
+        return change.board.convoy(change.answer)
+
+    async def add_bead(self, convoy_id: str, bead_id: str, *, by: str) -> Convoy:
+        change = await self.apply(lambda b, now: b.add_bead(convoy_id, bead_id, by=by, now=now))
+        return change.board.convoy(convoy_id)
+
+    async def remove_bead(self, convoy_id: str, bead_id: str, *, by: str) -> Convoy:
+        change = await self.apply(lambda b, now: b.remove_bead(convoy_id, bead_id, by=by, now=now))
+        return change.board.convoy(convoy_id)
+
+    async def end_convoy(
+        self, convoy_id: str, status: ConvoyStatus, *, by: str, reason: str = ""
+    ) -> Convoy:
+        change = await self.apply(
+            lambda b, now: b.end_convoy(convoy_id, status, by=by, now=now, reason=reason)
+        )
+        return change.board.convoy(convoy_id)
+
+    async def set_context(self, convoy_id: str, text: str, *, by: str) -> Convoy:
+        change = await self.apply(lambda b, now: b.set_context(convoy_id, text, by=by, now=now))
+        return change.board.convoy(convoy_id)
+
+
+def _bead(change: Change) -> Bead:
+    if not change.beads:
+        raise BeadError("internal: a bead change changed no bead")
+    return change.board.bead(change.beads[0].id)
+
+
+def _counter(ident: str) -> int:
+    tail = ident.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _status_paths(status: bytes) -> list[str]:
+    """The paths of `git status --porcelain=v1 -z` (the rename source is skipped)."""
+    entries = status.decode("utf-8", "replace").split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":
+            i += 1  # the next entry is the original path
+    return paths

@@ -1,0 +1,551 @@
+"""The bead and convoy part of the `agent/` tree (DESIGN.md section 4), served from a `BeadStore`.
+
+    agent/beads/
+      ctl        new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]
+                 dep add BEAD DEP | dep remove BEAD DEP
+                 (a read on the same fid after `new` returns the new bead's id)
+      list       one line per bead, creation order: id status role assigned_to title
+                 (tab-separated, `-` for empty; a last field `orphaned` when the bead is in
+                 progress and the session it is assigned to has ended)
+      ready      the same lines for the pending beads whose dependencies are all completed
+      <bead-id>/ status title description role assigned_to result depends_on requires_approval
+                 approved_by convoy reason ctl
+                 ctl: claim SESSION | complete [RESULT] | fail REASON | approve | reject REASON
+                      | release
+                 description and result are writable (the body of one open, at clunk)
+    agent/convoys/
+      ctl        new "Title" ["Goal"] [coordinator=SESSION]   (read after: the new id)
+      list       id status done/total coordinator title
+      <id>/      title goal status coordinator beads context progress ctl
+                 ctl: add_bead ID | remove_bead ID | complete | abandon | fail REASON
+                 context is writable (the body of one open, at clunk)
+
+Theory of operation
+-------------------
+Like the session tree (`anvild.daemon.sessions`), this tree owns no state: every file asks the
+store at open (a snapshot) or calls one store verb when a ctl line is written or a body is
+clunked, and turns the store's refusal (`BeadError`, whose message says what to do) into the
+write's 9P error. The store validates and serialises; a refused write changes nothing.
+
+Command lines are split by `anvild.beads.words` (double and single quotes, see there), not by
+the tree's default tokenizer, so `echo 'new "Fix it" developer "Details"'` works unchanged from
+bash and rc. Unquoted `key=value` words are options; quoted words are always text.
+
+Identity: a write through the files is done `by user` (the 9P socket admits only the daemon's
+user; a sandboxed agent never reaches it). `claim SESSION` names the session that will do the
+work: a live session's id or alias (stored as its id), or `user` for work a person takes.
+The agent tools (`anvild.beads.tools`) claim for their own session only.
+
+Orphans: a bead is orphaned when it is in progress and assigned to a session that is no longer
+live (killed, exited, or not restored after a restart). `list` marks it, and when a session
+exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent/events`.
+`release` makes it pending again, with `assigned_to` cleared.
+
+Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
+their qid paths stay stable.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable, Sequence
+
+from anvild.beads import (
+    BeadConflict,
+    BeadError,
+    BeadNotFound,
+    BeadStore,
+    BeadStoreError,
+    ConvoyStatus,
+    InvalidBeadRequest,
+    NewBead,
+    NewConvoy,
+)
+from anvild.beads.events import BeadOrphaned, encode_event
+from anvild.beads.model import Bead, BeadStatus, Convoy
+from anvild.beads.words import Word, split_words
+from anvild.daemon.root import RootTree
+from anvild.fs import (
+    Command,
+    CommandError,
+    CommandSpec,
+    CommandTable,
+    CtlFile,
+    Directory,
+    DynamicChildren,
+    SnapshotFile,
+    ValueFile,
+)
+from anvild.ninep.backend import Node
+from anvild.ninep.errors import FsError
+from anvild.session.events import SessionEvent, SessionStateChanged
+
+__all__ = ["BEAD_FILES", "CONVOY_FILES", "USER", "BeadsTree"]
+
+USER = "user"
+"""Who a file write is done by, and the name `claim` accepts for a person."""
+
+BEAD_FILES = (
+    "status",
+    "title",
+    "description",
+    "role",
+    "assigned_to",
+    "result",
+    "depends_on",
+    "requires_approval",
+    "approved_by",
+    "convoy",
+    "reason",
+    "ctl",
+)
+CONVOY_FILES = ("title", "goal", "status", "coordinator", "beads", "context", "progress", "ctl")
+
+NEW_BEAD_USAGE = 'new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]'
+NEW_CONVOY_USAGE = 'new "Title" ["Goal"] [coordinator=SESSION]'
+MANY = 1 << 16
+
+
+class WordTable(CommandTable):
+    """A command table that splits lines with `anvild.beads.words` (double quotes too)."""
+
+    def parse_line(self, line: str) -> Command:
+        try:
+            words = split_words(line)
+        except InvalidBeadRequest as exc:
+            raise CommandError(str(exc)) from exc
+        if not words:
+            raise CommandError("empty command")
+        verb = words[0].text
+        if verb not in self:
+            known = ", ".join(self.verbs) or "none"
+            raise CommandError(f"unknown command {verb!r}; known commands: {known}")
+        return self[verb].parse([w.text for w in words], line)
+
+
+def _errno_of(exc: BeadError) -> int:
+    if isinstance(exc, BeadNotFound):
+        return errno.ENOENT
+    if isinstance(exc, BeadConflict):
+        return errno.EBUSY
+    if isinstance(exc, BeadStoreError):
+        return errno.EIO
+    return errno.EINVAL
+
+
+def _text(name: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FsError(
+            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text",
+            errno.EINVAL,
+        ) from exc
+
+
+def _line(value: str | None) -> str:
+    return f"{value or '-'}\n"
+
+
+def _body(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _words_of(command: Command) -> list[Word]:
+    """The line's words after the verb, with their quoting (options are unquoted only)."""
+    return split_words(command.line)[1:]
+
+
+def _options(words: list[Word], known: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Positional words and `key=value` options; `known` maps each key to its usage."""
+    args: list[str] = []
+    options: dict[str, str] = {}
+    for word in words:
+        key, eq, value = word.text.partition("=")
+        if not word.quoted and eq and key.isidentifier():
+            if key not in known:
+                names = ", ".join(f"{k}=" for k in known) or "none"
+                raise InvalidBeadRequest(f"unknown option {key}=; known options: {names}")
+            if key in options:
+                raise InvalidBeadRequest(f"option {key}= given twice")
+            options[key] = value
+        else:
+            args.append(word.text)
+    return args, options
+
+
+def _yes(key: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("", "yes", "true", "1", "on"):
+        return True
+    if lowered in ("no", "false", "0", "off"):
+        return False
+    raise InvalidBeadRequest(f"{key}={value}: write {key}=yes or {key}=no")
+
+
+class BeadsTree:
+    """`agent/beads/` and `agent/convoys/` for one `BeadStore`; `mount` them on a `RootTree`.
+
+    `resolve_session(name)` gives the id of the live session with that id or alias (None when
+    there is none); `session_live(id)` tells whether a session is still live (not exited)."""
+
+    def __init__(
+        self,
+        store: BeadStore,
+        *,
+        resolve_session: Callable[[str], str | None] = lambda name: None,
+        session_live: Callable[[str], bool] = lambda session_id: False,
+    ) -> None:
+        self.store = store
+        self.resolve_session = resolve_session
+        self.session_live = session_live
+        self.publish: Callable[[str], None] = lambda line: None
+        self._bead_nodes: dict[str, Directory] = {}
+        self._convoy_nodes: dict[str, Directory] = {}
+        self.beads_dir = Directory(
+            "beads",
+            [
+                CtlFile("ctl", self._beads_table()),
+                SnapshotFile("list", self._list_text),
+                SnapshotFile("ready", self._ready_text),
+            ],
+            dynamic=_Children(self._bead_ids, self._bead_node),
+        )
+        self.convoys_dir = Directory(
+            "convoys",
+            [
+                CtlFile("ctl", self._convoys_table()),
+                SnapshotFile("list", self._convoy_list_text),
+            ],
+            dynamic=_Children(self._convoy_ids, self._convoy_node),
+        )
+
+    def mount(self, root: RootTree) -> None:
+        """Add `beads/` and `convoys/` to `root`; bead events go to its `events`."""
+        root.root.add(self.beads_dir)
+        root.root.add(self.convoys_dir)
+
+        def publish(line: str) -> None:
+            if not root.events.core.closed:
+                root.events.publish(line)
+
+        self.publish = publish
+        self.store.on_event = lambda event: self.publish(encode_event(event))
+
+    # -- orphans -----------------------------------------------------------------------------
+
+    def orphaned(self, bead: Bead) -> bool:
+        """In progress, and the session it is assigned to is no longer live."""
+        return (
+            bead.status is BeadStatus.IN_PROGRESS
+            and bead.assigned_to is not None
+            and bead.assigned_to != USER
+            and not self.session_live(bead.assigned_to)
+        )
+
+    def on_session_event(self, event: SessionEvent) -> None:
+        """For `SessionManager(on_event=...)`: when a session exits, one `bead_orphaned` event
+        per bead it had in progress."""
+        if isinstance(event, SessionStateChanged) and event.state == "exited":
+            for bead in self.store.assigned(event.id):
+                if bead.status is BeadStatus.IN_PROGRESS:
+                    orphan = BeadOrphaned(bead.id, event.id, event.detail or "exited")
+                    self.publish(encode_event(orphan))
+
+    # -- texts -------------------------------------------------------------------------------
+
+    def _list_text(self) -> str:
+        return "".join(b.list_line(orphaned=self.orphaned(b)) + "\n" for b in self.store.beads())
+
+    def _ready_text(self) -> str:
+        return "".join(b.list_line() + "\n" for b in self.store.ready())
+
+    def _convoy_list_text(self) -> str:
+        board = self.store.board
+        return "".join(c.list_line(board.progress(c)) + "\n" for c in board.convoys.values())
+
+    # -- agent/beads/ctl ---------------------------------------------------------------------
+
+    def _beads_table(self) -> WordTable:
+        return WordTable(
+            [
+                CommandSpec("new", self._new_bead, usage=NEW_BEAD_USAGE, max_args=MANY),
+                CommandSpec(
+                    "dep",
+                    self._dep,
+                    usage="dep add BEAD DEP | dep remove BEAD DEP",
+                    min_args=3,
+                    max_args=3,
+                ),
+            ]
+        )
+
+    async def _new_bead(self, command: Command) -> str:
+        try:
+            words = _words_of(command)
+            flags = [w for w in words if not w.quoted and w.text == "requires_approval"]
+            rest = [w for w in words if w not in flags]
+            args, options = _options(
+                rest,
+                {"convoy": "convoy=ID", "requires_approval": "requires_approval=yes|no"},
+            )
+            if len(args) < 2:
+                raise InvalidBeadRequest(
+                    f"new needs a title and a role; usage: {NEW_BEAD_USAGE} (quote a title "
+                    'that has blanks: "Research auth")'
+                )
+            approval = bool(flags) or _yes(
+                "requires_approval", options.get("requires_approval", "no")
+            )
+            spec = NewBead(
+                title=args[0],
+                role=args[1],
+                description=args[2] if len(args) > 2 else "",
+                depends_on=tuple(args[3:]),
+                requires_approval=approval,
+                convoy=options.get("convoy"),
+            )
+            bead = await self.store.create(spec, by=USER)
+        except BeadError as exc:
+            raise CommandError(str(exc)) from exc
+        return bead.id
+
+    async def _dep(self, command: Command) -> str:
+        action, bead_id, dep = command.args
+        try:
+            if action == "add":
+                await self.store.add_dep(bead_id, dep, by=USER)
+            elif action == "remove":
+                await self.store.remove_dep(bead_id, dep, by=USER)
+            else:
+                raise InvalidBeadRequest(
+                    f"unknown dep action {action!r}: write dep add BEAD DEP or dep remove BEAD DEP"
+                )
+        except BeadError as exc:
+            raise CommandError(str(exc)) from exc
+        return ""
+
+    # -- one bead ------------------------------------------------------------------------------
+
+    def _bead_ids(self) -> list[str]:
+        return [b.id for b in self.store.beads()]
+
+    def _bead_node(self, bead_id: str) -> Directory | None:
+        node = self._bead_nodes.get(bead_id)
+        if node is None:
+            if bead_id not in self.store.board.beads:
+                return None
+            node = self._bead_nodes[bead_id] = self._bead_directory(bead_id)
+        return node
+
+    def _bead_directory(self, bead_id: str) -> Directory:
+        store = self.store
+
+        def get() -> Bead:
+            return store.bead(bead_id)
+
+        async def run(action: Callable[[], Awaitable[object]]) -> str:
+            try:
+                await action()
+            except BeadError as exc:
+                raise CommandError(str(exc)) from exc
+            return ""
+
+        def rest(command: Command) -> str:
+            words = _words_of(command)
+            return " ".join(w.text for w in words)
+
+        async def claim(command: Command) -> str:
+            name = command.args[0]
+            session = USER if name == USER else self.resolve_session(name)
+            if session is None:
+                raise CommandError(
+                    f"no live session {name!r}: claim names the session that will work on the "
+                    f"bead (read agent/list), or {USER} for work you take yourself"
+                )
+            return await run(lambda: store.claim(bead_id, session, by=USER))
+
+        async def complete(command: Command) -> str:
+            result = rest(command) if command.args else None
+            return await run(lambda: store.complete(bead_id, result, by=USER))
+
+        async def fail(command: Command) -> str:
+            return await run(lambda: store.fail(bead_id, rest(command), by=USER))
+
+        async def approve(command: Command) -> str:
+            return await run(lambda: store.approve(bead_id, by=USER))
+
+        async def reject(command: Command) -> str:
+            return await run(lambda: store.reject(bead_id, rest(command), by=USER))
+
+        async def release(command: Command) -> str:
+            return await run(lambda: store.release(bead_id, by=USER))
+
+        table = WordTable(
+            [
+                CommandSpec("claim", claim, usage="claim SESSION", min_args=1, max_args=1),
+                CommandSpec("complete", complete, usage="complete [RESULT]", max_args=MANY),
+                CommandSpec("fail", fail, usage="fail REASON", min_args=1, max_args=MANY),
+                CommandSpec("approve", approve, usage="approve"),
+                CommandSpec("reject", reject, usage="reject REASON", min_args=1, max_args=MANY),
+                CommandSpec("release", release, usage="release"),
+            ]
+        )
+
+        def setter(
+            name: str, verb: Callable[[str, str], Awaitable[object]]
+        ) -> Callable[[bytes], Awaitable[None]]:
+            async def commit(data: bytes) -> None:
+                try:
+                    await verb(bead_id, _text(name, data))
+                except BeadError as exc:
+                    raise FsError(f"{name}: {exc}", _errno_of(exc)) from exc
+
+            return commit
+
+        files: list[Node] = [
+            SnapshotFile("status", lambda: _line(get().status.value)),
+            SnapshotFile("title", lambda: _line(get().title)),
+            ValueFile(
+                "description",
+                lambda: _body(get().description),
+                setter("description", lambda i, t: store.set_description(i, t, by=USER)),
+            ),
+            SnapshotFile("role", lambda: _line(get().role)),
+            SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
+            ValueFile(
+                "result",
+                lambda: _body(get().result),
+                setter("result", lambda i, t: store.set_result(i, t, by=USER)),
+            ),
+            SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
+            SnapshotFile(
+                "requires_approval", lambda: "true\n" if get().requires_approval else "false\n"
+            ),
+            SnapshotFile("approved_by", lambda: _line(get().approved_by)),
+            SnapshotFile("convoy", lambda: _line(get().convoy)),
+            SnapshotFile("reason", lambda: _body(get().reason)),
+            CtlFile("ctl", table),
+        ]
+        return Directory(bead_id, files)
+
+    # -- agent/convoys ---------------------------------------------------------------------
+
+    def _convoys_table(self) -> WordTable:
+        return WordTable(
+            [CommandSpec("new", self._new_convoy, usage=NEW_CONVOY_USAGE, max_args=MANY)]
+        )
+
+    async def _new_convoy(self, command: Command) -> str:
+        try:
+            args, options = _options(_words_of(command), {"coordinator": "coordinator=SESSION"})
+            if not 1 <= len(args) <= 2:
+                raise InvalidBeadRequest(
+                    f"new takes a title and a goal ({len(args)} words given); usage: "
+                    f'{NEW_CONVOY_USAGE} (quote words that have blanks: "Auth system")'
+                )
+            coordinator = options.get("coordinator")
+            if coordinator is not None:
+                resolved = USER if coordinator == USER else self.resolve_session(coordinator)
+                if resolved is None:
+                    raise InvalidBeadRequest(
+                        f"no live session {coordinator!r} for coordinator=: read agent/list, "
+                        f"or write coordinator={USER}"
+                    )
+                coordinator = resolved
+            spec = NewConvoy(
+                title=args[0], goal=args[1] if len(args) > 1 else "", coordinator=coordinator
+            )
+            convoy = await self.store.create_convoy(spec, by=USER)
+        except BeadError as exc:
+            raise CommandError(str(exc)) from exc
+        return convoy.id
+
+    def _convoy_ids(self) -> list[str]:
+        return [c.id for c in self.store.convoys()]
+
+    def _convoy_node(self, convoy_id: str) -> Directory | None:
+        node = self._convoy_nodes.get(convoy_id)
+        if node is None:
+            if convoy_id not in self.store.board.convoys:
+                return None
+            node = self._convoy_nodes[convoy_id] = self._convoy_directory(convoy_id)
+        return node
+
+    def _convoy_directory(self, convoy_id: str) -> Directory:
+        store = self.store
+
+        def get() -> Convoy:
+            return store.convoy(convoy_id)
+
+        async def run(action: Callable[[], Awaitable[object]]) -> str:
+            try:
+                await action()
+            except BeadError as exc:
+                raise CommandError(str(exc)) from exc
+            return ""
+
+        async def add_bead(command: Command) -> str:
+            return await run(lambda: store.add_bead(convoy_id, command.args[0], by=USER))
+
+        async def remove_bead(command: Command) -> str:
+            return await run(lambda: store.remove_bead(convoy_id, command.args[0], by=USER))
+
+        def ender(status: ConvoyStatus) -> Callable[[Command], Awaitable[str]]:
+            async def end(command: Command) -> str:
+                reason = " ".join(w.text for w in _words_of(command))
+                return await run(
+                    lambda: store.end_convoy(convoy_id, status, by=USER, reason=reason)
+                )
+
+            return end
+
+        table = WordTable(
+            [
+                CommandSpec("add_bead", add_bead, usage="add_bead ID", min_args=1, max_args=1),
+                CommandSpec(
+                    "remove_bead", remove_bead, usage="remove_bead ID", min_args=1, max_args=1
+                ),
+                CommandSpec("complete", ender(ConvoyStatus.COMPLETED), usage="complete"),
+                CommandSpec("abandon", ender(ConvoyStatus.ABANDONED), usage="abandon"),
+                CommandSpec(
+                    "fail",
+                    ender(ConvoyStatus.FAILED),
+                    usage="fail REASON",
+                    min_args=1,
+                    max_args=MANY,
+                ),
+            ]
+        )
+
+        async def set_context(data: bytes) -> None:
+            try:
+                await store.set_context(convoy_id, _text("context", data), by=USER)
+            except BeadError as exc:
+                raise FsError(f"context: {exc}", _errno_of(exc)) from exc
+
+        files: list[Node] = [
+            SnapshotFile("title", lambda: _line(get().title)),
+            SnapshotFile("goal", lambda: _body(get().goal)),
+            SnapshotFile("status", lambda: _line(get().status.value)),
+            SnapshotFile("coordinator", lambda: _line(get().coordinator)),
+            SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
+            ValueFile("context", lambda: _body(get().context), set_context),
+            SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
+            CtlFile("ctl", table),
+        ]
+        return Directory(convoy_id, files)
+
+
+class _Children(DynamicChildren):
+    def __init__(
+        self, ids: Callable[[], list[str]], node: Callable[[str], Directory | None]
+    ) -> None:
+        self._ids = ids
+        self._node = node
+
+    async def entries(self) -> Sequence[Node]:
+        return [n for i in self._ids() if (n := self._node(i)) is not None]
+
+    async def lookup(self, name: str) -> Node | None:
+        return self._node(name)
