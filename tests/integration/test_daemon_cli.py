@@ -155,7 +155,9 @@ def test_anvild_posts_agent_with_pid_file(daemon: Anvild, namespace: Path) -> No
 def test_anvilctl_ls_read_and_write(daemon: Anvild, namespace: Path) -> None:
     ls = anvilctl(namespace, "ls", "agent")
     assert (ls.returncode, ls.stderr) == (0, "")
-    assert sorted(ls.stdout.split()) == ["ctl", "events", "list", "models", "roles", "version"]
+    assert sorted(ls.stdout.split()) == [
+        *("beads", "convoys", "ctl", "events", "list", "models", "roles", "version")
+    ]
 
     version = anvilctl(namespace, "read", "agent/version")
     assert (version.returncode, version.stdout) == (0, f"anvild {__version__}\n")

@@ -58,7 +58,18 @@ def test_diodls_lists_the_root_with_the_token(served: tuple[str, str]) -> None:
     out = run("diodls", "-s", server, "-a", token, "-l", "/")
     assert (out.returncode, out.stderr) == (0, "")
     rows = {line.split()[-1]: line.split() for line in out.stdout.splitlines()}
-    assert set(rows) == {".", "..", "ctl", "list", "version", "events", "models", "roles"}
+    assert set(rows) == {
+        ".",
+        "..",
+        "ctl",
+        "list",
+        "version",
+        "events",
+        "models",
+        "roles",
+        "beads",
+        "convoys",
+    }
     assert rows["."][0].startswith("d")
     assert rows["ctl"][0].startswith("-rw-")
     assert rows["version"][0].startswith("-r--")
