@@ -69,6 +69,7 @@ def test_diodls_lists_the_root_with_the_token(served: tuple[str, str]) -> None:
         "roles",
         "beads",
         "convoys",
+        "user",
     }
     assert rows["."][0].startswith("d")
     assert rows["ctl"][0].startswith("-rw-")
