@@ -34,7 +34,7 @@ import pytest
 
 from anvild.llm.integrity import validate_transcript
 from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
-from anvild.store import SessionStore, replay
+from anvild.store import ApprovalAnswered, SessionStore, replay
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_sessions_e2e import (
     TURN_TIMEOUT,
@@ -196,3 +196,65 @@ def read_stream_until(namespace: Path, path: str, needle: str) -> str:
         proc.kill()
         proc.communicate()
     return text.decode()
+
+
+def test_kill_9_while_a_call_awaits_approval_never_approves_it(
+    namespace: Path, tmp_path: Path, shared_workdir: Path
+) -> None:
+    marker = shared_workdir / "marker"
+    fake = FakeServer(
+        tmp_path,
+        [
+            {
+                "contains": "please write",
+                "tool_calls": [
+                    {
+                        "name": "write_file",
+                        "arguments": {"file_path": str(marker), "content": "x\n"},
+                        "id": "w1",
+                    }
+                ],
+            },
+            {"contains": "Not run", "text": "it was not written"},
+        ],
+    )
+    config = user_config(tmp_path, fake.url)
+    daemon: Anvild | None = None
+    try:
+        daemon = start_daemon(namespace, config)
+        sid = ok(anvilctl(namespace, "new", cwd=shared_workdir)).strip()
+        ok(anvilctl(namespace, "send", sid, "please write the marker"))
+        wait_until(
+            lambda: read(namespace, f"agent/{sid}/state") == "await_approval\n",
+            "the approval request",
+        )
+        os.kill(daemon.proc.pid, signal.SIGKILL)
+        daemon.exit()
+        daemon = None
+
+        daemon = start_daemon(namespace, config)
+        assert read(namespace, f"agent/{sid}/state") == "idle\n"
+        assert read(namespace, f"agent/{sid}/approval") == ""
+        refused = anvilctl(namespace, "write", f"agent/{sid}/approval", stdin="approve\n")
+        assert refused.returncode == 1
+        assert "no approval is pending" in refused.stderr
+        state = replay(SessionStore(daemon.data_dir / "sessions").read(sid).records)
+        validate_transcript(state.messages)
+        result = state.messages[-1].tool_results()[0]
+        assert (result.call_id, result.is_error) == ("w1", True)
+        assert result.content.startswith("Not run")
+        assert approvals(daemon, sid) == ["cancelled"]
+        ok(anvilctl(namespace, "send", sid, "did it work?"))
+        assert ok(anvilctl(namespace, "wait", sid)) == "await\n"
+        assert ok(anvilctl(namespace, "out", sid)) == "it was not written\n"
+        assert not marker.exists()
+    finally:
+        if daemon is not None:
+            code, log = daemon.stop()
+            assert code == 0, log
+        fake.stop()
+
+
+def approvals(daemon: Anvild, sid: str) -> list[str]:
+    records = SessionStore(daemon.data_dir / "sessions").read(sid).records
+    return [r.verdict.value for r in records if isinstance(r, ApprovalAnswered)]
