@@ -9,8 +9,10 @@ from its file.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 import trio
 
 from anvild.agent.permissions.policy import Mode
@@ -136,3 +138,24 @@ async def test_a_file_without_remembered_permissions_loads_and_asks(tmp_path: Pa
     records = read_journal(tmp_path / "data" / "sessions" / f"{sid}.jsonl").records
     assert not any(isinstance(r, PermissionsRemembered) for r in records)
     assert replay(records).remembered == Remembered()
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["git status", "npm test -- --watch", "echo 'a b'", "python3 -c 'print(1)'", "make"],
+)
+def test_a_remembered_command_rule_round_trips_through_its_record(command: str) -> None:
+    """What `always` on a command remembers is recorded as `str(rule)` and parsed back at
+    restore: it must be the same rule, matching the same command."""
+    from anvild.agent.permissions import shell
+    from anvild.agent.permissions.rules import parse_rule
+    from anvild.store.records import decode, encode
+
+    for segment in shell.analyze(command).segments:
+        rule = parse_rule(shell.suggested_rule(segment, "bash"))
+        line = encode(9, PermissionsRemembered(rules=(str(rule),)))
+        _, record = decode(json.loads(line))
+        assert isinstance(record, PermissionsRemembered)
+        restored = parse_rule(record.rules[0])
+        assert restored == rule
+        assert restored.matches("bash", segment.subject)
