@@ -20,6 +20,9 @@ says. Every change runs under one `trio.Lock`:
    (`anvild.beads.git`). `git log` is the audit trail;
 4. only then the new board is adopted and the events are published.
 
+Steps 2 to 4 are shielded from cancellation (a Tflush or a cancelled tool call): a change
+happens entirely or not at all, and the caller's cancel takes effect right after it.
+
 If step 2 or 3 fails, the paths are put back as HEAD has them and the caller gets a
 `BeadStoreError`: no uncommitted change stays visible. Because of the lock, a claim is a
 compare-and-swap: the second of two claims checks the board the first one left, and is refused
@@ -236,8 +239,11 @@ class BeadStore:
                     )
                 raise BeadStoreError("the bead store is not open yet; try again in a moment")
             change = make(self._board, self._clock())
-            await self._commit(change)
-            self._board = change.board
+            # Shielded: a cancel (Tflush, a cancelled tool call) between the rename and the
+            # commit would leave a visible, uncommitted file. A change takes milliseconds.
+            with trio.CancelScope(shield=True):
+                await self._commit(change)
+                self._board = change.board
         for event in change.events:
             if self.on_event is not None:
                 self.on_event(event)

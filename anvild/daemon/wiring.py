@@ -21,7 +21,9 @@ Theory of operation
   non-retryable `TransportError` saying why and what to do, so the session ends its turn with
   that message in `out`;
 - the tools: `default_tools`, then `ConductorTools` (`anvild.daemon.conductor_tools`: only
-  sessions with role conductor get them; bound to the manager once it exists);
+  sessions with role conductor get them; bound to the manager once it exists), the mail tools,
+  and the bead tools (`anvild.beads.tools`: list_ready, claim, complete, fail, bound to each
+  session's id);
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -58,6 +60,7 @@ import trio
 
 from anvild.agent.permissions.rules import RuleSet
 from anvild.beads import BeadError, BeadStore
+from anvild.beads.tools import bead_tools
 from anvild.config import Config
 from anvild.daemon.app import Daemon
 from anvild.daemon.beads_tree import BeadsTree
@@ -236,7 +239,9 @@ class Sessions:
             SessionStore(data_dir / "sessions"),
             registry.resolve,
             settings=settings,
-            tools=chain_tools(default_tools, conductor.tools, mail_tools(office)),
+            tools=chain_tools(
+                default_tools, conductor.tools, mail_tools(office), bead_tools(store)
+            ),
             default_cwd=default_cwd,
             on_event=on_event,
         )
