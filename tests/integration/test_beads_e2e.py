@@ -1,0 +1,278 @@
+"""Beads and convoys through the real daemon: `anvilctl` over the Unix socket, a real git
+store in the data dir, the fake provider server scripting the agent that claims a bead."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
+from tests.integration.test_sessions_e2e import (
+    FakeServer,
+    anvilctl,
+    ok,
+    read,
+    start_daemon,
+    user_config,
+)
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(
+        tmp_path,
+        [
+            {"contains": "take the bead", "tool_calls": [
+                {"name": "claim", "arguments": {"bead_id": "implement-oauth-002"}}
+            ]},
+            {"contains": "You hold bead", "text": "claimed"},
+            {"contains": "do the work", "text": "working on it"},
+            {"text": "pong", "repeat": True},
+        ],
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+def git_log(repo: Path) -> list[str]:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True
+    )
+    return done.stdout.splitlines()
+
+
+def new_sessions(namespace: Path, workdir: Path, count: int) -> list[str]:
+    """`count` sessions from one `rdwr agent/ctl` (a blank line, then each new id)."""
+    out = ok(
+        anvilctl(
+            namespace,
+            "rdwr",
+            "agent/ctl",
+            stdin="".join(f"new cwd={workdir}\n" for _ in range(count)),
+        )
+    )
+    ids = [line for line in out.splitlines() if line]
+    assert len(ids) == count, out
+    return ids
+
+
+def new_bead(namespace: Path, line: str) -> str:
+    out = ok(anvilctl(namespace, "rdwr", "agent/beads/ctl", stdin=line + "\n"))
+    return out.split()[-1]
+
+
+def test_twenty_concurrent_claims_through_the_daemon(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, fake.url))
+    try:
+        sessions = new_sessions(namespace, workdir, 20)
+        bead = new_bead(namespace, 'new "Contended work" developer "only one may do it"')
+        assert bead == "contended-work-001"
+
+        def claim(session: str) -> subprocess.CompletedProcess[str]:
+            return anvilctl(
+                namespace, "write", f"agent/beads/{bead}/ctl", stdin=f"claim {session}\n"
+            )
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            results = list(pool.map(claim, sessions))
+        winners = [s for s, r in zip(sessions, results, strict=True) if r.returncode == 0]
+        assert len(winners) == 1, [r.stderr for r in results]
+        losers = [r.stderr for r in results if r.returncode != 0]
+        assert len(losers) == 19
+        assert all(f"already claimed by {winners[0]} " in text for text in losers), losers
+        assert read(namespace, f"agent/beads/{bead}/assigned_to") == f"{winners[0]}\n"
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+    claims = [s for s in git_log(daemon.data_dir / "beads") if s.startswith("claim")]
+    assert claims == [f"claim {bead} for {winners[0]} (by user)"]
+
+
+def test_bad_writes_fail_with_a_message_and_leave_the_store_clean(
+    namespace: Path, tmp_path: Path, fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, fake.url))
+    try:
+        a = new_bead(namespace, 'new "A" dev')
+        b = new_bead(namespace, f'new "B" dev "" {a}')
+        repo = daemon.data_dir / "beads"
+        before = git_log(repo)
+        for path, line, expected in [
+            ("agent/beads/ctl", f"dep add {a} {b}", f"that would make a cycle ({a} -> {b} -> {a})"),
+            ("agent/beads/ctl", 'new "C" dev "" nope-404', "dependency 'nope-404' is not a bead"),
+            ("agent/beads/ctl", "dep add nope-404 a-001", "no bead 'nope-404'"),
+            (f"agent/beads/{a}/ctl", "claim ghost", "no live session 'ghost'"),
+            (f"agent/beads/{a}/ctl", "frobnicate", "unknown command 'frobnicate'"),
+        ]:
+            result = anvilctl(namespace, "write", path, stdin=line + "\n")
+            assert result.returncode != 0
+            assert expected in result.stderr, (line, result.stderr)
+        unknown = anvilctl(namespace, "read", "agent/beads/nope-404/status")
+        assert unknown.returncode != 0
+        assert git_log(repo) == before
+        status = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True
+        )
+        assert status.stdout == ""
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+
+
+def test_kill_9_keeps_beads_and_convoy_progress(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    config = user_config(tmp_path, fake.url)
+    first = start_daemon(namespace, config)
+    try:
+        (worker,) = new_sessions(namespace, workdir, 1)
+        convoy = ok(
+            anvilctl(
+                namespace, "rdwr", "agent/convoys/ctl", stdin='new "Auth system" "Add OAuth"\n'
+            )
+        ).split()[-1]
+        a = new_bead(namespace, f'new "Research auth" researcher "Analyze" convoy={convoy}')
+        b = new_bead(namespace, f'new "Implement OAuth" developer "Add it" {a} convoy={convoy}')
+        c = new_bead(namespace, f'new "Write tests" tester "" {b} convoy={convoy}')
+        ok(
+            anvilctl(
+                namespace,
+                "write",
+                f"agent/convoys/{convoy}/context",
+                stdin="Security: OWASP top 10.\n",
+            )
+        )
+        ok(anvilctl(namespace, "write", f"agent/beads/{a}/ctl", stdin=f"claim {worker}\n"))
+        ok(anvilctl(namespace, "write", f"agent/beads/{a}/ctl", stdin="complete notes.md\n"))
+        ok(anvilctl(namespace, "write", f"agent/beads/{b}/ctl", stdin=f"claim {worker}\n"))
+        list_before = read(namespace, "agent/beads/list")
+    finally:
+        code, _ = first.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+
+    second = start_daemon(namespace, config)
+    try:
+        assert read(namespace, "agent/beads/list") == list_before
+        assert read(namespace, f"agent/beads/{b}/status") == "in_progress\n"
+        assert read(namespace, f"agent/beads/{b}/assigned_to") == f"{worker}\n"
+        assert read(namespace, f"agent/convoys/{convoy}/progress") == "1/3 33%\n"
+        assert read(namespace, f"agent/convoys/{convoy}/status") == "in_progress\n"
+        assert read(namespace, f"agent/convoys/{convoy}/context") == "Security: OWASP top 10.\n"
+        ok(anvilctl(namespace, "write", f"agent/beads/{b}/ctl", stdin="release\n"))
+        assert read(namespace, f"agent/beads/{b}/assigned_to") == "-\n"
+        ok(anvilctl(namespace, "write", f"agent/beads/{b}/ctl", stdin=f"claim {worker}\n"))
+        ok(anvilctl(namespace, "write", f"agent/beads/{b}/ctl", stdin="complete\n"))
+        ok(anvilctl(namespace, "write", f"agent/beads/{c}/ctl", stdin="claim user\ncomplete\n"))
+        assert read(namespace, f"agent/convoys/{convoy}/status") == "completed\n"
+        assert read(namespace, f"agent/convoys/{convoy}/progress") == "3/3 100%\n"
+    finally:
+        code, log = second.stop()
+    assert code == 0, log
+
+
+def test_a_killed_session_orphans_its_bead(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, fake.url))
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "anvilctl", "read", "agent/events"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "NAMESPACE": str(namespace)},
+    )
+    try:
+        (worker,) = new_sessions(namespace, workdir, 1)
+        bead = new_bead(namespace, 'new "Long job" developer')
+        ok(anvilctl(namespace, "write", f"agent/beads/{bead}/ctl", stdin=f"claim {worker}\n"))
+        ok(anvilctl(namespace, "write", "agent/ctl", stdin=f"kill {worker}\n"))
+        assert read(namespace, "agent/beads/list") == (
+            f"{bead}\tin_progress\tdeveloper\t{worker}\tLong job\torphaned\n"
+        )
+        ok(anvilctl(namespace, "write", f"agent/beads/{bead}/ctl", stdin="release\n"))
+        assert read(namespace, "agent/beads/ready") == f"{bead}\tpending\tdeveloper\t-\tLong job\n"
+        code, log = daemon.stop()  # the events stream ends (EOF) when the daemon stops
+        assert code == 0, log
+        out, _ = reader.communicate(timeout=STARTUP_TIMEOUT)
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        daemon.stop()
+    events = [json.loads(line) for line in out.splitlines() if line]
+    orphaned = [e for e in events if e["type"] == "bead_orphaned"]
+    assert [(e["id"], e["session"], e["reason"]) for e in orphaned] == [(bead, worker, "killed")]
+    actions = [e.get("action") for e in events if e["type"] == "bead_changed"]
+    assert actions == ["claim", "release"]
+
+
+def test_an_agent_claims_with_its_tool_and_gets_the_convoy_context(
+    namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
+) -> None:
+    daemon: Anvild = start_daemon(namespace, user_config(tmp_path, fake.url))
+    try:
+        convoy = ok(
+            anvilctl(
+                namespace, "rdwr", "agent/convoys/ctl", stdin='new "Auth system" "Add OAuth"\n'
+            )
+        ).split()[-1]
+        ok(
+            anvilctl(
+                namespace,
+                "write",
+                f"agent/convoys/{convoy}/context",
+                stdin="Target: the React frontend.\n",
+            )
+        )
+        first = new_bead(namespace, f'new "Research auth" researcher "" convoy={convoy}')
+        bead = new_bead(namespace, f'new "Implement OAuth" developer "" {first} convoy={convoy}')
+        assert bead == "implement-oauth-002"
+        ok(anvilctl(namespace, "write", f"agent/beads/{first}/ctl", stdin="claim user\n"))
+        ok(anvilctl(namespace, "write", f"agent/beads/{first}/ctl", stdin="complete notes\n"))
+        worker = ok(anvilctl(namespace, "new", "role=developer", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", worker, "take the bead"))
+        assert ok(anvilctl(namespace, "wait", worker)) == "await\n"
+        assert ok(anvilctl(namespace, "out", worker)) == "claimed\n"
+        assert read(namespace, f"agent/beads/{bead}/assigned_to") == f"{worker}\n"
+        ok(anvilctl(namespace, "send", worker, "do the work"))
+        assert ok(anvilctl(namespace, "wait", worker)) == "await\n"
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+    assert f"claim {bead} for {worker} (by session {worker})" in git_log(daemon.data_dir / "beads")
+    requests = fake.requests()
+
+    def system(request: dict[str, object]) -> str:
+        body = request["body"]
+        assert isinstance(body, dict)
+        return str(body["messages"][0]["content"])
+
+    tool_result = str(requests[1]["body"])
+    assert "Target: the React frontend." in tool_result  # the claim's brief
+    assert "Convoy context" not in system(requests[0])
+    last = system(requests[-1])
+    assert f"## Convoy {convoy}: Auth system" in last
+    assert "Goal: Add OAuth" in last
+    assert "Target: the React frontend." in last
