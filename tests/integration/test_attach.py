@@ -23,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from anvilctl.ninep_client import Client, dial
+from anvilctl.sessions import parse_created, read_small_files
+from anvild.ninep.constants import OREAD
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
 from tests.integration.test_sessions_e2e import (
     TURN_TIMEOUT,
@@ -115,6 +118,23 @@ def test_sessions_lists_this_directorys_sessions_with_first_prompt_and_age(
     all_ids = {row[0]: row for row in everything[1:]}
     assert set(all_ids) == {mine, fresh, theirs}
     assert all_ids[theirs][6:] == [str(other), "elsewhere"]
+
+    # Many sessions: the per-session files are read in pipelined batches of 32 files; a file
+    # that cannot be read (no such session) is None and the rest still arrive, in order.
+    crowd = tmp_path / "crowd"
+    crowd.mkdir()
+    ok(anvilctl(namespace, "write", "-l", "agent/ctl", stdin=f"new cwd={crowd}\n" * 40))
+    crowd_rows = table(ok(anvilctl(namespace, "sessions", cwd=crowd)))[1:]
+    assert len(crowd_rows) == 40
+    assert all(row[5].endswith("s") and row[6] == "-" for row in crowd_rows), crowd_rows
+    with Client(dial(f"unix!{namespace}/agent")) as client:
+        root = client.mount()
+        paths = ["nosuch/created", *(f"{row[0]}/created" for row in crowd_rows), f"{mine}/x"]
+        texts = read_small_files(client, root, [*paths, f"{mine}/first_prompt"])
+        assert texts[0] is None
+        assert all(t is not None and parse_created(t) for t in texts[1:41])
+        assert texts[41:] == [None, "fix the parser\n"]
+        assert client.open(root, "list", OREAD).read(100)  # the connection is still in step
 
     empty = tmp_path / "empty"
     empty.mkdir()
