@@ -8,6 +8,7 @@ command prints, with a deadline on every read so nothing hangs.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import fcntl
 import os
@@ -207,11 +208,22 @@ class Terminal:
         os.close(slave)
         self.master = master
         self.raw = b""
-        self.seen = 0  # how much of the cleaned text `expect` has consumed
+        self.text = ""  # what was printed, without escape codes and carriage returns
+        self.seen = 0  # how much of `text` `expect` has consumed
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""
 
-    @property
-    def text(self) -> str:
-        return ANSI.sub("", self.raw.decode("utf-8", "replace"))
+    def _feed(self, chunk: bytes) -> None:
+        """Append to `text` only what is final: a split UTF-8 character or escape sequence at
+        the end waits for its rest, so positions in `text` never move."""
+        self.raw += chunk
+        data = self._held + self._decoder.decode(chunk)
+        cut = data.rfind("\x1b")
+        if cut != -1 and len(data) - cut < 16 and not ANSI.match(data, cut):
+            data, self._held = data[:cut], data[cut:]
+        else:
+            self._held = ""
+        self.text += ANSI.sub("", data)
 
     def _read(self, until: float) -> bool:
         ready, _, _ = select.select([self.master], [], [], max(0.0, until - time.monotonic()))
@@ -223,7 +235,7 @@ class Terminal:
             chunk = b""
         if not chunk:
             return False
-        self.raw += chunk
+        self._feed(chunk)
         return True
 
     def expect(self, pattern: str, timeout: float = TURN_TIMEOUT) -> re.Match[str]:
