@@ -286,6 +286,8 @@ class IdleResult:
     list_p50_ms: float
     list_p99_ms: float
     list_bytes: int
+    create_cpu_ms: float  # the daemon's CPU per `new`
+    list_cpu_ms: float  # the daemon's CPU per `list` read
 
     @property
     def per_session_kib(self) -> float:
@@ -298,20 +300,23 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
         with client:
             read_all(client, root, "list")  # warm up the connection and the tree
             rss_before = daemon.rss_kib()
-            start = time.perf_counter()
+            start, cpu0 = time.perf_counter(), daemon.cpu_seconds()
             for _ in range(sessions):
                 new_session(client, root, f"cwd={cwd}")
             create_s = time.perf_counter() - start
+            create_cpu = daemon.cpu_seconds() - cpu0
             rss_after = daemon.rss_kib()
             listing = read_all(client, root, "list")
             lines = listing.count(b"\n")
             if lines != sessions:
                 raise BenchError(f"list has {lines} lines, not {sessions}")
             times = []
+            cpu0 = daemon.cpu_seconds()
             for _ in range(reads):
                 t0 = time.perf_counter()
                 read_all(client, root, "list")
                 times.append((time.perf_counter() - t0) * 1000)
+            list_cpu = daemon.cpu_seconds() - cpu0
     return IdleResult(
         sessions,
         rss_before / 1024,
@@ -320,6 +325,8 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
         statistics.median(times),
         percentile(times, 99),
         len(listing),
+        create_cpu / sessions * 1000,
+        list_cpu / reads * 1000,
     )
 
 
@@ -557,10 +564,12 @@ def main() -> None:
             r = idle(args.sessions, args.list_reads, args.profile)
             idles.append(r)
             print(
-                f"idle run {run + 1}: {r.sessions} sessions created in {r.create_s:.1f} s; "
+                f"idle run {run + 1}: {r.sessions} sessions created in {r.create_s:.1f} s "
+                f"(daemon CPU {r.create_cpu_ms:.1f} ms each); "
                 f"RSS {r.rss_before_mib:.1f} -> {r.rss_after_mib:.1f} MiB "
                 f"({r.per_session_kib:.0f} KiB/session); list ({r.list_bytes} bytes) "
-                f"p50 {r.list_p50_ms:.2f} ms p99 {r.list_p99_ms:.2f} ms",
+                f"p50 {r.list_p50_ms:.2f} ms p99 {r.list_p99_ms:.2f} ms (daemon CPU "
+                f"{r.list_cpu_ms:.2f} ms each)",
                 flush=True,
             )
         rss = statistics.median(r.rss_after_mib for r in idles)
@@ -569,7 +578,8 @@ def main() -> None:
         p99 = statistics.median(r.list_p99_ms for r in idles)
         print(f"idle, median of {args.runs} runs:")
         print(f"  RSS with {args.sessions} sessions: {rss:.1f} MiB ({per:.0f} KiB per session)")
-        print(f"  list p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        cpu = statistics.median(r.list_cpu_ms for r in idles)
+        print(f"  list p50 {p50:.2f} ms, p99 {p99:.2f} ms (daemon CPU {cpu:.2f} ms per read)")
         print(
             f"  targets: RSS < 250 MB: {met(rss * 1.048576 < 250)}; list < 20 ms: {met(p99 < 20)}"
         )
