@@ -343,6 +343,7 @@ class Session:
         self._used_before: int | None = None
         self._usd = usd  # the cost so far (a restored session's is priced from its records)
         self._out = self._restored_out(state)
+        self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
         self._broker = ApprovalBroker(on_change=self._notify)
         self._layers = self._load_layers(state.context)
         self._agent = self._build_agent(state.messages)
@@ -439,9 +440,19 @@ class Session:
         return self._version
 
     def list_line(self) -> str:
-        """This session's line of `agent/list`: id alias state role model cwd, tab-separated."""
-        fields = (self.id, self.alias, self._status.value, self.role, self.model, self.cwd)
-        return "\t".join(f or "-" for f in fields)
+        """This session's line of `agent/list`: id alias state role model cwd, tab-separated.
+
+        Every field comes from the recorded state (immutable: a record replaces it), the
+        status or the target, so the line is kept until one of those three objects is another:
+        reading `list` with 1000 sessions then costs identity checks, not 1000 lines rebuilt."""
+        state, status, target = self._journal.state, self._status, self._target
+        cached = self._list_cache
+        if cached[0] is state and cached[1] is status and cached[2] is target:
+            return cached[3]
+        fields = (state.id, state.alias, status.value, state.role, target.name, state.cwd)
+        line = "\t".join(f or "-" for f in fields)
+        self._list_cache = (state, status, target, line)
+        return line
 
     def queue_text(self) -> str:
         return "".join(
