@@ -17,7 +17,8 @@ says. Every change runs under one `trio.Lock`:
 3. `git add` and `git commit -- <those paths>` make it one commit whose message says what
    happened and who asked (`claim research-auth-001 for a1b2c3d4 (by user)`); the author and
    committer are always `anvild`, git runs with none of the user's config or hooks
-   (`anvild.beads.git`). `git log` is the audit trail;
+   (`anvild.beads.git`). `git log` is the audit trail. A change that alters no byte (the same
+   text written twice within one second) commits nothing and publishes nothing;
 4. only then the new board is adopted and the events are published.
 
 Steps 2 to 4 are shielded from cancellation (a Tflush or a cancelled tool call): a change
@@ -49,6 +50,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
+import attrs
 import structlog
 import trio
 
@@ -242,18 +244,25 @@ class BeadStore:
             # Shielded: a cancel (Tflush, a cancelled tool call) between the rename and the
             # commit would leave a visible, uncommitted file. A change takes milliseconds.
             with trio.CancelScope(shield=True):
-                await self._commit(change)
+                if not await self._commit(change):
+                    return attrs.evolve(change, board=self._board, events=())
                 self._board = change.board
         for event in change.events:
             if self.on_event is not None:
                 self.on_event(event)
         return change
 
-    async def _commit(self, change: Change) -> None:
+    async def _commit(self, change: Change) -> bool:
+        """Write and commit the change's files; False when it changes no byte (the same text
+        written twice within a second): nothing to commit, and nothing happened."""
         files = [(f"{BEADS_DIR}/{b.id}.json", encode(b)) for b in change.beads]
         files += [(f"{CONVOYS_DIR}/{c.id}.json", encode(c)) for c in change.convoys]
+        previous = await trio.to_thread.run_sync(self._read_files, [p for p, _ in files])
+        files = [(p, data) for p, data in files if previous[p] != data]
+        if not files:
+            return False
         paths = [p for p, _ in files]
-        previous = await trio.to_thread.run_sync(self._read_files, paths)
+        previous = {p: previous[p] for p in paths}
         try:
             await trio.to_thread.run_sync(self._write_files, files)
             await self.git.run("add", "--", *paths)
@@ -266,6 +275,7 @@ class BeadStore:
             raise BeadStoreError(
                 f"the change was not recorded: cannot write {self.root}: {exc.strerror or exc}"
             ) from exc
+        return True
 
     def _read_files(self, paths: list[str]) -> dict[str, bytes | None]:
         previous: dict[str, bytes | None] = {}

@@ -208,3 +208,17 @@ async def test_convoy_lifecycle_through_the_store(tmp_path: Path) -> None:
     with pytest.raises(BeadConflict, match="is completed: cannot abandon it"):
         await store.end_convoy(convoy.id, ConvoyStatus.ABANDONED, by="user")
     assert subjects(repo)[0] == "complete a-001; convoy auth-001 completed (by user)"
+
+
+async def test_the_same_text_twice_in_one_second_is_one_commit(tmp_path: Path) -> None:
+    repo = tmp_path / "beads"
+    store = BeadStore(repo, clock=lambda: "2026-11-30T21:00:00Z")
+    await store.open()
+    convoy = await store.create_convoy(NewConvoy("Auth"), by="user")
+    await store.set_context(convoy.id, "same", by="user")
+    await store.set_context(convoy.id, "same", by="user")
+    assert subjects(repo)[:2] == [
+        "context convoy auth-001 (by user)",
+        "new convoy auth-001: Auth (by user)",
+    ]
+    assert store.convoy(convoy.id).context == "same"
