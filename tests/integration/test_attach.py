@@ -296,6 +296,12 @@ def attach_fake(tmp_path: Path) -> Iterator[FakeServer]:
             },
             # Not repeated: the next prompt's request still holds this one's text.
             {"contains": "stuck", "text": "never finished", "chunk_delay": 30.0},
+            {
+                "contains": "keep a diary",
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"file_path": "diary.txt", "content": "d"}}
+                ],
+            },
             {"contains": "tell a story", "text": "Once upon a time, far away.", "chunk_delay": 1.0},
             {"text": "pong", "repeat": True},
         ],
@@ -462,3 +468,27 @@ def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
     assert "Once upon" not in again.text
     again.type("\x04")  # Ctrl-D leaves too
     assert again.wait_exit() == 0
+
+
+def test_attach_to_a_session_waiting_for_approval_asks_at_once_and_always_works(
+    attach_daemon: Anvild,
+    namespace: Path,
+    workdir: Path,
+    terminal_factory: Callable[..., Terminal],
+) -> None:
+    sid = ok(anvilctl(namespace, "new", "alias=scribe", cwd=workdir)).strip()
+    ok(anvilctl(namespace, "send", sid, "keep a diary"))
+    wait_state(namespace, sid, "await_approval")
+    term = terminal_factory("attach", "scribe")
+    term.expect(r"attached to \w+ \(scribe\): developer, model fake, await_approval;")
+    term.expect(r"● write_file diary\.txt\n")  # the running turn, from its start
+    term.expect(r"approval needed: write_file diary\.txt\n(.*\n)*.*a: always \(adds allow ")
+    term.expect(r"approve\? \[y/a/n\] ")
+    term.type("maybe\r")  # not an answer: asked again
+    term.expect(r"approve\? \[y/a/n\] ")
+    term.type("a\r")
+    term.expect(r"  ⎿  Created diary\.txt.*\npong\n\[done · 2 steps")
+    assert (workdir / "diary.txt").read_text() == "d"
+    term.expect(r"> ")
+    term.type("\x04")
+    assert term.wait_exit() == 0
