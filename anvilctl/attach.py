@@ -664,7 +664,8 @@ class Attach:
         except EOFError:
             self.note(f"left with the request pending: answer it on agent/{self.name}/approval")
             raise
-        self.history.forget_last()
+        if answer:  # readline keeps only non-empty lines
+            self.history.forget_last()
         return answer
 
     # the prompt loop
