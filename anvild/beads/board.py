@@ -119,6 +119,8 @@ class Board:
 
     beads: Mapping[str, Bead] = attrs.field(factory=dict)
     convoys: Mapping[str, Convoy] = attrs.field(factory=dict)
+    reserved: frozenset[str] = frozenset()
+    """Ids whose files exist but could not be read: never given to a new bead or convoy."""
 
     # -- queries --------------------------------------------------------------------------
 
@@ -201,7 +203,7 @@ class Board:
             new_beads[b.id] = b
         for c in convoys:
             new_convoys[c.id] = c
-        return Board(new_beads, new_convoys)
+        return Board(new_beads, new_convoys, self.reserved)
 
     def _change(
         self,
@@ -277,7 +279,7 @@ class Board:
         convoy = None
         if spec.convoy is not None:
             convoy = self._open_convoy(spec.convoy, "add a bead to")
-        bead_id = next_id(title, self.beads, "bead")
+        bead_id = next_id(title, [*self.beads, *self.reserved], "bead")
         bead = Bead(
             id=bead_id,
             title=title,
@@ -501,7 +503,7 @@ class Board:
         title = _check_title(spec.title, "convoy")
         if spec.coordinator is not None:
             _check_actor(spec.coordinator, "coordinator")
-        convoy_id = next_id(title, self.convoys, "convoy")
+        convoy_id = next_id(title, [*self.convoys, *self.reserved], "convoy")
         convoy = Convoy(
             id=convoy_id,
             title=title,

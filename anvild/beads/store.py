@@ -39,7 +39,7 @@ repository configured inside a user's project keeps the user's own work; commits
 paths, so nothing the user staged is committed by the daemon.
 
 A file that does not decode (edited by hand) is logged as `beads.unreadable` and left out of the
-board; the daemon keeps serving the others.
+board, its id reserved so no new bead overwrites it; the daemon keeps serving the others.
 """
 
 from __future__ import annotations
@@ -177,24 +177,31 @@ class BeadStore:
     def _load(self) -> Board:
         beads: dict[str, Bead] = {}
         convoys: dict[str, Convoy] = {}
+        reserved: set[str] = set()
         for path in sorted((self.root / BEADS_DIR).glob("*.json")):
             try:
                 bead = decode_bead(path.read_bytes())
+                if bead.id != path.stem:
+                    raise CodecError(f"its id {bead.id!r} is not its file name")
             except (OSError, CodecError) as exc:
                 log.error("beads.unreadable", path=str(path), error=str(exc))
+                reserved.add(path.stem)
                 continue
             beads[bead.id] = bead
         for path in sorted((self.root / CONVOYS_DIR).glob("*.json")):
             try:
                 convoy = decode_convoy(path.read_bytes())
+                if convoy.id != path.stem:
+                    raise CodecError(f"its id {convoy.id!r} is not its file name")
             except (OSError, CodecError) as exc:
                 log.error("beads.unreadable", path=str(path), error=str(exc))
+                reserved.add(path.stem)
                 continue
             convoys[convoy.id] = convoy
         # Creation order: created_at, then the id's counter (several in one second).
         order = sorted(beads.values(), key=lambda b: (b.created_at, _counter(b.id)))
         corder = sorted(convoys.values(), key=lambda c: (c.created_at, _counter(c.id)))
-        return Board({b.id: b for b in order}, {c.id: c for c in corder})
+        return Board({b.id: b for b in order}, {c.id: c for c in corder}, frozenset(reserved))
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -222,3 +222,16 @@ async def test_the_same_text_twice_in_one_second_is_one_commit(tmp_path: Path) -
         "new convoy auth-001: Auth (by user)",
     ]
     assert store.convoy(convoy.id).context == "same"
+
+
+async def test_an_unreadable_file_is_skipped_and_its_id_never_reused(tmp_path: Path) -> None:
+    repo = tmp_path / "beads"
+    store = await opened(repo)
+    await store.create(NewBead("Fix it", "dev"), by="user")
+    (repo / "beads" / "fix-it-001.json").write_text("{not json")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "by hand")
+    again = await opened(repo)
+    assert again.beads() == ()
+    bead = await again.create(NewBead("Fix it", "dev"), by="user")
+    assert bead.id == "fix-it-002"
+    assert (repo / "beads" / "fix-it-001.json").read_text() == "{not json"
