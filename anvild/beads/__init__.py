@@ -44,6 +44,9 @@ Reads are synchronous and see the last committed state:
     store.assigned(session_id)                     # its in_progress / pending_approval beads
     store.context_for(session_id) -> str           # convoy context for its system prompt
     store.board                                    # the whole frozen Board
+    await store.wait_bead(id)                      # blocks until completed, failed or
+                                                   # pending_approval; the bead then
+    await store.wait_convoy(id)                    # until completed, failed or abandoned
 
 Writes are async, one commit each, serialised by one lock; `by` names who asked (`user` for a
 file write, `session <id>` for an agent tool) and goes into the commit message and the event:

@@ -59,15 +59,17 @@ from anvild.beads.codec import CodecError, decode_bead, decode_convoy, encode
 from anvild.beads.errors import BeadError, BeadStoreError
 from anvild.beads.events import BeadEvent
 from anvild.beads.git import Git
-from anvild.beads.model import Bead, Convoy, ConvoyStatus, Progress
+from anvild.beads.model import Bead, BeadStatus, Convoy, ConvoyStatus, Progress
 
-__all__ = ["BEADS_DIR", "CONVOYS_DIR", "BeadStore"]
+__all__ = ["BEADS_DIR", "CONVOYS_DIR", "SETTLED", "BeadStore"]
 
 log = structlog.get_logger("anvild.beads")
 
 BEADS_DIR: Final = "beads"
 CONVOYS_DIR: Final = "convoys"
 TMP_SUFFIX: Final = ".tmp"
+SETTLED: Final = frozenset({BeadStatus.COMPLETED, BeadStatus.FAILED, BeadStatus.PENDING_APPROVAL})
+"""Bead statuses in which nobody is working on the bead (what `wait_bead` waits for)."""
 
 README: Final = """\
 # anvild bead store
@@ -101,6 +103,7 @@ class BeadStore:
         self._lock = trio.Lock()
         self._board = Board()
         self._opened = False
+        self._changed = trio.Event()
         self.unavailable: str | None = None
         """Why `open` failed (the daemon serves on without beads and says this)."""
         self.recovered: list[str] = []
@@ -235,6 +238,23 @@ class BeadStore:
     def assigned(self, session_id: str) -> list[Bead]:
         return self._board.assigned(session_id)
 
+    async def wait_bead(self, bead_id: str) -> Bead:
+        """Block until the bead is settled for now (completed, failed or pending_approval);
+        the bead as it is then. `BeadNotFound` at once for an unknown id."""
+        while True:
+            bead = self._board.bead(bead_id)
+            if bead.status in SETTLED:
+                return bead
+            await self._changed.wait()
+
+    async def wait_convoy(self, convoy_id: str) -> Convoy:
+        """Block until the convoy is completed, failed or abandoned."""
+        while True:
+            convoy = self._board.convoy(convoy_id)
+            if not convoy.status.open:
+                return convoy
+            await self._changed.wait()
+
     # -- changing --------------------------------------------------------------------------
 
     async def apply(self, make: Callable[[Board, str], Change]) -> Change:
@@ -254,6 +274,8 @@ class BeadStore:
                 if not await self._commit(change):
                     return attrs.evolve(change, board=self._board, events=())
                 self._board = change.board
+        self._changed.set()
+        self._changed = trio.Event()
         for event in change.events:
             if self.on_event is not None:
                 self.on_event(event)

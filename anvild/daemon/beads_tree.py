@@ -9,14 +9,17 @@
                  progress and the session it is assigned to has ended)
       ready      the same lines for the pending beads whose dependencies are all completed
       <bead-id>/ status title description role assigned_to result depends_on requires_approval
-                 approved_by convoy reason ctl
+                 approved_by convoy reason wait ctl
+                 wait: a read blocks until the bead is completed, failed or pending_approval
+                 and returns that status (at once if it already is)
                  ctl: claim SESSION | complete [RESULT] | fail REASON | approve | reject REASON
                       | release
                  description and result are writable (the body of one open, at clunk)
     agent/convoys/
       ctl        new "Title" ["Goal"] [coordinator=SESSION]   (read after: the new id)
       list       id status done/total coordinator title
-      <id>/      title goal status coordinator beads context progress ctl
+      <id>/      title goal status coordinator beads context progress wait ctl
+                 wait: a read blocks until the convoy is completed, failed or abandoned
                  ctl: add_bead ID | remove_bead ID | complete | abandon | fail REASON
                  context is writable (the body of one open, at clunk)
 
@@ -43,12 +46,19 @@ exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent
 
 Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
 their qid paths stay stable.
+
+`wait` (per bead and per convoy) works like a session's `wait`: the first read on an open blocks
+in the store (`wait_bead`, `wait_convoy`, woken by every committed change) and fixes the answer,
+the status and a newline, for that open; later reads slice it, so EOF follows. A Tflush cancels
+the blocked read; a clunk ends it with an empty read. No polling: a script waits on the file.
 """
 
 from __future__ import annotations
 
 import errno
 from collections.abc import Awaitable, Callable, Sequence
+
+import trio
 
 from anvild.beads import (
     BeadConflict,
@@ -73,10 +83,11 @@ from anvild.fs import (
     CtlFile,
     Directory,
     DynamicChildren,
+    FsNode,
     SnapshotFile,
     ValueFile,
 )
-from anvild.ninep.backend import Node
+from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError
 from anvild.session.events import SessionEvent, SessionStateChanged
 
@@ -97,9 +108,20 @@ BEAD_FILES = (
     "approved_by",
     "convoy",
     "reason",
+    "wait",
     "ctl",
 )
-CONVOY_FILES = ("title", "goal", "status", "coordinator", "beads", "context", "progress", "ctl")
+CONVOY_FILES = (
+    "title",
+    "goal",
+    "status",
+    "coordinator",
+    "beads",
+    "context",
+    "progress",
+    "wait",
+    "ctl",
+)
 
 NEW_BEAD_USAGE = 'new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]'
 NEW_CONVOY_USAGE = 'new "Title" ["Goal"] [coordinator=SESSION]'
@@ -425,6 +447,7 @@ class BeadsTree:
             SnapshotFile("approved_by", lambda: _line(get().approved_by)),
             SnapshotFile("convoy", lambda: _line(get().convoy)),
             SnapshotFile("reason", lambda: _body(get().reason)),
+            WaitFile(lambda: _status_of(store.wait_bead(bead_id))),
             CtlFile("ctl", table),
         ]
         return Directory(bead_id, files)
@@ -532,9 +555,61 @@ class BeadsTree:
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
             ValueFile("context", lambda: _body(get().context), set_context),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
+            WaitFile(lambda: _status_of(store.wait_convoy(convoy_id))),
             CtlFile("ctl", table),
         ]
         return Directory(convoy_id, files)
+
+
+async def _status_of(waiting: Awaitable[Bead | Convoy]) -> str:
+    try:
+        value = await waiting
+    except BeadError as exc:
+        raise FsError(f"wait: {exc}", _errno_of(exc)) from exc
+    return f"{value.status.value}\n"
+
+
+class _WaitHandle(Handle):
+    def __init__(self, wait: Callable[[], Awaitable[str]]) -> None:
+        self._wait = wait
+        self._answer: bytes | None = None
+        self._lock = trio.Lock()  # several tags may read one fid: one waits, the rest follow
+        self._waiting: trio.CancelScope | None = None
+        self._closed = False
+
+    async def read(self, offset: int, count: int) -> bytes:
+        async with self._lock:
+            if self._answer is None:
+                if self._closed:
+                    return b""
+                with trio.CancelScope() as self._waiting:
+                    self._answer = (await self._wait()).encode()
+                self._waiting = None
+                if self._answer is None:
+                    return b""  # the fid was clunked while this read waited
+        return self._answer[offset : offset + count]
+
+    def _close(self) -> None:
+        self._closed = True
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def clunk(self) -> None:
+        self._close()
+
+    async def abort(self) -> None:
+        self._close()
+
+
+class WaitFile(FsNode):
+    """`wait`: the first read on an open blocks until `wait()` answers (see the docstring)."""
+
+    def __init__(self, wait: Callable[[], Awaitable[str]]) -> None:
+        super().__init__("wait", 0o444)
+        self._wait = wait
+
+    async def open(self, mode: OpenMode) -> Handle:
+        return _WaitHandle(self._wait)
 
 
 class _Children(DynamicChildren):

@@ -320,3 +320,39 @@ async def test_abandon_and_remove_bead(tmp_path: Path) -> None:
         )
         await ok(c, f"convoys/{convoy}/ctl", "abandon")
         assert await c.get(f"convoys/{convoy}/status") == "abandoned\n"
+
+
+async def test_wait_blocks_until_the_bead_and_the_convoy_settle(tmp_path: Path) -> None:
+    async with served(tmp_path) as (_, con, _root, _s):
+        c, waiter = await con(), await con()
+        convoy = await new(c, "convoys/ctl", 'new "Auth"')
+        bead = await new(c, "beads/ctl", f'new "Work" developer "" convoy={convoy}')
+        got: dict[str, str] = {}
+
+        async def wait(path: str) -> None:
+            got[path] = await waiter.get(path)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait, f"beads/{bead}/wait")
+                await trio.testing.wait_all_tasks_blocked()
+                await ok(c, f"beads/{bead}/ctl", "claim dev1")
+                await trio.testing.wait_all_tasks_blocked()
+                assert got == {}  # claimed is not settled
+                await ok(c, f"beads/{bead}/ctl", "complete")
+        assert got == {f"beads/{bead}/wait": "completed\n"}
+        assert await c.get(f"convoys/{convoy}/wait") == "completed\n"  # at once: it is
+
+
+async def test_a_flushed_or_clunked_wait_ends_without_an_answer(tmp_path: Path) -> None:
+    async with served(tmp_path) as (_, con, _root, _s):
+        c = await con()
+        bead = await new(c, "beads/ctl", 'new "Work" developer')
+        fid = await c.open(f"beads/{bead}/wait", 0)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(c.raw.send, m.Tread(1, fid, 0, 100))
+                await trio.testing.wait_all_tasks_blocked()
+                assert await c.raw.rpc(m.Tflush(2, 1)) == m.Rflush(2)
+        assert await c.clunk(fid) == m.Rclunk(0)
+        assert await c.get(f"beads/{bead}/status") == "pending\n"
