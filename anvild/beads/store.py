@@ -274,6 +274,7 @@ class BeadStore:
                 if not await self._commit(change):
                     return attrs.evolve(change, board=self._board, events=())
                 self._board = change.board
+        log.info("beads.changed", repo=str(self.root), change=change.message)
         self._changed.set()
         self._changed = trio.Event()
         for event in change.events:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -276,3 +277,36 @@ def test_an_agent_claims_with_its_tool_and_gets_the_convoy_context(
     assert f"## Convoy {convoy}: Auth system" in last
     assert "Goal: Add OAuth" in last
     assert "Target: the React frontend." in last
+
+
+RC = shutil.which("rc") or "/usr/lib/plan9/bin/rc"
+
+
+@pytest.mark.skipif(not Path(RC).exists(), reason="Plan 9's rc is not installed (Debian: 9base)")
+def test_the_same_quoting_works_from_rc_and_bash(
+    namespace: Path, tmp_path: Path, fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, fake.url))
+    ctl = f"{sys.executable} -m anvilctl write agent/beads/ctl"
+    env = {**os.environ, "NAMESPACE": str(namespace)}
+    lines = [
+        # rc: a quote inside rc's single quotes is doubled; double quotes pass through.
+        (RC, f"""echo 'new "Fix it" developer "Don''t panic"' | {ctl}"""),
+        (RC, f"""echo 'new ''Fix it'' developer ''Don''''t panic''' | {ctl}"""),
+        ("bash", f"""echo 'new "Fix it" developer "Don'"'"'t panic"' | {ctl}"""),
+        ("bash", f"""echo "new 'Fix it' developer 'Don''t panic'" | {ctl}"""),
+    ]
+    try:
+        for shell, line in lines:
+            done = subprocess.run(
+                [shell, "-c", line], env=env, capture_output=True, text=True, timeout=60
+            )
+            assert (done.returncode, done.stderr) == (0, ""), (shell, line)
+        ids = [line.split("\t")[0] for line in read(namespace, "agent/beads/list").splitlines()]
+        assert ids == ["fix-it-001", "fix-it-002", "fix-it-003", "fix-it-004"]
+        for bead in ids:
+            assert read(namespace, f"agent/beads/{bead}/title") == "Fix it\n"
+            assert read(namespace, f"agent/beads/{bead}/description") == "Don't panic\n"
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
