@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from anvild.llm import stream
 from anvild.llm.errors import ApiError, HttpError
@@ -119,6 +120,29 @@ async def test_pieces_of_a_given_size_stamped_with_the_send_time(fake: FakeProvi
     assert stamps[-1] - stamps[0] >= 4 * 10_000_000  # each stamped as it was sent
     with pytest.raises(ValueError, match="piece must be a positive integer"):
         load_turns({"turns": [{"text": "x", "piece": 0}]})
+
+
+async def test_wait_blocks_until_enough_requests_arrived(fake: FakeProvider) -> None:
+    fake.add(Turn.reply("one"), Turn.reply("two"))
+    async with httpx.AsyncClient() as client:
+        waited: list[httpx.Response] = []
+
+        async def wait_for_two() -> None:
+            waited.append(await client.get(f"{fake.url}/_fake/wait?requests=2&timeout=100"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_two)
+            chat = OpenAiChatProvider(client, f"{fake.url}/v1")
+            await complete(chat, ask("m", "a"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert waited == []  # one request is not enough
+            await complete(chat, ask("m", "b"))
+        assert waited[0].json() == {"requests": 2}
+        late = await client.get(f"{fake.url}/_fake/wait?requests=3&timeout=0.1")
+        assert late.status_code == 408
+        assert "fewer than 3 requests in 0.1 s" in late.json()["error"]
+        bad = await client.get(f"{fake.url}/_fake/wait?requests=x")
+        assert bad.status_code == 400
 
 
 def test_script_json_round_trips_and_rejects_unknown_keys() -> None:

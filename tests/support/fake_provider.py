@@ -55,6 +55,9 @@ got the line (CLOCK_MONOTONIC is one clock for every process of the machine).
 Recording. Every request is kept (`requests`: method, path, query, lower-cased headers, parsed
 JSON body, protocol, model, and the turn it got); a subprocess serves them at
 `GET /_fake/requests`, and the count of waiting turns at `GET /_fake/pending`.
+`GET /_fake/wait?requests=N&timeout=S` blocks until N requests have arrived (200, with the
+count) or S seconds (default 30) went by (408): a test that must act while a turn is in flight
+waits on it instead of polling.
 
 Usage is deterministic: input tokens default to the request body's length / 4, output tokens
 to the reply's length / 4 (at least 1 each), unless the turn gives `usage`.
@@ -659,6 +662,7 @@ class FakeProvider:
         self.requests: list[RecordedRequest] = []
         self.host = host
         self.port: int | None = None
+        self._arrived = trio.Event()  # set and replaced whenever a request is recorded
 
     @property
     def url(self) -> str:
@@ -737,6 +741,9 @@ class FakeProvider:
         target = head.target.decode("utf-8", "replace")
         parts = urlsplit(target)
         method = head.method.decode()
+        if parts.path == "/_fake/wait":
+            await self._wait(conn, stream, parse_qs(parts.query))
+            return
         if parts.path.startswith("/_fake/"):
             await self._control(conn, stream, method, parts.path, raw)
             return
@@ -764,6 +771,8 @@ class FakeProvider:
             last_user_text=last_user_text(protocol, body),
         )
         self.requests.append(request)
+        self._arrived.set()
+        self._arrived = trio.Event()
         if protocol is None:
             await self._json(conn, stream, 404, {"error": f"no fake endpoint at {method} {target}"})
             return
@@ -826,6 +835,28 @@ class FakeProvider:
         await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
         await stream.send_all(conn.send(h11.Data(data=data)) or b"")
         await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+    async def wait_requests(self, count: int) -> int:
+        """Block until at least `count` requests have been recorded; the number recorded."""
+        while len(self.requests) < count:
+            await self._arrived.wait()
+        return len(self.requests)
+
+    async def _wait(
+        self, conn: h11.Connection, stream: trio.SocketStream, query: Mapping[str, list[str]]
+    ) -> None:
+        try:
+            count = int(query.get("requests", ["1"])[0])
+            timeout = float(query.get("timeout", ["30"])[0])
+        except ValueError:
+            await self._json(conn, stream, 400, {"error": "use /_fake/wait?requests=N&timeout=S"})
+            return
+        with trio.move_on_after(timeout):
+            await self._json(conn, stream, 200, {"requests": await self.wait_requests(count)})
+            return
+        await self._json(
+            conn, stream, 408, {"error": f"fewer than {count} requests in {timeout} s"}
+        )
 
     async def _control(
         self, conn: h11.Connection, stream: trio.SocketStream, method: str, path: str, raw: bytes
