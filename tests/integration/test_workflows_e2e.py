@@ -10,15 +10,20 @@ records its calls and hands them to anvilctl, to check the scripts prefer it).
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from anvilctl.ninep_client import Client, dial
+from anvild.ninep.constants import OREAD
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_sessions_e2e import FakeServer, anvilctl, ok, start_daemon
 
@@ -279,6 +284,40 @@ def test_devreview_fails_on_a_review_without_a_verdict(rig_factory: Any) -> None
     assert rig.sessions() == []
 
 
+def test_devreview_takes_the_verdict_from_the_review_response_mail(rig_factory: Any) -> None:
+    def mail(verdict: str) -> dict[str, Any]:
+        message = {
+            "to": "user",
+            "type": "REVIEW_RESPONSE",
+            "subject": "review",
+            "body": f"verdict {verdict}",
+            "metadata": {"verdict": verdict},
+        }
+        return {
+            "model": "rev-model",
+            "tool_calls": [{"name": "send_message", "arguments": message}],
+        }
+
+    rig = rig_factory(
+        [
+            {"model": "dev-model", "text": "first try"},
+            mail("changes"),
+            # the mail says changes: it wins over a contradicting verdict line
+            {"model": "rev-model", "text": "Sent.\nVERDICT: LGTM"},
+            {"model": "dev-model", "text": "second try"},
+            mail("lgtm"),
+            {"model": "rev-model", "text": "Sent my review."},
+        ]
+    )
+    result = rig.run(SCRIPTS / "DevReview", "-d", "dev", "-r", "rev", "task")
+    assert_ok(result)
+    assert "round 1: reviewer says changes" in result.stderr
+    assert "round 2: reviewer says lgtm" in result.stderr
+    assert rig.models_asked().count("dev-model") == 2
+    first_review = rig.requests()[1]["last_user_text"]
+    assert "REVIEW_RESPONSE message with metadata.verdict" in first_review
+
+
 # -- Planning ------------------------------------------------------------------------------------
 
 
@@ -338,3 +377,229 @@ def test_a_conductor_session_starts_and_drives_a_reviewer_and_is_refused_full_ac
     assert reviewer[3] == "reviewer"
     assert reviewer[2] == "idle"  # its out was read by the conductor
     assert len(rows) == 2  # no developer was started
+
+
+# -- scripts/conductor ---------------------------------------------------------------------------
+
+CHAIN = """\
+name: chain3
+sessions:
+  p:
+    role: planner
+steps:
+  - id: a
+    session: p
+    prompt: "STEP-A: begin."
+  - id: b
+    needs: [a]
+    session: p
+    prompt: "STEP-B: continue from {{out.a}}"
+  - id: c
+    needs: [b]
+    session: p
+    prompt: "STEP-C: finish from {{out.b}}"
+"""
+
+
+def conductor(rig: Rig, workflow: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return rig.run(sys.executable, SCRIPTS / "conductor", *args, workflow)
+
+
+def read_files(rig: Rig, paths: list[str]) -> list[str]:
+    """Read files of the agent/ tree on one 9P connection (anvilctl's client, in process)."""
+    with Client(dial(f"unix!{rig.namespace / 'agent'}")) as client:
+        root = client.mount()
+        texts = []
+        for path in paths:
+            fid = client.open(root, path, OREAD)
+            parts = []
+            while data := fid.read(8192):
+                parts.append(data)
+            fid.clunk()
+            texts.append(b"".join(parts).decode())
+        return texts
+
+
+BEAD_FIELDS = ("title", "status", "depends_on", "assigned_to", "result", "convoy")
+
+
+def beads_of(rig: Rig) -> dict[str, dict[str, str]]:
+    """Every bead by title: its id, status, depends_on, assigned_to, result and convoy."""
+    beads = {}
+    (listing,) = read_files(rig, ["beads/list"])
+    for line in listing.splitlines():
+        bead_id = line.split("\t")[0]
+        texts = read_files(rig, [f"beads/{bead_id}/{name}" for name in BEAD_FIELDS])
+        files = dict(zip(BEAD_FIELDS, texts, strict=True))
+        beads[files["title"].strip()] = {"id": bead_id, **files}
+    return beads
+
+
+def chain_turns() -> list[dict[str, Any]]:
+    return [
+        {"model": "fake-model", "contains": "STEP-A", "text": "alpha"},
+        {"model": "fake-model", "contains": "STEP-B: continue from alpha", "text": "beta"},
+        {"model": "fake-model", "contains": "STEP-C: finish from beta", "text": "gamma"},
+    ]
+
+
+def test_conductor_runs_a_chain_of_three_beads_in_order(rig_factory: Any, tmp_path: Path) -> None:
+    rig = rig_factory(chain_turns())
+    workflow = tmp_path / "chain.yaml"
+    workflow.write_text(CHAIN)
+    result = conductor(rig, workflow)
+    assert assert_ok(result) == "=== c ===\ngamma\n"
+    texts = [r["last_user_text"] for r in rig.requests()]
+    assert [t.split(":")[0] for t in texts] == ["STEP-A", "STEP-B", "STEP-C"]
+    beads = beads_of(rig)
+    a, b, c = (beads[f"{k} (workflow chain3)"] for k in "abc")
+    assert [x["status"].strip() for x in (a, b, c)] == ["completed"] * 3
+    assert (a["result"], b["result"], c["result"]) == ("alpha\n", "beta\n", "gamma\n")
+    assert b["depends_on"].split() == [a["id"]]
+    assert c["depends_on"].split() == [b["id"]]
+    assert beads["finish (workflow chain3)"]["status"].strip() == "completed"
+    convoy = a["convoy"].strip()
+    (convoys,) = read_files(rig, ["convoys/list"])
+    assert f"{convoy}\tcompleted\t4/4" in convoys
+    assert rig.sessions() == []  # killed at the end
+    # a second run of the finished workflow sends nothing and prints the same
+    again = conductor(rig, workflow)
+    assert assert_ok(again) == "=== c ===\ngamma\n"
+    assert len(rig.requests()) == 3
+    status = assert_ok(conductor(rig, workflow, "--status"))
+    assert status.count("\tcompleted\t") == 4
+
+
+def test_conductor_after_kill_9_finishes_without_redoing_completed_beads(
+    rig_factory: Any, tmp_path: Path
+) -> None:
+    turns = chain_turns()
+    stuck = {"model": "fake-model", "contains": "STEP-B", "text": "never", "chunk_delay": 60}
+    rig = rig_factory([turns[0], stuck, turns[1], turns[2]])
+    workflow = tmp_path / "chain.yaml"
+    workflow.write_text(CHAIN)
+    first = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "conductor"), str(workflow)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=rig.env(),
+        cwd=rig.work,
+    )
+    try:
+        # block until the provider has the request of step b (the stuck turn), then kill -9
+        with urllib.request.urlopen(rig.fake.url + "/_fake/wait?requests=2", timeout=60) as r:
+            assert json.load(r)["requests"] == 2
+        assert rig.daemon is not None
+        rig.daemon.stop(signal.SIGKILL)
+        rig.daemon = None
+        _, err = first.communicate(timeout=SCRIPT_TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1, err
+    assert "b: bead" in err
+    assert "prompt sent" in err
+    rig.restart()
+    before = len(rig.requests())
+    midway = beads_of(rig)
+    assert midway["a (workflow chain3)"]["status"] == "completed\n"
+    assert midway["b (workflow chain3)"]["status"] == "in_progress\n"
+    assert midway["b (workflow chain3)"]["assigned_to"].strip()
+
+    second = conductor(rig, workflow)
+    assert assert_ok(second) == "=== c ===\ngamma\n"
+    after = [r["last_user_text"] for r in rig.requests()[before:]]
+    # b again (its turn was cut by the crash) and c; a completed before: zero requests
+    assert [t.split(":")[0] for t in after] == ["STEP-B", "STEP-C"]
+    assert "a: bead" in second.stderr
+    assert "already completed" in second.stderr
+    final = beads_of(rig)
+    assert {final[f"{k} (workflow chain3)"]["status"] for k in "abc"} == {"completed\n"}
+    assert final["b (workflow chain3)"]["result"] == "beta\n"
+
+
+REVIEW_LOOP = """\
+name: loop
+vars:
+  task: Write the parser
+sessions:
+  dev: {role: developer, model: dev}
+  reviewers: {role: reviewer, model: rev, count: 2}
+steps:
+  - id: implement
+    session: dev
+    prompt: "IMPLEMENT: {{var.task}}"
+  - id: cycle
+    needs: [implement]
+    loop:
+      max_rounds: MAX
+      until: {step: review, verdict: lgtm}
+      steps:
+        - id: review
+          session: reviewers
+          prompt: "REVIEW round {{round}} of: {{last.dev}}"
+        - id: fix
+          needs: [review]
+          session: dev
+          prompt: "FIX: {{out.review}}"
+  - id: summary
+    needs: [cycle]
+    session: dev
+    prompt: "SUMMARY please"
+"""
+
+
+def test_conductor_fans_out_to_reviewers_and_loops_until_every_verdict_is_lgtm(
+    rig_factory: Any, tmp_path: Path
+) -> None:
+    rig = rig_factory(
+        [
+            {"model": "dev-model", "contains": "IMPLEMENT: Write the parser", "text": "v1"},
+            {"model": "rev-model", "contains": "round 1 of: v1", "text": "Bad.\nVERDICT: CHANGES"},
+            {"model": "rev-model", "contains": "round 1 of: v1", "text": "OK.\nVERDICT: LGTM"},
+            {"model": "dev-model", "contains": "FIX: --- reviewers 1 ---", "text": "v2"},
+            {"model": "rev-model", "contains": "round 2 of: v2", "text": "VERDICT: LGTM"},
+            {"model": "rev-model", "contains": "round 2 of: v2", "text": "VERDICT: LGTM"},
+            {"model": "dev-model", "contains": "SUMMARY", "text": "Parser written."},
+        ]
+    )
+    workflow = tmp_path / "loop.yaml"
+    workflow.write_text(REVIEW_LOOP.replace("MAX", "3"))
+    result = conductor(rig, workflow, "--set", "task=Write the parser")
+    assert assert_ok(result) == "=== summary ===\nParser written.\n"
+    models = rig.models_asked()
+    assert models.count("dev-model") == 3  # implement, one fix, summary
+    assert models.count("rev-model") == 4  # two reviewers, two rounds
+    assert "cycle: done in round 2" in result.stderr
+    fix = next(r for r in rig.requests() if r["last_user_text"].startswith("FIX"))
+    assert "Bad." in fix["last_user_text"]
+    assert "OK." in fix["last_user_text"]
+    titles = set(beads_of(rig))
+    assert {
+        "implement (workflow loop)",
+        "cycle.1.review/1 (workflow loop)",
+        "cycle.1.review/2 (workflow loop)",
+        "cycle.1.fix (workflow loop)",
+        "cycle.2.review/1 (workflow loop)",
+        "cycle.2.review/2 (workflow loop)",
+        "summary (workflow loop)",
+        "finish (workflow loop)",
+    } == titles  # no fix in round 2: the loop ended at the review
+
+
+def test_conductor_exits_3_when_a_loop_runs_out_of_rounds(rig_factory: Any, tmp_path: Path) -> None:
+    rig = rig_factory(
+        [
+            {"model": "dev-model", "text": "v", "repeat": True},
+            {"model": "rev-model", "text": "VERDICT: CHANGES", "repeat": True},
+        ]
+    )
+    workflow = tmp_path / "loop.yaml"
+    workflow.write_text(REVIEW_LOOP.replace("MAX", "1"))
+    result = conductor(rig, workflow)
+    assert result.returncode == 3, result
+    assert "cycle: not done after 1 rounds" in result.stderr
+    assert rig.models_asked().count("dev-model") == 2  # implement and the round's fix
+    assert "summary (workflow loop)" not in beads_of(rig)
