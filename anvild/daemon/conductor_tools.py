@@ -1,6 +1,6 @@
 """The conductor's tools: an LLM session with role `conductor` starts and drives worker sessions.
 
-    conductor = ConductorTools(max_sessions=16)
+    conductor = ConductorTools(max_sessions=16, beads=bead_store)
     manager = SessionManager(..., tools=chain_tools(default_tools, conductor.tools))
     conductor.bind(manager)          # the tools need the manager, which needs the tools factory
 
@@ -14,6 +14,15 @@ the model):
     read_out        a session's last answer (reading it moves await to idle, as `out` does)
     kill_session    end one of its sessions
     my_sessions     its sessions: id, alias, role, state, model
+    create_convoy   a convoy (goal, shared context) coordinated by this conductor
+    create_bead     a bead (title, role, description, depends_on, convoy, requires_approval)
+    assign_bead     claim a bead for one of its sessions
+    complete_bead   complete (or, with `failed`, fail) a bead assigned to one of its sessions
+    read_beads      beads by id or convoy: status, assignee, dependencies, result
+
+Mail (send_message, read_inbox, list_sessions) comes from `anvild.mail.mail_tools`, which every
+session has, the conductor included. The bead tools exist only when the daemon gives a
+`BeadStore` (`beads=`); every bead change is committed `by session <conductor id>`.
 
 Theory of operation: authority
 ------------------------------
@@ -40,7 +49,10 @@ Effects. `start_session`, `send_prompt` and `kill_session` act outside the condu
 session: they declare `subprocess` effects (other agents run), so they are never batched
 concurrently and, outside bypass mode, ask for approval unless the user allows them (e.g.
 `allow = ["start_session", "send_prompt", "kill_session"]` in `[permissions]`).
-`wait_sessions`, `read_out` and `my_sessions` change nothing and run without asking.
+`wait_sessions`, `read_out` and `my_sessions` change nothing and run without asking; nor do the
+bead tools, which change only the daemon's own bead records (like the mail tools). A conductor
+assigns and completes beads only for the sessions it started (claims go through the store's
+compare-and-swap, so a bead someone else holds is refused with the holder's name).
 """
 
 from __future__ import annotations
@@ -64,6 +76,8 @@ from anvild.agent.tools.base import (
     ToolContext,
     ToolOutput,
 )
+from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
+from anvild.beads.model import Bead
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.session import (
     NewSession,
@@ -76,7 +90,7 @@ from anvild.session import (
 )
 from anvild.session import roles as session_roles
 
-__all__ = ["CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
+__all__ = ["BEAD_TOOL_NAMES", "CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
 
 CONDUCTOR_ROLE: Final = "conductor"
 WORKER_ROLES: Final = ("developer", "reviewer", "planner", "tester")
@@ -87,6 +101,13 @@ CONDUCTOR_TOOL_NAMES: Final = (
     "read_out",
     "kill_session",
     "my_sessions",
+)
+BEAD_TOOL_NAMES: Final = (
+    "create_convoy",
+    "create_bead",
+    "assign_bead",
+    "complete_bead",
+    "read_beads",
 )
 NAME_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 DEFAULT_WAIT: Final = 900.0
@@ -118,8 +139,9 @@ def _policy_name(policy: SandboxPolicy) -> str:
 class ConductorTools:
     """The tools factory for conductor sessions; see the module docstring."""
 
-    def __init__(self, *, max_sessions: int = 16) -> None:
+    def __init__(self, *, max_sessions: int = 16, beads: BeadStore | None = None) -> None:
         self.max_sessions = max_sessions
+        self.beads = beads
         self._manager: SessionManager | None = None
 
     def bind(self, manager: SessionManager) -> None:
@@ -136,7 +158,7 @@ class ConductorTools:
         if setup.role != CONDUCTOR_ROLE:
             return []
         me = _Conductor(self, setup.session_id, setup.cwd)
-        return [
+        tools: list[Tool] = [
             StartSession(me),
             SendPrompt(me),
             WaitSessions(me),
@@ -144,6 +166,15 @@ class ConductorTools:
             KillSession(me),
             MySessions(me),
         ]
+        if self.beads is not None:
+            tools += [
+                CreateConvoy(me, self.beads),
+                CreateBead(me, self.beads),
+                AssignBead(me, self.beads),
+                CompleteBead(me, self.beads),
+                ReadBeads(me, self.beads),
+            ]
+        return tools
 
 
 @attrs.frozen
@@ -482,3 +513,213 @@ List the sessions you started and that still run: id, alias, role, state, model.
         if not children:
             return ToolOutput("You have no sessions; start_session starts one.")
         return ToolOutput("\n".join(self.me.describe(s) for s in children))
+
+
+# -- beads and convoys -------------------------------------------------------------------------
+
+
+def _bead_text(bead: Bead) -> str:
+    lines = [
+        f"{bead.id}\tstatus={bead.status.value}\trole={bead.role}\t"
+        f"assigned_to={bead.assigned_to or '-'}\tconvoy={bead.convoy or '-'}",
+        f"  title: {bead.title}",
+    ]
+    if bead.depends_on:
+        lines.append(f"  depends_on: {' '.join(bead.depends_on)}")
+    if bead.reason:
+        lines.append(f"  reason: {bead.reason}")
+    if bead.result:
+        lines.append("  result:")
+        lines += [f"    {line}" for line in bead.result[:MAX_OUT_CHARS].splitlines()]
+    return "\n".join(lines)
+
+
+class _BeadTool(_Base):
+    def __init__(self, me: _Conductor, store: BeadStore) -> None:
+        super().__init__(me)
+        self.store = store
+
+    @property
+    def by(self) -> str:
+        return f"session {self.me.session_id}"
+
+    def mine(self, bead_id: str) -> Bead:
+        """A bead assigned to one of my sessions (or to me)."""
+        bead = self._bead(bead_id)
+        holder = bead.assigned_to
+        if holder != self.me.session_id:
+            try:
+                session = self.me.manager.get(holder) if holder else None
+            except SessionNotFound:
+                session = None
+            if session is None or not self.me.owns(session):
+                raise Failed(
+                    f"Bead {bead.id} is assigned to {holder or 'nobody'}, not to one of your "
+                    "sessions: assign_bead it first, or leave it to its holder."
+                )
+        return bead
+
+    def _bead(self, bead_id: str) -> Bead:
+        try:
+            return self.store.bead(bead_id)
+        except BeadError as exc:
+            raise Failed(str(exc)) from exc
+
+
+class CreateConvoy(_BeadTool):
+    name: Final = "create_convoy"
+    description: Final = """\
+Create a convoy: a group of beads toward one goal, coordinated by you. `context` is shared text \
+added to the system prompt of every session working on one of its beads (constraints, the \
+target, conventions). It completes by itself when its last bead completes. Returns its id."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "goal": {"type": "string", "description": "What success looks like."},
+            "context": {"type": "string", "description": "Shared context for its workers."},
+        },
+        "required": ["title"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        spec = NewConvoy(
+            title=str(args["title"]),
+            goal=str(args.get("goal", "")),
+            coordinator=self.me.session_id,
+            context=str(args.get("context", "")),
+        )
+        try:
+            convoy = await self.store.create_convoy(spec, by=self.by)
+        except BeadError as exc:
+            raise Failed(f"The convoy was not created: {exc}") from exc
+        return ToolOutput(f"Created convoy {convoy.id} ({convoy.title}).")
+
+
+class CreateBead(_BeadTool):
+    name: Final = "create_bead"
+    description: Final = """\
+Create a bead: one durable unit of work for a role (developer, reviewer, planner, tester), with \
+a description of exactly what to do and how it will be checked. `depends_on` lists bead ids \
+that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
+`requires_approval` makes its completion wait for approval. Returns its id."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 200},
+            "role": {"type": "string", "minLength": 1},
+            "description": {"type": "string"},
+            "depends_on": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "convoy": {"type": "string", "minLength": 1},
+            "requires_approval": {"type": "boolean"},
+        },
+        "required": ["title", "role"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        spec = NewBead(
+            title=str(args["title"]),
+            role=str(args["role"]),
+            description=str(args.get("description", "")),
+            depends_on=tuple(str(d) for d in args.get("depends_on", ())),
+            requires_approval=bool(args.get("requires_approval", False)),
+            convoy=None if args.get("convoy") is None else str(args["convoy"]),
+        )
+        try:
+            bead = await self.store.create(spec, by=self.by)
+        except BeadError as exc:
+            raise Failed(f"The bead was not created: {exc}") from exc
+        return ToolOutput(f"Created bead {bead.id} ({bead.title}), status {bead.status.value}.")
+
+
+class AssignBead(_BeadTool):
+    name: Final = "assign_bead"
+    description: Final = """\
+Claim a pending bead for one of your sessions (or for yourself, with session "me"). Refused \
+while its dependencies are open or when someone already holds it. Then send the session its \
+prompt; complete_bead records the result when it is done."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "bead": {"type": "string", "minLength": 1},
+            "session": _session_arg(_WHICH + ' Or "me".'),
+        },
+        "required": ["bead", "session"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        key = str(args["session"])
+        session_id = self.me.session_id if key == "me" else self.me.get(key).id
+        try:
+            bead = await self.store.claim(str(args["bead"]), session_id, by=self.by)
+        except BeadError as exc:
+            raise Failed(f"The bead was not assigned: {exc}") from exc
+        return ToolOutput(f"Bead {bead.id} is in progress, assigned to {session_id}.")
+
+
+class CompleteBead(_BeadTool):
+    name: Final = "complete_bead"
+    description: Final = """\
+Record the end of a bead assigned to one of your sessions (or to you): `result` is its outcome \
+(paste the relevant answer or a summary). With `failed` set to a reason, the bead fails instead \
+(it can be released and tried again)."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "bead": {"type": "string", "minLength": 1},
+            "result": {"type": "string"},
+            "failed": {"type": "string", "minLength": 1, "description": "The failure reason."},
+        },
+        "required": ["bead"],
+        "additionalProperties": False,
+    }
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        bead = self.mine(str(args["bead"]))
+        try:
+            if args.get("failed") is not None:
+                done = await self.store.fail(bead.id, str(args["failed"]), by=self.by)
+            else:
+                result = None if args.get("result") is None else str(args["result"])
+                done = await self.store.complete(bead.id, result, by=self.by)
+        except BeadError as exc:
+            raise Failed(f"Bead {bead.id} did not change: {exc}") from exc
+        return ToolOutput(f"Bead {done.id} is {done.status.value}.")
+
+
+class ReadBeads(_BeadTool):
+    name: Final = "read_beads"
+    description: Final = """\
+Read beads: the given `beads` (ids), or every bead of a `convoy`, or, with neither, the ready \
+ones (pending, dependencies completed). Each: id, status, role, assignee, convoy, title, \
+dependencies, the last failure reason and the result."""
+    input_schema: Final[Mapping[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "beads": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "convoy": {"type": "string", "minLength": 1},
+        },
+        "additionalProperties": False,
+    }
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        try:
+            if args.get("beads"):
+                beads = [self.store.bead(str(b)) for b in args["beads"]]
+            elif args.get("convoy") is not None:
+                members = self.store.convoy(str(args["convoy"])).beads
+                beads = [self.store.bead(b) for b in members]
+            else:
+                beads = list(self.store.ready())
+        except BeadError as exc:
+            raise Failed(str(exc)) from exc
+        if not beads:
+            return ToolOutput("No beads.")
+        return ToolOutput("\n".join(_bead_text(b) for b in beads))

@@ -21,9 +21,9 @@ Theory of operation
   non-retryable `TransportError` saying why and what to do, so the session ends its turn with
   that message in `out`;
 - the tools: `default_tools`, then `ConductorTools` (`anvild.daemon.conductor_tools`: only
-  sessions with role conductor get them; bound to the manager once it exists), the mail tools,
-  and the bead tools (`anvild.beads.tools`: list_ready, claim, complete, fail, bound to each
-  session's id);
+  sessions with role conductor get them; bound to the manager once it exists; their bead tools
+  use the bead store below), the mail tools, and the bead tools (`anvild.beads.tools`:
+  list_ready, claim, complete, fail, bound to each session's id);
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -223,7 +223,7 @@ class Sessions:
             redact=redactor.redact if redactor else None,
             extra_context=store.context_for,
         )
-        conductor = ConductorTools()
+        conductor = ConductorTools(beads=store)
         peers, prompter = SessionPeers(), SessionPrompter()
         office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
         auto = AutoMail(office, prompter)

@@ -15,7 +15,8 @@ import trio
 import trio.testing
 
 from anvild.agent.tools.base import Failed, InvalidArgs, Tool, ToolContext, ToolOutput
-from anvild.daemon.conductor_tools import CONDUCTOR_TOOL_NAMES, ConductorTools
+from anvild.beads import BeadStatus, BeadStore, ConvoyStatus
+from anvild.daemon.conductor_tools import BEAD_TOOL_NAMES, CONDUCTOR_TOOL_NAMES, ConductorTools
 from anvild.llm import stream
 from anvild.llm.testing import Pause, Script, ScriptedProvider, script
 from anvild.sandbox import ReadOnly
@@ -28,10 +29,14 @@ from tests.unit.session.support import Models, file_tools, settings, target, wor
 
 @asynccontextmanager
 async def conducting(
-    tmp_path: Path, scripts: Sequence[Script], *, max_sessions: int = 16
+    tmp_path: Path,
+    scripts: Sequence[Script],
+    *,
+    max_sessions: int = 16,
+    beads: BeadStore | None = None,
 ) -> AsyncIterator[tuple[SessionManager, ScriptedProvider, ConductorTools]]:
     provider = ScriptedProvider(scripts)
-    conductor = ConductorTools(max_sessions=max_sessions)
+    conductor = ConductorTools(max_sessions=max_sessions, beads=beads)
     manager = SessionManager(
         SessionStore(tmp_path / "data" / "sessions"),
         Models({"fake": target(provider)}),
@@ -211,3 +216,93 @@ async def test_through_the_agent_loop_the_refusal_reaches_the_model(tmp_path: Pa
         assert result.is_error
         assert "sandbox=full-access is refused" in result.content
         assert [s.id for s in manager.sessions()] == [boss.id]
+
+
+# -- beads and convoys ---------------------------------------------------------------------------
+
+
+async def bead_store(tmp_path: Path) -> BeadStore:
+    store = BeadStore(tmp_path / "beads")
+    await store.open()
+    return store
+
+
+async def test_bead_tools_exist_only_with_a_bead_store(tmp_path: Path) -> None:
+    async with conducting(tmp_path, []) as (manager, _, conductor):
+        _, tools = await conductor_session(manager, conductor, tmp_path)
+        assert not set(BEAD_TOOL_NAMES) & set(tools.by_name)
+    store = await bead_store(tmp_path)
+    async with conducting(tmp_path, [], beads=store) as (manager, _, conductor):
+        _, tools = await conductor_session(manager, conductor, tmp_path)
+        assert tuple(tools.by_name) == (*CONDUCTOR_TOOL_NAMES, *BEAD_TOOL_NAMES)
+
+
+async def test_a_conductor_plans_beads_in_a_convoy_and_its_sessions_do_them(
+    tmp_path: Path,
+) -> None:
+    store = await bead_store(tmp_path)
+    scripts = [script.text("researched"), script.text("implemented")]
+    async with conducting(tmp_path, scripts, beads=store) as (manager, _, conductor):
+        boss, tools = await conductor_session(manager, conductor, tmp_path)
+        made = await tools("create_convoy", title="Auth system", goal="OAuth", context="Go.")
+        convoy = made.split()[2]
+        assert store.convoy(convoy).coordinator == boss.id
+        first = await tools("create_bead", title="Research auth", role="planner", convoy=convoy)
+        research = first.split()[2]
+        second = await tools(
+            "create_bead",
+            title="Implement OAuth",
+            role="developer",
+            depends_on=[research],
+            convoy=convoy,
+        )
+        implement = second.split()[2]
+        with pytest.raises(Failed, match="not assigned"):
+            await tools("assign_bead", bead=implement, session="me")  # research is open
+        await tools("start_session", role="planner", name="p")
+        await tools("assign_bead", bead=research, session="p")
+        await tools("send_prompt", session="p", prompt="research")
+        await tools("wait_sessions", sessions=["p"])
+        out = await tools("read_out", session="p")
+        assert "completed" in await tools("complete_bead", bead=research, result=out)
+        await tools("start_session", role="developer", name="d")
+        await tools("assign_bead", bead=implement, session="d")
+        await tools("complete_bead", bead=implement, result="implemented")
+        assert store.bead(research).result.strip() == "researched"
+        assert store.bead(implement).status is BeadStatus.COMPLETED
+        assert store.convoy(convoy).status is ConvoyStatus.COMPLETED
+        listing = await tools("read_beads", convoy=convoy)
+        assert "status=completed" in listing
+        assert "researched" in listing
+        done = await trio.run_process(
+            ["git", "-C", str(tmp_path / "beads"), "log", "--format=%s"], capture_stdout=True
+        )
+        log = done.stdout.decode()
+        assert f"(by session {boss.id})" in log
+
+
+async def test_a_conductor_assigns_and_completes_only_for_its_own_sessions(
+    tmp_path: Path,
+) -> None:
+    store = await bead_store(tmp_path)
+    async with conducting(tmp_path, [], beads=store) as (manager, _, conductor):
+        _, tools = await conductor_session(manager, conductor, tmp_path)
+        users = await manager.create(NewSession(role="developer", alias="mine"))
+        bead = (await tools("create_bead", title="Do it", role="developer")).split()[2]
+        with pytest.raises(Failed, match="not started by you"):
+            await tools("assign_bead", bead=bead, session="mine")
+        await store.claim(bead, users.id, by="user")
+        with pytest.raises(Failed, match=f"assigned to {users.id}, not to one of your"):
+            await tools("complete_bead", bead=bead, result="stolen")
+        assert store.bead(bead).status is BeadStatus.IN_PROGRESS
+        await tools("start_session", role="developer", name="d")
+        with pytest.raises(Failed, match="not assigned: .*" + users.id):
+            await tools("assign_bead", bead=bead, session="d")  # compare-and-swap
+        with pytest.raises(Failed, match=r"not created: .*nope-001"):
+            await tools("create_bead", title="X", role="developer", depends_on=["nope-001"])
+        with pytest.raises(Failed, match="nope-001"):
+            await tools("read_beads", beads=["nope-001"])
+        second = (await tools("create_bead", title="Again", role="developer")).split()[2]
+        await tools("assign_bead", bead=second, session="me")
+        assert "failed" in await tools("complete_bead", bead=second, failed="no way")
+        assert store.bead(second).reason == "no way"
