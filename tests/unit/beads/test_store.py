@@ -235,3 +235,23 @@ async def test_an_unreadable_file_is_skipped_and_its_id_never_reused(tmp_path: P
     bead = await again.create(NewBead("Fix it", "dev"), by="user")
     assert bead.id == "fix-it-002"
     assert (repo / "beads" / "fix-it-001.json").read_text() == "{not json"
+
+
+async def test_a_commit_that_fails_after_the_add_is_undone(tmp_path: Path) -> None:
+    repo = tmp_path / "beads"
+    store = await opened(repo)
+    await store.create(NewBead("A", "dev"), by="user")
+    failing = tmp_path / "git-without-commit"
+    failing.write_text('#!/bin/sh\nfor a; do [ "$a" = commit ] && exit 1; done\nexec git "$@"\n')
+    failing.chmod(0o755)
+    broken = BeadStore(repo, git=str(failing))
+    await broken.open()
+    before, log_before, board = snapshot(repo), subjects(repo), broken.board
+    with pytest.raises(BeadStoreError, match="the change was not recorded: git commit failed"):
+        await broken.claim("a-001", "s1", by="user")  # a changed file
+    with pytest.raises(BeadStoreError, match="the change was not recorded: git commit failed"):
+        await broken.create(NewBead("B", "dev"), by="user")  # a new file
+    assert broken.board == board
+    assert snapshot(repo) == before
+    assert subjects(repo) == log_before
+    assert git(repo, "status", "--porcelain") == ""
