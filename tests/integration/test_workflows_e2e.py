@@ -447,6 +447,10 @@ def test_conductor_runs_a_chain_of_three_beads_in_order(rig_factory: Any, tmp_pa
     rig = rig_factory(chain_turns())
     workflow = tmp_path / "chain.yaml"
     workflow.write_text(CHAIN)
+    nothing = conductor(rig, workflow, "--status")
+    assert nothing.returncode == 1
+    assert "no run chain3" in nothing.stderr
+    assert beads_of(rig) == {}  # --status creates nothing
     result = conductor(rig, workflow)
     assert assert_ok(result) == "=== c ===\ngamma\n"
     texts = [r["last_user_text"] for r in rig.requests()]
