@@ -33,7 +33,8 @@ an error of the write: it is archived in `sent` and comes back as an ERROR_REPOR
 is a snapshot of one message (one JSON object and a newline).
 
 Sessions are adapted to the mail package's narrow protocols here: `SessionPeers` (the live
-sessions, found by id or alias) and `SessionPrompter` (auto-prompt). Each is bound to its
+sessions, found by id or alias), `SessionPrompter` (auto-prompt) and `SessionResultGate` (the
+`request_approval` tool). Each is bound to its
 `SessionManager` after construction (`bind`): the manager needs the tools factory, which needs
 them.
 """
@@ -70,12 +71,13 @@ from anvild.mail import (
 from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list
 from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError
-from anvild.session import Session, SessionManager, SessionNotFound, SessionStatus
+from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
 
 __all__ = [
     "MailTree",
     "SessionPeers",
     "SessionPrompter",
+    "SessionResultGate",
     "forward_mail_events",
     "mailbox_files",
 ]
@@ -131,6 +133,19 @@ class SessionPrompter(_Bound):
         s = self._live(mailbox)
         if s is not None:
             s.submit(text)
+
+
+class SessionResultGate(_Bound):
+    """`anvild.mail.ResultGate` over a session manager (the `request_approval` tool)."""
+
+    def request_result_approval(self, session_id: str, summary: str, asked_by: str) -> str:
+        s = self._live(session_id)
+        if s is None:
+            raise ValueError(f"session {session_id} is not live")
+        try:
+            return s.request_result_approval(summary, asked_by)
+        except SessionError as exc:
+            raise ValueError(str(exc)) from exc
 
 
 # --- files ----------------------------------------------------------------------------------

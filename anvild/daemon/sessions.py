@@ -34,6 +34,9 @@ Four files need handles of their own:
   cancels the blocked read (no reply); a clunk of the fid ends it with an empty read.
 - `queue` and `approval`: a snapshot to read, and command lines to write (`drop`; `approve`,
   `always`, `reject REASON`), each line handed to the session, failing the write on refusal.
+  ctl also takes `request_approval [SUMMARY]` (a result gate), `approve` and `reject REASON`
+  (the same answers as `approval`; a reason with a quote character is easier on `approval`,
+  which does not tokenize).
 - `log` and `events`: a `LineReader` per open (`anvild.session.stream`), closed at clunk, which
   also releases a read still waiting.
 
@@ -128,6 +131,7 @@ SESSION_FILES = (
 """A session directory's files, in listing order."""
 
 SESSION_VERBS = ("stop", "start", "restart", "kill", "cancel", "clear")
+MAX_WORDS = 10_000  # a free-text argument (a summary, a reason) is the rest of the line
 
 
 @attrs.frozen
@@ -365,10 +369,37 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
         await _run(s.switch_model(command.args[0]))
         return ""
 
+    def rest_of(command: Command) -> str:
+        return command.line.strip().partition(" ")[2].strip()
+
+    async def request_approval(command: Command) -> str:
+        try:
+            s.request_result_approval(rest_of(command), "ctl")
+        except SessionError as exc:
+            raise CommandError(str(exc)) from exc
+        return ""
+
+    async def answer_ctl(command: Command) -> str:
+        try:
+            s.answer_approval(command.line)
+        except SessionError as exc:
+            raise CommandError(str(exc)) from exc
+        return ""
+
     ctl = CommandTable(
         [
             *(verb(v) for v in SESSION_VERBS),
             CommandSpec("model", switch, usage="model NAME", min_args=1, max_args=1),
+            CommandSpec(
+                "request_approval",
+                request_approval,
+                usage="request_approval [SUMMARY]",
+                max_args=MAX_WORDS,
+            ),
+            CommandSpec("approve", answer_ctl, usage="approve"),
+            CommandSpec(
+                "reject", answer_ctl, usage="reject REASON", min_args=1, max_args=MAX_WORDS
+            ),
             *(spec for extension in extensions for spec in extension.verbs(s)),
         ]
     )

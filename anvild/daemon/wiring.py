@@ -66,7 +66,13 @@ from anvild.daemon.app import Daemon
 from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
-from anvild.daemon.mail_tree import MailTree, SessionPeers, SessionPrompter, forward_mail_events
+from anvild.daemon.mail_tree import (
+    MailTree,
+    SessionPeers,
+    SessionPrompter,
+    SessionResultGate,
+    forward_mail_events,
+)
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import ModelLine, SessionTree, forward_events
 from anvild.llm.errors import TransportError
@@ -224,7 +230,7 @@ class Sessions:
             extra_context=store.context_for,
         )
         conductor = ConductorTools(beads=store)
-        peers, prompter = SessionPeers(), SessionPrompter()
+        peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
         office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
         auto = AutoMail(office, prompter)
         forward = forward_events(root)
@@ -240,7 +246,7 @@ class Sessions:
             registry.resolve,
             settings=settings,
             tools=chain_tools(
-                default_tools, conductor.tools, mail_tools(office), bead_tools(store)
+                default_tools, conductor.tools, mail_tools(office, gate), bead_tools(store)
             ),
             default_cwd=default_cwd,
             on_event=on_event,
@@ -248,6 +254,7 @@ class Sessions:
         conductor.bind(manager)
         peers.bind(manager)
         prompter.bind(manager)
+        gate.bind(manager)
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines)
         mail = MailTree(office, auto)

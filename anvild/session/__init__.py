@@ -57,9 +57,13 @@ For a Session `s`:
   state     `s.status.value` (and `s.status_detail`, why, for error and stopped).
   usage     `s.usage_line()`: "used/window (pct%)" or "-".
   cost      `s.cost_text()`: `input/output/cache_read/cache_write N`, `cache_hit_rate`, `usd`.
-  approval  read `s.approval_text()` ("" when nothing is pending; while await_approval: call_id,
-            tool, arguments, reason, always_adds); write `s.answer_approval(line)`: approve |
-            always | reject REASON (`SessionRefused` when nothing is pending).
+  approval  read `s.approval_text()` ("" when nothing is pending; `kind tool` with call_id,
+            tool, arguments, reason, always_adds; or `kind result` with asked_by and summary);
+            write `s.answer_approval(line)`: approve | always | reject REASON (`SessionRefused`
+            when nothing is pending; `always` refused for a result).
+            Result gates: `s.request_result_approval(summary, asked_by, on_decision)` (ctl
+            `request_approval [SUMMARY]`, the model's tool, a bead) -> await_approval until
+            approve (idle) or reject REASON (stopped); `ResultDecided` on the events.
   role      read `s.role`; write `s.set_role(name)` (refused after the first prompt).
   context   read `s.context`; write (body, at clunk) `s.set_context(text)`: from the next turn.
   alias, model, cwd, sandbox   `s.alias` (None -> "-"), `s.model`, `s.cwd`, `s.sandbox`.

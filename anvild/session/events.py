@@ -1,7 +1,7 @@
 """The supervisor's daemon-wide events: typed values, one JSON line each on `agent/events`.
 
     SessionEvent = SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold
-                 | SessionFailed
+                 | SessionFailed | ResultDecided
 
 Each line carries a stable `type` tag (never a class name) and `ts`, the UTC time in RFC 3339
 with milliseconds, like the daemon's own events (`anvild.daemon.events`), so one `jq` filter
@@ -72,10 +72,32 @@ class SessionFailed:
     error: str
 
 
+@attrs.frozen
+class ResultDecided:
+    """A result gate (`request_approval`) ended: verdict approve, reject or cancelled."""
+
+    TAG: ClassVar[str] = "result_decided"
+    id: str
+    verdict: str
+    reason: str = ""
+
+
 SessionEvent: TypeAlias = (
-    SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold | SessionFailed
+    SessionCreated
+    | SessionStateChanged
+    | SessionEnded
+    | UsageThreshold
+    | SessionFailed
+    | ResultDecided
 )
-_TYPES = (SessionCreated, SessionStateChanged, SessionEnded, UsageThreshold, SessionFailed)
+_TYPES = (
+    SessionCreated,
+    SessionStateChanged,
+    SessionEnded,
+    UsageThreshold,
+    SessionFailed,
+    ResultDecided,
+)
 
 
 def _make_converter() -> cattrs.Converter:
@@ -97,6 +119,7 @@ def encode_event(event: SessionEvent, *, now: dt.datetime | None = None) -> str:
 
 
 __all__ = [
+    "ResultDecided",
     "SessionCreated",
     "SessionEnded",
     "SessionEvent",

@@ -28,12 +28,24 @@ Theory of operation.
   it on `approval` (state await_approval) and waits on an `ApprovalBroker`. Only an explicit
   `approve`, `always` or `reject REASON` answers it; cancel, stop, kill and shutdown cancel the
   wait (recorded as cancelled) and the call never runs.
+- Result gates. `request_result_approval` (ctl `request_approval [SUMMARY]`, the model's
+  `request_approval` tool, or an API caller such as a bead) asks a human or an approver session
+  to approve the session's result. From idle or await it takes effect at once; during a turn it
+  takes effect when the turn ends, if the turn ended `done` (otherwise it is dropped, with a
+  note in the log). The session records the request and goes to await_approval, `approval`
+  shows `kind result` with the summary (the given text, else `out`), and the worker takes no
+  prompt (they queue). `approve` -> idle; `reject REASON` -> stopped, the reason in the record,
+  the log and the state's detail; `always` is refused. stop, restart and kill cancel the gate
+  (recorded as cancelled). Nothing runs while it waits, so a daemon restart brings the session
+  back in it. Each decision is published as a `ResultDecided` event, and handed to the
+  request's `on_decision` callback if it gave one (not kept across a restart).
 - Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
   `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -75,7 +87,13 @@ from anvild.session.errors import (
     SessionError,
     SessionRefused,
 )
-from anvild.session.events import SessionEvent, SessionFailed, SessionStateChanged, UsageThreshold
+from anvild.session.events import (
+    ResultDecided,
+    SessionEvent,
+    SessionFailed,
+    SessionStateChanged,
+    UsageThreshold,
+)
 from anvild.session.handoff import handoff_text, replayable
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
@@ -88,6 +106,7 @@ from anvild.store import (
     Journal,
     ModelChanged,
     Note,
+    PendingResult,
     PermissionsRemembered,
     PromptDropped,
     PromptQueued,
@@ -95,6 +114,8 @@ from anvild.store import (
     Record,
     RecordError,
     ReplaceReason,
+    ResultApprovalAnswered,
+    ResultApprovalRequested,
     RoleChanged,
     SessionEnded,
     SessionState,
@@ -115,7 +136,31 @@ log = structlog.get_logger(__name__)
 
 S = SessionStatus
 SANDBOXES: Final = ("read-only", "workspace-write", "full-access")
-VERBS: Final = ("stop", "start", "restart", "kill", "cancel", "clear", "model NAME")
+VERBS: Final = (
+    "stop",
+    "start",
+    "restart",
+    "kill",
+    "cancel",
+    "clear",
+    "model NAME",
+    "request_approval [SUMMARY]",
+    "approve",
+    "reject REASON",
+)
+MAX_SUMMARY_CHARS: Final = 4000
+
+
+@attrs.frozen
+class ResultDecision:
+    """How a result gate ended: `verdict` is approve, reject or cancelled."""
+
+    session_id: str
+    verdict: str
+    reason: str = ""
+
+
+OnDecision = Callable[[ResultDecision], None]
 PREVIEW_CHARS: Final = 200
 
 
@@ -345,6 +390,9 @@ class Session:
         self._out = self._restored_out(state)
         self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
         self._broker = ApprovalBroker(on_change=self._notify)
+        self._result: PendingResult | None = state.result_approval  # a result gate
+        self._result_request: tuple[str, str, OnDecision | None] | None = None  # at turn end
+        self._on_decision: OnDecision | None = None
         self._layers = self._load_layers(state.context)
         self._agent = self._build_agent(state.messages)
         self._agent.context.state.todos = tuple(
@@ -470,11 +518,25 @@ class Session:
         return accounting.cost_text(self._journal.state.usage, self._usd)
 
     def approval_text(self) -> str:
+        result = self._result
+        if result is not None:
+            return (
+                "\n".join(
+                    [
+                        "kind result",
+                        f"asked_by {result.asked_by or '-'}",
+                        *_indented("summary", result.summary),
+                        "answer approve | reject REASON",
+                    ]
+                )
+                + "\n"
+            )
         pending = self._broker.pending()
         if not pending:
             return ""
         request = pending[0]
         lines = [
+            "kind tool",
             f"call_id {request.id}",
             f"tool {request.tool}",
             f"arguments {json.dumps(dict(request.arguments), ensure_ascii=False)}",
@@ -502,11 +564,12 @@ class Session:
 
     async def wait_handled(self, accepted_seq: int) -> SessionStatus:
         """Block until every prompt up to `accepted_seq` is handled (run or dropped) and the
-        session is not busy; return the state. A stopped, failed or exited session returns at
-        once: its queue will not move until someone acts."""
+        session is not busy; return the state. A stopped, failed or exited session, and one
+        whose result waits for approval, returns at once: its queue will not move until someone
+        acts."""
         while True:
             status = self._status
-            if status in (S.STOPPED, S.ERROR, S.EXITED):
+            if status in (S.STOPPED, S.ERROR, S.EXITED) or self._result is not None:
                 return status
             if self._handled >= accepted_seq and status not in BUSY and not self._turn_active:
                 return status
@@ -550,7 +613,11 @@ class Session:
         return len(ids)
 
     def answer_approval(self, line: str) -> None:
-        """`approve`, `always` or `reject REASON` for the pending tool call."""
+        """`approve`, `always` or `reject REASON` for the pending tool call; `approve` or
+        `reject REASON` for a pending result."""
+        if self._result is not None:
+            self._answer_result(line)
+            return
         pending = self._broker.pending()
         if not pending:
             raise SessionRefused(
@@ -571,6 +638,99 @@ class Session:
                     "reject REASON"
                 )
         self._broker.answer(pending[0].id, answer)
+
+    def request_result_approval(
+        self, summary: str = "", asked_by: str = "ctl", on_decision: OnDecision | None = None
+    ) -> str:
+        """Ask for approval of this session's result (see the module docstring); returns what
+        the asker is told. `summary` defaults to `out`. Raises `SessionRefused` when the session
+        cannot wait for one (exited, ephemeral, stopped, in error, already waiting).
+
+        The API for other gates (a bead with requires_approval): call it with the bead's
+        summary and `asked_by="bead <id>"`, and learn the decision from `on_decision` (or from
+        the `ResultDecided` event, which also follows a daemon restart)."""
+        self._refuse_exited()
+        if self.ephemeral:
+            raise SessionRefused(
+                f"session {self.id} is ephemeral: it exits after its prompt and cannot wait for "
+                "approval; create a session without ephemeral"
+            )
+        if self._result is not None or self._result_request is not None:
+            raise SessionRefused(f"session {self.id} already asked for approval of its result")
+        if self._status in (S.STOPPED, S.ERROR):
+            raise SessionRefused(
+                f"session {self.id} is {self._status.value}: write start to its ctl first"
+            )
+        summary = summary.strip()[:MAX_SUMMARY_CHARS]
+        if self._turn_active or self._status in BUSY:
+            self._result_request = (summary, asked_by, on_decision)
+            return (
+                f"Approval requested: when this turn ends, session {self.id} waits in "
+                "await_approval until a human or approver writes approve or reject REASON. "
+                "End your turn now with a short summary of the result."
+            )
+        text = summary or self._out.strip()[:MAX_SUMMARY_CHARS]
+        if not text:
+            raise InvalidSessionRequest(
+                f"nothing to approve: session {self.id} has no answer in out; give a summary: "
+                "request_approval SUMMARY"
+            )
+        self._open_result_gate(text, asked_by, on_decision)
+        return f"session {self.id} waits for approval of its result"
+
+    def _open_result_gate(
+        self, summary: str, asked_by: str, on_decision: OnDecision | None
+    ) -> None:
+        if not self._append(ResultApprovalRequested(summary, asked_by)):
+            raise RecordWriteFailed(f"the approval was not requested: {self._detail}")
+        self._result = PendingResult(summary, asked_by)
+        self._on_decision = on_decision
+        self._log_lines(_indented("APPROVAL:", f"result approval requested by {asked_by}"))
+        self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
+
+    def _answer_result(self, line: str) -> None:
+        verb, _, rest = line.strip().partition(" ")
+        reason = rest.strip()
+        match verb:
+            case "approve" if not reason:
+                self._close_result_gate(Verdict.APPROVE, "")
+                self._set_status(S.IDLE, "result approved")
+            case "reject" if reason:
+                self._close_result_gate(Verdict.REJECT, reason)
+                self._set_status(S.STOPPED, f"result rejected: {reason}")
+            case "reject":
+                raise InvalidSessionRequest(
+                    "reject needs a reason for a result approval: reject REASON (it is recorded "
+                    "and shown in the state's detail)"
+                )
+            case "always":
+                raise InvalidSessionRequest(
+                    "always does not apply to a result approval (it approves a tool for the rest "
+                    "of the session); write approve or reject REASON"
+                )
+            case _:
+                raise InvalidSessionRequest(
+                    f"cannot answer a result approval with {line.strip()!r}: write approve or "
+                    "reject REASON"
+                )
+
+    def _close_result_gate(self, verdict: Verdict, reason: str) -> None:
+        """Record how the result gate ended and tell whoever waits for it."""
+        if self._result is None:
+            return
+        if not self._append(ResultApprovalAnswered(verdict, reason)):
+            raise RecordWriteFailed(f"the answer was not recorded: {self._detail}")
+        self._result = None
+        callback, self._on_decision = self._on_decision, None
+        said = f"result {verdict.value}" + (f": {reason}" if reason else "")
+        self._log_lines(_indented("APPROVAL:", said))
+        decision = ResultDecision(self.id, verdict.value, reason)
+        self._services.publish(ResultDecided(self.id, verdict.value, reason))
+        if callback is not None:
+            try:
+                callback(decision)
+            except Exception:  # the asker's bug must not undo the decision
+                log.exception("session.on_decision_failed", session=self.id)
 
     def mark_out_read(self) -> None:
         """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""
@@ -606,9 +766,16 @@ class Session:
     # -- verbs -------------------------------------------------------------------------------
 
     async def control(self, line: str) -> None:
-        """One ctl line: stop | start | restart | kill | cancel | clear | model NAME."""
+        """One ctl line: stop | start | restart | kill | cancel | clear | model NAME |
+        request_approval [SUMMARY] | approve | reject REASON."""
         verb, _, rest = line.strip().partition(" ")
         rest = rest.strip()
+        if verb == "request_approval":
+            self.request_result_approval(rest, "ctl")
+            return
+        if verb in ("approve", "reject", "always"):
+            self.answer_approval(line)
+            return
         if verb == "model":
             if not rest:
                 raise InvalidSessionRequest("model needs a name: model NAME")
@@ -780,9 +947,20 @@ class Session:
             detail = finished.detail if finished else "the turn ended without a report"
             reason = f"[turn ended: {outcome}" + (f": {detail}]" if detail else "]")
             self._out = (partial.rstrip("\n") + "\n\n" if partial.strip() else "") + reason + "\n"
+        request, self._result_request = self._result_request, None
         # An ephemeral session goes from running straight to exited (the worker ends it next).
         if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
-            self._set_status(S.AWAIT)
+            done = finished is not None and finished.outcome is ev.TurnOutcome.DONE
+            if request is not None and done and self._status is S.RUNNING:
+                summary, asked_by, on_decision = request
+                text = summary or self._out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
+                with contextlib.suppress(RecordWriteFailed):  # then it is in error: no gate
+                    self._open_result_gate(text, asked_by, on_decision)
+            else:
+                if request is not None:
+                    outcome = finished.outcome.value if finished else "error"
+                    self._log_lines([f"NOTE: approval request dropped: the turn ended {outcome}"])
+                self._set_status(S.AWAIT)
         self._notify()
 
     # -- agent events ------------------------------------------------------------------------
@@ -936,12 +1114,20 @@ class Session:
         if new is old and new is S.ERROR:
             return
         check(old, new)
+        if self._result is not None and new is not S.AWAIT_APPROVAL:
+            self._cancel_result_gate(detail or new.value)  # stop, restart, error: nobody decided
         self._status, self._detail = new, detail
         if new is not S.EXITED:  # SessionEnded is the record of the end
             self._append(StateChanged(new, detail))
         self._services.publish(SessionStateChanged(self.id, new.value, detail))
         self._log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
         self._notify()
+
+    def _cancel_result_gate(self, why: str) -> None:
+        """End a result gate nobody answered (recorded as cancelled); if the record cannot be
+        written the gate stays, as the journal says."""
+        with contextlib.suppress(RecordWriteFailed):
+            self._close_result_gate(Verdict.CANCELLED, why)
 
     def _notify(self) -> None:
         self._version += 1
@@ -960,6 +1146,11 @@ class Session:
             raise SessionRefused(f"session {self.id} has exited")
 
     def _refuse_busy(self, verb: str) -> None:
+        if self._result is not None and not self._turn_active:
+            raise SessionRefused(
+                f"{verb}: session {self.id} waits for approval of its result; write approve or "
+                "reject REASON to its approval file first"
+            )
         if self._turn_active or self._status in BUSY:
             raise SessionRefused(
                 f"{verb}: a turn is running in session {self.id}; write cancel (or wait) first"
@@ -985,6 +1176,8 @@ class Session:
         self._notify()
 
     async def _exit(self, reason: str) -> None:
+        if self._result is not None:
+            self._cancel_result_gate(reason)
         if not await self._append_synced(SessionEnded(reason)):
             raise RecordWriteFailed(f"session {self.id} could not record its end: {self._detail}")
         self._set_status(S.EXITED, reason)
@@ -1118,6 +1311,8 @@ class _Held:
 __all__ = [
     "SANDBOXES",
     "VERBS",
+    "OnDecision",
+    "ResultDecision",
     "Services",
     "Session",
     "SessionError",

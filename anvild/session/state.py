@@ -8,6 +8,8 @@
     │             v
     │           await ──> running (the next queued prompt)
     │
+    idle, await, running (its turn ended) ──> await_approval   (a result gate: request_approval)
+                      await_approval ──> idle (approve) | stopped (reject REASON)
     any live state ──> stopped (stop) ──> idle (start)
     any live state ──> error (a record could not be written) ──> idle (start, restart)
     any live state ──> exited (kill; an ephemeral session's turn ended)   [terminal]
@@ -32,11 +34,14 @@ S = SessionStatus
 
 TRANSITIONS: Final[Mapping[SessionStatus, frozenset[SessionStatus]]] = {
     S.STARTING: frozenset({S.IDLE, S.STOPPED, S.EXITED, S.ERROR}),
-    S.IDLE: frozenset({S.RUNNING, S.STOPPED, S.EXITED, S.ERROR}),
+    # -> await_approval: a result gate (request_approval) asked between turns.
+    S.IDLE: frozenset({S.RUNNING, S.AWAIT_APPROVAL, S.STOPPED, S.EXITED, S.ERROR}),
+    # -> await_approval: a tool call waits, or the turn ended with a result gate requested.
     S.RUNNING: frozenset({S.AWAIT, S.AWAIT_APPROVAL, S.STOPPED, S.EXITED, S.ERROR}),
-    # An approval is answered (back to running), or the turn is cut while it waits.
-    S.AWAIT_APPROVAL: frozenset({S.RUNNING, S.AWAIT, S.STOPPED, S.EXITED, S.ERROR}),
-    S.AWAIT: frozenset({S.IDLE, S.RUNNING, S.STOPPED, S.EXITED, S.ERROR}),
+    # A tool approval is answered (back to running), or the turn is cut while it waits; a
+    # result gate is approved (idle; also restart), or rejected (stopped).
+    S.AWAIT_APPROVAL: frozenset({S.RUNNING, S.AWAIT, S.IDLE, S.STOPPED, S.EXITED, S.ERROR}),
+    S.AWAIT: frozenset({S.IDLE, S.RUNNING, S.AWAIT_APPROVAL, S.STOPPED, S.EXITED, S.ERROR}),
     S.STOPPED: frozenset({S.IDLE, S.EXITED, S.ERROR}),
     S.ERROR: frozenset({S.IDLE, S.EXITED}),
     S.EXITED: frozenset(),

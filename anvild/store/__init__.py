@@ -49,6 +49,8 @@ from anvild.store.records import (
     PromptTaken,
     Record,
     ReplaceReason,
+    ResultApprovalAnswered,
+    ResultApprovalRequested,
     RoleChanged,
     SessionEnded,
     SessionStarted,
@@ -66,6 +68,7 @@ from anvild.store.recovery import Recovery, recover
 from anvild.store.reducer import apply, message_records, replay
 from anvild.store.state import (
     PendingApproval,
+    PendingResult,
     QueuedPrompt,
     Remembered,
     SessionState,
@@ -90,6 +93,7 @@ __all__ = [
     "ModelChanged",
     "Note",
     "PendingApproval",
+    "PendingResult",
     "PermissionsRemembered",
     "PromptDropped",
     "PromptQueued",
@@ -100,6 +104,8 @@ __all__ = [
     "Recovery",
     "Remembered",
     "ReplaceReason",
+    "ResultApprovalAnswered",
+    "ResultApprovalRequested",
     "RoleChanged",
     "SchemaVersionError",
     "SessionEnded",

@@ -11,7 +11,8 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
            | StateChanged | TodosChanged | ToolStarted | ToolFinished | UsageReported
            | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
            | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
-           | PermissionsRemembered | Note | SessionEnded
+           | PermissionsRemembered | ResultApprovalRequested | ResultApprovalAnswered | Note
+           | SessionEnded
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
@@ -311,6 +312,28 @@ class PermissionsRemembered:
 
 
 @attrs.frozen
+class ResultApprovalRequested:
+    """`request_approval` (ctl, the model's tool, or an API caller such as a bead): the
+    session's result waits on `approval` (state await_approval, written right after) until
+    `approve` (idle) or `reject REASON` (stopped). `asked_by` says who asked (`ctl`, `model`,
+    `bead <id>`, ...)."""
+
+    TAG: ClassVar[str] = "result_approval_requested"
+    summary: str
+    asked_by: str = ""
+
+
+@attrs.frozen
+class ResultApprovalAnswered:
+    """The pending result approval was answered: approve, reject (with the reason), or
+    cancelled (stop, restart, kill: nobody decided). Never `always`."""
+
+    TAG: ClassVar[str] = "result_approval_answered"
+    verdict: Verdict = attrs.field(converter=Verdict)
+    reason: str = ""
+
+
+@attrs.frozen
 class Note:
     """A human-readable line for the session's `log` (e.g. an unknown tool outcome)."""
 
@@ -347,6 +370,8 @@ Record: TypeAlias = (
     | ApprovalRequested
     | ApprovalAnswered
     | PermissionsRemembered
+    | ResultApprovalRequested
+    | ResultApprovalAnswered
     | Note
     | SessionEnded
 )
@@ -372,6 +397,8 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ApprovalRequested,
     ApprovalAnswered,
     PermissionsRemembered,
+    ResultApprovalRequested,
+    ResultApprovalAnswered,
     Note,
     SessionEnded,
 )

@@ -5,6 +5,10 @@ already dropped a torn final line; what is left is a valid prefix of what the se
 it may end in the middle of a turn. `recover` says which records bring it back to rest:
 
 - A pending approval is answered `cancelled` (a restart never approves anything).
+- A result approval (`request_approval`) is not interrupted by a crash: no turn runs while it
+  waits. A session in await_approval with a result approval pending stays exactly so, and comes
+  back waiting for `approve` or `reject`. (A result approval recorded without the state change
+  that follows it, cut by the crash, is answered `cancelled`.)
 - A trailing assistant message whose calls have no results gets one user message of results,
   one per call, in call order:
   - a call with a durable `ToolFinished`: its recorded result (the work is known, not redone);
@@ -38,6 +42,7 @@ from anvild.store.records import (
     MessageExtended,
     Note,
     Record,
+    ResultApprovalAnswered,
     SessionStatus,
     StateChanged,
     TurnEnded,
@@ -77,8 +82,12 @@ def recover(state: SessionState) -> Recovery:
     if state.approval is not None:
         call_id = state.approval.call_id
         records.append(ApprovalAnswered(call_id, Verdict.CANCELLED, APPROVAL_CANCELLED))
-    interrupted = state.status.active  # a crash cut the session's start or a turn
-    turn_cut = state.status in (SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL)
+    gated = state.result_approval is not None and state.status is SessionStatus.AWAIT_APPROVAL
+    if state.result_approval is not None and not gated:
+        records.append(ResultApprovalAnswered(Verdict.CANCELLED, APPROVAL_CANCELLED))
+    # a crash cut the session's start or a turn (a result gate is a rest, not a turn)
+    interrupted = state.status.active and not gated
+    turn_cut = state.status in (SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL) and not gated
     results: list[ContentBlock] = []
     unknown: list[ToolCall] = []
     for call in state.pending_calls:

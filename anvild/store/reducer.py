@@ -21,6 +21,8 @@ record is never written. The rules it enforces:
 - `ToolStarted` names a call (id and name) of the trailing assistant message, once;
   `ToolFinished` a started call, once. `ApprovalRequested` a call of that message not started
   yet, with no other request pending; `ApprovalAnswered` the pending one.
+- `ResultApprovalRequested` needs no approval of either kind pending; `ResultApprovalAnswered`
+  needs a pending result approval and is never `always`.
 - `PermissionsRemembered` adds to `remembered` (never removed: an `always` holds for the rest
   of the session, across clear, restart and daemon restarts).
 - The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
@@ -56,6 +58,8 @@ from anvild.store.records import (
     PromptTaken,
     Record,
     ReplaceReason,
+    ResultApprovalAnswered,
+    ResultApprovalRequested,
     RoleChanged,
     SessionEnded,
     SessionStarted,
@@ -70,6 +74,7 @@ from anvild.store.records import (
 )
 from anvild.store.state import (
     PendingApproval,
+    PendingResult,
     QueuedPrompt,
     Remembered,
     SessionState,
@@ -187,6 +192,16 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         ):
             added = Remembered(rules, reads, writes, network, full_access)
             return attrs.evolve(state, remembered=state.remembered.plus(added))
+        case ResultApprovalRequested(summary=summary, asked_by=asked_by):
+            if state.approval is not None or state.result_approval is not None:
+                raise RecordError("result_approval_requested while another approval is pending")
+            return attrs.evolve(state, result_approval=PendingResult(summary, asked_by))
+        case ResultApprovalAnswered(verdict=verdict):
+            if state.result_approval is None:
+                raise RecordError("result_approval_answered with no result approval pending")
+            if verdict is Verdict.ALWAYS:
+                raise RecordError("a result approval is never answered `always`")
+            return attrs.evolve(state, result_approval=None)
         case Note(text=text):
             return attrs.evolve(state, notes=(*state.notes, text))
         case SessionEnded(reason=reason):

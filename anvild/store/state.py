@@ -43,6 +43,14 @@ class PendingApproval:
 
 
 @attrs.frozen
+class PendingResult:
+    """A result waiting on the session's `approval` file (`ResultApprovalRequested`)."""
+
+    summary: str
+    asked_by: str
+
+
+@attrs.frozen
 class UsageBaseline:
     """The last request's reported usage, and how many messages the transcript had when it was
     recorded: the `usage` file adds an estimate for what was appended since. Reset (None) by a
@@ -110,6 +118,7 @@ class SessionState:
     tools: tuple[ToolRun, ...] = ()
     queue: tuple[QueuedPrompt, ...] = ()
     approval: PendingApproval | None = None
+    result_approval: PendingResult | None = None  # a result gate (request_approval)
     always_allowed: tuple[str, ...] = ()  # tools answered `always`, sorted
     remembered: Remembered = Remembered()  # what those answers added (PermissionsRemembered)
     last_turn: TurnEnded | None = None

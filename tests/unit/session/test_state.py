@@ -50,6 +50,14 @@ def test_the_lifecycle_of_design_section_4() -> None:
         assert S.EXITED in TRANSITIONS[state]
         if state is not S.ERROR:
             assert S.ERROR in TRANSITIONS[state]
-    # a session cannot report itself idle in the middle of a turn
-    for state in BUSY - {S.STARTING}:
+    # a session cannot report itself idle in the middle of a turn (await_approval -> idle is a
+    # result gate approved between turns: the supervisor takes it only when no turn runs)
+    for state in BUSY - {S.STARTING, S.AWAIT_APPROVAL}:
         assert S.IDLE not in TRANSITIONS[state]
+
+
+def test_the_result_gate_of_design_section_4() -> None:
+    for start in (S.IDLE, S.AWAIT, S.RUNNING):
+        check(start, S.AWAIT_APPROVAL)  # request_approval (running: when its turn ends)
+    check(S.AWAIT_APPROVAL, S.IDLE)  # approve
+    check(S.AWAIT_APPROVAL, S.STOPPED)  # reject REASON

@@ -47,6 +47,8 @@ EXPECTED_TAGS = {
     "ApprovalRequested": "approval_requested",
     "ApprovalAnswered": "approval_answered",
     "PermissionsRemembered": "permissions_remembered",
+    "ResultApprovalRequested": "result_approval_requested",
+    "ResultApprovalAnswered": "result_approval_answered",
     "Note": "note",
     "SessionEnded": "session_ended",
 }
