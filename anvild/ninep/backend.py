@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import abc
 import errno
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -126,8 +127,9 @@ class NodeStat:
     def is_dir(self) -> bool:
         return bool(self.mode & DMDIR)
 
-    @property
+    @functools.cached_property
     def qid(self) -> Qid:
+        # Cached: a stat is immutable, and walk/open/getattr ask for its qid on every request.
         return Qid(type=_qid_type(self.mode), version=self.version & 0xFFFFFFFF, path=self.qid_path)
 
 

@@ -74,6 +74,7 @@ import logging
 import math
 import os
 import socket
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -97,6 +98,7 @@ from anvild.ninep.constants import (
     L_O_WRONLY,
     LOCK_SUCCESS,
     LOCK_TYPE_UNLCK,
+    MAXWELEM,
     MIN_MSIZE,
     NOFID,
     NONUNAME,
@@ -147,6 +149,19 @@ _FAIRNESS_STREAK = 16
 # Frames of one received batch answered inline before the receive loop yields to other tasks.
 _FAIRNESS_FRAMES = 128
 
+# The hot path's frame layouts (see "The hot path" in the module docstring).
+_TWALK = struct.Struct("<IBHIIH")
+_RWALK = struct.Struct("<IBHH")
+_QID = struct.Struct("<BIQ")
+_TLOPEN = struct.Struct("<IBHII")
+_TOPEN = struct.Struct("<IBHIB")
+_ROPEN = struct.Struct("<IBHBIQI")  # Ropen and Rlopen: qid[13] iounit[4]
+_TREAD = struct.Struct("<IBHIQI")
+_RREAD = struct.Struct("<IBHI")
+_TCLUNK = struct.Struct("<IBHI")
+_RCLUNK = struct.Struct("<IBH")
+_RCLUNK_SIZE = _RCLUNK.size
+
 RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
 AttachCheck: TypeAlias = Callable[[AttachRequest], Awaitable[None] | None]
 
@@ -194,6 +209,18 @@ class _Request:
     tag: int
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
+
+
+_OPEN_MODES: dict[tuple[bool, bool, bool, bool], OpenMode] = {}
+
+
+def _open_mode(read: bool, write: bool, truncate: bool, append: bool = False) -> OpenMode:
+    """The shared (frozen) `OpenMode` for these bits: one allocation per kind, not per open."""
+    key = (read, write, truncate, append)
+    mode = _OPEN_MODES.get(key)
+    if mode is None:
+        mode = _OPEN_MODES[key] = OpenMode(read, write, truncate, append)
+    return mode
 
 
 def _check_name(name: str) -> None:
@@ -384,6 +411,8 @@ class _Connection:
         self._out_bytes = 0
         self._sending = False
         self._drained: trio.Event | None = None
+        # Message type byte -> hot-path method (set by Tversion for the negotiated dialect).
+        self._hot: dict[int, Callable[[bytes], Awaitable[bool]]] = {}
         self._handlers: dict[type[m.Message], Callable[[Any], Awaitable[m.Message]]] = {
             m.Tflush: self._flush,
             m.Tauth: self._auth,
@@ -471,7 +500,9 @@ class _Connection:
             try:
                 frames = 0
                 while (frame := reader.next_frame()) is not None:
-                    await self._dispatch(frame)
+                    hot = self._hot.get(frame[4])
+                    if hot is None or not await hot(frame):
+                        await self._dispatch(frame)
                     frames += 1
                     if self._out_bytes >= _SEND_AT:
                         await self._send_queued(wait=True)
@@ -554,10 +585,11 @@ class _Connection:
             return self._internal_error_reply(msg)
 
     def _internal_error_reply(self, msg: m.Message) -> m.Message:
-        log.exception(
-            "9p %s: internal error handling %s (tag %d)", self.peer, type(msg).__name__, msg.tag
-        )
-        return self._error_reply(msg.tag, _internal_error())
+        return self._internal_error_for(type(msg).__name__, msg.tag)
+
+    def _internal_error_for(self, name: str, tag: int) -> m.Message:
+        log.exception("9p %s: internal error handling %s (tag %d)", self.peer, name, tag)
+        return self._error_reply(tag, _internal_error())
 
     async def _run_request(
         self, req: _Request, handler: Callable[[Any], Awaitable[m.Message]], msg: m.Message
@@ -573,6 +605,166 @@ class _Connection:
                 del self.tags[req.tag]
             self.server._requests -= 1
             req.done.set()
+
+    # --- the hot path -----------------------------------------------------------------------------
+    #
+    # Twalk, Topen/Tlopen, Tread and Tclunk straight from the frame's bytes to the reply's bytes,
+    # for the common case only: a method returns False, before it changes anything, whenever the
+    # generic path must decide (tag in use, unknown fid, a call that may block, a malformed or
+    # unusual frame), and `_dispatch` then handles the frame exactly as before.
+
+    def _hot_table(self, dialect: Dialect | None) -> dict[int, Callable[[bytes], Awaitable[bool]]]:
+        if dialect is None:
+            return {}
+        table: dict[int, Callable[[bytes], Awaitable[bool]]] = {
+            m.Twalk.TYPE: self._hot_walk,
+            m.Tread.TYPE: self._hot_read,
+            m.Tclunk.TYPE: self._hot_clunk,
+        }
+        if dialect is Dialect.P9P2000_L:
+            table[m.Tlopen.TYPE] = self._hot_lopen
+        else:
+            table[m.Topen.TYPE] = self._hot_open
+        return table
+
+    def _tag_refused(self, tag: int) -> bool:
+        """True if `_dispatch` would refuse this tag (in use, NOTAG, too many outstanding)."""
+        tags = self.tags
+        return tag == NOTAG or tag in tags or len(tags) >= self.server.max_requests
+
+    def _put(self, frame: bytes) -> None:
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+
+    def _put_error(self, name: str, tag: int, exc: Exception) -> None:
+        if isinstance(exc, FsError):
+            self._queue(self._error_reply(tag, exc))
+        else:
+            self._queue(self._internal_error_for(name, tag))
+
+    async def _hot_walk(self, frame: bytes) -> bool:
+        length = len(frame)
+        if length < _TWALK.size:
+            return False
+        _, _, tag, fid, newfid, n = _TWALK.unpack_from(frame, 0)
+        if n > MAXWELEM or fid not in self.fids or self._tag_refused(tag):
+            return False
+        pos = _TWALK.size
+        names = []
+        try:
+            for _ in range(n):
+                end = pos + 2 + (frame[pos] | frame[pos + 1] << 8)
+                if end > length:
+                    return False
+                names.append(frame[pos + 2 : end].decode("utf-8"))
+                pos = end
+        except (IndexError, UnicodeDecodeError):
+            return False
+        if pos != length:
+            return False
+        try:
+            qids = await self._walk_qids(fid, newfid, names)
+        except Exception as exc:
+            self._put_error("Twalk", tag, exc)
+            return True
+        k = len(qids)
+        self._put(
+            _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k)
+            + b"".join([_QID.pack(q.type, q.version, q.path) for q in qids])
+        )
+        return True
+
+    async def _hot_lopen(self, frame: bytes) -> bool:
+        if len(frame) != _TLOPEN.size:
+            return False
+        _, _, tag, fid, flags = _TLOPEN.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or entry.node.open_blocks or self._tag_refused(tag):
+            return False
+        try:
+            qid = await self._lopen_qid(entry, flags)
+        except Exception as exc:
+            self._put_error("Tlopen", tag, exc)
+            return True
+        self._put_opened(m.Rlopen(tag, qid, self._iounit()))
+        return True
+
+    async def _hot_open(self, frame: bytes) -> bool:
+        if len(frame) != _TOPEN.size:
+            return False
+        _, _, tag, fid, mode = _TOPEN.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or entry.node.open_blocks or self._tag_refused(tag):
+            return False
+        try:
+            qid = await self._open_qid(entry, mode)
+        except Exception as exc:
+            self._put_error("Topen", tag, exc)
+            return True
+        self._put_opened(m.Ropen(tag, qid, self._iounit()))
+        return True
+
+    def _put_opened(self, reply: m.Ropen | m.Rlopen) -> None:
+        qid = reply.qid
+        try:
+            frame = _ROPEN.pack(
+                _ROPEN.size, reply.TYPE, reply.tag, qid.type, qid.version, qid.path, reply.iounit
+            )
+        except struct.error:
+            self._queue(reply)  # out-of-range qid fields: the codec says what is wrong
+            return
+        self._put(frame)
+
+    async def _hot_read(self, frame: bytes) -> bool:
+        if len(frame) != _TREAD.size:
+            return False
+        _, _, tag, fid, offset, count = _TREAD.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None:
+            return False
+        handle = entry.handle
+        mode = entry.open_mode
+        if (
+            handle is None
+            or handle.read_blocks
+            or mode is None
+            or not mode.read
+            or self._tag_refused(tag)
+        ):
+            return False
+        count = min(count, self.msize - IOHDRSZ)
+        try:
+            data = await handle.read(offset, count)
+        except Exception as exc:
+            self._put_error("Tread", tag, exc)
+            return True
+        n = len(data)
+        if n > count:
+            log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
+            self._queue(self._error_reply(tag, _internal_error()))
+            return True
+        self._put(_RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + data)
+        return True
+
+    async def _hot_clunk(self, frame: bytes) -> bool:
+        if len(frame) != _TCLUNK.size:
+            return False
+        _, _, tag, fid = _TCLUNK.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or entry.remove_on_close or self._tag_refused(tag):
+            return False
+        handle = entry.handle
+        if handle is not None and handle.clunk_blocks:
+            return False
+        self._forget_fid(fid)
+        if handle is not None:
+            try:
+                await handle.clunk()
+            except Exception as exc:
+                self._put_error("Tclunk", tag, exc)
+                return True
+        self._put(_RCLUNK.pack(_RCLUNK_SIZE, m.Rclunk.TYPE, tag))
+        return True
 
     # --- which requests may wait ----------------------------------------------------------------
 
@@ -748,6 +940,7 @@ class _Connection:
     async def _version(self, msg: m.Tversion) -> None:
         # version(5): a Tversion aborts all outstanding I/O and frees all fids.
         await self._reset()
+        self._hot = {}
         if msg.msize < MIN_MSIZE:
             self.dialect = None
             self._queue(
@@ -767,6 +960,7 @@ class _Connection:
         self.msize = min(msg.msize, self.server.max_msize)
         self.reader.max_size = self.msize
         self.dialect = dialect
+        self._hot = self._hot_table(dialect)
         version = dialect.value if dialect is not None else VERSION_UNKNOWN
         self._queue(m.Rversion(msg.tag, self.msize, version))
 
@@ -806,32 +1000,35 @@ class _Connection:
     # --- walk ---------------------------------------------------------------------------------
 
     async def _walk(self, msg: m.Twalk) -> m.Message:
-        entry = self._fid(msg.fid)
+        return m.Rwalk(msg.tag, await self._walk_qids(msg.fid, msg.newfid, msg.wnames))
+
+    async def _walk_qids(self, fid: int, newfid: int, wnames: Sequence[str]) -> tuple[m.Qid, ...]:
+        entry = self._fid(fid)
         if entry.is_open and self.dialect is not Dialect.P9P2000_L:
-            raise FsError(f"cannot walk from fid {msg.fid}: it is open (walk(5))", errno.EBUSY)
-        if msg.newfid != msg.fid and msg.newfid in self.fids:
-            raise FsError(f"newfid {msg.newfid} is already in use", errno.EBADF)
-        if msg.newfid == NOFID:
+            raise FsError(f"cannot walk from fid {fid}: it is open (walk(5))", errno.EBUSY)
+        if newfid != fid and newfid in self.fids:
+            raise FsError(f"newfid {newfid} is already in use", errno.EBADF)
+        if newfid == NOFID:
             raise FsError("NOFID cannot name a file", errno.EBADF)
         path = entry.path
         qids: list[m.Qid] = []
-        for i, name in enumerate(msg.wnames):
+        for i, name in enumerate(wnames):
             try:
                 path = await self._step(path, name)
             except FsError:
                 if i == 0:
                     raise
-                return m.Rwalk(msg.tag, tuple(qids))  # walk(5): partial walk, newfid untouched
+                return tuple(qids)  # walk(5): partial walk, newfid untouched
             qids.append(path[-1].stat().qid)
         # Re-check: another request may have taken newfid while we awaited a node.
-        if msg.newfid == msg.fid:
-            entry_now = self._fid(msg.fid)
+        if newfid == fid:
+            entry_now = self._fid(fid)
             if entry_now.is_open or entry_now.opening:
-                raise FsError(f"fid {msg.fid} was opened during the walk", errno.EBUSY)
+                raise FsError(f"fid {fid} was opened during the walk", errno.EBUSY)
             entry_now.path = path
         else:
-            self._new_fid(msg.newfid, _Fid(msg.newfid, path=path, uname=entry.uname))
-        return m.Rwalk(msg.tag, tuple(qids))
+            self._new_fid(newfid, _Fid(newfid, path=path, uname=entry.uname))
+        return tuple(qids)
 
     async def _step(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...]:
         node = path[-1]
@@ -883,40 +1080,41 @@ class _Connection:
         return entry.node.stat().qid
 
     async def _open(self, msg: m.Topen) -> m.Message:
-        entry = self._fid(msg.fid)
-        access = msg.mode & 3
-        if msg.mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
-            raise FsError(f"bad open mode {msg.mode:#x} (open(5))", errno.EINVAL)
-        mode = OpenMode(
-            read=access in (OREAD, ORDWR, OEXEC),
-            write=access in (OWRITE, ORDWR),
-            truncate=bool(msg.mode & OTRUNC),
+        return m.Ropen(msg.tag, await self._open_qid(self._fid(msg.fid), msg.mode), self._iounit())
+
+    async def _open_qid(self, entry: _Fid, mode_byte: int) -> m.Qid:
+        access = mode_byte & 3
+        if mode_byte & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
+            raise FsError(f"bad open mode {mode_byte:#x} (open(5))", errno.EINVAL)
+        mode = _open_mode(
+            access in (OREAD, ORDWR, OEXEC), access in (OWRITE, ORDWR), bool(mode_byte & OTRUNC)
         )
         if access == OEXEC and not entry.node.stat().mode & 0o111:
             raise FsError(
                 f"{entry.node.stat().name}: permission denied: not executable", errno.EACCES
             )
-        qid = await self._open_fid(entry, mode, rclose=bool(msg.mode & ORCLOSE))
-        return m.Ropen(msg.tag, qid, self._iounit())
+        return await self._open_fid(entry, mode, rclose=bool(mode_byte & ORCLOSE))
 
     @staticmethod
     def _lmode(flags: int) -> OpenMode:
         access = flags & L_O_ACCMODE
         if access not in (L_O_RDONLY, L_O_WRONLY, L_O_RDWR):
             raise FsError(f"bad open flags {flags:#o}", errno.EINVAL)
-        return OpenMode(
-            read=access in (L_O_RDONLY, L_O_RDWR),
-            write=access in (L_O_WRONLY, L_O_RDWR),
-            truncate=bool(flags & L_O_TRUNC),
-            append=bool(flags & L_O_APPEND),
+        return _open_mode(
+            access in (L_O_RDONLY, L_O_RDWR),
+            access in (L_O_WRONLY, L_O_RDWR),
+            bool(flags & L_O_TRUNC),
+            bool(flags & L_O_APPEND),
         )
 
     async def _lopen(self, msg: m.Tlopen) -> m.Message:
-        entry = self._fid(msg.fid)
-        if msg.flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
-            raise FsError(f"{entry.node.stat().name} is not a directory", errno.ENOTDIR)
-        qid = await self._open_fid(entry, self._lmode(msg.flags))
+        qid = await self._lopen_qid(self._fid(msg.fid), msg.flags)
         return m.Rlopen(msg.tag, qid, self._iounit())
+
+    async def _lopen_qid(self, entry: _Fid, flags: int) -> m.Qid:
+        if flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
+            raise FsError(f"{entry.node.stat().name} is not a directory", errno.ENOTDIR)
+        return await self._open_fid(entry, self._lmode(flags))
 
     async def _create_child(self, entry: _Fid, name: str, perm: int) -> Node:
         _check_name(name)
