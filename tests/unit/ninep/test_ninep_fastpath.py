@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from anvild.ninep import messages as m
+from anvild.ninep import server as server_module
 from anvild.ninep.backend import Handle, Node, NodeStat, OpenMode
-from anvild.ninep.constants import OREAD, Dialect
+from anvild.ninep.constants import OREAD, OWRITE, Dialect
+from anvild.ninep.errors import FsError
 from anvild.ninep.server import Server
 from anvild.ninep.testing import BlockingFile, MemDir, MemFile, RawClient
 
@@ -137,3 +143,171 @@ async def test_a_large_pipelined_batch_is_answered_in_order() -> None:
             tags.append(reply.tag)
         assert tags == list(range(600))
         assert server.statistics().requests_in_flight == 0
+
+
+# --- the hot path (Twalk, Topen/Tlopen, Tread, Tclunk from bytes to bytes) ---------------------
+
+
+class _QuickHandle(Handle):
+    read_blocks = False
+    clunk_blocks = False
+
+    def __init__(self, file: _QuickFile) -> None:
+        self.file = file
+
+    async def read(self, offset: int, count: int) -> bytes:
+        if self.file.behaviour == "broken":
+            raise RuntimeError("a bug in the node")
+        if self.file.behaviour == "too much":
+            return b"y" * (count + 1)
+        return self.file.data[offset : offset + count]
+
+    async def clunk(self) -> None:
+        if self.file.behaviour == "reject":
+            raise FsError("rejected at clunk", errno.EINVAL)
+
+
+class _QuickFile(Node):
+    """A file whose open, read and clunk never block (the hot path's kind)."""
+
+    open_blocks = False
+
+    def __init__(self, name: str, path: int, behaviour: str = "") -> None:
+        self.name = name
+        self.path = path
+        self.behaviour = behaviour
+        self.data = b"0123456789" * 1000  # more than one read at msize 8192
+
+    def stat(self) -> NodeStat:
+        return NodeStat(self.name, 0o444, self.path, length=len(self.data))
+
+    async def open(self, mode: OpenMode) -> Handle:
+        return _QuickHandle(self)
+
+
+def _hot_script(d: Dialect) -> list[m.Message | bytes | None]:
+    """Requests exercising every hot-path branch; None means "send without waiting"."""
+
+    def opener(fid: int, write: bool = False, bad: bool = False) -> m.Message:
+        if d is Dialect.P9P2000_L:
+            return m.Tlopen(1, fid, 3 if bad else (1 if write else 0))
+        return m.Topen(1, fid, 0x40 if bad else (OWRITE if write else OREAD))
+
+    walk = m.Twalk
+    return [
+        walk(1, 0, 1, ("quick",)),
+        walk(1, 0, 1, ("quick",)),  # newfid in use
+        walk(1, 0, 2, ("nope",)),  # no such file
+        walk(1, 0, 2, ("quick", "deeper")),  # partial walk: Rwalk with one qid
+        walk(1, 99, 3, ()),  # unknown fid
+        walk(1, 0, 3, ()),  # clone
+        walk(1, 3, 3, ("quick",)),  # in place
+        m.Tread(1, 1, 0, 10),  # not open
+        opener(1),
+        opener(1),  # already open
+        walk(1, 1, 7, ()),  # walk from an open fid (.L allows it, 9P2000 refuses)
+        m.Tread(1, 1, 0, 100_000),  # clamped to iounit
+        m.Tread(1, 1, 3, 4),
+        m.Tread(1, 1, 10_000, 4),  # end of file
+        m.Tclunk(1, 1),
+        m.Tclunk(1, 1),  # unknown fid now
+        walk(1, 0, 4, ("broken",)),
+        opener(4, bad=True),
+        opener(4, write=True),  # read-only file
+        opener(4),
+        m.Tread(1, 4, 0, 10),  # the node raises: EIO, the connection goes on
+        walk(1, 0, 5, ("reject",)),
+        opener(5),
+        m.Tclunk(1, 5),  # FsError from clunk: the fid is released anyway
+        m.Tclunk(1, 5),
+        walk(1, 0, 6, ("too much",)),
+        opener(6),
+        m.Tread(1, 6, 0, 10),  # a handle that returns too much: EIO
+        walk(1, 0, 8, ("events",)),
+        opener(8),
+        None,  # the next request blocks (tag 9): it stays outstanding
+        m.Tread(9, 8, 0, 10),
+        m.Tread(9, 6, 0, 10),  # tag 9 is in use: refused by the generic path
+        m.Tclunk(9, 6),
+        m.Tflush(10, 9),
+        m.Tclunk(0xFFFF, 3),  # NOTAG
+        m.Tread(1, 3, 0, 10),
+        # A walk name that is not UTF-8: a codec error, the connection closes.
+        struct.pack("<IBHIIHH5s", 24, m.Twalk.TYPE, 1, 0, 11, 1, 5, b"AB\xffCD"),
+    ]
+
+
+def _hot_tree() -> MemDir:
+    return MemDir(
+        "/",
+        [
+            _QuickFile("quick", 901),
+            _QuickFile("broken", 902, "broken"),
+            _QuickFile("reject", 903, "reject"),
+            _QuickFile("too much", 904, "too much"),
+            BlockingFile("events"),
+        ],
+    )
+
+
+async def _run_script(
+    root: Node, d: Dialect, script: list[m.Message | bytes | None]
+) -> list[bytes]:
+    a, b = trio.socket.socketpair()
+    server = Server(lambda req: root, max_msize=8192)
+    replies: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: server.serve(trio.SocketStream(b), peer="sock"))
+            stream = trio.SocketStream(a)
+            client = RawClient(stream, d)
+            await client.handshake(msize=8192)
+            wait = True
+            for item in script:
+                if item is None:
+                    wait = False
+                    continue
+                frame = item if isinstance(item, bytes) else m.encode(item, d)
+                await client.send_raw(frame)
+                if wait:
+                    while (reply := client.reader.next_frame()) is None:
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            replies.append(b"EOF")
+                            break
+                        client.reader.feed(data)
+                    if reply is not None:
+                        replies.append(reply)
+                wait = True
+            await stream.aclose()
+    assert server.statistics().fids == 0
+    return replies
+
+
+@pytest.mark.parametrize("dialect", [Dialect.P9P2000, Dialect.P9P2000_L], ids=["9P2000", "L"])
+async def test_the_hot_path_answers_byte_for_byte_like_the_generic_path(
+    dialect: Dialect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = _hot_script(dialect)
+    dispatched: list[int] = []
+    generic_dispatch = server_module._Connection._dispatch
+
+    async def counting(self: Any, frame: bytes) -> None:
+        dispatched.append(frame[4])
+        await generic_dispatch(self, frame)
+
+    monkeypatch.setattr(server_module._Connection, "_dispatch", counting)
+    root = _hot_tree()  # one tree for both runs: the same qids
+    hot = await _run_script(root, dialect, script)
+    hot_dispatched = len(dispatched)
+    dispatched.clear()
+    monkeypatch.setattr(server_module._Connection, "_hot_table", lambda self, d: {})
+    generic = await _run_script(root, dialect, script)
+    assert hot == generic
+    assert hot[-1] == b"EOF"
+    # Sanity: the hot path really answered most of the script, and errors went both ways.
+    assert hot_dispatched < len(dispatched) - 15
+    decoded = [m.decode(r, dialect) for r in hot[:-1]]
+    error = m.Rlerror if dialect is Dialect.P9P2000_L else m.Rerror
+    assert sum(isinstance(r, error) for r in decoded) >= 12
+    assert m.Rread(1, b"3456") in decoded
