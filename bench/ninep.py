@@ -240,6 +240,20 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     raise BenchError(f"{what} did not listen on port {port}")
 
 
+def wait_for_token(path: Path) -> str:
+    """The daemon's TCP token; it may be written just after the listener answers."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            token = path.read_text().strip()
+        except FileNotFoundError:
+            token = ""
+        if token:
+            return token
+        time.sleep(0.05)
+    raise BenchError(f"the daemon wrote no token to {path}")
+
+
 @contextmanager
 def process(argv: list[str], port: int, what: str, **kw: object) -> Iterator[int]:
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
@@ -354,7 +368,7 @@ def start(label: str, workdir: Path) -> Iterator[list[Server]]:
             f"tcp!127.0.0.1!{port}",
         ]
         with process(argv, port, label, stderr=subprocess.DEVNULL) as pid:
-            token = (ns / "agent.token").read_text().strip()
+            token = wait_for_token(ns / "agent.token")
             yield [Server("anvild 9P2000.L", port, pid, Dialect.P9P2000_L, token, os.getuid())]
     elif label == "diod":
         diod = shutil.which("diod") or shutil.which("diod", path="/usr/sbin:/sbin")
