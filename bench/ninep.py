@@ -33,6 +33,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import attrs
@@ -398,6 +399,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--seconds", type=float, default=3.0, help="duration of each rate measurement")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every server this many times, interleaved (servers start once); "
+        "prints each round and the medians",
+    )
     p.add_argument("--only", default="ours,anvild,diod,aio9p", help="comma-separated servers")
     p.add_argument("--serve-ours", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -408,66 +416,108 @@ def main() -> int:
         f"# 9P benchmark  {time.strftime('%Y-%m-%d %H:%M')}  cores={os.cpu_count()}  "
         f"load={os.getloadavg()[0]:.2f}  python={sys.version.split()[0]}"
     )
-    header = "| server | 1 conn ops/s | CPU µs/op | 8 conn ops/s | CPU µs/op | 10 MB read MB/s |"
-    print(header)
-    print("|" + "---|" * 6)
-    rows: dict[str, Row] = {}
-    with tempfile.TemporaryDirectory(prefix="anvild-bench-") as tmp:
+    rounds: list[dict[str, Row]] = []
+    with tempfile.TemporaryDirectory(prefix="anvild-bench-") as tmp, ExitStack() as stack:
+        servers: list[tuple[str, Server]] = []
         for label in args.only.split(","):
             workdir = Path(tmp) / label
             workdir.mkdir()
-            with start(label, workdir) as servers:
-                for server in servers:
-                    one = small_ops(server, 1, args.seconds)
-                    eight = small_ops(server, 8, args.seconds)
-                    bulk = None if label == "anvild" else bulk_read(server)
-                    rows[server.label] = (one, eight, bulk)
-                    bulk_text = f"{bulk:,.0f}" if bulk is not None else "-"
-                    print(
-                        f"| {server.label} | {one.ops_per_s:,.0f} | {one.cpu_us_per_op:,.0f} | "
-                        f"{eight.ops_per_s:,.0f} | {eight.cpu_us_per_op:,.0f} | {bulk_text} |",
-                        flush=True,
-                    )
-    print_ratios(rows)
+            servers += [(label, s) for s in stack.enter_context(start(label, workdir))]
+        for number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"\nround {number}  load={os.getloadavg()[0]:.2f}")
+            print_header()
+            rows: dict[str, Row] = {}
+            for label, server in servers:
+                one = small_ops(server, 1, args.seconds)
+                eight = small_ops(server, 8, args.seconds)
+                bulk = None if label == "anvild" else bulk_read(server)
+                rows[server.label] = (one, eight, bulk)
+                print_row(server.label, rows[server.label])
+            rounds.append(rows)
+            print_ratios(rows)
+    if len(rounds) > 1:
+        print_medians(rounds)
     return 0
 
 
+def print_header() -> None:
+    print("| server | 1 conn ops/s | CPU µs/op | 8 conn ops/s | CPU µs/op | 10 MB read MB/s |")
+    print("|" + "---|" * 6)
+
+
+def print_row(label: str, row: Row) -> None:
+    one, eight, bulk = row
+    bulk_text = f"{bulk:,.0f}" if bulk is not None else "-"
+    print(
+        f"| {label} | {one.ops_per_s:,.0f} | {one.cpu_us_per_op:,.0f} | "
+        f"{eight.ops_per_s:,.0f} | {eight.cpu_us_per_op:,.0f} | {bulk_text} |",
+        flush=True,
+    )
+
+
+def print_medians(rounds: list[dict[str, Row]]) -> None:
+    print(f"\nmedians of {len(rounds)} rounds")
+    print_header()
+    for label in rounds[0]:
+        rows = [r[label] for r in rounds]
+        bulks = [b for _, _, b in rows if b is not None]
+        median_row: Row = (
+            SmallResult(
+                statistics.median(o.ops_per_s for o, _, _ in rows),
+                statistics.median(o.cpu_us_per_op for o, _, _ in rows),
+            ),
+            SmallResult(
+                statistics.median(e.ops_per_s for _, e, _ in rows),
+                statistics.median(e.cpu_us_per_op for _, e, _ in rows),
+            ),
+            statistics.median(bulks) if bulks else None,
+        )
+        print_row(label, median_row)
+    print("\nratios per round, and their median:")
+    for text, a, b, pick in RATIOS:
+        values = [ratio_of(r, a, b, pick) for r in rounds]
+        known = [v for v in values if v is not None]
+        shown = " ".join("n/a" if v is None else f"{v:.2f}" for v in values)
+        median = f"{statistics.median(known):.2f}x" if known else "n/a"
+        print(f"  {text + ':':40} {shown}  median {median}")
+
+
 Row = tuple[SmallResult, SmallResult, float | None]
+Pick = Callable[[Row], float | None]
+
+RATIOS: list[tuple[str, str, str, Pick]] = [
+    ("ours .L / diod, 1 conn ops/s", "ours 9P2000.L", "diod 9P2000.L", lambda r: r[0].ops_per_s),
+    (
+        "ours 9P2000 / aio9p, 8 conn ops/s",
+        "ours 9P2000",
+        "aio9p 9P2000",
+        lambda r: r[1].ops_per_s,
+    ),
+    (
+        "ours 9P2000 / aio9p, 8 conn CPU/op",
+        "ours 9P2000",
+        "aio9p 9P2000",
+        lambda r: r[1].cpu_us_per_op,
+    ),
+    ("ours .L / diod, bulk MB/s", "ours 9P2000.L", "diod 9P2000.L", lambda r: r[2]),
+]
+
+
+def ratio_of(rows: dict[str, Row], a: str, b: str, pick: Pick) -> float | None:
+    if a not in rows or b not in rows:
+        return None
+    x, y = pick(rows[a]), pick(rows[b])
+    return x / y if x is not None and y else None
 
 
 def print_ratios(rows: dict[str, Row]) -> None:
-    def ratio(a: str, b: str, pick: Callable[[Row], float | None]) -> str:
-        if a not in rows or b not in rows:
-            return "n/a"
-        x, y = pick(rows[a]), pick(rows[b])
-        return f"{x / y:.2f}x" if x is not None and y else "n/a"
-
-    lines = [
-        (
-            "ours .L / diod, 1 conn ops/s",
-            "ours 9P2000.L",
-            "diod 9P2000.L",
-            lambda r: r[0].ops_per_s,
-        ),
-        (
-            "ours 9P2000 / aio9p, 8 conn ops/s",
-            "ours 9P2000",
-            "aio9p 9P2000",
-            lambda r: r[1].ops_per_s,
-        ),
-        (
-            "ours 9P2000 / aio9p, 8 conn CPU/op",
-            "ours 9P2000",
-            "aio9p 9P2000",
-            lambda r: r[1].cpu_us_per_op,
-        ),
-        ("ours .L / diod, bulk MB/s", "ours 9P2000.L", "diod 9P2000.L", lambda r: r[2]),
-    ]
     print()
     print("ratios (targets: 8 conns >= 1.0x aio9p with less CPU/op; 1 conn >= 0.8x diod;")
     print("        bulk >= 300 MB/s):")
-    for text, a, b, pick in lines:
-        print(f"  {text + ':':40} {ratio(a, b, pick)}")
+    for text, a, b, pick in RATIOS:
+        value = ratio_of(rows, a, b, pick)
+        print(f"  {text + ':':40} {'n/a' if value is None else f'{value:.2f}x'}")
 
 
 if __name__ == "__main__":
