@@ -1,7 +1,8 @@
 """The session part of the `agent/` tree (DESIGN.md section 4), served from a `SessionManager`.
 
     agent/
-      ctl        + `new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]`, `kill ID`
+      ctl        + `new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N]
+                 [permission=MODE] [budget=TOKENS] [ephemeral] [headless]`, `kill ID`
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any)
@@ -95,7 +96,7 @@ from anvild.session import (
 )
 from anvild.session import roles as session_roles
 from anvild.session.events import SessionEvent, encode_event
-from anvild.session.manager import NEW_KEYS
+from anvild.session.manager import NEW_FLAGS, NEW_KEYS
 
 __all__ = [
     "SESSION_FILES",
@@ -535,14 +536,17 @@ class SessionTree:
 
     def _new_spec(self) -> CommandSpec:
         extra = self._new_keys()
-        usage = "new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [ephemeral]"
+        usage = (
+            "new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N] "
+            "[permission=MODE] [budget=TOKENS] [ephemeral] [headless]"
+        )
         usage += "".join(f" [{name}=...]" for name in extra)
         return CommandSpec(
             "new",
             self._new,
             usage=usage,
-            options=frozenset({*NEW_KEYS, "ephemeral", *extra}),
-            flags=frozenset({"ephemeral"}),
+            options=frozenset({*NEW_KEYS, *NEW_FLAGS, *extra}),
+            flags=frozenset(NEW_FLAGS),
         )
 
     def mount(self, root: RootTree) -> None:

@@ -40,6 +40,7 @@ import attrs
 import structlog
 import trio
 
+from anvild.agent.permissions.policy import Mode
 from anvild.agent.tools.base import Tool
 from anvild.agent.tools.bash import BashTool, CommandWrapper, SandboxWrapper, default_wrapper_for
 from anvild.agent.tools.files import EditFile, ReadFile, WriteFile
@@ -67,6 +68,7 @@ from anvild.session.session import (
     SessionSettings,
     ToolSetup,
     ToolsFactory,
+    check_mode,
     sandbox_name,
     sandbox_policy,
 )
@@ -89,12 +91,31 @@ RESERVED: Final = frozenset(
 )
 """Names of `agent/` entries an alias may not take."""
 ALIAS_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
-NEW_KEYS: Final = ("model", "cwd", "role", "alias", "sandbox")
+NEW_KEYS: Final = ("model", "cwd", "role", "alias", "sandbox", "max_steps", "permission", "budget")
+
+
+MAX_STEPS_LIMIT: Final = 1000
+"""The largest `max_steps=` a `new` may ask for."""
+BUDGET_LIMIT: Final = 1_000_000_000
+"""The largest `budget=` (tokens per turn) a `new` may ask for."""
+NEW_FLAGS: Final = ("ephemeral", "headless")
+_INT_KEYS: Final = {"max_steps": MAX_STEPS_LIMIT, "budget": BUDGET_LIMIT}
+_USAGE: Final = (
+    "the arguments are model=M cwd=DIR role=R alias=A sandbox=S max_steps=N permission=MODE "
+    "budget=TOKENS ephemeral headless"
+)
 
 
 @attrs.frozen
 class NewSession:
-    """The arguments of `new`: `model=M cwd=D role=R alias=A sandbox=S ephemeral`."""
+    """The arguments of `new`: `model=M cwd=D role=R alias=A sandbox=S max_steps=N
+    permission=MODE budget=TOKENS ephemeral headless`.
+
+    `max_steps` (1..1000) and `budget` (tokens per turn, 1..10^9) replace the daemon's settings
+    for this session; `permission` is a permission mode (plan, default, accept-edits, bypass),
+    refused by `SessionManager.create` when it is wider than the daemon's ceiling
+    (`SessionSettings.max_mode`). `headless`: nobody watches `approval`, so a call that needs
+    approval is refused at once with a reason naming what would allow it."""
 
     model: str | None = None
     cwd: str | None = None
@@ -102,32 +123,59 @@ class NewSession:
     alias: str | None = None
     sandbox: str | None = None
     ephemeral: bool = False
+    max_steps: int | None = None
+    permission: str | None = None
+    budget: int | None = None
+    headless: bool = False
 
     @classmethod
     def parse(cls, words: Sequence[str]) -> NewSession:
         """From the words after `new`; a bad word raises `InvalidSessionRequest`."""
         values: dict[str, str] = {}
-        ephemeral = False
+        flags = dict.fromkeys(NEW_FLAGS, False)
         for word in words:
             key, eq, value = word.partition("=")
-            if not eq and key == "ephemeral":
-                ephemeral = True
-            elif eq and key == "ephemeral":
+            if not eq and key in flags:
+                flags[key] = True
+            elif eq and key in flags:
                 if value not in ("true", "false", "1", "0", "yes", "no"):
-                    raise InvalidSessionRequest(
-                        f"ephemeral={value}: use ephemeral or ephemeral=true"
-                    )
-                ephemeral = value in ("true", "1", "yes")
+                    raise InvalidSessionRequest(f"{key}={value}: use {key} or {key}=true")
+                flags[key] = value in ("true", "1", "yes")
             elif eq and key in NEW_KEYS and value:
                 if key in values:
                     raise InvalidSessionRequest(f"{key}= is given twice")
                 values[key] = value
             else:
-                raise InvalidSessionRequest(
-                    f"new: cannot use {word!r}; the arguments are model=M cwd=DIR role=R "
-                    "alias=A sandbox=S ephemeral"
-                )
-        return cls(ephemeral=ephemeral, **values)
+                raise InvalidSessionRequest(f"new: cannot use {word!r}; {_USAGE}")
+        permission = values.get("permission")
+        if permission is not None and permission not in (modes := [m.value for m in Mode]):
+            raise InvalidSessionRequest(
+                f"permission={permission} is not a permission mode: use one of {', '.join(modes)}"
+            )
+        steps, budget = values.get("max_steps"), values.get("budget")
+        return cls(
+            model=values.get("model"),
+            cwd=values.get("cwd"),
+            role=values.get("role"),
+            alias=values.get("alias"),
+            sandbox=values.get("sandbox"),
+            ephemeral=flags["ephemeral"],
+            max_steps=None if steps is None else _bounded("max_steps", steps),
+            permission=permission,
+            budget=None if budget is None else _bounded("budget", budget),
+            headless=flags["headless"],
+        )
+
+
+def _bounded(key: str, text: str) -> int:
+    limit = _INT_KEYS[key]
+    try:
+        number = int(text, 10)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= limit or not text.isdigit():
+        raise InvalidSessionRequest(f"{key}={text}: give a whole number from 1 to {limit}")
+    return number
 
 
 # -- providers behind their concurrency cap ----------------------------------------------------
@@ -288,6 +336,8 @@ class SessionManager:
         sandbox_role = roles.sandbox_role(role, user_dir=self.settings.sandbox_role_dir)
         policy = sandbox_policy(request.sandbox or "", sandbox_role, self.settings)
         roles.role_text(role, user_dir=self.settings.role_text_dir)
+        if request.permission is not None:
+            check_mode(Mode(request.permission), self.settings)
         session_id = self._fresh_id()
         claimed = {session_id} | ({alias} if alias else set())
         self._claimed |= claimed
@@ -301,6 +351,10 @@ class SessionManager:
                 sandbox=sandbox_name(policy),
                 created_at=dt.datetime.now(dt.UTC),
                 ephemeral=request.ephemeral,
+                max_steps=request.max_steps,
+                permission=request.permission,
+                token_budget=request.budget,
+                headless=request.headless,
             )
             try:
                 journal = await trio.to_thread.run_sync(self.store.create, started)
@@ -506,6 +560,10 @@ class SessionManager:
 
 __all__ = [
     "ALIAS_RE",
+    "BUDGET_LIMIT",
+    "MAX_STEPS_LIMIT",
+    "NEW_FLAGS",
+    "NEW_KEYS",
     "RESERVED",
     "LimitedProvider",
     "ManagerStatistics",

@@ -69,6 +69,7 @@ from anvild.agent.permissions.approval import (
     Unavailable,
 )
 from anvild.agent.permissions.gate import PermissionGate
+from anvild.agent.permissions.policy import Allow as PolicyAllow
 from anvild.agent.permissions.policy import Grants, Mode, Policy, Remember
 from anvild.agent.permissions.rules import Rule, RuleKind, RuleSet, RuleSyntaxError, parse_rule
 from anvild.agent.tools.base import Tool, ToolContext
@@ -97,7 +98,12 @@ from anvild.session.events import (
 from anvild.session.handoff import handoff_text, replayable
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
-from anvild.session.stream import BroadcastLimits, LineBroadcast, coalesce_text_deltas
+from anvild.session.stream import (
+    BroadcastLimits,
+    LineBroadcast,
+    coalesce_text_deltas,
+    is_turn_finished,
+)
 from anvild.store import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -176,12 +182,19 @@ class SessionSettings:
     an ephemeral session stays listed (`exited`, `out` readable) after its turn. `concurrency`
     caps the requests in flight per provider name (`default_concurrency` for the others): a
     local llama-server with one slot is `{"local": 1}`. `full_access_granted_by` names who
-    granted `sandbox=full-access` (the user's config or command line); None refuses it."""
+    granted `sandbox=full-access` (the user's config or command line); None refuses it.
+    `mode` is the permission mode of a session that does not ask for one (`new permission=`);
+    `max_mode` the widest one a session may ask for (a wider request is refused, and a
+    restored session recorded with a wider one runs with `max_mode`). `max_steps` and
+    `token_budget` (tokens per turn, None: none) apply to sessions whose `new` did not set
+    them."""
 
     mode: Mode = Mode.DEFAULT
+    max_mode: Mode = Mode.ACCEPT_EDITS
     rules: RuleSet = attrs.field(factory=RuleSet)
     grants: Grants = attrs.field(factory=Grants)
     max_steps: int = 50
+    token_budget: int | None = None
     turn_deadline: float | None = 3600.0
     reap_delay: float = 60.0
     concurrency: Mapping[str, int] = attrs.field(factory=dict)
@@ -227,6 +240,27 @@ class Services:
     tools: ToolsFactory
     publish: Callable[[SessionEvent], None]
     on_exit: Callable[[Session, str, bool], None]  # (session, reason, reap later)
+
+
+MODE_ORDER: Final = (Mode.PLAN, Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.BYPASS)
+"""Permission modes from the narrowest to the widest authority."""
+
+
+def wider(mode: Mode, than: Mode) -> bool:
+    return MODE_ORDER.index(mode) > MODE_ORDER.index(than)
+
+
+def check_mode(mode: Mode, settings: SessionSettings) -> Mode:
+    """`mode` if the daemon's ceiling allows it; `InvalidSessionRequest` saying why otherwise."""
+    if wider(mode, settings.max_mode):
+        allowed = [m.value for m in MODE_ORDER if not wider(m, settings.max_mode)]
+        raise InvalidSessionRequest(
+            f"permission={mode.value} is wider than this daemon allows: its ceiling is "
+            f"{settings.max_mode.value} (permissions.max_mode in the user config); use one of "
+            f'{", ".join(allowed)}, or set permissions.max_mode = "{mode.value}" in the user '
+            "config and restart the daemon (only the user can widen it)"
+        )
+    return mode
 
 
 def sandbox_policy(name: str, role: SandboxRole, settings: SessionSettings) -> SandboxPolicy:
@@ -297,6 +331,10 @@ class _Approver:
             return Unavailable(
                 f"the session's record could not be written: {session.status_detail}"
             )
+        if session.headless:  # nobody watches `approval`: refuse now, saying what would allow it
+            why = await session._headless_refusal(request)
+            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
+            return Unavailable(why)
         session._set_status(S.AWAIT_APPROVAL)
         try:
             answer = await session._broker.request_approval(request)
@@ -369,7 +407,9 @@ class Session:
         settings = services.settings
         state = journal.state
         self.log = LineBroadcast(settings.stream_limits)
-        self.events = LineBroadcast(settings.stream_limits, coalesce=coalesce_text_deltas)
+        self.events = LineBroadcast(
+            settings.stream_limits, coalesce=coalesce_text_deltas, terminal=is_turn_finished
+        )
         self._status = state.status
         self._detail = state.status_detail
         self._broken: str | None = None
@@ -450,6 +490,29 @@ class Session:
     @property
     def context(self) -> str:
         return self._journal.state.context
+
+    @property
+    def headless(self) -> bool:
+        """Nobody answers approvals (`new headless`): a call that needs one is refused."""
+        return self._journal.state.headless
+
+    @property
+    def mode(self) -> Mode:
+        """The permission mode the session runs with (recorded, within the daemon's ceiling)."""
+        settings = self._services.settings
+        recorded = self._journal.state.permission
+        mode = settings.mode if recorded is None else Mode(recorded)
+        return settings.max_mode if wider(mode, settings.max_mode) else mode
+
+    @property
+    def max_steps(self) -> int:
+        recorded = self._journal.state.max_steps
+        return self._services.settings.max_steps if recorded is None else recorded
+
+    @property
+    def token_budget(self) -> int | None:
+        recorded = self._journal.state.token_budget
+        return self._services.settings.token_budget if recorded is None else recorded
 
     @property
     def status(self) -> SessionStatus:
@@ -1245,7 +1308,7 @@ class Session:
         remembered = self._journal.state.remembered
         permission = Policy(
             workspace=PurePosixPath(cwd.resolve()),
-            mode=settings.mode,
+            mode=self.mode,
             rules=settings.rules,
             session_rules=_parse_remembered(self.id, remembered.rules),
             grants=settings.grants.plus(
@@ -1260,14 +1323,15 @@ class Session:
             sandbox=policy,
             home=PurePosixPath(settings.home.resolve()),
         )
-        gate = PermissionGate(
+        gate = self._gate = PermissionGate(
             permission, _Approver(self), tools, context, on_remember=self._record_remembered
         )
         config = AgentConfig(
             model=self._target.model,
             system=self._layers.render(),
-            max_steps=settings.max_steps,
+            max_steps=self.max_steps,
             max_tokens=self._target.limits.max_output_tokens,
+            token_budget=self.token_budget,
         )
         return Agent(
             self._services.provider_for(self._target),
@@ -1278,6 +1342,46 @@ class Session:
             decide=gate,
             redact=settings.redact,
             messages=messages,
+        )
+
+    async def _headless_refusal(self, request: ApprovalRequest) -> str:
+        """Why a headless session refuses a call that needs approval, and what would allow it:
+        the permission modes whose policy allows this very call (within the daemon's ceiling,
+        or saying the ceiling must be raised), and what an "always" answer would have added."""
+        gate = self._gate
+        call = ToolCall(request.id, request.tool, dict(request.arguments))
+        resolved = await gate.request_for(call)
+        modes = [
+            mode
+            for mode in MODE_ORDER
+            if wider(mode, gate.policy.mode)
+            and isinstance(attrs.evolve(gate.policy, mode=mode).decide(resolved), PolicyAllow)
+        ]
+        ceiling = self._services.settings.max_mode
+        ways = [
+            f"--permission-mode {m.value}"
+            + (
+                ""
+                if not wider(m, ceiling)
+                else f' (after setting permissions.max_mode = "{m.value}" in the user config)'
+            )
+            for m in modes[:1]
+        ]
+        rules = [
+            item.removeprefix("allow ") for item in request.always if item.startswith("allow ")
+        ]
+        if rules:
+            ways.append(
+                "an allow rule in the user config's [permissions] allow: "
+                + ", ".join(f'"{rule}"' for rule in rules)
+            )
+        grants = [item for item in request.always if not item.startswith("allow ")]
+        if grants:
+            ways.append("a grant for " + ", ".join(grants) + " (no permission mode gives it)")
+        what = "; or ".join(ways) if ways else "nothing but an interactive approval"
+        return (
+            f"This call needs approval ({request.reason}), and nobody can approve it in a "
+            f"headless session. It would be allowed by {what}."
         )
 
     @staticmethod
@@ -1309,6 +1413,7 @@ class _Held:
 
 
 __all__ = [
+    "MODE_ORDER",
     "SANDBOXES",
     "VERBS",
     "OnDecision",
@@ -1319,6 +1424,8 @@ __all__ = [
     "SessionSettings",
     "ToolSetup",
     "ToolsFactory",
+    "check_mode",
     "sandbox_name",
     "sandbox_policy",
+    "wider",
 ]

@@ -9,6 +9,14 @@ explicit marker, `{"type":"lagged","dropped":N}`, exactly where the gap is (a re
 drains everything while lines are being dropped gets the marker on its own). Loss is never
 silent, and a slow reader never makes the daemon buffer without bound.
 
+Terminal lines are never the ones lost. A broadcast made with `terminal=` (for agent events:
+`is_turn_finished`, the last event of every turn) keeps each terminal line: when one does not
+fit, the reader drops its *oldest* unread lines instead, as many as it takes (a marker then
+stands first, where that gap is; a partly read line is finished first), so a reader that
+drains its buffer always ends a turn with the turn's `turn_finished`, however slow it was. A
+terminal line larger than the whole buffer is still kept, alone: the bound is then that one
+line.
+
 Reads behave like reads from a pipe: `read_nowait(count)` returns up to `count` bytes (whole
 lines when they fit; a line longer than `count` is split across reads), `None` when nothing is
 there yet and b"" at end of stream; `await read(count)` waits for something (a plain cancel
@@ -34,6 +42,13 @@ LAGGED: Final = b'{"type":"lagged","dropped":%d}\n'
 
 Coalesce: TypeAlias = Callable[[bytes, bytes], bytes | None]
 """Merges a reader's last buffered line with the next one (both with their newline), or None."""
+Terminal: TypeAlias = Callable[[bytes], bool]
+"""Whether a line (with its newline) must reach every reader: it is never the one dropped."""
+
+
+def is_turn_finished(line: bytes) -> bool:
+    """For agent-event streams: the `turn_finished` line that ends every turn."""
+    return line.startswith(b'{"type":"turn_finished"')
 
 
 def lag_marker(dropped: int) -> bytes:
@@ -91,6 +106,16 @@ class BroadcastStatistics:
     closed: bool
 
 
+def _lost_in(line: bytes) -> int:
+    """How many published lines a buffered line stands for (a marker: its count)."""
+    if line.startswith(b'{"type":"lagged","dropped":'):
+        try:
+            return int(json.loads(line)["dropped"])
+        except (ValueError, KeyError, TypeError):
+            return 1
+    return 1
+
+
 class LineReader:
     """One open of a stream: a bounded buffer of lines not yet read."""
 
@@ -126,6 +151,10 @@ class LineReader:
                 self._bytes += len(merged) - len(self._lines[-1])
                 self._lines[-1] = merged
                 return
+        terminal = self._owner._terminal
+        if terminal is not None and terminal(line):
+            self._push_terminal(line)
+            return
         if self._dropped:
             marker = lag_marker(self._dropped)
             if not self._fits(len(marker) + len(line), 2):
@@ -137,6 +166,30 @@ class LineReader:
             self._append(line)
         else:
             self._dropped += 1
+
+    def _push_terminal(self, line: bytes) -> None:
+        """Append `line` (after the marker of lines dropped just before it), making room by
+        dropping the oldest unread lines; a marker at the front counts them."""
+        before = lag_marker(self._dropped) if self._dropped else b""
+        self._dropped = 0
+        evicted = 0
+
+        def fits() -> bool:
+            front = lag_marker(evicted) if evicted else b""
+            size = len(front) + len(before) + len(line)
+            return self._fits(size, 1 + bool(front) + bool(before))
+
+        while self._lines and not fits():
+            old = self._lines.popleft()
+            self._bytes -= len(old)
+            evicted += _lost_in(old)
+        if evicted:
+            marker = lag_marker(evicted)
+            self._lines.appendleft(marker)
+            self._bytes += len(marker)
+        if before:
+            self._append(before)
+        self._append(line)
 
     def read_nowait(self, count: int) -> bytes | None:
         """Up to `count` bytes; b"" at end of stream; None when nothing is there yet."""
@@ -179,10 +232,15 @@ class LineBroadcast:
     """Lines published to every reader, with a bounded backlog for new readers."""
 
     def __init__(
-        self, limits: BroadcastLimits | None = None, *, coalesce: Coalesce | None = None
+        self,
+        limits: BroadcastLimits | None = None,
+        *,
+        coalesce: Coalesce | None = None,
+        terminal: Terminal | None = None,
     ) -> None:
         self._limits = limits or BroadcastLimits()
         self._coalesce = coalesce
+        self._terminal = terminal
         self._backlog: deque[bytes] = deque(maxlen=self._limits.backlog_lines)
         self._readers: dict[LineReader, None] = {}
         self._published = 0
@@ -245,6 +303,8 @@ __all__ = [
     "Coalesce",
     "LineBroadcast",
     "LineReader",
+    "Terminal",
     "coalesce_text_deltas",
+    "is_turn_finished",
     "lag_marker",
 ]

@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.strategies import configure_tagged_union
 
 from anvild.llm import stream
@@ -143,6 +144,12 @@ class SessionStarted:
     ephemeral: bool = False
     context: str = ""  # the session's `context` file at creation
     schema: int = SCHEMA_VERSION
+    # Per-session limits given to `new` (None: the daemon's settings apply). Added after schema
+    # 1 was first written, with defaults, so files without them load unchanged.
+    max_steps: int | None = None
+    permission: str | None = None  # a permission mode (`anvild.agent.permissions.policy.Mode`)
+    token_budget: int | None = None  # tokens per turn
+    headless: bool = False  # nobody answers approvals: a call that needs one is refused at once
 
 
 @attrs.frozen
@@ -415,6 +422,20 @@ def _make_converter() -> cattrs.Converter:
         conv.register_structure_hook(llm_type, _llm_structure)
     conv.register_unstructure_hook(dt.datetime, lambda value: value.isoformat())
     conv.register_structure_hook(dt.datetime, _structure_datetime)
+    # The fields added to SessionStarted later are written only when set, so a file that does
+    # not use them is byte-identical to what the first schema 1 writers produced.
+    omit = override(omit_if_default=True)
+    conv.register_unstructure_hook(
+        SessionStarted,
+        make_dict_unstructure_fn(
+            SessionStarted,
+            conv,
+            max_steps=omit,
+            permission=omit,
+            token_budget=omit,
+            headless=omit,
+        ),
+    )
     configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
     return conv
 

@@ -228,6 +228,10 @@ def _started(record: SessionStarted) -> SessionState:
         created_at=record.created_at,
         ephemeral=record.ephemeral,
         context=record.context,
+        max_steps=record.max_steps,
+        permission=record.permission,
+        token_budget=record.token_budget,
+        headless=record.headless,
     )
 
 

@@ -109,6 +109,10 @@ class SessionState:
     created_at: dt.datetime
     ephemeral: bool
     context: str
+    max_steps: int | None = None
+    permission: str | None = None
+    token_budget: int | None = None
+    headless: bool = False
     messages: tuple[Message, ...] = ()
     status: SessionStatus = SessionStatus.STARTING
     status_detail: str = ""
