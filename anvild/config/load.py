@@ -34,6 +34,7 @@ import httpx
 import platformdirs
 import structlog
 
+from anvild.agent.permissions.policy import Mode
 from anvild.config.schema import (
     ConfigFileError,
     Key,
@@ -152,9 +153,29 @@ class Instruction:
 
 @attrs.frozen
 class Permissions:
+    """`[permissions]`: the rules; `mode`, the permission mode of a session that asks for none;
+    `max_mode`, the widest mode a session may ask for (`new permission=`, `anvilctl -p
+    --permission-mode`); `full_access`, whether `sandbox=full-access` (no sandbox) is granted.
+    Only the user config may set `full_access` (a project file's is ignored, granted or not)."""
+
     allow: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    mode: str = "default"
+    max_mode: str = "accept-edits"
+    full_access: bool = False
+
+
+@attrs.frozen
+class SessionLimits:
+    """`[sessions]`: defaults for every session. `max_steps` per turn; `token_budget` (tokens
+    per turn, None: none); `turn_deadline` in seconds (None: none; `0` in the file); `reap_delay`,
+    how long an ephemeral session stays listed after its turn."""
+
+    max_steps: int = 50
+    token_budget: int | None = None
+    turn_deadline: float | None = 3600.0
+    reap_delay: float = 60.0
 
 
 @attrs.frozen
@@ -187,6 +208,7 @@ class Config:
     user_file: Path
     project: ProjectFile | None
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
+    sessions: SessionLimits = SessionLimits()  # `[sessions]`
 
     def source_of(self, key: str) -> Source | None:
         """Provenance by rendered key, e.g. `providers.local.base_url`."""
@@ -301,6 +323,9 @@ def load(
             kept: Layer = {}
             for key, value in settings.items():
                 category = authority_of(key)
+                if key == ("permissions", "full_access"):
+                    warnings.append(_user_only(path, key))
+                    continue
                 if category is None or granted:
                     kept[key] = value
                     continue
@@ -331,6 +356,15 @@ def _ignored(path: Path, key: Key, category: str, stale: bool) -> ConfigWarning:
     )
 
 
+def _user_only(path: Path, key: Key) -> ConfigWarning:
+    rendered = render_key(key)
+    message = (
+        f"{path}: ignored {rendered}: only the user config ({user_config_file()}) or the "
+        "daemon's command line can grant running commands without a sandbox"
+    )
+    return ConfigWarning(file=path, key=rendered, category="permission", message=message)
+
+
 def _build(
     layers: list[tuple[Layer, Source]],
     user_file: Path,
@@ -356,6 +390,23 @@ def _build(
     providers = _providers(merged, sources, layers)
     models = _models(merged, sources, providers)
     default_model = merged.get(("default_model",))
+    modes = [m.value for m in Mode]
+    mode = merged.get(("permissions", "mode"), Permissions().mode)
+    max_mode = merged.get(("permissions", "max_mode"), Permissions().max_mode)
+    if modes.index(mode) > modes.index(max_mode):
+        key = (
+            ("permissions", "mode")
+            if ("permissions", "mode") in sources
+            else ("permissions", "max_mode")
+        )
+        raise ConfigFileError(
+            _file_of(sources, key),
+            key,
+            f"permissions.mode = {mode!r} is wider than permissions.max_mode = {max_mode!r}; "
+            f"the modes from narrowest to widest are {', '.join(modes)}",
+        )
+    deadline = merged.get(("sessions", "turn_deadline"), SessionLimits().turn_deadline)
+    budget = merged.get(("sessions", "token_budget"))
     return Config(
         default_model=default_model,
         instructions=tuple(instructions),
@@ -366,6 +417,15 @@ def _build(
             allow=tuple(merged.get(("permissions", "allow"), ())),
             ask=tuple(merged.get(("permissions", "ask"), ())),
             deny=tuple(merged.get(("permissions", "deny"), ())),
+            mode=mode,
+            max_mode=max_mode,
+            full_access=bool(merged.get(("permissions", "full_access"), False)),
+        ),
+        sessions=SessionLimits(
+            max_steps=merged.get(("sessions", "max_steps"), SessionLimits().max_steps),
+            token_budget=budget,
+            turn_deadline=deadline or None,
+            reap_delay=merged.get(("sessions", "reap_delay"), SessionLimits().reap_delay),
         ),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
@@ -501,6 +561,7 @@ __all__ = [
     "Instruction",
     "Permissions",
     "ProjectFile",
+    "SessionLimits",
     "Source",
     "Trust",
     "find_project_config",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
+from anvild.agent.permissions.policy import Mode
 from anvild.agent.permissions.rules import RuleKind, RuleSyntaxError, parse_rule
 from anvild.llm.capabilities import Replay, SchemaDialect
 from anvild.llm.errors import ConfigError
@@ -44,6 +45,7 @@ TOP_KEYS: Final = (
     "providers",
     "models",
     "permissions",
+    "sessions",
     "hooks",
     "mcp_servers",
     "beads",
@@ -68,7 +70,11 @@ CAPABILITY_KEYS: Final = (
     "temperature",
     "replay",
 )
-PERMISSION_KEYS: Final = ("allow", "ask", "deny")
+PERMISSION_KEYS: Final = ("allow", "ask", "deny", "mode", "max_mode", "full_access")
+RULE_KEYS: Final = ("allow", "ask", "deny")
+MODES: Final = tuple(m.value for m in Mode)  # narrowest first: plan, default, accept-edits, bypass
+SESSION_KEYS: Final = ("max_steps", "token_budget", "turn_deadline", "reap_delay")
+MAX_STEPS_LIMIT: Final = 1000
 
 
 def render_key(key: Key) -> str:
@@ -146,6 +152,16 @@ class _Checker:
             raise self.fail(key, "a number of USD per million tokens (0 or more)", value)
         return float(value)
 
+    def seconds(self, key: Key, value: object, *, zero: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.fail(key, f"a number of seconds (0 or more; 0 means {zero})", value)
+        return float(value)
+
+    def bounded_int(self, key: Key, value: object, limit: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise self.fail(key, f"a whole number from 1 to {limit}", value)
+        return value
+
     def boolean(self, key: Key, value: object) -> bool:
         if not isinstance(value, bool):
             raise self.fail(key, "true or false", value)
@@ -210,6 +226,12 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             table = c.table(key, value)
             c.known(key, table, PERMISSION_KEYS)
             for name, rules in table.items():
+                if name in ("mode", "max_mode"):
+                    c.set((top, name), c.choice((top, name), rules, MODES))
+                    continue
+                if name == "full_access":
+                    c.set((top, name), c.boolean((top, name), rules))
+                    continue
                 c.set((top, name), c.strings((top, name), rules))
                 for index, rule in enumerate(rules, 1):
                     try:
@@ -224,6 +246,19 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                 if not Path(path).expanduser().is_absolute():
                     raise c.fail((top, name), "an absolute path (or one starting with ~)", item)
                 c.set((top, name), path)
+        elif top == "sessions":
+            table = c.table(key, value)
+            c.known(key, table, SESSION_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "max_steps":
+                    c.set(sub, c.bounded_int(sub, item, MAX_STEPS_LIMIT))
+                elif name == "token_budget":
+                    c.set(sub, c.positive_int(sub, item))
+                elif name == "turn_deadline":
+                    c.set(sub, c.seconds(sub, item, zero="no deadline"))
+                else:
+                    c.set(sub, c.seconds(sub, item, zero="at once"))
         else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))

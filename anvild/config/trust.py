@@ -10,9 +10,11 @@ course 06.B):
     endpoint         providers.<name>.kind, .base_url, and provider default limits
     credential       providers.<name>.api_key_env
     env passthrough  env_passthrough
-    permission       permissions.allow, permissions.ask   (permissions.deny only narrows: data)
+    permission       permissions.allow, .ask, .mode, .max_mode, .full_access
+                     (permissions.deny only narrows: data; full_access is never taken from a
+                     project file, granted or not)
     executable       hooks.<name>, mcp_servers.<name>
-    budget           models.<alias>.pricing.*             (under-priced models defeat budgets)
+    budget           models.<alias>.pricing.* (under-priced models defeat budgets), sessions.*
     data location    beads.repo                           (where the daemon writes and commits)
 
 Everything else (`default_model`, `instructions`, `models.<alias>.{provider, model, limits,
@@ -57,8 +59,10 @@ def authority_of(key: Key) -> str | None:
             return "endpoint"
         case ("env_passthrough",):
             return "env passthrough"
-        case ("permissions", "allow" | "ask"):
+        case ("permissions", "allow" | "ask" | "mode" | "max_mode" | "full_access"):
             return "permission"
+        case ("sessions", _):
+            return "budget"
         case ("hooks" | "mcp_servers", *_):
             return "executable"
         case ("models", _, "pricing", *_):

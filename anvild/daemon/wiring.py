@@ -45,6 +45,11 @@ its own, which restores every session from its records before reporting started.
 step cancels that scope and waits until the manager has ended every turn (never approving a
 pending call) and synced and closed every journal, while connections are still up and within
 the daemon's grace period.
+
+Settings from the config (`anvild.config.load`): `[permissions]` gives the rules, the default
+mode (`mode`), the widest mode a `new permission=` may ask for (`max_mode`) and the full-access
+grant (`full_access`, user config only); `[sessions]` the per-session defaults (`max_steps`,
+`token_budget`, `turn_deadline`, `reap_delay`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ import httpx
 import structlog
 import trio
 
+from anvild.agent.permissions.policy import Mode
 from anvild.agent.permissions.rules import RuleSet
 from anvild.beads import BeadError, BeadStore
 from anvild.beads.tools import bead_tools
@@ -219,11 +225,20 @@ class Sessions:
             registry = config.registry(client, env=env, factory=local_factory(local_model))
         else:
             registry = config.registry(client, env=env)
-        perms = config.permissions
+        perms, limits = config.permissions, config.sessions
         store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
         beads = BeadsTree(store)
         settings = SessionSettings(
             rules=RuleSet.parse(allow=perms.allow, ask=perms.ask, deny=perms.deny),
+            mode=Mode(perms.mode),
+            max_mode=Mode(perms.max_mode),
+            full_access_granted_by=(
+                f"permissions.full_access in {config.user_file}" if perms.full_access else None
+            ),
+            max_steps=limits.max_steps,
+            token_budget=limits.token_budget,
+            turn_deadline=limits.turn_deadline,
+            reap_delay=limits.reap_delay,
             concurrency={LOCAL: 1},
             sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
             redact=redactor.redact if redactor else None,
