@@ -2,12 +2,15 @@
 
 The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.ninep_cli` and
 behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`) in
-`anvilctl.sessions`; `anvilctl --help` lists every command.
+`anvilctl.sessions`; headless `anvilctl -p PROMPT [...]` (an option, not a command word: it is
+recognised before any command word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`;
+`anvilctl --help` lists every command.
 
 Scripts run these commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start
 fast: when the command word is one of them only the 9P client is imported. The other commands'
 modules pull in the provider and sandbox layers and are imported only when one of them (or
-`--help`) is asked for.
+`--help`) is asked for. `anvilctl.headless` itself imports only the 9P client; it imports the
+daemon's modules only when it has to run a turn in process (no daemon answers).
 """
 
 from __future__ import annotations
@@ -39,10 +42,26 @@ def _command_word(argv: Sequence[str]) -> str | None:
     return None
 
 
+def headless_requested(argv: Sequence[str]) -> bool:
+    """Whether `-p`/`--print` comes before any command word (`anvilctl -a ADDR -p TEXT ...`)."""
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif arg == "--print" or arg.startswith(("--print=", "-p")):
+            return True
+        elif arg == "--" or not arg.startswith("-"):
+            return False
+    return False
+
+
 def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, list[ModuleType]]:
     parser = argparse.ArgumentParser(
         prog="anvilctl",
-        description="Talk to anvild: plain 9P file commands with plan9port 9p(1) semantics.",
+        description="Talk to anvild: plain 9P file commands with plan9port 9p(1) semantics. "
+        "Headless: anvilctl -p PROMPT [-m MODEL] [-C DIR] [--max-steps N] "
+        "[--max-budget-tokens N] [--permission-mode MODE] [--output-format text|json|stream-json]"
+        " (anvilctl -p --help for details).",
     )
     ninep_cli.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -56,6 +75,10 @@ def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, lis
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if headless_requested(argv):
+        from anvilctl import headless
+
+        return headless.main(argv)
     light = (*ninep_cli.COMMANDS, *sessions.COMMANDS)
     parser, others = build_parser(only_9p=_command_word(argv) in light)
     args = parser.parse_args(argv)

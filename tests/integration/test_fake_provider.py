@@ -16,9 +16,12 @@ import trio
 import trio.testing
 
 from anvild.llm import stream
+from anvild.llm.capabilities import for_target
 from anvild.llm.errors import ApiError, HttpError
 from anvild.llm.providers.anthropic import AnthropicProvider
+from anvild.llm.providers.gemini import GeminiProvider
 from anvild.llm.providers.openai_chat import OpenAiChatProvider
+from anvild.llm.providers.openai_responses import OpenAIResponsesProvider
 from anvild.llm.retry import Retry, RetryPolicy
 from anvild.llm.stream import FinishReason
 from anvild.llm.types import ChatRequest, Message
@@ -82,6 +85,29 @@ async def test_a_stream_error_after_content(fake: FakeProvider) -> None:
         with pytest.raises(ApiError) as info:
             await complete(provider, ask("claude", "ping"))
     assert info.value.kind == "overloaded_error"
+
+
+async def test_pause_turn_and_refusal_end_each_protocol_abnormally(fake: FakeProvider) -> None:
+    async with httpx.AsyncClient() as client:
+        providers = [
+            AnthropicProvider(client, f"{fake.url}/v1"),
+            OpenAiChatProvider(client, f"{fake.url}/v1"),
+            OpenAIResponsesProvider(
+                client, f"{fake.url}/v1", None, "r", for_target("openai-responses")
+            ),
+            GeminiProvider(client, f"{fake.url}/v1beta", None, "g", for_target("gemini")),
+        ]
+        for provider in providers:
+            fake.add(Turn(text="wait", finish="pause_turn"), Turn(text="no", finish="refusal"))
+            paused = await complete(provider, ask("m", "x"))
+            refused = await complete(provider, ask("m", "y"))
+            assert (paused.finish, refused.finish) == (
+                FinishReason.UNSUPPORTED,
+                FinishReason.REFUSAL,
+            ), provider.name
+            assert not paused.executable
+    with pytest.raises(ValueError, match="finish must be one of"):
+        load_turns({"turns": [{"finish": "pause"}]})
 
 
 async def test_max_tokens_and_reasoning(fake: FakeProvider) -> None:

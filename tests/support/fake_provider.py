@@ -79,8 +79,11 @@ import h11
 import trio
 
 Protocol: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses", "gemini"]
-Finish: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
-FINISHES: tuple[Finish, ...] = ("end_turn", "tool_use", "max_tokens", "refusal")
+Finish: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn"]
+FINISHES: tuple[Finish, ...] = ("end_turn", "tool_use", "max_tokens", "refusal", "pause_turn")
+"""`pause_turn` is Anthropic's stop for a server-tool continuation, which the harness does not
+drive; the other protocols get a stop they do not define either (chat `pause_turn`, responses
+incomplete for `pause_turn`, Gemini `OTHER`), so every adapter ends it as unsupported."""
 
 MAX_BODY = 32 * 1024 * 1024
 
@@ -96,6 +99,9 @@ class Call:
 class Usage:
     input: int
     output: int
+    # Chat Completions only: sent as prompt_tokens_details.cached_tokens when given (as OpenAI
+    # does), so every token kind is known; None leaves it out (as Ollama does).
+    cache_read: int | None = None
 
 
 @attrs.frozen
@@ -399,7 +405,12 @@ def _anthropic(a: _Answer) -> list[bytes]:
             )
         )
         return out
-    stop = {"end_turn": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens"}
+    stop = {
+        "end_turn": "end_turn",
+        "tool_use": "tool_use",
+        "max_tokens": "max_tokens",
+        "pause_turn": "pause_turn",
+    }
     out.append(
         _sse(
             {
@@ -450,14 +461,21 @@ def _chat(a: _Answer) -> list[bytes]:
         error = {"message": t.stream_error.message, "type": t.stream_error.kind}
         out.append(_sse({"error": {**error, "code": t.stream_error.kind}}, "error"))
         return out
-    finish = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+    finish = {
+        "end_turn": "stop",
+        "tool_use": "tool_calls",
+        "max_tokens": "length",
+        "pause_turn": "pause_turn",
+    }
     out.append(chunk({}, finish.get(t.finish_reason, "content_filter")))
     if a.chat_usage:
-        usage = {
+        usage: dict[str, Any] = {
             "prompt_tokens": a.usage.input,
             "completion_tokens": a.usage.output,
             "total_tokens": a.usage.input + a.usage.output,
         }
+        if a.usage.cache_read is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": a.usage.cache_read}
         out.append(_sse({**base, "choices": [], "usage": usage}))
     out.append(_sse("[DONE]"))
     return out
@@ -586,6 +604,9 @@ def _responses(a: _Answer) -> list[bytes]:
     elif t.finish_reason == "refusal":
         final |= {"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}
         emit("response.incomplete", response=final)
+    elif t.finish_reason == "pause_turn":
+        final |= {"status": "incomplete", "incomplete_details": {"reason": "pause_turn"}}
+        emit("response.incomplete", response=final)
     else:
         emit("response.completed", response={**final, "status": "completed"})
     return out
@@ -630,7 +651,12 @@ def _gemini(a: _Answer) -> list[bytes]:
         }
         out.append(_sse({"error": error}, crlf=True))
         return out
-    finish = {"end_turn": "STOP", "tool_use": "STOP", "max_tokens": "MAX_TOKENS"}
+    finish = {
+        "end_turn": "STOP",
+        "tool_use": "STOP",
+        "max_tokens": "MAX_TOKENS",
+        "pause_turn": "OTHER",
+    }
     out.append(chunk(calls or [{"text": ""}], finish.get(t.finish_reason, "SAFETY")))
     return out
 

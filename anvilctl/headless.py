@@ -1,0 +1,751 @@
+"""`anvilctl -p PROMPT`: one prompt, one turn, nobody at the keyboard (headless).
+
+    anvilctl [-a ADDRESS] [-A ANAME] [-n] -p PROMPT [-m MODEL] [-C DIR] [--max-steps N]
+             [--max-budget-tokens N] [--permission-mode MODE] [--output-format FORMAT]
+
+    git diff | anvilctl -p "review this"             stdin (not a TTY) is appended to the prompt
+    anvilctl -p "fix the test" --output-format json  one JSON object when the turn has ended
+
+Theory of operation
+-------------------
+The session. `-p` creates an ephemeral, headless session (`new cwd=DIR ephemeral headless
+[model=M] [max_steps=N] [permission=MODE] [budget=N]` on `agent/ctl`): it runs this one prompt,
+then exits (its records stay in the data dir), and a tool call that needs approval is refused at
+once, the refusal saying which `--permission-mode` or config rule would allow it (nobody would
+ever answer `approval`, so waiting would hang). The daemon checks every key: a mode wider than
+its ceiling (`permissions.max_mode` in the user config) is refused with that message, and the
+command exits 1.
+
+Which daemon. Without `-a`, the service `agent` in the namespace directory (the same rules as
+`anvilctl new|send|...`); with `-a ADDRESS` (and `-A` for the TCP token), that server. When no
+daemon answers on the namespace socket (and no `-a` was given), the turn runs in this process:
+the same session layer (`anvild.daemon.wiring.Sessions`, a `SessionManager`) on the user's data
+dir, whose lock this process then holds for the turn. If another process holds that lock (a
+daemon serving another namespace, or another in-process `-p`), the turn runs on a fresh
+temporary data dir instead, which is removed afterwards (so the session's records are not
+kept), and stderr says so. The daemon's own modules are imported only on that path, so `-p`
+against a running daemon starts as fast as the other session commands.
+
+The stream. The session's `events` file is opened before the prompt is written to `in`, so
+the reader sees every event of the turn. The last event of a turn is always its
+`turn_finished` (the daemon's event stream never drops it, even for a reader that fell behind:
+it drops older lines and says so with a `lagged` line instead), and this command stops reading
+there. The outcome gives the exit status.
+
+Output (`--output-format`):
+
+- `text` (default): the final answer on stdout. After an abnormal end, the partial answer (if
+  any) on stdout and `anvilctl -p: turn ended: OUTCOME: DETAIL` on stderr.
+- `json`: one object when the turn has ended: `type` ("result"), `session_id`, `outcome`,
+  `detail`, `is_error`, `exit_code`, `result` (the answer text), `steps`, `usage` (tokens by
+  kind, null when unknown), `model`, `cwd`.
+- `stream-json`: every agent event line of the session's `events` file as it comes (JSON, one
+  per line), the last one `turn_finished`.
+
+Nothing is coloured: stdout carries no terminal escape codes (a TTY or not).
+
+Stopping. Ctrl-C (SIGINT) writes `cancel` to the session's ctl, waits for the turn to end (the
+tools' processes are killed by the daemon), prints what the format prints at a turn's end and
+exits 130; a second Ctrl-C exits at once. A closed stdout (the reader of a pipe went away:
+`anvilctl -p ... | head -1`) is noticed even while a tool runs and no event comes (stdout is
+polled for the error condition), and cancels the turn the same way.
+
+Exit status: 0 done, 1 error (also: the session could not be created, the daemon went away),
+2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, BinaryIO, Final
+
+from anvilctl import ninep_cli
+from anvilctl.ninep_client import (
+    CFid,
+    Client,
+    ClientError,
+    ConnectError,
+    ServerError,
+    dial,
+    service_address,
+)
+from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
+
+__all__ = ["EXIT_CODES", "MODES", "Renderer", "build_parser", "main"]
+
+SERVICE: Final = "agent"
+MODES: Final = ("plan", "default", "accept-edits", "bypass")
+FORMATS: Final = ("text", "json", "stream-json")
+EXIT_CODES: Final = {
+    "done": 0,
+    "error": 1,
+    "max_steps": 2,
+    "max_tokens": 3,
+    "refused": 4,
+    "budget_exceeded": 5,
+    "protocol_stopped": 6,
+    "cancelled": 130,
+}
+EXIT_ERROR: Final = 1
+EXIT_INTERRUPTED: Final = 130
+_CHUNK: Final = 8192
+_PREFIX: Final = "anvilctl -p"
+
+
+class HeadlessError(Exception):
+    """The turn could not be run; the message says why (exit 1)."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="anvilctl -p",
+        description="Run one prompt headless in a new session and print the result. Stdin, "
+        "when it is not a terminal, is appended to the prompt.",
+        epilog="Exit status: 0 done, 1 error, 2 max_steps, 3 max_tokens, 4 refused, "
+        "5 budget_exceeded, 6 protocol_stopped, 130 cancelled.",
+    )
+    ninep_cli.add_global_options(parser)
+    parser.add_argument("-p", "--print", dest="prompt", required=True, metavar="PROMPT")
+    parser.add_argument(
+        "-m", "--model", help="model alias or provider:model (default: the daemon's default model)"
+    )
+    parser.add_argument(
+        "-C", "--cwd", help="the session's working directory (default: the current directory)"
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=_positive,
+        metavar="N",
+        help="stop after N model requests (default: the daemon's setting)",
+    )
+    parser.add_argument(
+        "--max-budget-tokens",
+        type=_positive,
+        metavar="N",
+        help="stop the turn once it has used N tokens (input, output and cache)",
+    )
+    parser.add_argument(
+        "--permission-mode",
+        choices=MODES,
+        metavar="MODE",
+        help=f"one of {', '.join(MODES)} (default: the daemon's; never wider "
+        "than permissions.max_mode in the user config)",
+    )
+    parser.add_argument(
+        "--output-format",
+        choices=FORMATS,
+        default="text",
+        metavar="FORMAT",
+        help=f"one of {', '.join(FORMATS)} (default: text)",
+    )
+    return parser
+
+
+def _quote(value: str) -> str:
+    """A ctl word as Plan 9's tokenize(2) reads it."""
+    if value and not any(c in value for c in " \t\r\n'"):
+        return value
+    return "'" + value.replace("'", "''") + "'"
+
+
+def new_words(args: argparse.Namespace, cwd: str) -> list[str]:
+    words = [f"cwd={_quote(cwd)}", "ephemeral", "headless"]
+    if args.model:
+        words.append(f"model={_quote(args.model)}")
+    if args.max_steps is not None:
+        words.append(f"max_steps={args.max_steps}")
+    if args.permission_mode:
+        words.append(f"permission={args.permission_mode}")
+    if args.max_budget_tokens is not None:
+        words.append(f"budget={args.max_budget_tokens}")
+    return words
+
+
+# -- rendering the events --------------------------------------------------------------------
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away."""
+
+
+class Renderer:
+    """Turns a turn's event lines into the chosen output; `feed` returns True at the end."""
+
+    def __init__(self, fmt: str, out: BinaryIO, err: BinaryIO) -> None:
+        self.fmt = fmt
+        self._out = out
+        self._err = err
+        self.closed = False  # stdout's reader went away: nothing more is written to it
+        self.finished: dict[str, Any] | None = None
+        self.session_id = ""
+        self.model = ""
+        self.cwd = ""
+        self._step_text: list[str] = []
+        self.lagged = False
+
+    @property
+    def answer(self) -> str:
+        return "".join(self._step_text)
+
+    def write(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            self._out.write(data)
+            self._out.flush()
+        except (BrokenPipeError, ValueError) as exc:  # ValueError: a closed file object
+            self.closed = True
+            raise StdoutClosed from exc
+
+    def feed(self, line: bytes) -> bool:
+        """One event line (with or without its newline). True once it was `turn_finished`."""
+        line = line.rstrip(b"\n")
+        if not line:
+            return False
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = {}
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "step_started":
+            self._step_text = []
+        elif kind == "text_delta":
+            self._step_text.append(str(event.get("text", "")))
+        elif kind == "lagged":
+            self.lagged = True
+        if kind == "turn_finished":
+            self.finished = event
+        if self.fmt == "stream-json":
+            self.write(line + b"\n")
+        return kind == "turn_finished"
+
+    @property
+    def outcome(self) -> str:
+        return str(self.finished.get("outcome", "error")) if self.finished else "error"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.outcome, EXIT_ERROR)
+
+    def finish(self, answer: str | None = None) -> None:
+        """Write what the format writes at the end (`answer`: the session's `out`, when the
+        event stream lost some text)."""
+        text = self.answer if answer is None else answer
+        finished = self.finished or {}
+        detail = str(finished.get("detail", ""))
+        if self.fmt == "text":
+            if text:
+                self.write(text.encode() + (b"" if text.endswith("\n") else b"\n"))
+            if self.outcome != "done":
+                why = f": {detail}" if detail else ""
+                self._say(f"turn ended: {self.outcome}{why}")
+        elif self.fmt == "json":
+            result = {
+                "type": "result",
+                "session_id": self.session_id,
+                "outcome": self.outcome,
+                "detail": detail,
+                "is_error": self.outcome != "done",
+                "exit_code": self.exit_code,
+                "result": text,
+                "steps": finished.get("steps"),
+                "usage": finished.get("usage"),
+                "model": self.model,
+                "cwd": self.cwd,
+            }
+            self.write(json.dumps(result, ensure_ascii=False).encode() + b"\n")
+
+    def _say(self, message: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._err.write(f"{_PREFIX}: {message}\n".encode())
+            self._err.flush()
+
+
+def synthetic_end(outcome: str, detail: str) -> bytes:
+    """A `turn_finished` line for a turn that never started (its session ended first)."""
+    event = {"type": "turn_finished", "outcome": outcome, "steps": 0, "usage": None}
+    event["detail"] = detail
+    return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+# -- the daemon path ---------------------------------------------------------------------------
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _connect(args: argparse.Namespace) -> Client | None:
+    """A connection to the daemon, or None when none answers on the namespace socket (with
+    `-a`, a failure to connect is an error: the user named that server)."""
+    address = args.address or service_address(SERVICE)
+    try:
+        return Client(dial(address))
+    except ConnectError:
+        if args.address:
+            raise
+        return None
+
+
+def _mounted(args: argparse.Namespace) -> tuple[Client, CFid]:
+    client = Client(dial(args.address or service_address(SERVICE)))
+    try:
+        return client, client.mount(aname=args.aname, auth=not args.noauth)
+    except BaseException:
+        client.close()
+        raise
+
+
+class _EventPump(threading.Thread):
+    """Reads the session's `events` file on its own connection and hands each chunk to the
+    main thread (a queue, and a byte on a pipe so the main thread can poll it with stdout)."""
+
+    def __init__(self, fid: CFid) -> None:
+        super().__init__(name="anvilctl-events", daemon=True)
+        self.fid = fid
+        self.items: queue.SimpleQueue[bytes | BaseException | None] = queue.SimpleQueue()
+        self.wake_r, self.wake_w = os.pipe()
+
+    def run(self) -> None:
+        try:
+            while data := self.fid.read(_CHUNK):
+                self._put(data)
+            self._put(None)
+        except BaseException as exc:
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        self.items.put(item)
+        with contextlib.suppress(OSError):
+            os.write(self.wake_w, b".")
+
+    def close(self) -> None:
+        for fd in (self.wake_r, self.wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _watchable(fd: int) -> bool:
+    """Whether a closed reader shows on `fd` as POLLERR (pipes and sockets)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _detach_stdout(out: BinaryIO) -> None:
+    """After EPIPE: point fd 1 at /dev/null so the interpreter's final flush stays quiet."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+        os.close(devnull)
+
+
+def _run_daemon(
+    client: Client,
+    args: argparse.Namespace,
+    prompt: str,
+    cwd: str,
+    renderer: Renderer,
+    out: BinaryIO,
+) -> int:
+    root = client.mount(aname=args.aname, auth=not args.noauth)
+    ctl = client.open(root, "ctl", ORDWR)
+    try:
+        ctl.write(" ".join(["new", *new_words(args, cwd)]).encode())
+    except ServerError as exc:
+        raise HeadlessError(str(exc)) from exc
+    session_id = ctl.pread(_CHUNK, 0).decode().strip()
+    ctl.clunk()
+    if not session_id:
+        raise HeadlessError("the daemon answered no session id")
+    renderer.session_id, renderer.cwd = session_id, cwd
+    with contextlib.suppress(ClientError):
+        model = client.open(root, f"{session_id}/model", OREAD)
+        renderer.model = model.read(_CHUNK).decode().strip()
+        model.clunk()
+
+    events_client, events_root = _mounted(args)
+    with events_client:
+        events = events_client.open(events_root, f"{session_id}/events", OREAD)
+        pump = _EventPump(events)
+        pump.start()
+        try:
+            fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
+            try:
+                fid.write(prompt.encode())
+            finally:
+                fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
+            return _pump_loop(client, root, session_id, pump, renderer, out)
+        finally:
+            with contextlib.suppress(OSError):
+                events_client.sock.shutdown(2)
+            pump.close()
+
+
+def _pump_loop(
+    client: Client,
+    root: CFid,
+    session_id: str,
+    pump: _EventPump,
+    renderer: Renderer,
+    out: BinaryIO,
+) -> int:
+    stdout_fd = out.fileno() if hasattr(out, "fileno") else -1
+    poller = select.poll()
+    poller.register(pump.wake_r, select.POLLIN)
+    watching = stdout_fd >= 0 and _watchable(stdout_fd)
+    if watching:
+        poller.register(stdout_fd, 0)  # POLLERR/POLLHUP are always reported
+    pending = b""
+    interrupted = False
+    cancelled = False
+
+    def cancel(why: str) -> None:
+        nonlocal cancelled
+        if cancelled:
+            return
+        cancelled = True
+        _cancel(client, root, session_id, why)
+
+    while True:
+        try:
+            item = pump.items.get_nowait() if not pump.items.empty() else b""
+            if isinstance(item, BaseException):
+                raise HeadlessError(f"the events of session {session_id} broke off: {item}")
+            if item is None:  # end of stream: the session ended without (or after) its turn
+                if renderer.finished is None:
+                    renderer.feed(synthetic_end("cancelled", "the session ended before its turn"))
+                break
+            if item:
+                pending += item
+                lines = pending.split(b"\n")
+                pending = lines.pop()
+                done = False
+                for line in lines:
+                    try:
+                        if renderer.feed(line):
+                            done = True
+                            break
+                    except StdoutClosed:
+                        _detach_stdout(out)
+                        cancel("stdout was closed")
+                if done:
+                    break
+                continue
+            for fd, flags in poller.poll():
+                if fd == pump.wake_r:
+                    os.read(pump.wake_r, 4096)
+                elif flags & (select.POLLERR | select.POLLHUP):
+                    poller.unregister(stdout_fd)
+                    renderer.closed = True
+                    _detach_stdout(out)
+                    cancel("stdout was closed")
+        except KeyboardInterrupt:
+            if interrupted:
+                raise _Interrupted from None
+            interrupted = True
+            cancel("interrupted (Ctrl-C)")
+    try:
+        renderer.finish(_out_text(client, root, session_id) if renderer.lagged else None)
+    except StdoutClosed:
+        _detach_stdout(out)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return renderer.exit_code
+
+
+def _cancel(client: Client, root: CFid, session_id: str, why: str) -> None:
+    """`cancel` on the session's ctl (it returns when the turn has ended); if no turn runs yet
+    (the prompt is still queued), `kill` ends the session instead."""
+    for verb in ("cancel", "kill"):
+        try:
+            fid = client.open(root, f"{session_id}/ctl", OWRITE)
+            try:
+                fid.write(verb.encode())
+                return
+            finally:
+                fid.clunk()
+        except ServerError:
+            continue
+        except ClientError:
+            return
+
+
+def _out_text(client: Client, root: CFid, session_id: str) -> str | None:
+    """The session's `out` (the answer, complete even when the event stream lagged)."""
+    try:
+        fid = client.open(root, f"{session_id}/out", OREAD)
+        parts = []
+        while data := fid.read(_CHUNK):
+            parts.append(data)
+        fid.clunk()
+    except ClientError:
+        return None
+    text = b"".join(parts).decode(errors="replace")
+    return text.split("\n\n[turn ended: ")[0] if "[turn ended: " in text else text
+
+
+# -- the in-process path -----------------------------------------------------------------------
+
+
+def _run_in_process(
+    args: argparse.Namespace, prompt: str, cwd: str, renderer: Renderer, out: BinaryIO
+) -> int:
+    """Run the turn with the session layer in this process (no daemon answers). See the module
+    docstring for the data dir rules. Imports the daemon's modules: only this path pays."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from anvild.config import load, user_config_file, user_data_dir
+    from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
+    from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
+    from anvild.llm.errors import ConfigError
+    from anvild.sandbox.secrets import Redactor
+
+    env = os.environ
+    try:
+        level = parse_level(env.get(LOG_ENV))
+        data_dir = prepare_data_dir(user_data_dir().absolute())
+        config = load(user_file=user_config_file(), data_dir=data_dir, project=False)
+    except (LogLevelError, DataDirError, ConfigError) as exc:
+        raise HeadlessError(str(exc)) from exc
+    lock = DataDirLock(data_dir)
+    holder = Path(f"(anvilctl -p in process, pid {os.getpid()})")
+    temporary: Path | None = None
+    try:
+        lock.acquire(holder)
+    except DataDirError as exc:
+        temporary = Path(tempfile.mkdtemp(prefix="anvilctl-p-"))
+        renderer._say(
+            f"no daemon answers on {service_address(SERVICE)} and {exc.args[0].split(';')[0]}; "
+            f"running in process on the temporary data dir {temporary} (removed afterwards: "
+            "this session's records are not kept)"
+        )
+        data_dir = temporary
+        lock = DataDirLock(data_dir)
+        lock.acquire(holder)
+    try:
+        redactor = Redactor.from_environ(
+            env,
+            passthrough=config.env_passthrough,
+            extra_secret_names=[p.api_key_env for p in config.providers.values() if p.api_key_env],
+        )
+        try:
+            configure_logging(data_dir, level=level, redactor=redactor)
+        except OSError as exc:
+            raise HeadlessError(f"cannot open the log file in {data_dir / 'logs'}: {exc}") from exc
+        return _in_process_turn(args, prompt, cwd, renderer, out, config, data_dir, redactor)
+    finally:
+        lock.release()
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _in_process_turn(
+    args: argparse.Namespace,
+    prompt: str,
+    cwd: str,
+    renderer: Renderer,
+    out: BinaryIO,
+    config: Any,
+    data_dir: Any,
+    redactor: Any,
+) -> int:
+    import trio
+
+    from anvild import __version__
+    from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
+    from anvild.daemon.root import RootTree
+    from anvild.daemon.wiring import Sessions
+    from anvild.session import NewSession, Session, SessionError, SessionRefused
+
+    env = os.environ
+    local_model: LlamaServer | None = None
+    if embedded_default_wanted(config, env):
+        try:
+            paths = LlamaPaths.find(env)
+        except LlamaNotBuilt as exc:
+            raise HeadlessError(str(exc)) from exc
+        local_model = LlamaServer(paths, log_file=data_dir / "logs" / "llama-server.log", env=env)
+    sessions = Sessions.build(
+        config,
+        RootTree(version=__version__),
+        env=env,
+        data_dir=data_dir,
+        redactor=redactor,
+        local_model=local_model,
+    )
+    interrupted = False
+
+    async def cancel(session: Session) -> None:
+        try:
+            await session.cancel()
+        except SessionRefused:  # no turn runs yet (or any more): end the session
+            with contextlib.suppress(SessionError):
+                await session.kill()
+
+    async def watch_signals(session: Session, scope: trio.CancelScope) -> None:
+        nonlocal interrupted
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                if interrupted:
+                    raise _Interrupted
+                interrupted = True
+                scope.cancel()  # stop watching stdout; the turn is being cancelled
+                await cancel(session)
+
+    async def watch_stdout(session: Session) -> None:
+        fd = out.fileno()
+        if not _watchable(fd):
+            return
+        await trio.to_thread.run_sync(_wait_stdout_closed, fd, abandon_on_cancel=True)
+        renderer.closed = True
+        _detach_stdout(out)
+        await cancel(session)
+
+    async def turn() -> int:
+        async with trio.open_nursery() as nursery:
+            if local_model is not None:
+                await nursery.start(local_model.run)
+            await nursery.start(sessions.run)
+            request = NewSession(
+                model=args.model,
+                cwd=cwd,
+                ephemeral=True,
+                headless=True,
+                max_steps=args.max_steps,
+                permission=args.permission_mode,
+                budget=args.max_budget_tokens,
+            )
+            try:
+                session = await sessions.manager.create(request)
+            except SessionError as exc:
+                raise HeadlessError(str(exc)) from exc
+            renderer.session_id, renderer.model, renderer.cwd = session.id, session.model, cwd
+            reader = session.events.open_reader()
+            session.submit(prompt)
+            async with trio.open_nursery() as watchers:
+                stdout_scope = trio.CancelScope()
+                watchers.start_soon(watch_signals, session, stdout_scope)
+
+                async def stdout_task() -> None:
+                    with stdout_scope:
+                        await watch_stdout(session)
+
+                watchers.start_soon(stdout_task)
+                pending = b""
+                while True:
+                    data = await reader.read(65536)
+                    if not data:
+                        if renderer.finished is None:
+                            end = synthetic_end("cancelled", "the session ended before its turn")
+                            with contextlib.suppress(StdoutClosed):
+                                renderer.feed(end)
+                        break
+                    pending += data
+                    lines = pending.split(b"\n")
+                    pending = lines.pop()
+                    done = False
+                    for line in lines:
+                        try:
+                            done = renderer.feed(line)
+                        except StdoutClosed:
+                            _detach_stdout(out)
+                            await cancel(session)
+                        if done:
+                            break
+                    if done:
+                        break
+                watchers.cancel_scope.cancel()
+            reader.close()
+            try:
+                renderer.finish(
+                    session.out.split("\n\n[turn ended: ")[0] if renderer.lagged else None
+                )
+            except StdoutClosed:
+                _detach_stdout(out)
+            await sessions.stop()
+            nursery.cancel_scope.cancel()
+        return EXIT_INTERRUPTED if interrupted else renderer.exit_code
+
+    return trio.run(turn)
+
+
+def _wait_stdout_closed(fd: int) -> None:
+    """Block until the reader of `fd` (a pipe or socket) has gone away."""
+    poller = select.poll()
+    poller.register(fd, 0)
+    while not any(flags & (select.POLLERR | select.POLLHUP) for _, flags in poller.poll()):
+        pass
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+def _prompt(args: argparse.Namespace, stdin: BinaryIO) -> str:
+    prompt: str = args.prompt
+    if not stdin.isatty():
+        piped = stdin.read().decode(errors="replace")
+        if piped.strip():
+            prompt = f"{prompt.rstrip()}\n\n{piped}" if prompt.strip() else piped
+    if not prompt.strip():
+        raise HeadlessError("the prompt is empty: give -p TEXT, or pipe the text on stdin")
+    return prompt
+
+
+def main(
+    argv: Sequence[str],
+    *,
+    stdin: BinaryIO | None = None,
+    stdout: BinaryIO | None = None,
+    stderr: BinaryIO | None = None,
+    in_process: Callable[..., int] | None = None,
+) -> int:
+    """Run `anvilctl -p ...`; return the exit status."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    args = build_parser().parse_args(list(argv))
+    renderer = Renderer(args.output_format, stdout, stderr)
+    try:
+        cwd = os.path.abspath(args.cwd or os.getcwd())
+        if not os.path.isdir(cwd):
+            raise HeadlessError(f"-C {args.cwd}: not a directory")
+        prompt = _prompt(args, stdin)
+        client = _connect(args)
+        if client is None:
+            run = in_process or _run_in_process
+            return run(args, prompt, cwd, renderer, stdout)
+        with client:
+            return _run_daemon(client, args, prompt, cwd, renderer, stdout)
+    except (HeadlessError, ClientError) as exc:
+        renderer._say(str(exc))
+        return EXIT_ERROR
+    except _Interrupted:
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,398 @@
+"""End to end: `anvilctl -p` as a real process, against a real daemon (or in process), with the
+fake provider server as the model.
+
+Every exit status of the README's table is produced here by a real `anvilctl -p` run: 0 done,
+1 error, 2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130
+cancelled. The scripted turns are chosen by a word of the prompt (`contains`), so one fake
+server serves every case of a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from anvild.daemon.datadir import DataDirLock, prepare_data_dir
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
+from anvild.store import SessionStore
+from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild, isolated_env
+from tests.integration.test_sessions_e2e import TURN_TIMEOUT, FakeServer, user_config
+
+TIMEOUT = TURN_TIMEOUT + STARTUP_TIMEOUT
+
+TURNS: list[dict[str, Any]] = [
+    {"contains": "say-pong", "text": "pong", "repeat": True},
+    {"contains": "cut-me", "text": "half an ans", "finish": "max_tokens", "repeat": True},
+    {"contains": "refuse-me", "text": "", "finish": "refusal", "repeat": True},
+    {"contains": "pause-me", "text": "paused", "finish": "pause_turn", "repeat": True},
+    # A model that keeps looking for files: max_steps ends it; its usage spends a budget. (The
+    # glob's result, "No files match 'loop-*' ...", is the next request's last user text.)
+    {
+        "contains": "loop-",
+        "tool_calls": [{"name": "glob", "arguments": {"pattern": "loop-*"}}],
+        "usage": {"input": 100, "output": 20, "cache_read": 0},
+        "repeat": True,
+    },
+    {"contains": "slow-", "text": "s l o w l y", "chunk_delay": 5.0, "repeat": True},
+    # A call that needs approval; the second request carries the refusal as the tool result.
+    {"contains": "headless session", "text": "understood", "repeat": True},
+    {
+        "contains": "touch-it",
+        "tool_calls": [{"name": "bash", "arguments": {"command": "touch made-by-tool"}}],
+        "repeat": True,
+    },
+    # A command that says it started (on a FIFO the test reads), then runs until killed.
+    {
+        "contains": "run-forever",
+        "tool_calls": [
+            {
+                "name": "bash",
+                "arguments": {"command": "echo started > ready.fifo; exec sleep 127.5"},
+            }
+        ],
+        "repeat": True,
+    },
+]
+# (any other prompt gets an HTTP 400 from the fake: the turn ends in error)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(tmp_path, TURNS)
+    yield server
+    server.stop()
+
+
+def write_config(tmp_path: Path, url: str, extra: str = "") -> Path:
+    config = user_config(tmp_path, url)
+    config.write_text(config.read_text() + extra)
+    return config
+
+
+@pytest.fixture
+def namespace(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
+    config = write_config(tmp_path, fake.url, '\n[permissions]\nmax_mode = "bypass"\n')
+    d = Anvild(namespace, "--config", str(config))
+    d.wait_serving()
+    yield d
+    code, log = d.stop()
+    assert code == 0, log
+
+
+def env_for(namespace: Path) -> dict[str, str]:
+    return {**isolated_env(namespace.parent), "NAMESPACE": str(namespace)}
+
+
+def headless(
+    namespace: Path, *args: str, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "anvilctl", *args],
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env_for(namespace),
+        cwd=cwd,
+        check=False,
+    )
+
+
+def turn_ends(data_dir: Path) -> list[tuple[str, str]]:
+    """(outcome, detail) of every recorded turn of every session in the data dir."""
+    store = SessionStore(data_dir / "sessions")
+    ends = []
+    for session_id in store.ids():
+        journal = store.open(session_id)
+        try:
+            state = journal.state
+            assert state.last_turn is not None
+            ends.append((state.last_turn.outcome, state.last_turn.detail))
+        finally:
+            journal.close()
+    return ends
+
+
+def read_fifo(path: Path, timeout: float) -> bytes:
+    """The first line written to the FIFO, waiting at most `timeout` for it. (Opened read-write,
+    so that no writer yet is not end-of-file: Linux fifo(7).)"""
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        data = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while not data.endswith(b"\n") and sel.select(timeout):
+                data += os.read(fd, 4096)
+        return data
+    finally:
+        os.close(fd)
+
+
+def processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if token.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+# -- exit statuses -----------------------------------------------------------------------------
+
+
+def test_every_exit_status_row(daemon: Anvild, namespace: Path, workdir: Path) -> None:
+    rows = [
+        (["-p", "say-pong please"], 0),
+        (["-p", "nothing scripted answers this"], 1),
+        (["-p", "loop-forever", "--max-steps", "2"], 2),
+        (["-p", "cut-me short"], 3),
+        (["-p", "refuse-me"], 4),
+        (["-p", "loop-spend", "--max-budget-tokens", "50"], 5),
+        (["-p", "pause-me"], 6),
+    ]
+    for args, status in rows:
+        result = headless(namespace, *args, "-C", str(workdir))
+        assert result.returncode == status, (args, result.stdout, result.stderr)
+    ok = headless(namespace, "-p", "say-pong", "-C", str(workdir))
+    assert (ok.stdout, ok.stderr) == ("pong\n", "")
+    cut = headless(namespace, "-p", "cut-me", "-C", str(workdir))
+    assert cut.stdout == "half an ans\n"
+    assert cut.stderr.startswith("anvilctl -p: turn ended: max_tokens")
+    budget = headless(
+        namespace, "-p", "loop-spend", "--max-budget-tokens", "50", "-C", str(workdir)
+    )
+    assert "120 tokens used of a 50-token budget" in budget.stderr
+
+
+def test_ctrl_c_cancels_the_turn_and_exits_130(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anvilctl", "-p", "slow-answer", "--output-format", "stream-json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env_for(namespace),
+    )
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())  # the turn runs (its first event came)
+    assert first["type"] == "step_started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 130, err
+    last = json.loads(out.splitlines()[-1])
+    assert (last["type"], last["outcome"]) == ("turn_finished", "cancelled")
+    assert [outcome for outcome, _ in turn_ends(daemon.data_dir)] == ["cancelled"]
+
+
+# -- output formats and input ------------------------------------------------------------------
+
+
+def test_stdin_is_appended_to_the_prompt(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    result = headless(
+        namespace, "-p", "say-pong for this diff:", stdin="+added line\n", cwd=workdir
+    )
+    assert (result.returncode, result.stdout) == (0, "pong\n")
+    sent = fake.requests()[-1]["last_user_text"]
+    assert sent.startswith("say-pong for this diff:\n\n+added line")
+
+
+def test_json_is_one_object(daemon: Anvild, namespace: Path, workdir: Path) -> None:
+    result = headless(namespace, "-p", "say-pong", "--output-format", "json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    obj = json.loads(lines[0])
+    assert obj["type"] == "result"
+    assert (obj["outcome"], obj["is_error"], obj["exit_code"]) == ("done", False, 0)
+    assert obj["result"] == "pong"
+    assert obj["session_id"].isalnum()
+    assert (obj["model"], obj["cwd"], obj["steps"]) == ("fake", str(workdir), 1)
+    assert obj["usage"]["input"] > 0
+    assert obj["usage"]["output"] > 0
+    assert "\x1b" not in result.stdout
+
+
+def test_stream_json_ends_with_turn_finished(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    result = headless(
+        namespace, "-p", "loop-x", "--max-steps", "2", "--output-format", "stream-json", cwd=workdir
+    )
+    assert result.returncode == 2, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "step_started"
+    assert kinds.count("tool_call_started") == 2
+    assert kinds.count("tool_call_finished") == 2
+    assert kinds[-1] == "turn_finished"
+    assert kinds.count("turn_finished") == 1
+    assert (events[-1]["outcome"], events[-1]["steps"]) == ("max_steps", 2)
+    assert "\x1b" not in result.stdout
+
+
+# -- permissions -------------------------------------------------------------------------------
+
+
+def test_a_call_needing_approval_is_refused_saying_what_would_allow_it(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    result = headless(namespace, "-p", "touch-it", "--output-format", "json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["result"] == "understood"
+    assert not (workdir / "made-by-tool").exists()
+    refusal = fake.requests()[-1]["last_user_text"]
+    assert "nobody can approve it in a headless session" in refusal
+    assert "--permission-mode bypass" in refusal
+
+
+def test_a_mode_above_the_ceiling_is_refused(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    d = Anvild(namespace, "--config", str(write_config(tmp_path, fake.url)))
+    d.wait_serving()
+    try:
+        result = headless(namespace, "-p", "say-pong", "--permission-mode", "bypass", cwd=workdir)
+        accepted = headless(
+            namespace, "-p", "say-pong", "--permission-mode", "accept-edits", cwd=workdir
+        )
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert result.returncode == 1
+    assert "permission=bypass is wider than this daemon allows: its ceiling is accept-edits" in (
+        result.stderr
+    )
+    assert "permissions.max_mode" in result.stderr
+    assert (accepted.returncode, accepted.stdout) == (0, "pong\n")
+
+
+# -- a closed stdout ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sandbox_workdir() -> Iterator[Path]:
+    """A workspace the sandbox's command can use: as root the command runs as uid 65534, which
+    cannot enter pytest's 0700 tmp dir (see tests/sandbox/conftest.py), so it lives under
+    /var/tmp and belongs to that uid."""
+    top = Path(tempfile.mkdtemp(prefix="anvil-headless-", dir="/var/tmp"))
+    top.chmod(0o755)
+    work = top / "work"
+    work.mkdir()
+    os.mkfifo(work / "ready.fifo")
+    if os.geteuid() == 0:
+        for path in (work, work / "ready.fifo"):
+            os.chown(path, DEFAULT_UID, DEFAULT_GID)
+    yield work
+    shutil.rmtree(top)
+
+
+def test_a_closed_stdout_cancels_the_turn_and_reaps_its_tools(
+    daemon: Anvild, namespace: Path, sandbox_workdir: Path
+) -> None:
+    workdir = sandbox_workdir
+    fifo = workdir / "ready.fifo"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "anvilctl", "-p", "run-forever"),
+            *("--permission-mode", "bypass", "--output-format", "stream-json"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env_for(namespace),
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    try:
+        assert json.loads(proc.stdout.readline())["type"] == "step_started"
+        assert read_fifo(fifo, TIMEOUT) == b"started\n", "the tool's command did not start"
+        assert processes_with("127.5"), "the tool's command is not running"
+        proc.stdout.close()  # the reader goes away, as `| head -1` does
+        status = proc.wait(timeout=TIMEOUT)
+        err = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert status == 130, err
+    assert "Traceback" not in err
+    assert [outcome for outcome, _ in turn_ends(daemon.data_dir)] == ["cancelled"]
+    assert processes_with("127.5") == []
+
+
+# -- in process --------------------------------------------------------------------------------
+
+
+def in_process_config(home: Path, url: str) -> Path:
+    config_dir = home / "xdg-config" / "anvil"
+    config_dir.mkdir(parents=True)
+    return write_config(config_dir, url)
+
+
+def test_without_a_daemon_the_turn_runs_in_process(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    in_process_config(tmp_path, fake.url)
+    namespace.mkdir(mode=0o700)
+    result = headless(namespace, "-p", "say-pong", "--output-format", "json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["result"] == "pong"
+    assert result.stderr == ""
+    data_dir = tmp_path / "xdg-data" / "anvil"
+    assert turn_ends(data_dir) == [("done", "")]  # on the user's data dir, records kept
+    assert not (data_dir / "anvild.lock").exists()
+
+    maxed = headless(namespace, "-p", "loop-y", "--max-steps", "1", cwd=workdir)
+    assert maxed.returncode == 2, maxed.stderr
+
+
+def test_a_locked_data_dir_runs_in_a_temporary_one(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    in_process_config(tmp_path, fake.url)
+    data_dir = prepare_data_dir(tmp_path / "xdg-data" / "anvil")
+    lock = DataDirLock(data_dir)
+    lock.acquire(tmp_path / "elsewhere" / "agent")
+    try:
+        result = headless(namespace, "-p", "say-pong", cwd=workdir)
+    finally:
+        lock.release()
+    assert (result.returncode, result.stdout) == (0, "pong\n"), result.stderr
+    assert "running in process on the temporary data dir" in result.stderr
+    assert "records are not kept" in result.stderr
+    assert not (data_dir / "sessions").exists() or turn_ends(data_dir) == []
