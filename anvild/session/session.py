@@ -501,7 +501,9 @@ class Session:
         """The permission mode the session runs with (recorded, within the daemon's ceiling)."""
         settings = self._services.settings
         recorded = self._journal.state.permission
-        mode = settings.mode if recorded is None else Mode(recorded)
+        if recorded is None:
+            return settings.mode
+        mode = Mode(recorded)  # a ceiling lowered since `new` applies to the session too
         return settings.max_mode if wider(mode, settings.max_mode) else mode
 
     @property

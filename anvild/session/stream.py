@@ -183,6 +183,8 @@ class LineReader:
             old = self._lines.popleft()
             self._bytes -= len(old)
             evicted += _lost_in(old)
+        if evicted and not self._lines and before:  # one gap: one marker
+            before, evicted = lag_marker(evicted + _lost_in(before)), 0
         if evicted:
             marker = lag_marker(evicted)
             self._lines.appendleft(marker)
