@@ -41,7 +41,8 @@ The agent tools (`anvild.beads.tools`) claim for their own session only.
 
 Orphans: a bead is orphaned when it is in progress and assigned to a session that is no longer
 live (killed, exited, or not restored after a restart). `list` marks it, and when a session
-exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent/events`.
+exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent/events`
+(`announce_orphans` does the same once at daemon start, for sessions that were not restored).
 `release` makes it pending again, with `assigned_to` cleared.
 
 Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
@@ -264,6 +265,16 @@ class BeadsTree:
             and bead.assigned_to != USER
             and not self.session_live(bead.assigned_to)
         )
+
+    def announce_orphans(self, reason: str) -> int:
+        """One `bead_orphaned` event per orphaned bead (the daemon calls it once its sessions
+        are restored); how many there were."""
+        count = 0
+        for bead in self.store.beads():
+            if self.orphaned(bead) and bead.assigned_to is not None:
+                self.publish(encode_event(BeadOrphaned(bead.id, bead.assigned_to, reason)))
+                count += 1
+        return count
 
     def on_session_event(self, event: SessionEvent) -> None:
         """For `SessionManager(on_event=...)`: when a session exits, one `bead_orphaned` event

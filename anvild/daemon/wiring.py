@@ -295,6 +295,8 @@ class Sessions:
                     await self._open_beads()
                     async with trio.open_nursery() as nursery:
                         await nursery.start(self.manager.run)
+                        if self.beads is not None:
+                            self.beads.announce_orphans("its session was not restored")
                         task_status.started()
         finally:
             self._done.set()

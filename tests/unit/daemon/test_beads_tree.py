@@ -356,3 +356,17 @@ async def test_a_flushed_or_clunked_wait_ends_without_an_answer(tmp_path: Path) 
                 assert await c.raw.rpc(m.Tflush(2, 1)) == m.Rflush(2)
         assert await c.clunk(fid) == m.Rclunk(0)
         assert await c.get(f"beads/{bead}/status") == "pending\n"
+
+
+async def test_orphans_found_at_start_are_announced(tmp_path: Path) -> None:
+    async with served(tmp_path) as (tree, con, root, sessions):
+        c = await con()
+        bead = await new(c, "beads/ctl", 'new "Work" developer')
+        await ok(c, f"beads/{bead}/ctl", "claim a1b2c3d4")
+        assert tree.announce_orphans("not restored") == 0
+        del sessions.live["a1b2c3d4"]
+        assert tree.announce_orphans("not restored") == 1
+        orphaned = [e for e in events_of(root) if e["type"] == "bead_orphaned"]
+        assert [(e["id"], e["session"], e["reason"]) for e in orphaned] == [
+            (bead, "a1b2c3d4", "not restored")
+        ]
