@@ -41,7 +41,7 @@ agent/<id>/ and agent/<alias>/: `manager.get(id_or_alias)` -> Session (`SessionN
 
 For a Session `s`:
   ctl       `await s.control(line)`: stop | start | restart | kill | cancel | clear | model NAME
-            (or the methods `stop`, `start`, `restart`, `kill`, `cancel`, `clear`,
+            | request_approval [SUMMARY] | approve | reject REASON (or the methods `stop`, `start`, `restart`, `kill`, `cancel`, `clear`,
             `switch_model`). Blocking: each waits for the running turn to end when it ends one.
             `clear` and `model` refuse while a turn runs (write cancel first); `cancel` refuses
             when no turn runs; `start` only from stopped or error.

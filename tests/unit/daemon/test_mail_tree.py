@@ -8,7 +8,7 @@ mounted as the daemon mounts them, driven with raw 9P messages the way `9p read`
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ class Served:
     root: RootTree
     client: Client
     provider: ScriptedProvider
+    server: Server
+    connect: Callable[[], Awaitable[tuple[Client, trio.testing.MemorySendStream | Any]]]
 
 
 @asynccontextmanager
@@ -79,12 +81,17 @@ async def served(tmp_path: Path, scripts: Sequence[Any] = ()) -> AsyncIterator[S
     server = Server(lambda req: root.root)
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
-        client_stream, server_stream = trio.testing.memory_stream_pair()
-        nursery.start_soon(server.serve, server_stream)
-        raw = RawClient(client_stream, Dialect.P9P2000_U)
-        await raw.handshake()
-        yield Served(manager, office, root, Client(raw), provider)
-        await client_stream.aclose()
+
+        async def connect() -> tuple[Client, Any]:
+            client_stream, server_stream = trio.testing.memory_stream_pair()
+            nursery.start_soon(server.serve, server_stream)
+            raw = RawClient(client_stream, Dialect.P9P2000_U)
+            await raw.handshake()
+            return Client(raw), client_stream
+
+        client, stream = await connect()
+        yield Served(manager, office, root, client, provider, server, connect)
+        await stream.aclose()
         nursery.cancel_scope.cancel()
 
 
@@ -134,6 +141,19 @@ async def test_an_inbox_read_that_stops_early_marks_nothing(tmp_path: Path) -> N
         assert reply == m.Rread(0, b'[\n{"i')
         assert await c.clunk(fid) == m.Rclunk(0)
         assert len(json.loads(await c.get("dev/inbox"))) == 1  # still unread, now read
+
+
+async def test_a_reader_whose_connection_drops_loses_no_mail(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        await new_session(s.client, b"alias=dev")
+        assert await s.client.put("user/outbox", msg("dev")) == m.Rclunk(0)
+        other, stream = await s.connect()
+        fid = await other.open("dev/inbox", OREAD)
+        assert len(json.loads(await other.read_all(fid))) == 1  # read to the end, never clunked
+        await stream.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert s.server.statistics().connections_open == 1  # its fids were aborted
+        assert len(json.loads(await s.client.get("dev/inbox"))) == 1  # still unread
 
 
 async def test_bad_outbox_writes_fail_the_clunk_and_write_nothing(tmp_path: Path) -> None:
@@ -196,3 +216,22 @@ async def test_automail_prompts_an_idle_session_once(tmp_path: Path) -> None:
         reply, _ = await c.rdwr("ctl", b"new mail=sometimes")
         assert "mail=sometimes: use mail=auto" in error_text(reply)
         assert s.office.store.count(rev, Box.INBOX) == 2
+
+
+async def test_automail_waits_for_an_unread_answer_then_prompts(tmp_path: Path) -> None:
+    scripts = [script.text("first answer"), script.text("handled the mail")]
+    async with served(tmp_path, scripts) as s:
+        c = s.client
+        await new_session(c, b"alias=bot")
+        reply, _ = await c.rdwr("bot/ctl", b"automail on")
+        assert isinstance(reply, m.Rwrite), reply
+        assert await c.put("bot/in", b"work") == m.Rclunk(0)
+        assert await c.get("bot/wait") == "await\n"
+        assert await c.put("user/outbox", msg("bot", subject="news")) == m.Rclunk(0)
+        assert await c.put("user/outbox", msg("bot", subject="more")) == m.Rclunk(0)
+        assert len(s.provider.requests) == 1  # the answer in out is not read yet
+        assert await c.get("bot/out") == "first answer\n"  # idle: the mail prompt goes in now
+        assert await c.get("bot/wait") == "await\n"
+        assert len(s.provider.requests) == 2
+        prompt = s.provider.requests[1].messages[-1].text()
+        assert "2 unread message(s) in your inbox (from user)" in prompt
