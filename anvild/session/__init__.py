@@ -41,8 +41,9 @@ agent/<id>/ and agent/<alias>/: `manager.get(id_or_alias)` -> Session (`SessionN
 
 For a Session `s`:
   ctl       `await s.control(line)`: stop | start | restart | kill | cancel | clear | model NAME
-            | request_approval [SUMMARY] | approve | reject REASON (or the methods `stop`, `start`, `restart`, `kill`, `cancel`, `clear`,
-            `switch_model`). Blocking: each waits for the running turn to end when it ends one.
+            | request_approval [SUMMARY] | approve | reject REASON (or the methods `stop`,
+            `start`, `restart`, `kill`, `cancel`, `clear`, `switch_model`). Blocking: each
+            waits for the running turn to end when it ends one.
             `clear` and `model` refuse while a turn runs (write cancel first); `cancel` refuses
             when no turn runs; `start` only from stopped or error.
   in        at clunk: `s.submit(text)` -> accepted sequence number (queued behind a running
