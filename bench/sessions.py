@@ -32,7 +32,9 @@ written to every session's `in`; the fake provider answers each with `--deltas` 
   provider adapter, the agent loop, the session's records and broadcast, 9P and the socket.
 - `agent/events`: the daemon's lines carry `ts`, the wall-clock time the daemon made the event
   (milliseconds, truncated); the latency of each `session_state` line of these sessions is
-  the reader's `time.time_ns()` at arrival minus `ts` (so up to 1 ms too high).
+  the reader's `time.time_ns()` at arrival minus `ts` (so up to 1 ms too high). It starts
+  when the daemon handled the event, so, unlike the deltas' figure, it leaves out the time
+  a provider's bytes waited in the daemon's socket buffers.
 
 Loss: every delta carries its number, so a reader knows exactly which deltas it got. Reported:
 deltas expected and received, `lagged` markers (the explicit loss report of a stream) and the
@@ -43,8 +45,11 @@ The daemon applies a per-provider concurrency cap (4 requests in flight by defau
 sessions queue politely behind a provider's limit), so to have every session stream at once
 the config defines one provider per 4 sessions, all pointing at the same fake server.
 
-The machine's other load shows in the numbers (the fake provider and this client run on the
-same cores as the daemon): `uptime` is printed with the results.
+CPU: the daemon's own CPU time (utime + stime from /proc/PID/stat) is reported per `new`, per
+`list` read and for the streaming phase, with the fake provider's and this client's, so the
+daemon's cost can be told from the machine's: on a shared machine the latencies include the
+time the daemon waited for a core. The load average is printed before and after.
+`--profile FILE` runs the daemon under cProfile (stats written to FILE when it exits).
 """
 
 from __future__ import annotations
