@@ -73,6 +73,8 @@ from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
 
+OUTBOX_BUFFER = 8 * MAX_MESSAGE_BYTES
+
 __all__ = [
     "MailTree",
     "SessionPeers",
@@ -243,7 +245,9 @@ def mailbox_files(office: PostOffice, mailbox: str) -> list[Node]:
 
     return [
         _InboxFile(office, mailbox),
-        BodyFile("outbox", send, limit=MAX_MESSAGE_BYTES),
+        # The buffer takes more than a message may be, so an oversized one is refused at clunk
+        # with its size and the limit, not cut at the limit into "malformed JSON".
+        BodyFile("outbox", send, limit=OUTBOX_BUFFER),
         Directory(
             "mail",
             [

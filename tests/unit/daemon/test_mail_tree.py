@@ -34,7 +34,15 @@ from anvild.ninep.testing import RawClient
 from anvild.session import SessionManager, chain_tools
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.store import SessionStore
-from tests.unit.daemon.test_sessions_tree import OREAD, Client, dir_names, error_text, new_session
+from tests.unit.daemon.test_sessions_tree import (
+    OREAD,
+    OTRUNC,
+    OWRITE,
+    Client,
+    dir_names,
+    error_text,
+    new_session,
+)
 from tests.unit.session.support import Models, file_tools, settings, target, workspace
 
 
@@ -171,10 +179,20 @@ async def test_bad_outbox_writes_fail_the_clunk_and_write_nothing(tmp_path: Path
         ]
         for data, expected in cases:
             assert error_text(await c.put("dev/outbox", data)).startswith(expected)
+        big = msg("rev", body="x" * 200_000)
+        fid = await c.open("dev/outbox", OWRITE | OTRUNC)
+        for offset in range(0, len(big), 4096):  # as plan9port's 9p write splits it
+            assert await c.write(fid, big[offset : offset + 4096], offset) == m.Rwrite(
+                0, len(big[offset : offset + 4096])
+            )
+        assert error_text(await c.clunk(fid)) == (
+            f"outbox: the message is {len(big)} bytes; the limit is 131072 bytes (put long text "
+            "in a file and send its path)"
+        )
         assert await c.get("rev/inbox") == "[]\n"
         assert await dir_names(c, f"{dev}/mail/sent") == []
         reports = json.loads(await c.get("dev/inbox"))
-        assert [r["type"] for r in reports] == ["ERROR_REPORT"] * 3
+        assert [r["type"] for r in reports] == ["ERROR_REPORT"] * 4
         assert "malformed JSON" in reports[0]["body"]
 
 
