@@ -34,8 +34,8 @@ import httpx
 import platformdirs
 import structlog
 
-from anvild.agent.permissions.policy import Mode
 from anvild.config.schema import (
+    MODES,
     ConfigFileError,
     Key,
     Layer,
@@ -390,7 +390,7 @@ def _build(
     providers = _providers(merged, sources, layers)
     models = _models(merged, sources, providers)
     default_model = merged.get(("default_model",))
-    modes = [m.value for m in Mode]
+    modes = list(MODES)  # narrowest first
     mode = merged.get(("permissions", "mode"), Permissions().mode)
     max_mode = merged.get(("permissions", "max_mode"), Permissions().max_mode)
     if modes.index(mode) > modes.index(max_mode):

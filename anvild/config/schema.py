@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
-from anvild.agent.permissions.policy import Mode
 from anvild.agent.permissions.rules import RuleKind, RuleSyntaxError, parse_rule
 from anvild.llm.capabilities import Replay, SchemaDialect
 from anvild.llm.errors import ConfigError
@@ -72,7 +71,8 @@ CAPABILITY_KEYS: Final = (
 )
 PERMISSION_KEYS: Final = ("allow", "ask", "deny", "mode", "max_mode", "full_access")
 RULE_KEYS: Final = ("allow", "ask", "deny")
-MODES: Final = tuple(m.value for m in Mode)  # narrowest first: plan, default, accept-edits, bypass
+MODES: Final = ("plan", "default", "accept-edits", "bypass")
+"""The permission modes (`anvild.agent.permissions.policy.Mode`), narrowest authority first."""
 SESSION_KEYS: Final = ("max_steps", "token_budget", "turn_deadline", "reap_delay")
 MAX_STEPS_LIMIT: Final = 1000
 

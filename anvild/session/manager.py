@@ -63,6 +63,7 @@ from anvild.session.errors import (
 from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
 from anvild.session.events import encode_event as encode_session_event
 from anvild.session.session import (
+    MODE_ORDER,
     Services,
     Session,
     SessionSettings,
@@ -148,7 +149,7 @@ class NewSession:
             else:
                 raise InvalidSessionRequest(f"new: cannot use {word!r}; {_USAGE}")
         permission = values.get("permission")
-        if permission is not None and permission not in (modes := [m.value for m in Mode]):
+        if permission is not None and permission not in (modes := [m.value for m in MODE_ORDER]):
             raise InvalidSessionRequest(
                 f"permission={permission} is not a permission mode: use one of {', '.join(modes)}"
             )

@@ -45,7 +45,7 @@ def test_new_parses_the_limits_and_flags() -> None:
         ("budget=-1", "budget=-1: give a whole number from 1 to 1000000000"),
         (
             "permission=yolo",
-            "permission=yolo is not a permission mode: use one of default, plan, accept-edits, "
+            "permission=yolo is not a permission mode: use one of plan, default, accept-edits, "
             "bypass",
         ),
         ("headless=maybe", "headless=maybe: use headless or headless=true"),
