@@ -392,11 +392,15 @@ def _run_daemon(
         pump = _EventPump(events)
         pump.start()
         try:
-            fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
             try:
-                fid.write(prompt.encode())
-            finally:
-                fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
+                fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
+                try:
+                    fid.write(prompt.encode())
+                finally:
+                    fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
+            except ServerError:
+                _cancel(client, root, session_id, "the prompt was refused")  # no idle leftover
+                raise
             return _pump_loop(client, root, session_id, pump, renderer, out)
         finally:
             with contextlib.suppress(OSError):

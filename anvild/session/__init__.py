@@ -33,6 +33,11 @@ do): `InvalidSessionRequest` (bad arguments), `SessionRefused` (not possible in 
 agent/ctl     `new ...`: `await manager.create(NewSession.parse(words))` -> Session; its `id` is
               what a read on the same fid returns. Unknown model (lists the aliases), missing cwd,
               unknown role, bad sandbox, taken or reserved alias: `InvalidSessionRequest`.
+              Limits per session (recorded in `SessionStarted`, so they survive a restart):
+              `max_steps=N` (1..1000), `budget=TOKENS` (per turn), `permission=MODE` (refused
+              when wider than `SessionSettings.max_mode`); `headless`: a call that needs
+              approval is refused at once, the reason naming the mode or rule that would allow
+              it (`Session.mode`, `max_steps`, `token_budget`, `headless` read them back).
               `kill ID`: `await manager.kill(id_or_alias)` (blocks until the turn has ended).
 agent/list    `manager.list_text()` (one `Session.list_line()` per session, creation order).
 agent/events  `manager.events.open_reader()` (or bridge `on_event` to the root's stream).

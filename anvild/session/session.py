@@ -1382,7 +1382,8 @@ class Session:
             ways.append("a grant for " + ", ".join(grants) + " (no permission mode gives it)")
         what = "; or ".join(ways) if ways else "nothing but an interactive approval"
         return (
-            f"This call needs approval ({request.reason}), and nobody can approve it in a "
+            f"This call needs approval ({request.reason.rstrip('.')}), and nobody can approve it "
+            "in a "
             f"headless session. It would be allowed by {what}."
         )
 

@@ -380,6 +380,26 @@ def test_without_a_daemon_the_turn_runs_in_process(
     maxed = headless(namespace, "-p", "loop-y", "--max-steps", "1", cwd=workdir)
     assert maxed.returncode == 2, maxed.stderr
 
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anvilctl", "-p", "slow-x", "--output-format", "stream-json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=env_for(namespace),
+    )
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["type"] == "step_started"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 130, err
+    assert json.loads(out.splitlines()[-1])["outcome"] == "cancelled"
+    assert sorted(outcome for outcome, _ in turn_ends(data_dir)) == [
+        "cancelled",
+        "done",
+        "max_steps",
+    ]
+
 
 def test_a_locked_data_dir_runs_in_a_temporary_one(
     namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
