@@ -1,6 +1,7 @@
 """9P server benchmark: our server against Debian's diod and a minimal aio9p server.
 
-    .venv/bin/python bench/ninep.py [--seconds 3] [--only ours,anvild,diod,aio9p]
+    .venv/bin/python bench/ninep.py [--seconds 3] [--rounds 1] [--only ours,anvild,diod,aio9p]
+    .venv/bin/python bench/ninep.py --python-only 20000
 
 What it measures, for every server, with the same client in the same run:
 
@@ -293,6 +294,49 @@ def serve_ours(port: int) -> None:
     trio.run(main)
 
 
+def python_only(operations: int, dialect: Dialect) -> float:
+    """The server's own Python work per small operation: no sockets, no waits.
+
+    `Server.serve` runs over an in-memory stream that hands it one request frame per receive
+    (as a client with one request outstanding does) and swallows the replies; returns CPU µs
+    per operation (process time).
+    """
+    import trio
+
+    from anvild.fs import Directory, SnapshotFile
+    from anvild.ninep.server import Server as NinepServer
+
+    root = Directory("/", [SnapshotFile("version", lambda: VERSION_TEXT)])
+    server = NinepServer(lambda request: root, max_msize=BULK_MSIZE)
+    opener: m.Message = m.Tlopen(1, 1, 0) if dialect is Dialect.P9P2000_L else m.Topen(1, 1, OREAD)
+    setup = [m.Tversion(NOTAG, SMALL_MSIZE, dialect.value), m.Tattach(1, 0, NOFID, "b", "", 0)]
+    op = [m.Twalk(1, 0, 1, ("version",)), opener, m.Tread(1, 1, 0, 4096), m.Tclunk(1, 1)]
+    frames = [m.encode(msg, dialect) for msg in setup] + [m.encode(msg, dialect) for msg in op]
+
+    class Frames(trio.abc.Stream):
+        def __init__(self) -> None:
+            self.left = iter(frames[:2] + frames[2:] * operations)
+
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            return next(self.left, b"")
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            pass
+
+        async def wait_send_all_might_not_block(self) -> None:
+            pass
+
+        async def aclose(self) -> None:
+            pass
+
+    async def run() -> float:
+        t0 = time.process_time()
+        await server.serve(Frames())
+        return (time.process_time() - t0) / operations * 1e6
+
+    return trio.run(run)
+
+
 AIO9P_SERVER = textwrap.dedent(
     '''
     """A minimal aio9p 0.3.3 server for bench/ninep.py: two files in memory, 9P2000."""
@@ -407,10 +451,22 @@ def main() -> int:
         "prints each round and the medians",
     )
     p.add_argument("--only", default="ours,anvild,diod,aio9p", help="comma-separated servers")
+    p.add_argument(
+        "--python-only",
+        type=int,
+        metavar="N",
+        help="instead: N small operations through our server with no I/O (its own Python "
+        "work per operation, both dialects)",
+    )
     p.add_argument("--serve-ours", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve_ours is not None:
         serve_ours(args.serve_ours)
+        return 0
+    if args.python_only is not None:
+        for dialect in (Dialect.P9P2000_L, Dialect.P9P2000):
+            us = python_only(args.python_only, dialect)
+            print(f"ours {dialect.value}: {us:.1f} µs of CPU per small operation, no I/O")
         return 0
     print(
         f"# 9P benchmark  {time.strftime('%Y-%m-%d %H:%M')}  cores={os.cpu_count()}  "
