@@ -102,6 +102,7 @@ from anvild.session.stream import (
     BroadcastLimits,
     LineBroadcast,
     coalesce_text_deltas,
+    event_line,
     is_turn_finished,
 )
 from anvild.store import (
@@ -1066,7 +1067,7 @@ class Session:
                 self._finished = event
                 self._append(TurnEnded(outcome.value, detail))
                 self._log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
-        self.events.publish(ev.to_json(event))
+        self.events.publish(event_line(event))
         if isinstance(event, ev.Usage | ev.TurnFinished):
             self._check_thresholds()
         self._notify()

@@ -37,6 +37,8 @@ from typing import Final, TypeAlias
 import attrs
 import trio
 
+from anvild.agent import events as ev
+
 LAGGED: Final = b'{"type":"lagged","dropped":%d}\n'
 
 
@@ -53,6 +55,15 @@ def is_turn_finished(line: bytes) -> bool:
 
 def lag_marker(dropped: int) -> bytes:
     return LAGGED % dropped
+
+
+def event_line(event: ev.AgentEvent) -> str:
+    """`anvild.agent.events.to_json(event)`, with text deltas (most of a turn's events) written
+    directly: the same bytes without the converter's dict, a sixth of the cost."""
+    if type(event) is ev.TextDelta:
+        text = json.dumps(event.text, ensure_ascii=False)
+        return f'{{"type":"text_delta","step":{event.step:d},"text":{text}}}'
+    return ev.to_json(event)
 
 
 _DELTA_PREFIX: Final = b'{"type":"text_delta",'
@@ -307,6 +318,7 @@ __all__ = [
     "LineReader",
     "Terminal",
     "coalesce_text_deltas",
+    "event_line",
     "is_turn_finished",
     "lag_marker",
 ]

@@ -1,5 +1,6 @@
-"""Coalescing of text deltas for a reader that is behind: spliced as bytes, equal to a JSON
-merge, and linear in how far behind the reader is."""
+"""Text deltas on a session's `events`: written without the converter (the same line), and
+coalesced for a reader that is behind by splicing bytes (equal to a JSON merge, and linear in
+how far behind the reader is)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import json
 import pytest
 
 from anvild.agent import events as ev
-from anvild.session.stream import BroadcastLimits, LineBroadcast, coalesce_text_deltas
+from anvild.llm import stream
+from anvild.session.stream import (
+    BroadcastLimits,
+    LineBroadcast,
+    coalesce_text_deltas,
+    event_line,
+)
 
 TEXTS = [
     "plain",
@@ -25,6 +32,21 @@ TEXTS = [
 
 def line(step: int, text: str) -> bytes:
     return ev.to_json(ev.TextDelta(step, text)).encode() + b"\n"
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_a_delta_line_is_what_to_json_writes(text: str) -> None:
+    for event in (ev.TextDelta(1, text), ev.TextDelta(123, text)):
+        assert event_line(event) == ev.to_json(event)
+
+
+def test_other_events_go_through_to_json() -> None:
+    for event in (
+        ev.StepStarted(2),
+        ev.ReasoningDelta(1, "hm"),
+        ev.TurnFinished(ev.TurnOutcome.DONE, 2, stream.Usage()),
+    ):
+        assert event_line(event) == ev.to_json(event)
 
 
 def test_the_delta_line_shape_the_splice_relies_on() -> None:
