@@ -177,6 +177,28 @@ def test_turn_finished_survives_a_full_byte_budget_and_keeps_its_order() -> None
     assert reader.read_nowait(1 << 16) == lag_marker(2) + _finished(1).encode() + b"\n"
 
 
+async def test_a_session_reader_that_never_read_still_ends_with_turn_finished(
+    tmp_path: Path,
+) -> None:
+    usage = stream.Usage(10, 2, 0, 0)
+    calls = [
+        script.tool_call(f"c{i}", "read_file", {"file_path": "x"}, usage=usage) for i in range(6)
+    ]
+    models = Models({"fake": target(ScriptedProvider(calls))})
+    limits = BroadcastLimits(reader_lines=5)
+    async with running(tmp_path, models, stream_limits=limits) as manager:
+        session = await new(manager, max_steps=6)
+        reader = session.events.open_reader()  # opened before the prompt, then not read
+        await ask(session, "look")
+        data = reader.read_nowait(1 << 20)
+    assert data is not None
+    lines = [json.loads(line) for line in data.splitlines()]
+    assert len(lines) <= 5
+    assert lines[-1]["type"] == "turn_finished"
+    assert lines[-1]["outcome"] == "max_steps"
+    assert any(line["type"] == "lagged" for line in lines)
+
+
 def test_without_terminal_lines_a_full_reader_still_drops_the_newest() -> None:
     events = LineBroadcast(BroadcastLimits(reader_lines=1))
     reader = events.open_reader()
