@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -261,6 +262,45 @@ def test_stream_json_ends_with_turn_finished(
     assert kinds.count("turn_finished") == 1
     assert (events[-1]["outcome"], events[-1]["steps"]) == ("max_steps", 2)
     assert "\x1b" not in result.stdout
+
+
+def test_over_tcp_with_the_token(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    d = Anvild(
+        namespace, "--listen", "tcp!127.0.0.1!0", "--config", str(write_config(tmp_path, fake.url))
+    )
+    line = d.wait_serving()
+    try:
+        address = re.search(r"tcp!127\.0\.0\.1!\d+", line)
+        assert address is not None, line
+        token = (namespace / "agent.token").read_text().strip()
+        elsewhere = tmp_path / "no-daemon-here"  # the namespace socket is not used with -a
+        elsewhere.mkdir(mode=0o700)
+        base = [sys.executable, "-m", "anvilctl", "-a", address.group()]
+        env = {**env_for(namespace), "NAMESPACE": str(elsewhere)}
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*base, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                env=env,
+                cwd=workdir,
+                check=False,
+            )
+
+        ok = run("-A", token, "-p", "say-pong")
+        refused = run("-p", "say-pong")  # no token: refused, and no fallback in process
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert (ok.returncode, ok.stdout) == (0, "pong\n"), ok.stderr
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("anvilctl -p: ")
+    assert not (tmp_path / "xdg-data" / "anvil" / "sessions").exists()
 
 
 # -- permissions -------------------------------------------------------------------------------
