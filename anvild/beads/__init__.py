@@ -34,7 +34,8 @@ coordinator, beads (member ids, in order), context, created_at, updated_at.
 API (the daemon, the tree, tests)
 ---------------------------------
     store = BeadStore(path, on_event=callback)     # callback(BeadEvent), after each commit
-    await store.open()                             # init or recover, then load; store.recovered
+    await store.open()                             # lock, init or recover, load; store.recovered
+    store.close()                                  # release the repository lock
 
 Reads are synchronous and see the last committed state:
 

@@ -29,10 +29,14 @@ If step 2 or 3 fails, the paths are put back as HEAD has them and the caller get
 compare-and-swap: the second of two claims checks the board the first one left, and is refused
 with the holder's name.
 
+One daemon per repository: `open` takes an exclusive `flock` on `.git/anvild.lock` (kept until
+`close` or the process ends; a kill -9 releases it), and a second daemon pointed at the same
+repository is refused with the holder's pid.
+
 Recovery (`open`): after a kill -9, files may have been renamed into place but not committed
 (the writer was never told it succeeded), temporary files may be left, and git may have left its
-`index.lock`. `open` removes a stale `index.lock` (the daemon's data-dir lock guarantees no
-other anvild uses this repository), puts every dirty path under `beads/` and `convoys/` back as
+`index.lock`. `open` removes a stale `index.lock` (the repository lock guarantees no other
+anvild uses it), puts every dirty path under `beads/` and `convoys/` back as
 HEAD has it (deleting files HEAD does not have), and logs each of these as `beads.recovered`;
 then it loads every file. Paths outside `beads/` and `convoys/` are never touched, so a
 repository configured inside a user's project keeps the user's own work; commits name their
@@ -45,6 +49,7 @@ board, its id reserved so no new bead overwrites it; the daemon keeps serving th
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -68,6 +73,7 @@ log = structlog.get_logger("anvild.beads")
 BEADS_DIR: Final = "beads"
 CONVOYS_DIR: Final = "convoys"
 TMP_SUFFIX: Final = ".tmp"
+LOCK_FILE: Final = "anvild.lock"
 SETTLED: Final = frozenset({BeadStatus.COMPLETED, BeadStatus.FAILED, BeadStatus.PENDING_APPROVAL})
 """Bead statuses in which nobody is working on the bead (what `wait_bead` waits for)."""
 
@@ -103,6 +109,7 @@ class BeadStore:
         self._lock = trio.Lock()
         self._board = Board()
         self._opened = False
+        self._lock_fd: int | None = None
         self._changed = trio.Event()
         self.unavailable: str | None = None
         """Why `open` failed (the daemon serves on without beads and says this)."""
@@ -116,9 +123,11 @@ class BeadStore:
         async with self._lock:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
-                if not (self.root / ".git").exists():
+                existed = (self.root / ".git").exists()
+                if not existed:
                     await self._init()
-                else:
+                self._take_lock()
+                if existed:
                     await self._recover()
                 self._board = await trio.to_thread.run_sync(self._load)
             except OSError as exc:
@@ -135,6 +144,33 @@ class BeadStore:
             beads=len(self._board.beads),
             convoys=len(self._board.convoys),
         )
+
+    def _take_lock(self) -> None:
+        """One daemon per repository: an exclusive `flock` on `.git/anvild.lock`, held until
+        `close` (or the process ends). A configured repository shared by two daemons with
+        different data dirs would otherwise see one's recovery undo the other's change."""
+        if self._lock_fd is not None:
+            return
+        fd = os.open(self.root / ".git" / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "pid unknown"
+            os.close(fd)
+            raise BeadStoreError(
+                f"another anvild uses the bead repository {self.root} ({holder}); give each "
+                "daemon its own ([beads] repo in the user config)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid={os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Release the repository lock (the store is unusable afterwards)."""
+        self._opened = False
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     async def _init(self) -> None:
         await self.git.run("init", "-q")

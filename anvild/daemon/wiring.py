@@ -312,8 +312,11 @@ class Sessions:
             log.error("beads.unavailable", repo=str(self.beads.store.root), error=str(exc))
 
     async def stop(self) -> None:
-        """The shutdown step: end every turn, sync and close every journal."""
+        """The shutdown step: end every turn, sync and close every journal, release the bead
+        repository."""
         self._scope.cancel()
         if self._started:
             await self._done.wait()
+        if self.beads is not None:
+            self.beads.store.close()
         log.info("sessions.stopped", sessions=len(self.manager.sessions()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -125,6 +126,7 @@ async def test_reopening_gives_the_same_board(tmp_path: Path) -> None:
     await store.add_bead(convoy.id, "b-002", by="user")
     await store.claim(a.id, "s1", by="user")
     await store.complete(a.id, None, by="user")
+    store.close()
     again = await opened(repo)
     assert again.board == store.board
     assert again.recovered == []
@@ -144,6 +146,7 @@ async def test_open_discards_a_half_done_write_and_says_so(tmp_path: Path) -> No
     (repo / "beads" / ".c-003.json.tmp").write_text("{")
     (repo / ".git" / "index.lock").write_text("")
     (repo / "notes.txt").write_text("not ours: left alone")
+    store.close()
     again = await opened(repo)
     assert again.bead("a-001").status is BeadStatus.PENDING
     assert [b.id for b in again.beads()] == ["a-001"]
@@ -230,6 +233,7 @@ async def test_an_unreadable_file_is_skipped_and_its_id_never_reused(tmp_path: P
     await store.create(NewBead("Fix it", "dev"), by="user")
     (repo / "beads" / "fix-it-001.json").write_text("{not json")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "by hand")
+    store.close()
     again = await opened(repo)
     assert again.beads() == ()
     bead = await again.create(NewBead("Fix it", "dev"), by="user")
@@ -244,6 +248,7 @@ async def test_a_commit_that_fails_after_the_add_is_undone(tmp_path: Path) -> No
     failing = tmp_path / "git-without-commit"
     failing.write_text('#!/bin/sh\nfor a; do [ "$a" = commit ] && exit 1; done\nexec git "$@"\n')
     failing.chmod(0o755)
+    store.close()
     broken = BeadStore(repo, git=str(failing))
     await broken.open()
     before, log_before, board = snapshot(repo), subjects(repo), broken.board
@@ -255,3 +260,18 @@ async def test_a_commit_that_fails_after_the_add_is_undone(tmp_path: Path) -> No
     assert snapshot(repo) == before
     assert subjects(repo) == log_before
     assert git(repo, "status", "--porcelain") == ""
+
+
+async def test_a_second_store_on_the_same_repository_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "beads"
+    store = await opened(repo)
+    second = BeadStore(repo)
+    with pytest.raises(BeadStoreError) as info:
+        await second.open()
+    assert str(info.value) == (
+        f"another anvild uses the bead repository {repo} (pid={os.getpid()}); give each "
+        "daemon its own ([beads] repo in the user config)"
+    )
+    store.close()
+    await second.open()
+    second.close()
