@@ -766,15 +766,19 @@ class _Connection:
         count = min(count, self.msize - IOHDRSZ)
         try:
             data = await handle.read(offset, count)
+            n = len(data)
+            if n <= count:
+                # bytes(): the same conversion (and the same error for a non-bytes answer) as the
+                # generic path; it copies nothing when the node returned bytes.
+                reply = _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
         except Exception as exc:
             self._put_error("Tread", tag, exc)
             return True
-        n = len(data)
         if n > count:
             log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
             self._queue(self._error_reply(tag, _internal_error()))
             return True
-        self._put(_RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + data)
+        self._put(reply)
         return True
 
     async def _hot_clunk(self, frame: bytes) -> bool:
