@@ -226,11 +226,28 @@ def test_scripts_refuse_bad_arguments_with_usage(rig_factory: Any, script: str) 
     assert rig.requests() == []
 
 
-def test_fanout_reports_a_session_that_ended_in_error(rig_factory: Any) -> None:
-    rig = rig_factory([{"model": "fake-model", "status": 400, "message": "no such thing"}])
-    result = rig.run(SCRIPTS / "fanout", "-n", "1", "-m", "fake", "hi")
-    # a refused request ends the turn with the provider's message in out
-    assert "no such thing" in result.stdout, result
+def test_fanout_reports_a_turn_that_did_not_finish(rig_factory: Any) -> None:
+    rig = rig_factory(
+        [
+            {
+                "model": "fake-model",
+                "contains": "FAILME",
+                "status": 400,
+                "message": "no such",
+                "repeat": True,
+            },
+            {"model": "fake-model", "text": "fine", "repeat": True},
+        ]
+    )
+    result = rig.run(SCRIPTS / "fanout", "-n", "1", "-m", "fake", "FAILME")
+    assert result.returncode == 1, result
+    assert "no such" in result.stdout  # the out is printed all the same
+    assert "did not finish its turn: [turn ended: error" in result.stderr
+    assert rig.sessions() == []
+    if RC.exists():
+        rc = rig.run(RC, SCRIPTS / "fanout.rc", "-n", "1", "-m", "fake", "FAILME")
+        assert rc.returncode == 1, rc
+        assert "did not finish its turn: [turn ended: error" in rc.stderr
 
 
 # -- DevReview -----------------------------------------------------------------------------------
@@ -316,6 +333,15 @@ def test_devreview_takes_the_verdict_from_the_review_response_mail(rig_factory: 
     assert rig.models_asked().count("dev-model") == 2
     first_review = rig.requests()[1]["last_user_text"]
     assert "REVIEW_RESPONSE message with metadata.verdict" in first_review
+
+
+def test_devreview_fails_when_a_turn_did_not_finish(rig_factory: Any) -> None:
+    rig = rig_factory([{"model": "dev-model", "status": 400, "message": "bad request"}])
+    result = rig.run(SCRIPTS / "DevReview", "-d", "dev", "-r", "rev", "task")
+    assert result.returncode == 1, result
+    assert "did not finish its turn: [turn ended: error" in result.stderr
+    assert rig.models_asked() == ["dev-model"]  # the reviewer was never asked
+    assert rig.sessions() == []
 
 
 # -- Planning ------------------------------------------------------------------------------------
@@ -607,3 +633,26 @@ def test_conductor_exits_3_when_a_loop_runs_out_of_rounds(rig_factory: Any, tmp_
     assert "cycle: not done after 1 rounds" in result.stderr
     assert rig.models_asked().count("dev-model") == 2  # implement and the round's fix
     assert "summary (workflow loop)" not in beads_of(rig)
+
+
+def test_conductor_fails_a_bead_whose_turn_did_not_finish_and_a_rerun_redoes_it(
+    rig_factory: Any, tmp_path: Path
+) -> None:
+    turns = chain_turns()
+    broken = {"model": "fake-model", "contains": "STEP-B", "status": 400, "message": "boom"}
+    rig = rig_factory([turns[0], broken, turns[1], turns[2]])
+    workflow = tmp_path / "chain.yaml"
+    workflow.write_text(CHAIN)
+    first = conductor(rig, workflow)
+    assert first.returncode == 1, first
+    assert "b: session" in first.stderr
+    assert "did not finish its turn: [turn ended: error" in first.stderr
+    b = beads_of(rig)["b (workflow chain3)"]
+    assert b["status"] == "failed\n"
+    assert len(rig.sessions()) == 1  # kept after a failure
+    second = conductor(rig, workflow)
+    assert assert_ok(second) == "=== c ===\ngamma\n"
+    assert "released (failed before)" in second.stderr
+    texts = [r["last_user_text"].split(":")[0] for r in rig.requests()]
+    assert texts == ["STEP-A", "STEP-B", "STEP-B", "STEP-C"]  # a was not asked again
+    assert rig.sessions() == []

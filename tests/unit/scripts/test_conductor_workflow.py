@@ -132,3 +132,12 @@ def test_set_must_name_a_declared_variable(tmp_path: Path) -> None:
 )
 def test_the_verdict_line(out: str, verdict: str | None) -> None:
     assert conductor.verdict_of(out) == verdict
+
+
+def test_a_turn_that_did_not_finish() -> None:
+    assert conductor.turn_ended("answer\n") is None
+    assert conductor.turn_ended("") is None
+    partial = "half an answer\n\n[turn ended: max_steps: 50 steps]\n"
+    assert conductor.turn_ended(partial) == "[turn ended: max_steps: 50 steps]"
+    assert conductor.turn_ended("[turn ended: cancelled]\n\n") == "[turn ended: cancelled]"
+    assert conductor.turn_ended("[turn ended: error]\nthen more text\n") is None
