@@ -42,7 +42,10 @@ Output (`--output-format`):
 - `stream-json`: every agent event line of the session's `events` file as it comes (JSON, one
   per line), the last one `turn_finished`.
 
-Nothing is coloured: stdout carries no terminal escape codes (a TTY or not).
+Nothing is coloured: stdout carries no terminal escape codes (a TTY or not). In `text`, escape
+sequences and other control characters in the model's answer (and in the reason on stderr) are
+removed too, so an answer cannot drive the terminal; `json` and `stream-json` carry them
+JSON-escaped (`\u001b`), never raw.
 
 Stopping. Ctrl-C (SIGINT) writes `cancel` to the session's ctl, waits for the turn to end (the
 tools' processes are killed by the daemon), prints what the format prints at a turn's end and
@@ -61,6 +64,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import select
 import signal
 import stat
@@ -100,6 +104,17 @@ EXIT_ERROR: Final = 1
 EXIT_INTERRUPTED: Final = 130
 _CHUNK: Final = 8192
 _PREFIX: Final = "anvilctl -p"
+_ESCAPES: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor movement)
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks)
+    r"|\x1b[@-_]?"  # other escapes, or a lone ESC
+    r"|[\x00-\x08\x0b-\x1f\x7f\x9b]"  # other control characters (tab and newline stay)
+)
+
+
+def plain(text: str) -> str:
+    """`text` without terminal escape sequences or control characters (tab, newline kept)."""
+    return _ESCAPES.sub("", text)
 
 
 class HeadlessError(Exception):
@@ -254,10 +269,11 @@ class Renderer:
         finished = self.finished or {}
         detail = str(finished.get("detail", ""))
         if self.fmt == "text":
+            text = plain(text)
             if text:
                 self.write(text.encode() + (b"" if text.endswith("\n") else b"\n"))
             if self.outcome != "done":
-                why = f": {detail}" if detail else ""
+                why = f": {plain(detail)}" if detail else ""
                 self._say(f"turn ended: {self.outcome}{why}")
         elif self.fmt == "json":
             result = {

@@ -34,6 +34,7 @@ TIMEOUT = TURN_TIMEOUT + STARTUP_TIMEOUT
 
 TURNS: list[dict[str, Any]] = [
     {"contains": "say-pong", "text": "pong", "repeat": True},
+    {"contains": "colour-me", "text": "\x1b[31mred\x1b[0m", "repeat": True},
     {"contains": "cut-me", "text": "half an ans", "finish": "max_tokens", "repeat": True},
     {"contains": "refuse-me", "text": "", "finish": "refusal", "repeat": True},
     {"contains": "pause-me", "text": "paused", "finish": "pause_turn", "repeat": True},
@@ -185,6 +186,8 @@ def test_every_exit_status_row(daemon: Anvild, namespace: Path, workdir: Path) -
         assert result.returncode == status, (args, result.stdout, result.stderr)
     ok = headless(namespace, "-p", "say-pong", "-C", str(workdir))
     assert (ok.stdout, ok.stderr) == ("pong\n", "")
+    coloured = headless(namespace, "-p", "colour-me", "-C", str(workdir))
+    assert (coloured.returncode, coloured.stdout) == (0, "red\n")
     cut = headless(namespace, "-p", "cut-me", "-C", str(workdir))
     assert cut.stdout == "half an ans\n"
     assert cut.stderr.startswith("anvilctl -p: turn ended: max_tokens")

@@ -120,6 +120,24 @@ def test_text_after_an_abnormal_end_says_why_on_stderr() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("\x1b[31mred\x1b[0m", "red"),
+        ("a\x1b]0;title\x07b", "ab"),
+        ("x\x1b]8;;http://e\x1b\\link\x1b]8;;\x1b\\y", "xlinky"),
+        ("tab\there\r\nbell\x07", "tab\there\nbell"),
+        ("lone\x1b", "lone"),
+        ("é ünïcode", "é ünïcode"),
+    ],
+)
+def test_text_never_carries_escape_codes(raw: str, shown: str) -> None:
+    delta = json.dumps({"type": "text_delta", "step": 1, "text": raw}).encode()
+    end = b'{"type":"turn_finished","outcome":"done","steps":1,"usage":null,"detail":""}'
+    _, out, _ = _render("text", [EVENTS[0], delta, end])
+    assert out == shown + "\n"
+
+
 def test_json_is_one_result_object() -> None:
     _, out, _ = _render("json", EVENTS)
     assert json.loads(out) == {
