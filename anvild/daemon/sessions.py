@@ -329,8 +329,17 @@ class _LinesFile(FsNode):
 
 
 class _ReaderHandle(Handle):
+    clunk_blocks = False  # clunk closes the reader, which releases a read still waiting
+
     def __init__(self, reader: LineReader) -> None:
         self._reader = reader
+
+    @property
+    def read_blocks(self) -> bool:  # type: ignore[override]  # computed per Tread
+        """Asked by the server for each Tread: a reader that is behind has lines buffered, and
+        its read returns them at once, so the server answers it inline (no task per read);
+        only a read that would wait for the next line gets a task of its own."""
+        return not self._reader.ready()
 
     async def read(self, offset: int, count: int) -> bytes:
         return await self._reader.read(count)  # a pipe: each open reads from its own cursor

@@ -144,6 +144,10 @@ class LineReader:
         """Lines lost and not yet reported by a marker."""
         return self._dropped
 
+    def ready(self) -> bool:
+        """Whether a read would return at once: lines (or a lag marker) to give, or the end."""
+        return bool(self._partial or self._lines or self._dropped or self._closed)
+
     def _fits(self, size: int, lines: int) -> bool:
         return (
             len(self._lines) + lines <= self._limits.reader_lines
