@@ -1,9 +1,10 @@
 """The `anvilctl` command line: entry point and subcommand dispatch.
 
 The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.ninep_cli` and
-behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`) in
-`anvilctl.sessions`; headless `anvilctl -p PROMPT [...]` (an option, not a command word: it is
-recognised before any command word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`;
+behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`,
+`sessions`, `attach`) in `anvilctl.sessions` (`attach` itself in `anvilctl.attach`); headless
+`anvilctl -p PROMPT [...]` (an option, not a command word: it is recognised before any command
+word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`;
 `anvilctl --help` lists every command.
 
 Scripts run these commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start

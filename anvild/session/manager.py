@@ -89,8 +89,10 @@ log = structlog.get_logger(__name__)
 
 RESERVED: Final = frozenset(
     {"ctl", "list", "models", "events", "roles", "beads", "convoys", "user", "version", "mail"}
+    | {"anvild"}
 )
-"""Names of `agent/` entries an alias may not take."""
+"""Names an alias may not take: the `agent/` entries, and `anvild`, the sender of the daemon's
+own mail (ERROR_REPORTs), so a reply to the daemon can never reach a session."""
 ALIAS_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 NEW_KEYS: Final = ("model", "cwd", "role", "alias", "sandbox", "max_steps", "permission", "budget")
 
@@ -436,7 +438,8 @@ class SessionManager:
             )
         if alias in RESERVED:
             raise InvalidSessionRequest(
-                f"alias={alias} is reserved ({', '.join(sorted(RESERVED))} are agent/ entries)"
+                f"alias={alias} is reserved ({', '.join(sorted(RESERVED))} are agent/ entries "
+                "or the daemon's own name); choose another"
             )
         if alias in self._sessions or alias in self.store.ids():
             raise InvalidSessionRequest(f"alias={alias} is the id of a session; choose another")

@@ -25,7 +25,9 @@ subprocess whose reach is unknown, a subagent's authority depends on the definit
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -300,9 +302,10 @@ class ArgsValidator:
     def __init__(self, schema: Mapping[str, Any]) -> None:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         try:
-            cls.check_schema(dict(schema))
-        except jsonschema.exceptions.SchemaError as exc:
-            raise ValueError(f"invalid input_schema: {exc.message}") from exc
+            canonical = json.dumps(schema, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"invalid input_schema: not JSON ({exc})") from exc
+        _check_schema_once(cls, canonical)
         self._validator = cls(schema)
 
     def validate(self, args: Any) -> None:
@@ -313,6 +316,18 @@ class ArgsValidator:
         field = _field_path(error)
         where = f"`{field}`" if field else "the arguments"
         raise InvalidArgs(f"Invalid value for {where}: {error.message}.")
+
+
+@functools.lru_cache(maxsize=512)
+def _check_schema_once(cls: Any, canonical: str) -> None:
+    """Check a schema against its metaschema once per process: every session builds its tool
+    registry, and the metaschema check was most of the cost of `new` (tens of ms). The key is
+    the schema's canonical JSON, so a changed schema is checked again; a bad one raises each
+    time (exceptions are not cached)."""
+    try:
+        cls.check_schema(json.loads(canonical))
+    except jsonschema.exceptions.SchemaError as exc:
+        raise ValueError(f"invalid input_schema: {exc.message}") from exc
 
 
 def validate_args(schema: Mapping[str, Any], args: Any) -> None:

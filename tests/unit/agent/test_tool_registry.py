@@ -142,6 +142,13 @@ def test_bad_schemas_are_rejected_at_registration() -> None:
     invalid.input_schema = {"type": "object", "properties": {"a": {"type": "nonsense"}}}
     with pytest.raises(ValueError, match="invalid input_schema"):
         ToolRegistry([invalid])
+    # The metaschema check is cached per schema, but a refusal is not: it refuses every time.
+    with pytest.raises(ValueError, match="invalid input_schema"):
+        ToolRegistry([invalid])
+    not_json = Echo("e3")
+    not_json.input_schema = {"type": "object", "properties": {"a": {"default": object()}}}
+    with pytest.raises(ValueError, match="not JSON"):
+        ToolRegistry([not_json])
 
 
 def test_specs_sorted_and_byte_stable() -> None:
