@@ -59,8 +59,6 @@ from __future__ import annotations
 import errno
 from collections.abc import Awaitable, Callable, Sequence
 
-import trio
-
 from anvild.beads import (
     BeadConflict,
     BeadError,
@@ -84,11 +82,11 @@ from anvild.fs import (
     CtlFile,
     Directory,
     DynamicChildren,
-    FsNode,
     SnapshotFile,
     ValueFile,
+    WaitFile,
 )
-from anvild.ninep.backend import Handle, Node, OpenMode
+from anvild.ninep.backend import Node
 from anvild.ninep.errors import FsError
 from anvild.session.events import SessionEvent, SessionStateChanged
 
@@ -458,7 +456,7 @@ class BeadsTree:
             SnapshotFile("approved_by", lambda: _line(get().approved_by)),
             SnapshotFile("convoy", lambda: _line(get().convoy)),
             SnapshotFile("reason", lambda: _body(get().reason)),
-            WaitFile(lambda: _status_of(store.wait_bead(bead_id))),
+            WaitFile("wait", lambda: lambda: _status_of(store.wait_bead(bead_id))),
             CtlFile("ctl", table),
         ]
         return Directory(bead_id, files)
@@ -566,7 +564,7 @@ class BeadsTree:
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
             ValueFile("context", lambda: _body(get().context), set_context),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
-            WaitFile(lambda: _status_of(store.wait_convoy(convoy_id))),
+            WaitFile("wait", lambda: lambda: _status_of(store.wait_convoy(convoy_id))),
             CtlFile("ctl", table),
         ]
         return Directory(convoy_id, files)
@@ -578,49 +576,6 @@ async def _status_of(waiting: Awaitable[Bead | Convoy]) -> str:
     except BeadError as exc:
         raise FsError(f"wait: {exc}", _errno_of(exc)) from exc
     return f"{value.status.value}\n"
-
-
-class _WaitHandle(Handle):
-    def __init__(self, wait: Callable[[], Awaitable[str]]) -> None:
-        self._wait = wait
-        self._answer: bytes | None = None
-        self._lock = trio.Lock()  # several tags may read one fid: one waits, the rest follow
-        self._waiting: trio.CancelScope | None = None
-        self._closed = False
-
-    async def read(self, offset: int, count: int) -> bytes:
-        async with self._lock:
-            if self._answer is None:
-                if self._closed:
-                    return b""
-                with trio.CancelScope() as self._waiting:
-                    self._answer = (await self._wait()).encode()
-                self._waiting = None
-                if self._answer is None:
-                    return b""  # the fid was clunked while this read waited
-        return self._answer[offset : offset + count]
-
-    def _close(self) -> None:
-        self._closed = True
-        if self._waiting is not None:
-            self._waiting.cancel()
-
-    async def clunk(self) -> None:
-        self._close()
-
-    async def abort(self) -> None:
-        self._close()
-
-
-class WaitFile(FsNode):
-    """`wait`: the first read on an open blocks until `wait()` answers (see the docstring)."""
-
-    def __init__(self, wait: Callable[[], Awaitable[str]]) -> None:
-        super().__init__("wait", 0o444)
-        self._wait = wait
-
-    async def open(self, mode: OpenMode) -> Handle:
-        return _WaitHandle(self._wait)
 
 
 class _Children(DynamicChildren):

@@ -79,6 +79,8 @@ from anvild.fs import (
     FsNode,
     SnapshotFile,
     ValueFile,
+    Wait,
+    WaitFile,
 )
 from anvild.fs.ctl import split_lines
 from anvild.ninep.backend import Handle, Node, OpenMode, StatChange
@@ -238,47 +240,14 @@ class _OutFile(FsNode):
         return _OutHandle(self._session, mode)
 
 
-class _WaitHandle(Handle):
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self._seq = session.accepted_seq()
-        self._answer: bytes | None = None
-        self._lock = trio.Lock()  # several tags may read one fid: one waits, the rest follow
-        self._waiting: trio.CancelScope | None = None
-        self._closed = False
+def _session_wait(session: Session) -> Wait:
+    """`wait`: the prompts accepted before this open; the answer is the state and a newline."""
+    seq = session.accepted_seq()
 
-    async def read(self, offset: int, count: int) -> bytes:
-        async with self._lock:
-            if self._answer is None:
-                if self._closed:
-                    return b""
-                with trio.CancelScope() as self._waiting:
-                    status = await self._session.wait_handled(self._seq)
-                    self._answer = f"{status.value}\n".encode()
-                self._waiting = None
-                if self._answer is None:
-                    return b""  # the fid was clunked while this read waited
-        return self._answer[offset : offset + count]
+    async def wait() -> str:
+        return f"{(await session.wait_handled(seq)).value}\n"
 
-    def _close(self) -> None:
-        self._closed = True
-        if self._waiting is not None:
-            self._waiting.cancel()
-
-    async def clunk(self) -> None:
-        self._close()
-
-    async def abort(self) -> None:
-        self._close()
-
-
-class _WaitFile(FsNode):
-    def __init__(self, session: Session) -> None:
-        super().__init__("wait", 0o444)
-        self._session = session
-
-    async def open(self, mode: OpenMode) -> Handle:
-        return _WaitHandle(self._session)
+    return wait
 
 
 LineAction = Callable[[str], Awaitable[None]]
@@ -445,7 +414,7 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
         CtlFile("ctl", ctl, perm=0o644),
         BodyFile("in", submit),
         _OutFile(s),
-        _WaitFile(s),
+        WaitFile("wait", lambda: _session_wait(s)),
         _LinesFile("queue", s.queue_text, drop),
         SnapshotFile("state", lambda: _line(s.status.value)),
         SnapshotFile("usage", lambda: _line(s.usage_line())),

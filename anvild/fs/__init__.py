@@ -26,6 +26,7 @@ from anvild.fs.nodes import (
     owner_names,
 )
 from anvild.fs.stream import LineStream, StreamLimits, StreamReader, lag_marker
+from anvild.fs.wait import Wait, WaitFile
 
 __all__ = [
     "DEFAULT_BODY_LIMIT",
@@ -49,6 +50,8 @@ __all__ = [
     "StreamLimits",
     "StreamReader",
     "ValueFile",
+    "Wait",
+    "WaitFile",
     "lag_marker",
     "new_qid_path",
     "owner_names",
