@@ -14,8 +14,11 @@ Rules kept here (and only here):
   of two claims the second sees the first's result);
 - a dependency must name an existing bead, not the bead itself, and must not close a cycle
   (the message shows the cycle); dependencies change only while the bead is pending;
-- `complete` of a bead with `requires_approval` goes to pending_approval; `approve` records
-  `approved_by`; `reject` fails the bead with the reason (see `anvild.beads.model`);
+- `complete` of a bead with `requires_approval` goes to pending_approval and counts one more
+  approval round (`submissions`); `approve` records `approved_by`; `reject` fails the bead with
+  the reason (see `anvild.beads.model`); neither is accepted from the session the bead is
+  assigned to (an agent never approves its own work); `decide` applies the verdict of the
+  assigned session's result gate, only while the bead still waits in that same round;
 - a bead is in at most one convoy; a convoy takes beads while planning or in progress, moves
   to in_progress when one of its beads is claimed, and completes by itself when a bead
   completes and every member bead is then completed.
@@ -38,6 +41,7 @@ from anvild.beads.events import (
 from anvild.beads.model import (
     ROLE_RE,
     TRANSITIONS,
+    USER,
     Bead,
     BeadStatus,
     Convoy,
@@ -414,6 +418,7 @@ class Board:
             status=target,
             result=bead.result if result is None else result,
             updated_at=now,
+            submissions=bead.submissions + (target is B.PENDING_APPROVAL),
         )
         if target is B.PENDING_APPROVAL:
             message = f"complete {bead_id}: pending approval"
@@ -441,22 +446,82 @@ class Board:
             failed, "fail", by, now, f"fail {bead_id}: {_first_line(reason)}", reason
         )
 
-    def approve(self, bead_id: str, *, by: str, now: str) -> Change:
-        bead = self.bead(bead_id)
-        target = self._transition(bead, "approve")
-        done = attrs.evolve(bead, status=target, approved_by=by, updated_at=now)
-        return self._status_change(done, "approve", by, now, f"approve {bead_id}")
+    def _check_not_own(self, bead: Bead, approver: str, verb: str) -> None:
+        """An agent never approves (or rejects) its own work."""
+        if approver != USER and approver == bead.assigned_to:
+            raise BeadConflict(
+                f"session {approver} cannot {verb} bead {bead.id}: it is assigned to that "
+                "session, and an agent never answers the approval of its own work; a person "
+                "or another session must"
+            )
 
-    def reject(self, bead_id: str, reason: str, *, by: str, now: str) -> Change:
+    def approve(
+        self, bead_id: str, *, by: str, now: str, approver: str | None = None, via: str = ""
+    ) -> Change:
+        """`approved_by` is `approver` (default `by`): `user`, or an approver session's id.
+        `via` says how the answer came (a session's approval file), for the commit and event."""
+        bead = self.bead(bead_id)
+        approver = approver or by
+        self._check_not_own(bead, approver, "approve")
+        target = self._transition(bead, "approve")
+        done = attrs.evolve(bead, status=target, approved_by=approver, updated_at=now)
+        message = f"approve {bead_id}" + (f" {via}" if via else "")
+        return self._status_change(done, "approve", by, now, message, via)
+
+    def reject(
+        self,
+        bead_id: str,
+        reason: str,
+        *,
+        by: str,
+        now: str,
+        approver: str | None = None,
+        via: str = "",
+    ) -> Change:
         bead = self.bead(bead_id)
         reason = reason.strip()
         if not reason:
             raise InvalidBeadRequest("reject needs a reason: reject REASON")
+        self._check_not_own(bead, approver or by, "reject")
         target = self._transition(bead, "reject")
         failed = attrs.evolve(bead, status=target, reason=reason, updated_at=now)
-        return self._status_change(
-            failed, "reject", by, now, f"reject {bead_id}: {_first_line(reason)}", reason
-        )
+        message = f"reject {bead_id}" + (f" {via}" if via else "") + f": {_first_line(reason)}"
+        return self._status_change(failed, "reject", by, now, message, reason)
+
+    def decide(
+        self,
+        bead_id: str,
+        *,
+        session: str,
+        round: int,
+        verdict: str,
+        reason: str,
+        answered_by: str,
+        now: str,
+    ) -> Change:
+        """The result gate of `session` for round `round` of this bead ended `verdict`
+        (approve or reject), answered by `answered_by` (`user` or a session id): the same
+        verdict for the bead. Refused with `BeadConflict` when it no longer applies (the bead
+        is not pending approval in that round for that session, e.g. already decided), so a
+        decision is applied at most once however often it is offered."""
+        bead = self.bead(bead_id)
+        if (
+            bead.status is not B.PENDING_APPROVAL
+            or bead.assigned_to != session
+            or bead.submissions != round
+        ):
+            raise BeadConflict(
+                f"bead {bead_id} is {bead.status.value} (assigned to "
+                f"{bead.assigned_to or 'nobody'}, approval round {bead.submissions}): the "
+                f"decision of session {session}'s gate for round {round} does not apply to it"
+            )
+        by = answered_by if answered_by == USER else f"session {answered_by}"
+        via = f"through session {session}'s result gate"
+        if verdict == "approve":
+            return self.approve(bead_id, by=by, now=now, approver=answered_by, via=via)
+        if verdict == "reject":
+            return self.reject(bead_id, reason, by=by, now=now, approver=answered_by, via=via)
+        raise InvalidBeadRequest(f"a gate's verdict {verdict!r} is not approve or reject")
 
     def release(self, bead_id: str, *, by: str, now: str) -> Change:
         bead = self.bead(bead_id)

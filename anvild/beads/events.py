@@ -1,6 +1,7 @@
 """Bead and convoy events: typed values, one JSON line each on `agent/events`.
 
-    BeadEvent = BeadCreated | BeadChanged | BeadOrphaned | ConvoyCreated | ConvoyChanged
+    BeadEvent = BeadCreated | BeadChanged | BeadOrphaned | BeadGate | ConvoyCreated
+              | ConvoyChanged
 
 Like the session events (`anvild.session.events`), each line carries a stable `type` tag and
 `ts` (UTC, RFC 3339 with milliseconds), so one `jq` filter reads the whole stream:
@@ -10,11 +11,19 @@ Like the session events (`anvild.session.events`), each line carries a stable `t
      "status":"in_progress","assigned_to":"a1b2c3d4","by":"user","detail":""}
     {"type":"bead_orphaned","ts":"...","id":"research-auth-001","session":"a1b2c3d4",
      "reason":"killed"}
+    {"type":"bead_gate","ts":"...","id":"implement-oauth-002","session":"a1b2c3d4",
+     "state":"open","detail":"..."}
     {"type":"convoy_changed","ts":"...","id":"auth-system-001","action":"complete",
      "status":"completed","done":3,"total":3,"by":"user","detail":"its last bead completed"}
 
 `action` is the verb that caused the change (`claim`, `complete`, `approve`, `dep add`, ...);
 `by` is who asked (`user` for a file write, `session <id>` for an agent tool).
+
+`bead_gate` follows a bead's approval through its session's result gate (published by the
+daemon's `BeadGates`, not committed): `state` is `open` (the session's `approval` file asks),
+`waiting` (opens when the session's running turn ends), `unavailable` (the session cannot wait:
+`detail` says why; the bead waits in pending_approval and its own ctl answers), or `closed`
+(the gate was closed to match a decision made on the bead's ctl, or withdrawn).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ __all__ = [
     "BeadChanged",
     "BeadCreated",
     "BeadEvent",
+    "BeadGate",
     "BeadOrphaned",
     "ConvoyChanged",
     "ConvoyCreated",
@@ -70,6 +80,17 @@ class BeadOrphaned:
 
 
 @attrs.frozen
+class BeadGate:
+    """Where a bead's approval stands on its session's result gate."""
+
+    TAG: ClassVar[str] = "bead_gate"
+    id: str
+    session: str
+    state: str
+    detail: str = ""
+
+
+@attrs.frozen
 class ConvoyCreated:
     TAG: ClassVar[str] = "convoy_created"
     id: str
@@ -90,8 +111,10 @@ class ConvoyChanged:
     detail: str = ""
 
 
-BeadEvent: TypeAlias = BeadCreated | BeadChanged | BeadOrphaned | ConvoyCreated | ConvoyChanged
-_TYPES = (BeadCreated, BeadChanged, BeadOrphaned, ConvoyCreated, ConvoyChanged)
+BeadEvent: TypeAlias = (
+    BeadCreated | BeadChanged | BeadOrphaned | BeadGate | ConvoyCreated | ConvoyChanged
+)
+_TYPES = (BeadCreated, BeadChanged, BeadOrphaned, BeadGate, ConvoyCreated, ConvoyChanged)
 
 
 def _make_converter() -> cattrs.Converter:

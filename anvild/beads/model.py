@@ -45,9 +45,11 @@ from typing import Final
 import attrs
 
 __all__ = [
+    "GATE_PREFIX",
     "ID_RE",
     "ROLE_RE",
     "TRANSITIONS",
+    "USER",
     "Bead",
     "BeadStatus",
     "Convoy",
@@ -100,6 +102,11 @@ def sources_of(verb: str) -> list[BeadStatus]:
     return [status for (v, status) in TRANSITIONS if v == verb]
 
 
+GATE_PREFIX: Final = "bead "
+"""A session's result gate for a bead has `asked_by` = `bead <id>`."""
+USER: Final = "user"
+"""The name of a person in `by`, `assigned_to` and `approved_by` (a file write is by `user`)."""
+
 ID_RE: Final = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*-[0-9]{3,}$")
 ROLE_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SLUG_WORDS: Final = 2
@@ -133,7 +140,9 @@ def _strings(value: Iterable[str]) -> tuple[str, ...]:
 @attrs.frozen
 class Bead:
     """One unit of work. `assigned_to` is a session id (or `user`) while claimed; `reason` is
-    the last fail or reject reason (kept across a release, for the next worker)."""
+    the last fail or reject reason (kept across a release, for the next worker);
+    `submissions` counts the completions that went to pending_approval: the approval round,
+    which the assigned session's result gate carries as its `ref` (see `anvild.beads`)."""
 
     id: str
     title: str
@@ -149,6 +158,12 @@ class Bead:
     reason: str = ""
     created_at: str = ""
     updated_at: str = ""
+    submissions: int = 0
+
+    @property
+    def gate(self) -> str:
+        """The `asked_by` of this bead's result gate on its session."""
+        return f"{GATE_PREFIX}{self.id}"
 
     def list_line(self, *, orphaned: bool = False) -> str:
         """Its line of `agent/beads/list`: id status role assigned_to title, tab-separated,

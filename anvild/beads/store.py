@@ -420,11 +420,46 @@ class BeadStore:
             )
         )
 
-    async def approve(self, bead_id: str, *, by: str) -> Bead:
-        return _bead(await self.apply(lambda b, now: b.approve(bead_id, by=by, now=now)))
+    async def approve(self, bead_id: str, *, by: str, approver: str | None = None) -> Bead:
+        return _bead(
+            await self.apply(lambda b, now: b.approve(bead_id, by=by, now=now, approver=approver))
+        )
 
-    async def reject(self, bead_id: str, reason: str, *, by: str) -> Bead:
-        return _bead(await self.apply(lambda b, now: b.reject(bead_id, reason, by=by, now=now)))
+    async def reject(
+        self, bead_id: str, reason: str, *, by: str, approver: str | None = None
+    ) -> Bead:
+        return _bead(
+            await self.apply(
+                lambda b, now: b.reject(bead_id, reason, by=by, now=now, approver=approver)
+            )
+        )
+
+    async def decide(
+        self,
+        bead_id: str,
+        *,
+        session: str,
+        round: int,
+        verdict: str,
+        reason: str,
+        answered_by: str,
+    ) -> Bead:
+        """Apply a session result gate's decision (`Board.decide`): checked and committed
+        under the one lock, so of two deliveries of the same decision one commits and the
+        other gets `BeadConflict`."""
+        return _bead(
+            await self.apply(
+                lambda b, now: b.decide(
+                    bead_id,
+                    session=session,
+                    round=round,
+                    verdict=verdict,
+                    reason=reason,
+                    answered_by=answered_by,
+                    now=now,
+                )
+            )
+        )
 
     async def release(self, bead_id: str, *, by: str) -> Bead:
         return _bead(await self.apply(lambda b, now: b.release(bead_id, by=by, now=now)))

@@ -45,6 +45,10 @@ exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent
 (`announce_orphans` does the same once at daemon start, for sessions that were not restored).
 `release` makes it pending again, with `assigned_to` cleared.
 
+Approval: `approve` and `reject REASON` on a bead's ctl go through `answer` (set by the daemon
+to `anvild.daemon.bead_gates.BeadGates.answer`): when the assigned session waits on its result
+gate for the bead, that gate is answered too, so the session and the bead hold the same verdict.
+
 Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
 their qid paths stay stable.
 
@@ -221,6 +225,7 @@ class BeadsTree:
         self.resolve_session = resolve_session
         self.session_live = session_live
         self.publish: Callable[[str], None] = lambda line: None
+        self.answer: Callable[[str, str, str], Awaitable[object]] = self._answer_alone
         self._bead_nodes: dict[str, Directory] = {}
         self._convoy_nodes: dict[str, Directory] = {}
         self.beads_dir = Directory(
@@ -252,6 +257,13 @@ class BeadsTree:
 
         self.publish = publish
         self.store.on_event = lambda event: self.publish(encode_event(event))
+
+    async def _answer_alone(self, bead_id: str, verdict: str, reason: str) -> Bead:
+        """`approve` / `reject REASON` straight on the store (the daemon replaces this with
+        `BeadGates.answer`, which answers the assigned session's result gate too)."""
+        if verdict == "approve":
+            return await self.store.approve(bead_id, by=USER)
+        return await self.store.reject(bead_id, reason, by=USER)
 
     # -- orphans -----------------------------------------------------------------------------
 
@@ -404,10 +416,10 @@ class BeadsTree:
             return await run(lambda: store.fail(bead_id, rest(command), by=USER))
 
         async def approve(command: Command) -> str:
-            return await run(lambda: store.approve(bead_id, by=USER))
+            return await run(lambda: self.answer(bead_id, "approve", ""))
 
         async def reject(command: Command) -> str:
-            return await run(lambda: store.reject(bead_id, rest(command), by=USER))
+            return await run(lambda: self.answer(bead_id, "reject", rest(command)))
 
         async def release(command: Command) -> str:
             return await run(lambda: store.release(bead_id, by=USER))

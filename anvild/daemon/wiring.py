@@ -36,7 +36,12 @@ tools added to every session's tools (`chain_tools`), the per-session mailbox fi
 idle. The bead store (`anvild.beads.BeadStore`, in `beads_repo`, default `<data dir>/beads`)
 is built too, and its `BeadsTree` (`agent/beads/`, `agent/convoys/`) mounted: claims resolve
 session ids and aliases through the manager, a session's exit marks its beads orphaned, and
-`SessionSettings.extra_context` puts its beads' convoy context in its system prompt. `run` opens
+`SessionSettings.extra_context` puts its beads' convoy context in its system prompt. Beads with
+requires_approval use the session result gate: `BeadGates` (`anvild.daemon.bead_gates`) hears
+every bead commit and every session event, opens the assigned session's gate when such a bead
+is completed, applies a gate's decision to the bead, and answers the gate when the bead's ctl
+decides; `run` starts it once the sessions are restored, and it first reconciles every bead
+that waits (so a decision recorded before a kill -9 still lands). `run` opens
 the store (creating or recovering the repository) before any session is restored;
 `attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
@@ -66,9 +71,11 @@ import trio
 from anvild.agent.permissions.policy import Mode
 from anvild.agent.permissions.rules import RuleSet
 from anvild.beads import BeadError, BeadStore
+from anvild.beads.events import BeadEvent, encode_event
 from anvild.beads.tools import bead_tools
 from anvild.config import Config
 from anvild.daemon.app import Daemon
+from anvild.daemon.bead_gates import BeadGates
 from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
@@ -90,6 +97,7 @@ from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.secrets import Redactor
 from anvild.session import (
+    Session,
     SessionManager,
     SessionNotFound,
     SessionSettings,
@@ -185,6 +193,18 @@ def _resolver(manager: SessionManager) -> Callable[[str], str | None]:
     return resolve
 
 
+def _lookup(manager: SessionManager) -> Callable[[str], Session | None]:
+    """The session with this id or alias (exited ones included while listed), or None."""
+
+    def lookup(name: str) -> Session | None:
+        try:
+            return manager.get(name)
+        except SessionNotFound:
+            return None
+
+    return lookup
+
+
 def _liveness(manager: SessionManager) -> Callable[[str], bool]:
     resolve = _resolver(manager)
     return lambda session_id: resolve(session_id) == session_id
@@ -200,6 +220,7 @@ class Sessions:
     client: httpx.AsyncClient
     mail: MailTree | None = None
     beads: BeadsTree | None = None
+    gates: BeadGates | None = None
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -228,6 +249,7 @@ class Sessions:
         perms, limits = config.permissions, config.sessions
         store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
         beads = BeadsTree(store)
+        gates = BeadGates(store)
         settings = SessionSettings(
             rules=RuleSet.parse(allow=perms.allow, ask=perms.ask, deny=perms.deny),
             mode=Mode(perms.mode),
@@ -255,6 +277,7 @@ class Sessions:
             if isinstance(event, SessionStateChanged) and event.state == "idle":
                 auto.poke(event.id)
             beads.on_session_event(event)
+            gates.on_session_event(event)
 
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
@@ -278,7 +301,18 @@ class Sessions:
         beads.resolve_session = _resolver(manager)
         beads.session_live = _liveness(manager)
         beads.mount(root)
-        return cls(manager, tree, root, client, mail, beads)
+        gates.lookup = _lookup(manager)
+        gates.publish = lambda event: beads.publish(encode_event(event))
+        beads.answer = gates.answer
+        committed = store.on_event
+
+        def on_bead_event(event: BeadEvent) -> None:
+            if committed is not None:
+                committed(event)
+            gates.on_bead_event(event)
+
+        store.on_event = on_bead_event
+        return cls(manager, tree, root, client, mail, beads, gates)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -297,6 +331,9 @@ class Sessions:
                         await nursery.start(self.manager.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")
+                        if self.gates is not None and self.gates.store.unavailable is None:
+                            manager = self.manager
+                            await nursery.start(self.gates.run, lambda: list(manager.sessions()))
                         task_status.started()
         finally:
             self._done.set()

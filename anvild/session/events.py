@@ -74,12 +74,17 @@ class SessionFailed:
 
 @attrs.frozen
 class ResultDecided:
-    """A result gate (`request_approval`) ended: verdict approve, reject or cancelled."""
+    """A result gate (`request_approval`) ended: verdict approve, reject or cancelled.
+    `asked_by` and `ref` name the request (`bead <id>` and its approval round for a bead),
+    `by` who answered (`user`, an approver session's id; "" when cancelled)."""
 
     TAG: ClassVar[str] = "result_decided"
     id: str
     verdict: str
     reason: str = ""
+    asked_by: str = ""
+    ref: str = ""
+    by: str = ""
 
 
 SessionEvent: TypeAlias = (

@@ -37,8 +37,12 @@ Theory of operation.
   prompt (they queue). `approve` -> idle; `reject REASON` -> stopped, the reason in the record,
   the log and the state's detail; `always` is refused. stop, restart and kill cancel the gate
   (recorded as cancelled). Nothing runs while it waits, so a daemon restart brings the session
-  back in it. Each decision is published as a `ResultDecided` event, and handed to the
-  request's `on_decision` callback if it gave one (not kept across a restart).
+  back in it. Each decision is recorded (`ResultApprovalAnswered`, with who answered) before it
+  is published as a `ResultDecided` event (session, verdict, reason, asked_by, ref, by); an
+  asker learns it from that event, or after a restart from `result_decision(asked_by)`, which
+  the records keep. There is no in-memory callback. A session never answers its own approval
+  (`answer_approval(line, by=<its id>)` is refused). `withdraw_result_approval` lets an asker
+  that no longer needs the answer (a bead decided on its own ctl) cancel its gate.
 - Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
   `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers.
 """
@@ -110,6 +114,7 @@ from anvild.store import (
     ApprovalRequested,
     ContextFileChanged,
     ContextReplaced,
+    DecidedResult,
     Journal,
     ModelChanged,
     Note,
@@ -158,16 +163,6 @@ VERBS: Final = (
 MAX_SUMMARY_CHARS: Final = 4000
 
 
-@attrs.frozen
-class ResultDecision:
-    """How a result gate ended: `verdict` is approve, reject or cancelled."""
-
-    session_id: str
-    verdict: str
-    reason: str = ""
-
-
-OnDecision = Callable[[ResultDecision], None]
 PREVIEW_CHARS: Final = 200
 
 
@@ -432,8 +427,7 @@ class Session:
         self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
         self._broker = ApprovalBroker(on_change=self._notify)
         self._result: PendingResult | None = state.result_approval  # a result gate
-        self._result_request: tuple[str, str, OnDecision | None] | None = None  # at turn end
-        self._on_decision: OnDecision | None = None
+        self._result_request: PendingResult | None = None  # asked during a turn: at its end
         self._layers = self._load_layers(state.context)
         self._agent = self._build_agent(state.messages)
         self._agent.context.state.todos = tuple(
@@ -678,11 +672,19 @@ class Session:
         self._notify()
         return len(ids)
 
-    def answer_approval(self, line: str) -> None:
+    def answer_approval(self, line: str, by: str = "user") -> None:
         """`approve`, `always` or `reject REASON` for the pending tool call; `approve` or
-        `reject REASON` for a pending result."""
+        `reject REASON` for a pending result. `by` is who answers: `user` for a write to the
+        session's files, a session's id when an approver session answers through a tool. A
+        session never answers its own approval (`SessionRefused`)."""
+        if by in (self.id, self.alias):
+            raise SessionRefused(
+                f"session {self.id} cannot answer its own approval: an agent never approves "
+                "its own result or tool call; a person or another session must write approve "
+                "or reject REASON to its approval file"
+            )
         if self._result is not None:
-            self._answer_result(line)
+            self._answer_result(line, by)
             return
         pending = self._broker.pending()
         if not pending:
@@ -706,15 +708,17 @@ class Session:
         self._broker.answer(pending[0].id, answer)
 
     def request_result_approval(
-        self, summary: str = "", asked_by: str = "ctl", on_decision: OnDecision | None = None
+        self, summary: str = "", asked_by: str = "ctl", ref: str = ""
     ) -> str:
         """Ask for approval of this session's result (see the module docstring); returns what
         the asker is told. `summary` defaults to `out`. Raises `SessionRefused` when the session
         cannot wait for one (exited, ephemeral, stopped, in error, already waiting).
 
         The API for other gates (a bead with requires_approval): call it with the bead's
-        summary and `asked_by="bead <id>"`, and learn the decision from `on_decision` (or from
-        the `ResultDecided` event, which also follows a daemon restart)."""
+        summary, `asked_by="bead <id>"` and the asker's own `ref` for this request (the bead's
+        approval round), and learn the decision from the `ResultDecided` event (which carries
+        asked_by, ref and who answered) or, after a daemon restart, from
+        `result_decision(asked_by)`, which the records keep. Nothing is held in memory only."""
         self._refuse_exited()
         if self.ephemeral:
             raise SessionRefused(
@@ -729,7 +733,7 @@ class Session:
             )
         summary = summary.strip()[:MAX_SUMMARY_CHARS]
         if self._turn_active or self._status in BUSY:
-            self._result_request = (summary, asked_by, on_decision)
+            self._result_request = PendingResult(summary, asked_by, ref)
             return (
                 f"Approval requested: when this turn ends, session {self.id} waits in "
                 "await_approval until a human or approver writes approve or reject REASON. "
@@ -741,28 +745,58 @@ class Session:
                 f"nothing to approve: session {self.id} has no answer in out; give a summary: "
                 "request_approval SUMMARY"
             )
-        self._open_result_gate(text, asked_by, on_decision)
+        self._open_result_gate(PendingResult(text, asked_by, ref))
         return f"session {self.id} waits for approval of its result"
 
-    def _open_result_gate(
-        self, summary: str, asked_by: str, on_decision: OnDecision | None
-    ) -> None:
-        if not self._append(ResultApprovalRequested(summary, asked_by)):
+    @property
+    def pending_result(self) -> PendingResult | None:
+        """The open result gate (summary, asked_by, ref), or None."""
+        return self._result
+
+    @property
+    def requested_result(self) -> PendingResult | None:
+        """A result gate asked for during the running turn (opened when it ends), or None."""
+        return self._result_request
+
+    def result_decision(self, asked_by: str) -> DecidedResult | None:
+        """How the last result gate asked by `asked_by` ended, from the records (so it holds
+        after a daemon restart): None when none has ended since that asker's last request."""
+        return self._journal.state.result_decision(asked_by)
+
+    def withdraw_result_approval(self, asked_by: str, why: str) -> bool:
+        """The asker no longer needs an answer (a bead decided elsewhere): a gate it asked for
+        is cancelled (recorded; the session goes idle), a request waiting for the turn's end is
+        dropped. False when the session has neither for `asked_by`."""
+        request = self._result_request
+        if request is not None and request.asked_by == asked_by:
+            self._result_request = None
+            self._log_lines([f"NOTE: approval request dropped: {why}"])
+            return True
+        if self._result is None or self._result.asked_by != asked_by:
+            return False
+        self._close_result_gate(Verdict.CANCELLED, why)
+        self._set_status(S.IDLE, f"approval withdrawn: {why}")
+        return True
+
+    def _open_result_gate(self, pending: PendingResult) -> None:
+        if not self._append(
+            ResultApprovalRequested(pending.summary, pending.asked_by, pending.ref)
+        ):
             raise RecordWriteFailed(f"the approval was not requested: {self._detail}")
-        self._result = PendingResult(summary, asked_by)
-        self._on_decision = on_decision
+        self._result = pending
+        asked_by = pending.asked_by
         self._log_lines(_indented("APPROVAL:", f"result approval requested by {asked_by}"))
         self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
 
-    def _answer_result(self, line: str) -> None:
+    def _answer_result(self, line: str, by: str) -> None:
         verb, _, rest = line.strip().partition(" ")
         reason = rest.strip()
         match verb:
             case "approve" if not reason:
-                self._close_result_gate(Verdict.APPROVE, "")
+                self._close_result_gate(Verdict.APPROVE, "", by)
                 self._set_status(S.IDLE, "result approved")
             case "reject" if reason:
-                self._close_result_gate(Verdict.REJECT, reason)
+                self._close_result_gate(Verdict.REJECT, reason, by)
                 self._set_status(S.STOPPED, f"result rejected: {reason}")
             case "reject":
                 raise InvalidSessionRequest(
@@ -780,23 +814,20 @@ class Session:
                     "reject REASON"
                 )
 
-    def _close_result_gate(self, verdict: Verdict, reason: str) -> None:
-        """Record how the result gate ended and tell whoever waits for it."""
-        if self._result is None:
+    def _close_result_gate(self, verdict: Verdict, reason: str, by: str = "") -> None:
+        """Record how the result gate ended (the record is the decision), then publish it."""
+        pending = self._result
+        if pending is None:
             return
-        if not self._append(ResultApprovalAnswered(verdict, reason)):
+        if not self._append(ResultApprovalAnswered(verdict, reason, by)):
             raise RecordWriteFailed(f"the answer was not recorded: {self._detail}")
         self._result = None
-        callback, self._on_decision = self._on_decision, None
         said = f"result {verdict.value}" + (f": {reason}" if reason else "")
+        said += f" (by {by})" if by else ""
         self._log_lines(_indented("APPROVAL:", said))
-        decision = ResultDecision(self.id, verdict.value, reason)
-        self._services.publish(ResultDecided(self.id, verdict.value, reason))
-        if callback is not None:
-            try:
-                callback(decision)
-            except Exception:  # the asker's bug must not undo the decision
-                log.exception("session.on_decision_failed", session=self.id)
+        self._services.publish(
+            ResultDecided(self.id, verdict.value, reason, pending.asked_by, pending.ref, by)
+        )
 
     def mark_out_read(self) -> None:
         """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""
@@ -1018,10 +1049,9 @@ class Session:
         if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
             done = finished is not None and finished.outcome is ev.TurnOutcome.DONE
             if request is not None and done and self._status is S.RUNNING:
-                summary, asked_by, on_decision = request
-                text = summary or self._out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
+                text = request.summary or self._out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
                 with contextlib.suppress(RecordWriteFailed):  # then it is in error: no gate
-                    self._open_result_gate(text, asked_by, on_decision)
+                    self._open_result_gate(attrs.evolve(request, summary=text))
             else:
                 if request is not None:
                     outcome = finished.outcome.value if finished else "error"
@@ -1420,8 +1450,6 @@ __all__ = [
     "MODE_ORDER",
     "SANDBOXES",
     "VERBS",
-    "OnDecision",
-    "ResultDecision",
     "Services",
     "Session",
     "SessionError",

@@ -67,6 +67,7 @@ from anvild.store.records import (
 from anvild.store.recovery import Recovery, recover
 from anvild.store.reducer import apply, message_records, replay
 from anvild.store.state import (
+    DecidedResult,
     PendingApproval,
     PendingResult,
     QueuedPrompt,
@@ -84,6 +85,7 @@ __all__ = [
     "ContextFileChanged",
     "ContextReplaced",
     "CorruptJournalError",
+    "DecidedResult",
     "Journal",
     "JournalContents",
     "JournalError",

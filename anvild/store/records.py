@@ -323,21 +323,26 @@ class ResultApprovalRequested:
     """`request_approval` (ctl, the model's tool, or an API caller such as a bead): the
     session's result waits on `approval` (state await_approval, written right after) until
     `approve` (idle) or `reject REASON` (stopped). `asked_by` says who asked (`ctl`, `model`,
-    `bead <id>`, ...)."""
+    `bead <id>`, ...); `ref` is the asker's own name for this request (a bead's approval round,
+    so a decision is never applied to a later round of the same bead; "" when none)."""
 
     TAG: ClassVar[str] = "result_approval_requested"
     summary: str
     asked_by: str = ""
+    ref: str = ""
 
 
 @attrs.frozen
 class ResultApprovalAnswered:
     """The pending result approval was answered: approve, reject (with the reason), or
-    cancelled (stop, restart, kill: nobody decided). Never `always`."""
+    cancelled (stop, restart, kill: nobody decided). Never `always`. `by` is who answered
+    (`user` for a write to the session's files, a session id for an approver session; "" for
+    cancelled, and in records written before it existed)."""
 
     TAG: ClassVar[str] = "result_approval_answered"
     verdict: Verdict = attrs.field(converter=Verdict)
     reason: str = ""
+    by: str = ""
 
 
 @attrs.frozen
@@ -435,6 +440,15 @@ def _make_converter() -> cattrs.Converter:
             token_budget=omit,
             headless=omit,
         ),
+    )
+    # `ref` and `by` came later too: written only when set.
+    conv.register_unstructure_hook(
+        ResultApprovalRequested,
+        make_dict_unstructure_fn(ResultApprovalRequested, conv, ref=omit),
+    )
+    conv.register_unstructure_hook(
+        ResultApprovalAnswered,
+        make_dict_unstructure_fn(ResultApprovalAnswered, conv, by=omit),
     )
     configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
     return conv

@@ -21,8 +21,9 @@ record is never written. The rules it enforces:
 - `ToolStarted` names a call (id and name) of the trailing assistant message, once;
   `ToolFinished` a started call, once. `ApprovalRequested` a call of that message not started
   yet, with no other request pending; `ApprovalAnswered` the pending one.
-- `ResultApprovalRequested` needs no approval of either kind pending; `ResultApprovalAnswered`
-  needs a pending result approval and is never `always`.
+- `ResultApprovalRequested` needs no approval of either kind pending (and forgets the last
+  decision of the same asker); `ResultApprovalAnswered` needs a pending result approval and is
+  never `always`; it keeps the decision in `result_decisions` (the newest per `asked_by`).
 - `PermissionsRemembered` adds to `remembered` (never removed: an `always` holds for the rest
   of the session, across clear, restart and daemon restarts).
 - The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
@@ -73,6 +74,7 @@ from anvild.store.records import (
     Verdict,
 )
 from anvild.store.state import (
+    DecidedResult,
     PendingApproval,
     PendingResult,
     QueuedPrompt,
@@ -192,16 +194,24 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         ):
             added = Remembered(rules, reads, writes, network, full_access)
             return attrs.evolve(state, remembered=state.remembered.plus(added))
-        case ResultApprovalRequested(summary=summary, asked_by=asked_by):
+        case ResultApprovalRequested(summary=summary, asked_by=asked_by, ref=ref):
             if state.approval is not None or state.result_approval is not None:
                 raise RecordError("result_approval_requested while another approval is pending")
-            return attrs.evolve(state, result_approval=PendingResult(summary, asked_by))
-        case ResultApprovalAnswered(verdict=verdict):
-            if state.result_approval is None:
+            others = tuple(d for d in state.result_decisions if d.asked_by != asked_by)
+            return attrs.evolve(
+                state,
+                result_approval=PendingResult(summary, asked_by, ref),
+                result_decisions=others,
+            )
+        case ResultApprovalAnswered(verdict=verdict, reason=reason, by=by):
+            gate = state.result_approval
+            if gate is None:
                 raise RecordError("result_approval_answered with no result approval pending")
             if verdict is Verdict.ALWAYS:
                 raise RecordError("a result approval is never answered `always`")
-            return attrs.evolve(state, result_approval=None)
+            decided = DecidedResult(gate.asked_by, gate.ref, verdict.value, reason, by)
+            others = tuple(d for d in state.result_decisions if d.asked_by != gate.asked_by)
+            return attrs.evolve(state, result_approval=None, result_decisions=(*others, decided))
         case Note(text=text):
             return attrs.evolve(state, notes=(*state.notes, text))
         case SessionEnded(reason=reason):

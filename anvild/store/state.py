@@ -48,6 +48,21 @@ class PendingResult:
 
     summary: str
     asked_by: str
+    ref: str = ""
+
+
+@attrs.frozen
+class DecidedResult:
+    """How the last result gate of one asker ended (`ResultApprovalAnswered`): `verdict`
+    approve, reject or cancelled, the reject `reason`, who answered (`by`), and the request's
+    `ref`. Kept per `asked_by` (the newest only), so an asker such as a bead can learn the
+    decision from the records after a daemon restart."""
+
+    asked_by: str
+    ref: str
+    verdict: str
+    reason: str = ""
+    by: str = ""
 
 
 @attrs.frozen
@@ -123,6 +138,7 @@ class SessionState:
     queue: tuple[QueuedPrompt, ...] = ()
     approval: PendingApproval | None = None
     result_approval: PendingResult | None = None  # a result gate (request_approval)
+    result_decisions: tuple[DecidedResult, ...] = ()  # the last decision per asked_by
     always_allowed: tuple[str, ...] = ()  # tools answered `always`, sorted
     remembered: Remembered = Remembered()  # what those answers added (PermissionsRemembered)
     last_turn: TurnEnded | None = None
@@ -136,6 +152,11 @@ class SessionState:
         if self.messages and self.messages[-1].role is Role.ASSISTANT:
             return tuple(self.messages[-1].tool_calls())
         return ()
+
+    def result_decision(self, asked_by: str) -> DecidedResult | None:
+        """How the last result gate asked by `asked_by` ended (None: none has ended since its
+        last request)."""
+        return next((d for d in self.result_decisions if d.asked_by == asked_by), None)
 
     def run(self, call_id: str) -> ToolRun | None:
         return next((run for run in self.tools if run.call_id == call_id), None)

@@ -281,9 +281,9 @@ def test_result_gate_approve_reject_always_and_restart(
     gate = [r for r in records if isinstance(r, ResultApprovalRequested | ResultApprovalAnswered)]
     assert gate == [
         ResultApprovalRequested("pong", "ctl"),
-        ResultApprovalAnswered(Verdict.APPROVE, ""),
+        ResultApprovalAnswered(Verdict.APPROVE, "", "user"),
         ResultApprovalRequested("Ready to merge", "ctl"),
-        ResultApprovalAnswered(Verdict.REJECT, "the tests are missing"),
+        ResultApprovalAnswered(Verdict.REJECT, "the tests are missing", "user"),
     ]
     stopped = [r for r in records if isinstance(r, StateChanged)][-1]
     assert stopped == StateChanged(SessionStatus.STOPPED, "result rejected: the tests are missing")

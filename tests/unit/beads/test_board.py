@@ -188,3 +188,71 @@ def test_convoy_context_for_a_session_working_on_one_of_its_beads() -> None:
     assert text.startswith("# Convoy context\n")
     assert "## Convoy auth-001: Auth\n\nGoal: Add OAuth\n\nOWASP top 10 applies." in text
     assert board.context_for("s2") == ""
+
+
+def submitted(board: Board, bead_id: str, session: str) -> Board:
+    board = board.claim(bead_id, session, by="user", now=NOW).board
+    return board.complete(bead_id, "the result", by="user", now=NOW).board
+
+
+def test_each_completion_into_pending_approval_is_one_more_approval_round() -> None:
+    board = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    assert board.bead("a-001").submissions == 1
+    board = board.reject("a-001", "no", by="user", now=NOW).board
+    board = board.release("a-001", by="user", now=NOW).board
+    board = submitted(board, "a-001", "s1")
+    assert board.bead("a-001").submissions == 2
+    plain = submitted(build(NewBead("B", "dev")), "b-001", "s1")
+    assert plain.bead("b-001").status is B.COMPLETED
+    assert plain.bead("b-001").submissions == 0
+
+
+def test_decide_applies_a_gate_verdict_only_in_its_round_and_only_once() -> None:
+    board = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    with pytest.raises(BeadConflict, match="for round 0 does not apply"):
+        board.decide(
+            "a-001", session="s1", round=0, verdict="approve", reason="", answered_by="user",
+            now=NOW,
+        )  # fmt: skip
+    with pytest.raises(BeadConflict, match="decision of session s2's gate"):
+        board.decide(
+            "a-001", session="s2", round=1, verdict="approve", reason="", answered_by="user",
+            now=NOW,
+        )  # fmt: skip
+    change = board.decide(
+        "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="s9", now=NOW
+    )
+    bead = change.board.bead("a-001")
+    assert (bead.status, bead.approved_by) == (B.COMPLETED, "s9")
+    assert change.message == "approve a-001 through session s1's result gate (by session s9)"
+    with pytest.raises(BeadConflict, match="a-001 is completed"):
+        change.board.decide(
+            "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="user",
+            now=NOW,
+        )  # fmt: skip
+    rejected = board.decide(
+        "a-001", session="s1", round=1, verdict="reject", reason="no tests", answered_by="user",
+        now=NOW,
+    )  # fmt: skip
+    assert rejected.board.bead("a-001").status is B.FAILED
+    assert rejected.board.bead("a-001").reason == "no tests"
+    assert rejected.message == "reject a-001 through session s1's result gate: no tests (by user)"
+
+
+def test_the_assigned_session_never_approves_or_rejects_its_own_bead() -> None:
+    board = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    expected = "session s1 cannot approve bead a-001: it is assigned to that session"
+    with pytest.raises(BeadConflict, match=expected):
+        board.approve("a-001", by="session s1", now=NOW, approver="s1")
+    with pytest.raises(BeadConflict, match="session s1 cannot reject bead a-001"):
+        board.reject("a-001", "meh", by="session s1", now=NOW, approver="s1")
+    with pytest.raises(BeadConflict, match="cannot approve bead a-001"):
+        board.decide(
+            "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="s1",
+            now=NOW,
+        )  # fmt: skip
+    other = board.approve("a-001", by="session s2", now=NOW, approver="s2").board
+    assert other.bead("a-001").approved_by == "s2"
+    # A person may approve work a person claimed.
+    mine = submitted(build(NewBead("B", "dev", requires_approval=True)), "b-001", "user")
+    assert mine.approve("b-001", by="user", now=NOW).board.bead("b-001").approved_by == "user"

@@ -12,7 +12,6 @@ from anvild.llm.errors import TransportError
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.mail.tools import RequestApproval
 from anvild.session import InvalidSessionRequest, SessionManager, SessionRefused, SessionStatus
-from anvild.session.session import ResultDecision
 from anvild.store import ResultApprovalAnswered, ResultApprovalRequested, Verdict
 from tests.unit.session.support import Models, ask, new, running, target
 
@@ -36,12 +35,11 @@ def gate_records(manager: SessionManager, sid: str) -> list[object]:
 
 
 async def test_request_from_await_then_approve_goes_idle(tmp_path: Path) -> None:
-    decisions: list[ResultDecision] = []
     async with running(tmp_path, [script.text("Implemented OAuth.\nTests pass.")]) as manager:
         s = await new(manager)
         assert await ask(s, "do it") == "Implemented OAuth.\nTests pass.\n"
         assert s.status is S.AWAIT
-        s.request_result_approval(asked_by="ctl", on_decision=decisions.append)
+        s.request_result_approval(asked_by="ctl")
         assert s.status is S.AWAIT_APPROVAL
         assert s.approval_text() == (
             "kind result\nasked_by ctl\nsummary Implemented OAuth.\n  Tests pass.\n"
@@ -56,15 +54,24 @@ async def test_request_from_await_then_approve_goes_idle(tmp_path: Path) -> None
         await s.control("approve")
         assert s.status is S.IDLE
         assert s.approval_text() == ""
-        assert decisions == [ResultDecision(s.id, "approve", "")]
+        decided = s.result_decision("ctl")
+        assert decided is not None
+        assert (decided.verdict, decided.by, decided.ref) == ("approve", "user", "")
         assert gate_records(manager, s.id) == [
             ResultApprovalRequested("Implemented OAuth.\nTests pass.", "ctl"),
-            ResultApprovalAnswered(Verdict.APPROVE, ""),
+            ResultApprovalAnswered(Verdict.APPROVE, "", "user"),
         ]
         events = [json.loads(line) for line in manager.events.backlog()]
-        assert {"type": "result_decided", "id": s.id, "verdict": "approve", "reason": ""} in [
-            {k: v for k, v in e.items() if k != "ts"} for e in events
-        ]
+        decided_event = {
+            "type": "result_decided",
+            "id": s.id,
+            "verdict": "approve",
+            "reason": "",
+            "asked_by": "ctl",
+            "ref": "",
+            "by": "user",
+        }
+        assert decided_event in [{k: v for k, v in e.items() if k != "ts"} for e in events]
         with pytest.raises(SessionRefused, match="no approval is pending"):
             s.answer_approval("approve")
 
@@ -81,7 +88,7 @@ async def test_reject_stops_with_the_reason_recorded_and_logged(tmp_path: Path) 
         log = reader.read_nowait(1 << 16).decode()
         assert "APPROVAL: result reject: the tests do not cover errors" in log
         assert gate_records(manager, s.id)[-1] == ResultApprovalAnswered(
-            Verdict.REJECT, "the tests do not cover errors"
+            Verdict.REJECT, "the tests do not cover errors", "user"
         )
         with pytest.raises(SessionRefused, match="write start to its ctl first"):
             s.request_result_approval("x")

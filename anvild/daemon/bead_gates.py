@@ -1,0 +1,292 @@
+"""Bead approvals through the session result gate: `BeadGates`, the daemon's reconciler.
+
+    gates = BeadGates(store, lookup=..., publish=...)   # lookup(session id) -> Session | None
+    store.on_event -> gates.on_bead_event               # after each bead commit
+    manager on_event -> gates.on_session_event          # ResultDecided, state changes
+    await nursery.start(gates.run)                      # reconciles once, then follows events
+    await gates.answer(bead_id, "approve" | "reject", reason, by="user")   # the bead's ctl
+
+Theory of operation
+-------------------
+A bead with requires_approval that is completed (bead ctl `complete`, the agent's `complete`
+tool, a conductor) goes to pending_approval, and its assigned session opens a result gate for it
+(`Session.request_result_approval(summary=<the bead's result>, asked_by="bead <id>",
+ref=<the bead's approval round>)`): the session's `approval` shows `kind result`,
+`asked_by bead <id>`, and either side answers both.
+
+There are two durable records of one decision: the session's journal (`ResultApprovalRequested`
+/ `ResultApprovalAnswered` with who answered; `Session.result_decision(asked_by)` reads it back)
+and the bead repository (pending_approval, then completed with approved_by, or failed with the
+reason). Nothing in memory is needed to bring them together: `sync(bead)` compares the two and
+makes the one that is behind follow the other, and it is safe to run at any time, any number of
+times:
+
+- the bead waits (pending_approval, this round) and the session has no gate and no decision for
+  it: open the gate (`waiting` if a turn is running: it opens when the turn ends). If the session
+  cannot wait (exited, ephemeral, stopped, gone, already waiting for another result), the bead
+  still waits and its own ctl answers it; a `bead_gate` event with state `unavailable` says why;
+- the bead waits and the session's records hold a decision for this round (approve or reject):
+  apply it to the bead (`BeadStore.decide`, which re-checks under the store's lock, so the
+  commit happens exactly once however often the decision is offered). A cancelled gate (stop,
+  restart, kill of the session) is not reopened: the bead's ctl answers;
+- the session's gate is open for a round the bead has left (decided on the bead's side, or a
+  later round): close it with the bead's verdict (completed -> approve, failed -> reject with the
+  bead's reason), or withdraw it.
+
+`sync` runs for every bead with a gate to look at once at start (`run`, after the sessions are
+restored), and afterwards whenever a bead commit (`complete`, `approve`, `reject`), a
+`ResultDecided` of a bead's gate, or a session's state change (a turn ended, a gate closed, a
+session stopped or exited) could have moved one of them. The work goes through one task, in
+order, so two syncs never interleave; a bead that is already queued is not queued twice.
+
+Answering. `approve` / `reject REASON` on the session's `approval` (or its ctl) is recorded by
+the session (by `user`, or by an approver session's id), then `sync` applies it to the bead
+(approved_by = who answered; reject fails the bead, see `anvild.beads.model`; the session
+itself goes idle on approve and stopped on reject). On the bead's ctl, `answer` answers the
+session's open gate first (its journal records the decision, then the bead commits), so both
+sides always hold the same verdict: a decision is made in one place, the session, whenever the
+session is waiting, and only when it cannot wait does the bead's ctl decide alone. A crash
+between the two writes (kill -9 after the session's record, before the bead's commit) is
+finished by the reconciliation at the next start.
+
+An agent never approves its own work: the session refuses an answer by itself, and the board
+refuses an approval by the session the bead is assigned to.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import structlog
+import trio
+
+from anvild.beads import BeadConflict, BeadError, BeadStore, InvalidBeadRequest
+from anvild.beads.events import BeadChanged, BeadEvent, BeadGate
+from anvild.beads.model import GATE_PREFIX, USER, Bead, BeadStatus
+from anvild.session import Session, SessionError, SessionStatus
+from anvild.session.events import ResultDecided, SessionEvent, SessionStateChanged
+
+__all__ = ["BeadGates"]
+
+log = structlog.get_logger("anvild.daemon.bead_gates")
+
+B = BeadStatus
+BEAD_ACTIONS = frozenset({"complete", "approve", "reject"})
+QUIET_STATES = frozenset({SessionStatus.RUNNING.value, SessionStatus.STARTING.value})
+
+
+class BeadGates:
+    """Keeps each bead that requires approval and its session's result gate in agreement."""
+
+    def __init__(
+        self,
+        store: BeadStore,
+        *,
+        lookup: Callable[[str], Session | None] = lambda session_id: None,
+        publish: Callable[[BeadEvent], None] = lambda event: None,
+    ) -> None:
+        self.store = store
+        self.lookup = lookup
+        self.publish = publish
+        self._send, self._receive = trio.open_memory_channel[str](math.inf)
+        self._queued: set[str] = set()
+        self._told: dict[str, tuple[str, str]] = {}
+
+    # -- what to look at -----------------------------------------------------------------------
+
+    def on_bead_event(self, event: BeadEvent) -> None:
+        """For the store's `on_event`: a completion into pending_approval, or a decision."""
+        if isinstance(event, BeadChanged) and event.action in BEAD_ACTIONS:
+            self._queue(event.id)
+
+    def on_session_event(self, event: SessionEvent) -> None:
+        """For the manager's `on_event`: a bead gate's decision, or any state change that may
+        let a session open (or need to close) a bead's gate."""
+        if isinstance(event, ResultDecided) and event.asked_by.startswith(GATE_PREFIX):
+            self._queue(event.asked_by.removeprefix(GATE_PREFIX))
+        elif isinstance(event, SessionStateChanged) and event.state not in QUIET_STATES:
+            for bead in self._beads_of(event.id):
+                self._queue(bead)
+
+    def _beads_of(self, session_id: str) -> list[str]:
+        ids = [b.id for b in self.store.assigned(session_id)]
+        session = self.lookup(session_id)
+        gate = session.pending_result if session is not None else None
+        if gate is not None and gate.asked_by.startswith(GATE_PREFIX):
+            ids.append(gate.asked_by.removeprefix(GATE_PREFIX))
+        return ids
+
+    def _queue(self, bead_id: str) -> None:
+        if bead_id not in self._queued:
+            self._queued.add(bead_id)
+            self._send.send_nowait(bead_id)
+
+    def to_reconcile(self, sessions: list[Session]) -> list[str]:
+        """Every bead whose gate may need work: pending approval, or named by an open gate."""
+        ids = [b.id for b in self.store.beads() if b.status is B.PENDING_APPROVAL]
+        for session in sessions:
+            gate = session.pending_result
+            if gate is not None and gate.asked_by.startswith(GATE_PREFIX):
+                ids.append(gate.asked_by.removeprefix(GATE_PREFIX))
+        return list(dict.fromkeys(ids))
+
+    # -- the task ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        sessions: Callable[[], list[Session]] = list,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Reconcile every bead once (the daemon's start), report started, then sync each bead
+        that an event names, in order, until cancelled."""
+        for bead_id in self.to_reconcile(sessions()):
+            await self._sync_logged(bead_id)
+        task_status.started()
+        async for bead_id in self._receive:
+            self._queued.discard(bead_id)
+            await self._sync_logged(bead_id)
+
+    async def _sync_logged(self, bead_id: str) -> None:
+        try:
+            await self.sync(bead_id)
+        except Exception:  # one bead's trouble must not stop the others (or the daemon)
+            log.exception("bead_gates.sync_failed", bead=bead_id)
+
+    # -- one bead ------------------------------------------------------------------------------
+
+    async def sync(self, bead_id: str) -> None:
+        """Make the bead and its session's gate agree (see the module docstring)."""
+        bead = self.store.board.beads.get(bead_id)
+        if bead is None or bead.assigned_to is None or bead.assigned_to == USER:
+            return
+        session = self.lookup(bead.assigned_to)
+        waits = bead.status is B.PENDING_APPROVAL
+        if session is None:
+            if waits:
+                self._tell(bead, bead.assigned_to, "unavailable", _ctl_note(bead, "has ended"))
+            return
+        gate = session.pending_result
+        ref = str(bead.submissions)
+        if gate is not None and gate.asked_by == bead.gate:
+            if gate.ref == ref and waits:
+                return  # both wait for the same answer
+            self._close(bead, session, same_round=gate.ref == ref)
+            return
+        request = session.requested_result
+        if not waits:
+            if request is not None and request.asked_by == bead.gate:
+                why = f"bead {bead.id} is {bead.status.value}"
+                session.withdraw_result_approval(bead.gate, why)
+            return
+        decision = session.result_decision(bead.gate)
+        if decision is not None and decision.ref == ref:
+            if decision.verdict in ("approve", "reject"):
+                await self._apply(bead, session.id, decision.verdict, decision.reason, decision.by)
+            else:
+                what = f"cancelled its approval gate ({decision.reason or 'cancelled'})"
+                self._tell(bead, session.id, "unavailable", _ctl_note(bead, what))
+            return
+        if request is not None and request.asked_by == bead.gate:
+            return  # opens when the session's turn ends
+        summary = bead.result.strip() or f"bead {bead.id}: {bead.title}"
+        try:
+            session.request_result_approval(summary, bead.gate, ref)
+        except SessionError as exc:
+            note = _ctl_note(bead, f"cannot wait for approval ({exc})")
+            self._tell(bead, session.id, "unavailable", note)
+            return
+        if session.pending_result is not None:
+            self._tell(bead, session.id, "open", f"agent/{session.id}/approval asks")
+        else:
+            self._tell(bead, session.id, "waiting", "the gate opens when the session's turn ends")
+
+    def _close(self, bead: Bead, session: Session, *, same_round: bool) -> None:
+        """The session's gate names a bead that no longer waits in that round."""
+        try:
+            if same_round and bead.status is B.COMPLETED:
+                session.answer_approval("approve", by=bead.approved_by or USER)
+                detail = f"approved on the bead's ctl by {bead.approved_by or USER}"
+            elif same_round and bead.status is B.FAILED:
+                session.answer_approval(f"reject {bead.reason or 'rejected'}", by=USER)
+                detail = f"rejected on the bead's ctl: {bead.reason}"
+            else:
+                why = f"bead {bead.id} is {bead.status.value} (round {bead.submissions})"
+                session.withdraw_result_approval(bead.gate, why)
+                detail = f"withdrawn: {why}"
+        except SessionError as exc:
+            log.error("bead_gates.close_failed", bead=bead.id, session=session.id, error=str(exc))
+            return
+        self._tell(bead, session.id, "closed", detail)
+
+    async def _apply(
+        self, bead: Bead, session_id: str, verdict: str, reason: str, answered_by: str
+    ) -> Bead | None:
+        """Commit the session's decision to the bead; None when it no longer applies."""
+        try:
+            return await self.store.decide(
+                bead.id,
+                session=session_id,
+                round=bead.submissions,
+                verdict=verdict,
+                reason=reason,
+                answered_by=answered_by or USER,
+            )
+        except BeadConflict as exc:
+            log.info("bead_gates.already_decided", bead=bead.id, detail=str(exc))
+            return None
+
+    def _tell(self, bead: Bead, session_id: str, state: str, detail: str) -> None:
+        """Publish a `bead_gate` event, once per bead for the same state and detail."""
+        if self._told.get(bead.id) == (state, detail):
+            return
+        self._told[bead.id] = (state, detail)
+        log.info("bead_gates.gate", bead=bead.id, session=session_id, state=state, detail=detail)
+        self.publish(BeadGate(bead.id, session_id, state, detail))
+
+    # -- the bead's ctl ------------------------------------------------------------------------
+
+    async def answer(self, bead_id: str, verdict: str, reason: str = "", *, by: str = USER) -> Bead:
+        """`approve` or `reject REASON` on the bead's ctl. When the assigned session's gate for
+        this round is open, the session records the decision first and the bead follows;
+        otherwise the bead decides alone (as for a bead whose session cannot wait)."""
+        bead = self.store.bead(bead_id)
+        reason = reason.strip()
+        if verdict == "reject" and not reason:
+            raise InvalidBeadRequest("reject needs a reason: reject REASON")
+        session = self.lookup(bead.assigned_to) if bead.assigned_to else None
+        gate = session.pending_result if session is not None else None
+        if (
+            session is None
+            or gate is None
+            or bead.status is not B.PENDING_APPROVAL
+            or gate.asked_by != bead.gate
+            or gate.ref != str(bead.submissions)
+        ):
+            if verdict == "approve":
+                return await self.store.approve(bead_id, by=by)
+            return await self.store.reject(bead_id, reason, by=by)
+        line = "approve" if verdict == "approve" else f"reject {reason}"
+        try:
+            session.answer_approval(line, by=by)
+        except SessionError as exc:
+            raise BeadConflict(f"bead {bead_id}: {exc}") from exc
+        done = await self._apply(bead, session.id, verdict, reason, by)
+        if done is not None:
+            return done
+        after = self.store.bead(bead_id)  # the queued sync committed it first
+        expected = B.COMPLETED if verdict == "approve" else B.FAILED
+        if after.status is not expected:
+            raise BeadError(
+                f"bead {bead_id} is {after.status.value} after its session's gate recorded "
+                f"{verdict}; read agent/beads/{bead_id}/status and the daemon's log"
+            )
+        return after
+
+
+def _ctl_note(bead: Bead, what: str) -> str:
+    return (
+        f"session {bead.assigned_to} {what}; bead {bead.id} waits in pending_approval: write "
+        f"approve or reject REASON to agent/beads/{bead.id}/ctl"
+    )
