@@ -36,11 +36,17 @@ times:
 `sync` runs for every bead with a gate to look at once at start (`run`, after the sessions are
 restored), and afterwards whenever a bead commit (`complete`, `approve`, `reject`), a
 `ResultDecided` of a bead's gate, or a session's state change (a turn ended, a gate closed, a
-session stopped or exited) could have moved one of them. The work goes through one task, in
-order, so two syncs never interleave; a bead that is already queued is not queued twice.
+session stopped or exited) could have moved one of them. After a bead commit its session side
+is synced at once, in the committing task (so a bead the session's own `complete` tool finished
+has its gate asked for before the turn can end: the gate then opens as the turn ends, and
+`wait` on the session answers await_approval); everything else goes through one task, in
+order; a bead that is already queued is not queued twice. Only the bead's commit awaits, and
+it re-checks under the store's lock, so overlapping syncs cannot apply a decision twice.
 
 Answering. `approve` / `reject REASON` on the session's `approval` (or its ctl) is recorded by
 the session (by `user`, or by an approver session's id), then `sync` applies it to the bead
+before the write returns (`settle`, the session tree's `answered` hook; the `ResultDecided`
+event queues the same sync for answers that come another way)
 (approved_by = who answered; reject fails the bead, see `anvild.beads.model`; the session
 itself goes idle on approve and stopped on reject). On the bead's ctl, `answer` answers the
 session's open gate first (its journal records the decision, then the bead commits), so both
@@ -66,6 +72,7 @@ from anvild.beads.events import BeadChanged, BeadEvent, BeadGate
 from anvild.beads.model import GATE_PREFIX, USER, Bead, BeadStatus
 from anvild.session import Session, SessionError, SessionStatus
 from anvild.session.events import ResultDecided, SessionEvent, SessionStateChanged
+from anvild.store import PendingResult
 
 __all__ = ["BeadGates"]
 
@@ -96,9 +103,18 @@ class BeadGates:
     # -- what to look at -----------------------------------------------------------------------
 
     def on_bead_event(self, event: BeadEvent) -> None:
-        """For the store's `on_event`: a completion into pending_approval, or a decision."""
+        """For the store's `on_event` (called right after the commit, in the committing task):
+        a completion into pending_approval, or a decision. The session side is brought along
+        at once, so a bead completed by the session's own tool during a turn has its gate
+        asked for before that turn can end; a decision to commit is left to the task."""
         if isinstance(event, BeadChanged) and event.action in BEAD_ACTIONS:
-            self._queue(event.id)
+            try:
+                pending = self._sync_now(event.id)
+            except Exception:
+                log.exception("bead_gates.sync_failed", bead=event.id)
+                pending = True
+            if pending:
+                self._queue(event.id)
 
     def on_session_event(self, event: SessionEvent) -> None:
         """For the manager's `on_event`: a bead gate's decision, or any state change that may
@@ -158,49 +174,59 @@ class BeadGates:
 
     async def sync(self, bead_id: str) -> None:
         """Make the bead and its session's gate agree (see the module docstring)."""
+        if self._sync_now(bead_id):
+            bead = self.store.bead(bead_id)
+            session = self.lookup(bead.assigned_to or "")
+            decision = session.result_decision(bead.gate) if session is not None else None
+            if session is not None and decision is not None:
+                await self._apply(bead, session.id, decision.verdict, decision.reason, decision.by)
+
+    def _sync_now(self, bead_id: str) -> bool:
+        """Everything `sync` does but the bead's commit; True when the session's records hold
+        a decision for the bead's current round that the bead has yet to take."""
         bead = self.store.board.beads.get(bead_id)
         if bead is None or bead.assigned_to is None or bead.assigned_to == USER:
-            return
+            return False
         session = self.lookup(bead.assigned_to)
         waits = bead.status is B.PENDING_APPROVAL
         if session is None:
             if waits:
                 self._tell(bead, bead.assigned_to, "unavailable", _ctl_note(bead, "has ended"))
-            return
+            return False
         gate = session.pending_result
         ref = str(bead.submissions)
         if gate is not None and gate.asked_by == bead.gate:
             if gate.ref == ref and waits:
-                return  # both wait for the same answer
+                return False  # both wait for the same answer
             self._close(bead, session, same_round=gate.ref == ref)
-            return
+            return False
         request = session.requested_result
         if not waits:
             if request is not None and request.asked_by == bead.gate:
                 why = f"bead {bead.id} is {bead.status.value}"
                 session.withdraw_result_approval(bead.gate, why)
-            return
+            return False
         decision = session.result_decision(bead.gate)
         if decision is not None and decision.ref == ref:
             if decision.verdict in ("approve", "reject"):
-                await self._apply(bead, session.id, decision.verdict, decision.reason, decision.by)
-            else:
-                what = f"cancelled its approval gate ({decision.reason or 'cancelled'})"
-                self._tell(bead, session.id, "unavailable", _ctl_note(bead, what))
-            return
+                return True
+            what = f"cancelled its approval gate ({decision.reason or 'cancelled'})"
+            self._tell(bead, session.id, "unavailable", _ctl_note(bead, what))
+            return False
         if request is not None and request.asked_by == bead.gate:
-            return  # opens when the session's turn ends
+            return False  # opens when the session's turn ends
         summary = bead.result.strip() or f"bead {bead.id}: {bead.title}"
         try:
             session.request_result_approval(summary, bead.gate, ref)
         except SessionError as exc:
             note = _ctl_note(bead, f"cannot wait for approval ({exc})")
             self._tell(bead, session.id, "unavailable", note)
-            return
+            return False
         if session.pending_result is not None:
             self._tell(bead, session.id, "open", f"agent/{session.id}/approval asks")
         else:
             self._tell(bead, session.id, "waiting", "the gate opens when the session's turn ends")
+        return False
 
     def _close(self, bead: Bead, session: Session, *, same_round: bool) -> None:
         """The session's gate names a bead that no longer waits in that round."""
@@ -244,6 +270,13 @@ class BeadGates:
         self._told[bead.id] = (state, detail)
         log.info("bead_gates.gate", bead=bead.id, session=session_id, state=state, detail=detail)
         self.publish(BeadGate(bead.id, session_id, state, detail))
+
+    async def settle(self, session: Session, gate: PendingResult) -> None:
+        """For `SessionExtension.answered`: a write answered `gate` on `session`; if it was a
+        bead's, apply the decision to the bead now, so the write returns after the bead's
+        commit (the queued sync then finds nothing left to do)."""
+        if gate.asked_by.startswith(GATE_PREFIX):
+            await self._sync_logged(gate.asked_by.removeprefix(GATE_PREFIX))
 
     # -- the bead's ctl ------------------------------------------------------------------------
 

@@ -51,7 +51,9 @@ Extensions (`SessionExtension`, added with `SessionTree.extend` before `mount`) 
 of the daemon add to every session directory without this module knowing them: files (mail's
 `inbox`, `outbox`, `mail/`), ctl verbs (`automail on|off`) and `new` keys (`mail=auto`). A new
 key's `check` runs before the session is created (a bad value refuses `new` and nothing is
-created); its `apply` runs right after.
+created); its `apply` runs right after. An extension's `answered` is awaited after a write that
+answered a result gate, before the write returns (the bead gates use it, so that after
+`approve` on a session's `approval` the bead it was asked for is already completed).
 
 Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models` and `roles/` to the
 root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
@@ -99,6 +101,7 @@ from anvild.session import (
 from anvild.session import roles as session_roles
 from anvild.session.events import SessionEvent, encode_event
 from anvild.session.manager import NEW_FLAGS, NEW_KEYS
+from anvild.store import PendingResult
 
 __all__ = [
     "SESSION_FILES",
@@ -163,6 +166,9 @@ class SessionExtension:
     files: Callable[[Session], Iterable[Node]] = _no_files
     verbs: Callable[[Session], Iterable[CommandSpec]] = _no_verbs
     new_keys: tuple[NewKey, ...] = ()
+    answered: Callable[[Session, PendingResult], Awaitable[None]] | None = None
+    """Awaited after a write answered a result gate (`approval`, or ctl approve/reject), with
+    the gate it closed, before the write returns (the bead gates settle the bead here)."""
 
 
 @attrs.frozen
@@ -358,11 +364,19 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
             raise CommandError(str(exc)) from exc
         return ""
 
+    async def answered(gate: PendingResult | None) -> None:
+        if gate is not None and s.pending_result is not gate:
+            for extension in extensions:
+                if extension.answered is not None:
+                    await extension.answered(s, gate)
+
     async def answer_ctl(command: Command) -> str:
+        gate = s.pending_result
         try:
             s.answer_approval(command.line)
         except SessionError as exc:
             raise CommandError(str(exc)) from exc
+        await answered(gate)
         return ""
 
     ctl = CommandTable(
@@ -408,7 +422,9 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
         s.drop_queue()
 
     async def answer(line: str) -> None:
+        gate = s.pending_result
         s.answer_approval(line)
+        await answered(gate)
 
     files: list[Node] = [
         CtlFile("ctl", ctl, perm=0o644),

@@ -87,7 +87,7 @@ from anvild.daemon.mail_tree import (
     forward_mail_events,
 )
 from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import ModelLine, SessionTree, forward_events
+from anvild.daemon.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 from anvild.llm.errors import TransportError
 from anvild.llm.provider import Provider
 from anvild.llm.registry import AdapterArgs, Kind, ProviderFactory, adapter_factory
@@ -295,6 +295,7 @@ class Sessions:
         gate.bind(manager)
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines)
+        tree.extend(SessionExtension(answered=gates.settle))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

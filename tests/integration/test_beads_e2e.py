@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from anvild.store import (
+    ResultApprovalAnswered,
+    SessionStatus,
+    SessionStore,
+    StateChanged,
+    Verdict,
+)
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
 from tests.integration.test_sessions_e2e import (
     FakeServer,
@@ -310,3 +317,171 @@ def test_the_same_quoting_works_from_rc_and_bash(
     finally:
         code, log = daemon.stop()
     assert code == 0, log
+
+
+# -- requires_approval through the session result gate -------------------------------------
+
+GATED = "implement-oauth-001"
+RESULT = "OAuth login added; tests pass."
+
+
+@pytest.fixture
+def gated_fake(tmp_path: Path) -> Iterator[FakeServer]:
+    """A developer agent that claims the gated bead, then completes it with its tools."""
+    server = FakeServer(
+        tmp_path,
+        [
+            {"contains": "take the bead", "tool_calls": [
+                {"name": "claim", "arguments": {"bead_id": GATED}}
+            ]},
+            {"contains": "You hold bead", "text": "claimed"},
+            {"contains": "finish the bead", "tool_calls": [
+                {"name": "complete", "arguments": {"bead_id": GATED, "result": RESULT}}
+            ]},
+            {"contains": "waits for approval", "text": "Done; it waits for approval."},
+            {"text": "pong", "repeat": True},
+        ],
+    )  # fmt: skip
+    yield server
+    server.stop()
+
+
+def gated_bead_done_by_agent(namespace: Path, workdir: Path) -> str:
+    """A requires_approval bead, claimed and completed by a session's own tools; the session
+    is left waiting on its result gate. Returns the session id."""
+    assert (
+        new_bead(namespace, 'new "Implement OAuth" developer "Add it" requires_approval') == GATED
+    )
+    worker = ok(anvilctl(namespace, "new", "role=developer", cwd=workdir)).strip()
+    ok(anvilctl(namespace, "send", worker, "take the bead"))
+    assert ok(anvilctl(namespace, "wait", worker)) == "await\n"
+    ok(anvilctl(namespace, "send", worker, "finish the bead"))
+    assert ok(anvilctl(namespace, "wait", worker)) == "await_approval\n"
+    assert read(namespace, f"agent/beads/{GATED}/status") == "pending_approval\n"
+    assert read(namespace, f"agent/{worker}/approval") == (
+        f"kind result\nasked_by bead {GATED}\nsummary {RESULT}\nanswer approve | reject REASON\n"
+    )
+    return worker
+
+
+def test_approve_on_the_session_completes_its_bead(
+    namespace: Path, tmp_path: Path, workdir: Path, gated_fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, gated_fake.url))
+    try:
+        worker = gated_bead_done_by_agent(namespace, workdir)
+        ok(anvilctl(namespace, "write", f"agent/{worker}/approval", stdin="approve\n"))
+        # The write returns once the bead has its verdict too.
+        assert read(namespace, f"agent/beads/{GATED}/status") == "completed\n"
+        assert read(namespace, f"agent/beads/{GATED}/approved_by") == "user\n"
+        assert read(namespace, f"agent/beads/{GATED}/result") == f"{RESULT}\n"
+        assert read(namespace, f"agent/{worker}/state") == "idle\n"
+        assert read(namespace, f"agent/{worker}/approval") == ""
+        refused = anvilctl(namespace, "write", f"agent/beads/{GATED}/ctl", stdin="approve\n")
+        assert refused.returncode != 0
+        assert "approve needs a bead that is pending_approval" in refused.stderr
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+    subjects = git_log(daemon.data_dir / "beads")
+    assert subjects[:2] == [
+        f"approve {GATED} through session {worker}'s result gate (by user)",
+        f"complete {GATED}: pending approval (by session {worker})",
+    ]
+
+
+def test_reject_on_the_bead_ctl_stops_the_session_with_the_reason(
+    namespace: Path, tmp_path: Path, workdir: Path, gated_fake: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, gated_fake.url))
+    try:
+        worker = gated_bead_done_by_agent(namespace, workdir)
+        ok(
+            anvilctl(
+                namespace,
+                "write",
+                f"agent/beads/{GATED}/ctl",
+                stdin="reject 'the tests do not cover errors'\n",
+            )
+        )
+        assert read(namespace, f"agent/beads/{GATED}/status") == "failed\n"
+        assert read(namespace, f"agent/beads/{GATED}/reason") == "the tests do not cover errors\n"
+        assert read(namespace, f"agent/{worker}/state") == "stopped\n"
+        assert read(namespace, f"agent/{worker}/approval") == ""
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+    records = SessionStore(daemon.data_dir / "sessions").read(worker).records
+    reason = "the tests do not cover errors"
+    assert [r for r in records if isinstance(r, ResultApprovalAnswered)] == [
+        ResultApprovalAnswered(Verdict.REJECT, reason, "user")
+    ]
+    stopped = [r for r in records if isinstance(r, StateChanged)][-1]
+    assert stopped == StateChanged(SessionStatus.STOPPED, f"result rejected: {reason}")
+    rejects = [s for s in git_log(daemon.data_dir / "beads") if s.startswith("reject")]
+    assert rejects == [
+        f"reject {GATED} through session {worker}'s result gate: the tests do not cover errors "
+        "(by user)"
+    ]
+
+
+def test_kill_9_with_the_gate_open_then_the_answer_lands_on_both(
+    namespace: Path, tmp_path: Path, workdir: Path, gated_fake: FakeServer
+) -> None:
+    config = user_config(tmp_path, gated_fake.url)
+    first = start_daemon(namespace, config)
+    try:
+        worker = gated_bead_done_by_agent(namespace, workdir)
+    finally:
+        code, _ = first.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+
+    second = start_daemon(namespace, config)
+    try:
+        assert read(namespace, f"agent/{worker}/state") == "await_approval\n"
+        assert f"asked_by bead {GATED}\n" in read(namespace, f"agent/{worker}/approval")
+        ok(anvilctl(namespace, "write", f"agent/{worker}/approval", stdin="approve\n"))
+        assert read(namespace, f"agent/beads/{GATED}/status") == "completed\n"
+        assert read(namespace, f"agent/beads/{GATED}/approved_by") == "user\n"
+        assert read(namespace, f"agent/{worker}/state") == "idle\n"
+    finally:
+        code, log = second.stop()
+    assert code == 0, log
+
+
+def test_a_decision_recorded_before_a_kill_9_reaches_the_bead_at_restart(
+    namespace: Path, tmp_path: Path, workdir: Path, gated_fake: FakeServer
+) -> None:
+    config = user_config(tmp_path, gated_fake.url)
+    first = start_daemon(namespace, config)
+    try:
+        worker = gated_bead_done_by_agent(namespace, workdir)
+    finally:
+        code, _ = first.stop(signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    # What a kill -9 right after the session recorded `reject` (and before the bead's commit)
+    # leaves: the session's records say how its gate for the bead ended; the bead still waits.
+    with SessionStore(first.data_dir / "sessions").open(worker) as journal:
+        journal.append(ResultApprovalAnswered(Verdict.REJECT, "needs a migration", "user"))
+        journal.append(
+            StateChanged(SessionStatus.STOPPED, "result rejected: needs a migration"), sync=True
+        )
+
+    second = start_daemon(namespace, config)
+    try:
+        assert read(namespace, f"agent/beads/{GATED}/status") == "failed\n"
+        assert read(namespace, f"agent/beads/{GATED}/reason") == "needs a migration\n"
+        assert read(namespace, f"agent/{worker}/state") == "stopped\n"
+    finally:
+        code, log = second.stop()
+    assert code == 0, log
+    third = start_daemon(namespace, config)  # nothing left to do: no second commit
+    try:
+        assert read(namespace, f"agent/beads/{GATED}/status") == "failed\n"
+    finally:
+        code, log = third.stop()
+    assert code == 0, log
+    rejects = [s for s in git_log(first.data_dir / "beads") if s.startswith("reject")]
+    assert rejects == [
+        f"reject {GATED} through session {worker}'s result gate: needs a migration (by user)"
+    ]

@@ -59,7 +59,9 @@ class World:
 
 @asynccontextmanager
 async def daemon(tmp_path: Path, *, reconcile: bool = True) -> AsyncIterator[World]:
-    """A store, a manager and (if `reconcile`) the reconciler task, wired as the daemon does."""
+    """A store, a manager and the reconciler, wired as the daemon does. Without `reconcile`
+    the reconciler neither runs nor hears anything: what one side writes then is what a
+    kill -9 right after that write leaves."""
     store = BeadStore(tmp_path / "beads")
     await store.open()
     gates = BeadGates(store)
@@ -67,11 +69,13 @@ async def daemon(tmp_path: Path, *, reconcile: bool = True) -> AsyncIterator[Wor
 
     def on_session_event(event: SessionEvent) -> None:
         world.saw(event)
-        gates.on_session_event(event)
+        if reconcile:
+            gates.on_session_event(event)
 
     def on_bead_event(event: BeadEvent) -> None:
         world.saw(event)
-        gates.on_bead_event(event)
+        if reconcile:
+            gates.on_bead_event(event)
 
     manager = SessionManager(
         SessionStore(tmp_path / "data" / "sessions"),
