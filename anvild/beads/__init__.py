@@ -27,7 +27,8 @@ Ids are `<first two title words>-<NNN>` (`research-auth-001`; see `anvild.beads.
 
 Bead: id, title, description, role, status (pending | in_progress | pending_approval |
 completed | failed), assigned_to, result, depends_on, requires_approval, approved_by, convoy,
-reason (the last fail/reject reason), created_at, updated_at (RFC 3339, UTC).
+reason (the last fail/reject reason), created_at, updated_at (RFC 3339, UTC), submissions (the
+approval round).
 Convoy: id, title, goal, status (planning | in_progress | completed | failed | abandoned),
 coordinator, beads (member ids, in order), context, created_at, updated_at.
 
@@ -74,6 +75,31 @@ fails the bead (see `anvild.beads.model` for why), `release` makes it claimable 
 convoy moves to in_progress when one of its beads is claimed and completes by itself when a
 bead completes and all its beads are completed.
 
+Approval (requires_approval) and the session result gate
+---------------------------------------------------------
+A bead that requires approval goes to pending_approval on `complete`, and each such completion
+is one more approval round (`Bead.submissions`). The daemon (`anvild.daemon.bead_gates`) then
+has the assigned session wait on its result gate, `asked_by="bead <id>"`, `ref=<the round>`,
+the bead's result as the summary; answering either side (the session's `approval`, or this
+bead's `approve` / `reject REASON`) answers both, and the two durable records (the session's
+journal, this repository) are reconciled at every daemon start, so a decision lands exactly
+once whatever crashed when. The store's part:
+
+    await store.approve(bead, by=..., approver=None) # approved_by = approver or by
+    await store.reject(bead, reason, by=..., approver=None)
+    await store.decide(bead, session=, round=, verdict=, reason=, answered_by=)
+                                                   # a gate's verdict: applied only while the
+                                                   # bead waits in that round for that session
+                                                   # (checked under the lock), else BeadConflict
+
+`approved_by` is `user` for a person (a file write) or the approver session's id. An agent never
+approves its own work: `approve` / `reject` / `decide` whose approver is the session the bead
+is assigned to are refused (`BeadConflict`). The verdicts follow the ideas file's gate:
+approve -> completed (the session goes idle), reject REASON -> failed with the reason (the
+session is stopped with it; work does not go on by itself, and `release` offers the bead
+again). If the session cannot wait (exited, ephemeral, stopped, gone), the bead waits in
+pending_approval and its own ctl answers it as before; a `bead_gate` event says so.
+
 Errors (`str()` is what a person or a model reads):
 
     BeadError
@@ -84,8 +110,9 @@ Errors (`str()` is what a person or a model reads):
 
 Events (`anvild.beads.events.encode_event` gives the JSON line): bead_created, bead_changed
 (action, status, assigned_to, by, detail), bead_orphaned (published by the tree when a
-session exits with beads in progress), convoy_created, convoy_changed (action, status, done,
-total, by, detail).
+session exits with beads in progress), bead_gate (session, state open | waiting | unavailable
+| closed, detail: published by the daemon's bead gates), convoy_created, convoy_changed
+(action, status, done, total, by, detail).
 """
 
 from anvild.beads.board import Board, Change, NewBead, NewConvoy

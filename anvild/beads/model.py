@@ -21,7 +21,9 @@ Reject means failed, not back to in_progress: the ideas file's result gate moves
 session to *stopped* (work does not go on by itself), and a bead that silently went back to its
 worker would look, from `list`, like work in progress nobody asked for. A person (or the
 coordinator) who wants another attempt writes `release`, and the bead is claimable again with
-its result and the rejection `reason` kept for the next worker to read.
+its result and the rejection `reason` kept for the next worker to read. The same holds when the
+answer comes through the assigned session's result gate (a bead with requires_approval makes
+its session wait on one, see `anvild.beads`): reject there fails the bead and stops the session.
 
 Ids
 ---

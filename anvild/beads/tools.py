@@ -238,7 +238,8 @@ class Complete(_BeadTool):
         if bead.status is BeadStatus.PENDING_APPROVAL:
             return ToolOutput(
                 f"Bead {bead.id} is done and waits for approval (pending_approval); a person "
-                "approves or rejects it."
+                "approves or rejects it. When this turn ends your session (unless ephemeral) waits "
+                "for that decision: end your turn now with a short summary."
             )
         text = f"Bead {bead.id} is completed."
         if bead.convoy is not None:

@@ -65,11 +65,16 @@ For a Session `s`:
   cost      `s.cost_text()`: `input/output/cache_read/cache_write N`, `cache_hit_rate`, `usd`.
   approval  read `s.approval_text()` ("" when nothing is pending; `kind tool` with call_id,
             tool, arguments, reason, always_adds; or `kind result` with asked_by and summary);
-            write `s.answer_approval(line)`: approve | always | reject REASON (`SessionRefused`
-            when nothing is pending; `always` refused for a result).
-            Result gates: `s.request_result_approval(summary, asked_by, on_decision)` (ctl
-            `request_approval [SUMMARY]`, the model's tool, a bead) -> await_approval until
-            approve (idle) or reject REASON (stopped); `ResultDecided` on the events.
+            write `s.answer_approval(line, by="user")`: approve | always | reject REASON
+            (`SessionRefused` when nothing is pending, and when `by` is the session itself:
+            an agent never answers its own approval; `always` refused for a result).
+            Result gates: `s.request_result_approval(summary, asked_by, ref)` (ctl
+            `request_approval [SUMMARY]`, the model's tool, a bead: `asked_by="bead <id>"`,
+            `ref` its approval round) -> await_approval until approve (idle) or reject REASON
+            (stopped); `ResultDecided` (verdict, reason, asked_by, ref, by) on the events.
+            The decision is in the records: `s.result_decision(asked_by)` after a restart;
+            `s.pending_result` / `s.requested_result` the open / asked-for gate;
+            `s.withdraw_result_approval(asked_by, why)` cancels an asker's gate.
   role      read `s.role`; write `s.set_role(name)` (refused after the first prompt).
   context   read `s.context`; write (body, at clunk) `s.set_context(text)`: from the next turn.
   alias, model, cwd, sandbox   `s.alias` (None -> "-"), `s.model`, `s.cwd`, `s.sandbox`.
