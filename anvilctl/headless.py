@@ -51,7 +51,12 @@ Stopping. Ctrl-C (SIGINT) writes `cancel` to the session's ctl, waits for the tu
 tools' processes are killed by the daemon), prints what the format prints at a turn's end and
 exits 130; a second Ctrl-C exits at once. A closed stdout (the reader of a pipe went away:
 `anvilctl -p ... | head -1`) is noticed even while a tool runs and no event comes (stdout is
-polled for the error condition), and cancels the turn the same way.
+polled for the error condition), and cancels the turn the same way. Before the prompt is
+written (the session is being set up: `new`, its `events` opened), a Ctrl-C kills the new
+session instead (one during `new` itself is held until the id is read), and so does a stdout
+found closed just before the prompt, or any other failure in between (a broken connection, a
+refused prompt): the prompt never reaches the model and no idle session is left behind (the
+kill goes on a connection of its own). Exit 130 (1 for a failure).
 
 Exit status: 0 done, 1 error (also: the session could not be created, the daemon went away),
 2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled.
@@ -378,6 +383,46 @@ def _detach_stdout(out: BinaryIO) -> None:
         os.close(devnull)
 
 
+class _DeferredInterrupt:
+    """While `new` is written and its answer (the id) read: a Ctrl-C is noted (`pending`)
+    instead of raised, so the id of a session that was created is always known (and it can be
+    killed); a second Ctrl-C raises `_Interrupted` at once. Only in the main thread (where
+    Python runs signal handlers); elsewhere this does nothing."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.pending:
+            raise _Interrupted
+        self.pending = True
+
+    def __enter__(self) -> _DeferredInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _stdout_closed(out: BinaryIO) -> bool:
+    """Whether the reader of stdout (a pipe or socket) has already gone away."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
+    if not _watchable(fd):
+        return False
+    poller = select.poll()
+    poller.register(fd, 0)
+    return any(flags & (select.POLLERR | select.POLLHUP) for _, flags in poller.poll(0))
+
+
 def _run_daemon(
     client: Client,
     args: argparse.Namespace,
@@ -387,40 +432,69 @@ def _run_daemon(
     out: BinaryIO,
 ) -> int:
     root = client.mount(aname=args.aname, auth=not args.noauth)
-    ctl = client.open(root, "ctl", ORDWR)
-    try:
-        ctl.write(" ".join(["new", *new_words(args, cwd)]).encode())
-    except ServerError as exc:
-        raise HeadlessError(str(exc)) from exc
-    session_id = ctl.pread(_CHUNK, 0).decode().strip()
-    ctl.clunk()
+    with _DeferredInterrupt() as interrupt:
+        ctl = client.open(root, "ctl", ORDWR)
+        try:
+            ctl.write(" ".join(["new", *new_words(args, cwd)]).encode())
+        except ServerError as exc:
+            raise HeadlessError(str(exc)) from exc
+        session_id = ctl.pread(_CHUNK, 0).decode().strip()
+        ctl.clunk()
     if not session_id:
         raise HeadlessError("the daemon answered no session id")
     renderer.session_id, renderer.cwd = session_id, cwd
-    with contextlib.suppress(ClientError):
-        model = client.open(root, f"{session_id}/model", OREAD)
-        renderer.model = model.read(_CHUNK).decode().strip()
-        model.clunk()
+    return _run_session(client, root, session_id, args, prompt, interrupt.pending, renderer, out)
 
-    events_client, events_root = _mounted(args)
-    with events_client:
-        events = events_client.open(events_root, f"{session_id}/events", OREAD)
-        pump = _EventPump(events)
-        pump.start()
+
+def _run_session(
+    client: Client,
+    root: CFid,
+    session_id: str,
+    args: argparse.Namespace,
+    prompt: str,
+    interrupted: bool,
+    renderer: Renderer,
+    out: BinaryIO,
+) -> int:
+    """From a created session to its turn's end: the events reader, the prompt, the stream.
+    Until the prompt is taken, a Ctrl-C (`interrupted`: one came during `new`; or a
+    KeyboardInterrupt now) or a closed stdout kills the session instead: no prompt is sent,
+    nothing is left (exit 130)."""
+    events_client: Client | None = None
+    pump: _EventPump | None = None
+    try:
         try:
+            with contextlib.suppress(ClientError):
+                model = client.open(root, f"{session_id}/model", OREAD)
+                renderer.model = model.read(_CHUNK).decode().strip()
+                model.clunk()
+            events_client, events_root = _mounted(args)
+            events = events_client.open(events_root, f"{session_id}/events", OREAD)
+            pump = _EventPump(events)
+            pump.start()
+            if interrupted or _stdout_closed(out):
+                if not interrupted:
+                    renderer.closed = True
+                    _detach_stdout(out)
+                _kill(args, session_id)
+                return EXIT_INTERRUPTED
+            fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
             try:
-                fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
-                try:
-                    fid.write(prompt.encode())
-                finally:
-                    fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
-            except ServerError:
-                _cancel(client, root, session_id, "the prompt was refused")  # no idle leftover
-                raise
-            return _pump_loop(client, root, session_id, pump, renderer, out)
-        finally:
+                fid.write(prompt.encode())
+            finally:
+                fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
+        except BaseException:
+            # Whatever stopped the command before its prompt was taken (Ctrl-C, a broken
+            # connection, a refused prompt): the session it created is not left idle.
+            _kill(args, session_id)
+            raise
+        return _pump_loop(client, root, session_id, pump, renderer, out)
+    finally:
+        if events_client is not None:
             with contextlib.suppress(OSError):
                 events_client.sock.shutdown(2)
+            events_client.close()
+        if pump is not None:
             pump.close()
 
 
@@ -511,6 +585,19 @@ def _cancel(client: Client, root: CFid, session_id: str, why: str) -> None:
             continue
         except ClientError:
             return
+
+
+def _kill(args: argparse.Namespace, session_id: str) -> None:
+    """`kill` on the session's ctl, on a connection of its own (the command's may be what
+    failed, or be in the middle of a request a second Ctrl-C broke off). Best effort."""
+    with contextlib.suppress(ClientError, OSError):
+        client, root = _mounted(args)
+        with client:
+            fid = client.open(root, f"{session_id}/ctl", OWRITE)
+            try:
+                fid.write(b"kill")
+            finally:
+                fid.clunk()
 
 
 def _out_text(client: Client, root: CFid, session_id: str) -> str | None:

@@ -9,15 +9,18 @@ server serves every case of a test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from anvild.daemon.datadir import DataDirLock, prepare_data_dir
 from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
 from anvild.store import SessionStore
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild, isolated_env
-from tests.integration.test_sessions_e2e import TURN_TIMEOUT, FakeServer, user_config
+from tests.integration.test_sessions_e2e import TURN_TIMEOUT, FakeServer, anvilctl, user_config
 
 TIMEOUT = TURN_TIMEOUT + STARTUP_TIMEOUT
 
@@ -459,3 +462,129 @@ def test_a_locked_data_dir_runs_in_a_temporary_one(
     assert "running in process on the temporary data dir" in result.stderr
     assert "records are not kept" in result.stderr
     assert not (data_dir / "sessions").exists() or turn_ends(data_dir) == []
+
+
+# -- stopped while the session is being created -----------------------------------------------
+
+
+class HoldingProxy:
+    """A Unix socket in front of the daemon's: the first connection (the one that writes `new`)
+    and any after the second are passed through both ways; the second (the events connection
+    `anvilctl -p` dials after `new`) is accepted and held unanswered, so the command sits
+    between `new` and its prompt for as long as the test likes (`release` passes it through,
+    `break_held` breaks it). `held` is set once that second connection is waiting."""
+
+    def __init__(self, listen: Path, target: Path) -> None:
+        self.listen = listen
+        self.target = target
+        self.held = threading.Event()
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(str(listen))
+        self._server.listen(4)
+        self._sockets: list[socket.socket] = [self._server]
+        self._held: socket.socket | None = None
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"unix!{self.listen}"
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            self._forward(self._server.accept()[0])
+            self._held, _ = self._server.accept()
+            self._sockets.append(self._held)
+            self.held.set()
+            while True:  # any later connection (the kill's) is passed through
+                self._forward(self._server.accept()[0])
+
+    def _forward(self, client: socket.socket) -> None:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.connect(str(self.target))
+        self._sockets += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def release(self) -> None:
+        """Pass the held connection through from now on."""
+        assert self._held is not None
+        self._forward(self._held)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(socket.SHUT_WR)
+
+    def break_held(self) -> None:
+        """Close the held connection (the daemon went away, as its client sees it)."""
+        assert self._held is not None
+        self._held.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._thread.join(timeout=5)
+
+
+def session_states(namespace: Path) -> dict[str, str]:
+    """Every session of the daemon's `agent/list`: id -> state."""
+    listing = anvilctl(namespace, "read", "agent/list")
+    assert listing.returncode == 0, listing.stderr
+    rows = [line.split("\t") for line in listing.stdout.splitlines() if line]
+    return {row[0]: row[2] for row in rows}
+
+
+@pytest.mark.parametrize(
+    ("stop", "status"), [("ctrl-c", 130), ("closed-stdout", 130), ("broken-connection", 1)]
+)
+def test_stopped_between_new_and_the_prompt_leaves_no_idle_session(
+    daemon: Anvild,
+    namespace: Path,
+    workdir: Path,
+    fake: FakeServer,
+    stop: str,
+    status: int,
+) -> None:
+    """Ctrl-C, a closed stdout or a failure after `new` and before the prompt: the session it
+    created is killed (never left idle), and the prompt never reaches the model."""
+    proxy = HoldingProxy(namespace.parent / "proxy.sock", namespace / "agent")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "anvilctl", "-a", proxy.address, "-p", "say-pong"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env_for(namespace),
+        )
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        try:
+            assert proxy.held.wait(TIMEOUT), "anvilctl -p never dialled its events connection"
+            assert list(session_states(namespace).values()) == ["idle"]  # created, no prompt
+            if stop == "ctrl-c":
+                proc.send_signal(signal.SIGINT)
+            elif stop == "closed-stdout":
+                proc.stdout.close()  # the reader goes away
+                proxy.release()  # and the command goes on towards its prompt
+            else:
+                proxy.break_held()  # the events connection breaks
+            code = proc.wait(timeout=TIMEOUT)
+            err = proc.stderr.read().decode()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                pipe.close()
+    finally:
+        proxy.close()
+    assert code == status, err
+    assert "Traceback" not in err
+    assert "idle" not in session_states(namespace).values()
+    assert not [r for r in fake.requests() if "say-pong" in r["last_user_text"]]
