@@ -18,16 +18,23 @@ import trio.testing
 
 from anvild.agent.permissions.policy import Mode
 from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import SESSION_FILES, ModelLine, SessionTree, forward_events
+from anvild.daemon.sessions import (
+    SESSION_FILES,
+    ModelLine,
+    SessionExtension,
+    SessionTree,
+    forward_events,
+)
 from anvild.llm import stream
 from anvild.llm.testing import Pause, ScriptedProvider, Step, script
 from anvild.ninep import messages as m
 from anvild.ninep.constants import Dialect
 from anvild.ninep.server import Server
 from anvild.ninep.testing import RawClient
-from anvild.session import SessionManager, SessionStatus
+from anvild.session import Session, SessionManager, SessionStatus
 from anvild.session.events import SessionEnded
 from anvild.session.roles import ROLES
+from anvild.store import PendingResult
 from tests.unit.session.support import Models, running, target
 
 OREAD, OWRITE, ORDWR, OTRUNC = 0, 1, 2, 0x10
@@ -104,12 +111,18 @@ Connect = Callable[[], Awaitable[Client]]
 
 @asynccontextmanager
 async def served(
-    tmp_path: Path, models: Models | Sequence[Any], **changes: Any
+    tmp_path: Path,
+    models: Models | Sequence[Any],
+    extensions: Sequence[SessionExtension] = (),
+    **changes: Any,
 ) -> AsyncIterator[tuple[SessionManager, Connect, RootTree]]:
     lines = [ModelLine("fake", "scripted", "fake-model", 32000, True)]
     async with running(tmp_path, models, **changes) as manager:
         root = RootTree()
-        SessionTree(manager, models=lambda: lines).mount(root)
+        tree = SessionTree(manager, models=lambda: lines)
+        for extension in extensions:
+            tree.extend(extension)
+        tree.mount(root)
         server = Server(lambda req: root.root)
         streams: list[trio.testing.MemorySendStream | Any] = []
         async with trio.open_nursery() as nursery:
@@ -418,3 +431,24 @@ async def test_a_large_body_over_many_writes_is_one_prompt(tmp_path: Path) -> No
         assert await c.get(f"{sid}/wait") == "await\n"
         assert len(provider.requests) == 1
         assert provider.requests[0].messages[-1].text() == body.decode()
+
+
+async def test_an_answer_to_a_result_gate_awaits_the_extensions_answered_hook(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    async def answered(session: Session, gate: PendingResult) -> None:
+        seen.append((session.id, gate.asked_by, session.status.value))
+
+    extension = SessionExtension(answered=answered)
+    async with served(tmp_path, [], extensions=[extension]) as (_, connect, _):
+        c = await connect()
+        sid = await new_session(c)
+        assert await c.put(f"{sid}/approval", b"approve") != m.Rclunk(0)  # nothing pending
+        assert await c.put(f"{sid}/ctl", b"request_approval Added OAuth") == m.Rclunk(0)
+        assert await c.put(f"{sid}/approval", b"approve") == m.Rclunk(0)
+        assert seen == [(sid, "ctl", "idle")]
+        assert await c.put(f"{sid}/ctl", b"request_approval Added tests") == m.Rclunk(0)
+        assert await c.put(f"{sid}/ctl", b"reject not enough") == m.Rclunk(0)
+        assert seen[1:] == [(sid, "ctl", "stopped")]
