@@ -54,7 +54,9 @@ class World:
         return self.store.bead(bead_id).status
 
     def gates_told(self, bead_id: str) -> list[tuple[str, str]]:
-        return [(e.state, e.detail) for e in self.events if isinstance(e, BeadGate)]
+        return [
+            (e.state, e.detail) for e in self.events if isinstance(e, BeadGate) and e.id == bead_id
+        ]
 
 
 @asynccontextmanager
@@ -283,3 +285,30 @@ async def test_stop_cancels_the_gate_and_the_bead_ctl_answers(tmp_path: Path) ->
         done = await world.gates.answer(bead, "approve")
         assert done.status is B.COMPLETED
         assert s.status is S.IDLE
+
+
+async def test_a_killed_session_leaves_its_waiting_bead_to_the_bead_ctl(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        s = await world.manager.create(NewSession())
+        bead = await submitted(world, s)
+        await world.until(lambda: s.status is S.AWAIT_APPROVAL)
+        await world.manager.kill(s.id)
+        await world.until(lambda: any(st == "unavailable" for st, _ in world.gates_told(bead)))
+        assert world.status(bead) is B.PENDING_APPROVAL
+        done = await world.gates.answer(bead, "approve")
+        assert (done.status, done.approved_by) == (B.COMPLETED, "user")
+    async with daemon(tmp_path) as world:  # nothing to reconcile for a session that ended
+        assert world.status(bead) is B.COMPLETED
+    approvals = [line for line in subjects(tmp_path / "beads") if line.startswith("approve")]
+    assert approvals == [f"approve {bead} (by user)"]
+
+
+async def test_an_ephemeral_session_cannot_wait_and_says_so(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        s = await world.manager.create(NewSession(ephemeral=True))
+        bead = await submitted(world, s)
+        await world.until(lambda: bool(world.gates_told(bead)))
+        state, detail = world.gates_told(bead)[0]
+        assert state == "unavailable"
+        assert "is ephemeral" in detail
+        assert s.status is not S.AWAIT_APPROVAL
