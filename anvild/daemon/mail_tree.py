@@ -30,7 +30,10 @@ ERROR_REPORT in the writer's own inbox. An undeliverable message (nobody has tha
 an error of the write: it is archived in `sent` and comes back as an ERROR_REPORT.
 
 `mail/received/` and `mail/sent/` list the archive directory at each directory read; each file
-is a snapshot of one message (one JSON object and a newline).
+is a snapshot of one message (one JSON object and a newline). The listing (and a walk's one
+stat) runs in a worker thread (`PostOffice.ids`, `PostOffice.has`), so an archive of thousands
+of messages never holds up the 9P loop: other clients are answered while it is read. The disk
+stays the only truth (no index to keep in step, nothing to rebuild after a crash).
 
 Sessions are adapted to the mail package's narrow protocols here: `SessionPeers` (the live
 sessions, found by id or alias), `SessionPrompter` (auto-prompt) and `SessionResultGate` (the
@@ -221,12 +224,15 @@ class _Archive(DynamicChildren):
         return read
 
     async def entries(self) -> Sequence[Node]:
-        ids = self._office.store.ids(self._mailbox, self._box)
+        try:
+            ids = await self._office.ids(self._mailbox, self._box)
+        except MailStoreError as exc:
+            raise FsError(f"mail/{self._box.value}: {exc}", errno.EIO) from exc
         return [self._node(i) for i in ids]
 
     async def lookup(self, name: str) -> Node | None:
         stem, dot, ext = name.partition(".")
-        if not dot or ext != "json" or stem not in self._office.store.ids(self._mailbox, self._box):
+        if not dot or ext != "json" or not await self._office.has(self._mailbox, self._box, stem):
             return None
         return self._node(stem)
 

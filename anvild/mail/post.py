@@ -289,6 +289,15 @@ class PostOffice:
     async def get(self, mailbox: str, box: Box, message_id: str) -> Message | None:
         return await trio.to_thread.run_sync(self.store.get, mailbox, box, message_id)
 
+    async def ids(self, mailbox: str, box: Box) -> list[str]:
+        """The ids of `box`'s messages, oldest first (a directory listing: thousands of
+        messages take a while, so it runs in a worker thread, never on the 9P loop)."""
+        return await trio.to_thread.run_sync(self.store.ids, mailbox, box)
+
+    async def has(self, mailbox: str, box: Box, message_id: str) -> bool:
+        """Whether `box` holds the message `message_id` (a stat, in a worker thread)."""
+        return await trio.to_thread.run_sync(self.store.has, mailbox, box, message_id)
+
     def unread_count(self, mailbox: str) -> int:
         """How many messages wait in the inbox (a directory listing, done inline)."""
         return self.store.count(mailbox, Box.INBOX)

@@ -156,6 +156,15 @@ class MailStore:
             if ext == "json" and is_message_id(stem)
         ]
 
+    def has(self, mailbox: str, box: Box, message_id: str) -> bool:
+        """Whether `box` holds the message `message_id` (one stat, no listing)."""
+        if not is_message_id(message_id):
+            return False
+        try:
+            return (self._dir(mailbox, box) / f"{message_id}.json").is_file()
+        except OSError:
+            return False
+
     def get(self, mailbox: str, box: Box, message_id: str) -> Message | None:
         if not is_message_id(message_id):
             return None

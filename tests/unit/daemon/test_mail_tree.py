@@ -8,6 +8,7 @@ mounted as the daemon mounts them, driven with raw 9P messages the way `9p read`
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,7 +27,8 @@ from anvild.daemon.mail_tree import (
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import SESSION_FILES, SessionTree, forward_events
 from anvild.llm.testing import ScriptedProvider, script
-from anvild.mail import AutoMail, Box, MailStore, PostOffice, mail_tools
+from anvild.mail import AutoMail, Box, MailStore, Message, MessageType, PostOffice, mail_tools
+from anvild.mail.message import MessageIds, encode
 from anvild.ninep import messages as m
 from anvild.ninep.constants import Dialect
 from anvild.ninep.server import Server
@@ -58,12 +60,14 @@ class Served:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, scripts: Sequence[Any] = ()) -> AsyncIterator[Served]:
+async def served(
+    tmp_path: Path, scripts: Sequence[Any] = (), store: MailStore | None = None
+) -> AsyncIterator[Served]:
     provider = ScriptedProvider(scripts)
     root = RootTree()
     peers, prompter = SessionPeers(), SessionPrompter()
     office = PostOffice(
-        MailStore(tmp_path / "data" / "mail"), peers, on_event=forward_mail_events(root)
+        store or MailStore(tmp_path / "data" / "mail"), peers, on_event=forward_mail_events(root)
     )
     auto = AutoMail(office, prompter)
     forward = forward_events(root)
@@ -253,3 +257,77 @@ async def test_automail_waits_for_an_unread_answer_then_prompts(tmp_path: Path) 
         assert len(s.provider.requests) == 2
         prompt = s.provider.requests[1].messages[-1].text()
         assert "2 unread message(s) in your inbox (from user)" in prompt
+
+
+# -- the archive listings: large, and off the 9P loop -----------------------------------------
+
+
+async def test_an_archive_of_thousands_lists_every_message_in_order(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        sid = await new_session(c)
+        sent = tmp_path / "data" / "mail" / sid / "sent"
+        sent.mkdir(parents=True)
+        ids = MessageIds()
+        messages = [
+            Message(
+                id=ids.next(),
+                sender=sid,
+                to="user",
+                type=MessageType.STATUS_UPDATE,
+                subject=f"number {i}",
+                body="",
+                metadata={},
+                timestamp=i,
+            )
+            for i in range(3000)
+        ]
+        for message in messages:  # (written directly: the store's fsyncs would take a while)
+            (sent / f"{message.id}.json").write_bytes(encode(message))
+        (sent / ".left-over.json.tmp").write_bytes(b"{")  # a crashed write's leftover
+        names = await dir_names(c, f"{sid}/mail/sent")
+        assert names == [f"{m.id}.json" for m in messages]
+        last = json.loads(await c.get(f"{sid}/mail/sent/{messages[-1].id}.json"))
+        assert last["subject"] == "number 2999"
+        assert await dir_names(c, f"{sid}/mail/received") == []
+        names = (sid, "mail", "sent", ".left-over.json.tmp")
+        reply = await c.raw.rpc(m.Twalk(0, 0, 99, names))
+        assert isinstance(reply, m.Rwalk), reply
+        assert len(reply.qids) == 3  # walk(5): the walk stopped before the leftover
+
+
+class GatedStore(MailStore):
+    """A store whose listing of a `sent` directory, once under way (`listing`), waits in its
+    thread until the test lets it finish (`gate`)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.listing = threading.Event()
+        self.gate = threading.Event()
+
+    def ids(self, mailbox: str, box: Box) -> list[str]:
+        if box is Box.SENT:
+            self.listing.set()
+            if not self.gate.wait(5):
+                raise AssertionError("the listing ran on the 9P loop: nothing else could run")
+        return super().ids(mailbox, box)
+
+
+async def test_other_clients_are_answered_while_an_archive_is_listed(tmp_path: Path) -> None:
+    store = GatedStore(tmp_path / "data" / "mail")
+    async with served(tmp_path, store=store) as s:
+        sid = await new_session(s.client)
+        other, _ = await s.connect()
+        listed: list[list[str]] = []
+
+        async def listing() -> None:
+            listed.append(await dir_names(s.client, f"{sid}/mail/sent"))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listing)
+                assert await trio.to_thread.run_sync(store.listing.wait, 5)
+                # the listing is under way (and waits); another client is answered meanwhile
+                assert await other.get(f"{sid}/state") == "idle\n"
+                store.gate.set()
+        assert listed == [[]]
