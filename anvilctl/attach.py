@@ -31,9 +31,13 @@ published until then has been delivered. Lines before that point are the past: s
 the session is in the middle of a turn (the part after the last `turn_finished`), so an
 attacher sees the turn it joins. After the synchronisation every `turn_finished` ends a turn.
 
-A session asks for approval after it announced the call (`tool_call_started`); the events file
-does not say when, so while a turn is quiet for a moment the main thread reads `approval`, and
-shows the request when there is one.
+Approvals. The session announces on `events` when it starts waiting on `approval`
+(`approval_requested`) and when the wait ends (`approval_answered`). On an
+`approval_requested` of kind tool the main thread reads `approval` once and asks y/a/n (the
+file, not the event, is shown: if another client answered first, it is empty and nothing is
+asked). A gate already open before this client attached has its event in the past, so `start`
+reads `approval` once when the session is in await_approval. A result approval (kind result)
+is shown as a line saying where to answer it.
 
 The pure parts (`Style`, `Renderer`, `summarize_arguments`, `parse_approval`,
 `format_approval`) have unit tests; the terminal parts are tested through a real pty.
@@ -84,7 +88,7 @@ HISTORY_FILE: Final = "attach_history"
 HISTORY_LENGTH: Final = 1000
 PREVIEW_LINES: Final = 4
 SYNC_QUIET: Final = 0.2  # seconds a read must stay pending before the reader flushes it
-APPROVAL_POLL: Final = 0.3  # seconds of quiet during a turn before `approval` is read
+WAKE: Final = 1.0  # seconds between wake-ups of a blocked wait for events (nothing is polled)
 SYNC_TIMEOUT: Final = 15.0
 BUSY: Final = frozenset({"starting", "running", "await_approval"})
 ARGUMENT_KEYS: Final = ("command", "file_path", "path", "pattern", "url", "query", "description")
@@ -212,6 +216,18 @@ class Renderer:
                 )
             case "turn_finished":
                 return self._finished(event)
+            case "approval_requested" if event.get("kind") == "result":
+                asked_by = str(event.get("asked_by") or "-")
+                return self.line(
+                    s.yellow(
+                        f"approval of the result requested by {asked_by}: write approve or "
+                        "reject REASON to the session's approval file"
+                    )
+                )
+            case "approval_answered" if event.get("kind") == "result":
+                verdict, reason = str(event.get("verdict", "?")), str(event.get("reason") or "")
+                by = f" (by {event['by']})" if event.get("by") else ""
+                return self.line(s.dim(f"result {verdict}{by}" + (f": {reason}" if reason else "")))
         return ""
 
     def _preview(self, preview: str, is_error: bool) -> str:
@@ -555,6 +571,8 @@ class Attach:
             ends = [i for i, line in enumerate(past) if '"type":"turn_finished"' in line]
             for line in past[ends[-1] + 1 if ends else 0 :]:
                 self._render(line)
+            if state == "await_approval":
+                self._check_approval()  # a gate opened before we came: its event is past
             self.follow()
 
     def _until_synced(self) -> list[str]:
@@ -611,14 +629,18 @@ class Attach:
         while True:
             try:
                 try:
-                    item = self.queue.get(timeout=APPROVAL_POLL)
+                    item = self.queue.get(timeout=WAKE)
                 except queue.Empty:
-                    self._check_approval()
                     continue
                 if isinstance(item, _Ended):
                     raise SessionGone(item.error or "the session ended")
-                if isinstance(item, str) and self._render(item) == "turn_finished":
+                if not isinstance(item, str):
+                    continue
+                kind = self._render(item)
+                if kind == "turn_finished":
                     break
+                if kind == "approval_requested":
+                    self._check_approval()
             except KeyboardInterrupt:
                 self._cancel()
         with contextlib.suppress(ClientError, KeyboardInterrupt):

@@ -2,11 +2,16 @@
 
     AgentEvent = StepStarted | TextDelta | ReasoningDelta | ToolCallStarted | ToolCallFinished
                | Usage | StepFailed | TodosUpdated | Lagged | TurnFinished
+               | ApprovalRequested | ApprovalAnswered
 
 Every turn emits exactly one `TurnFinished`, last, whatever ended it: its `outcome` is the turn's
 end as a value (done, max_steps, max_tokens, refused, cancelled, protocol_stopped,
 budget_exceeded, error). `Lagged` is not emitted by the loop: the bounded event channel
 (`anvild.agent.channel`) puts it where it had to drop events for a consumer that fell behind.
+Nor are `ApprovalRequested` and `ApprovalAnswered`: the session (`anvild.session`) puts them on
+its `events` when it starts waiting on its `approval` file (a tool call, during a turn; or its
+result, after one) and when that wait ends, so a client follows approvals from the stream
+instead of polling `approval`.
 
 The JSON form (stream-json on a session's `events` file, session records) goes through the one
 converter here, `event_converter`: each object carries a stable `type` tag (the `TAG` of its
@@ -35,6 +40,8 @@ from anvild.llm.types import Json
 
 __all__ = [
     "AgentEvent",
+    "ApprovalAnswered",
+    "ApprovalRequested",
     "Lagged",
     "ReasoningDelta",
     "StepFailed",
@@ -178,6 +185,38 @@ class TurnFinished:
     detail: str = ""
 
 
+@attrs.frozen
+class ApprovalRequested:
+    """The session waits for an answer on its `approval` file (state await_approval), for what
+    the file shows: `kind` "tool" (a call: `call_id`, `tool`, `arguments`, `reason`, and what
+    `always` would add, `always_adds`) or "result" (its result: `asked_by`, `summary`). A
+    headless session refuses such a call at once: it never waits, and never emits this."""
+
+    TAG: ClassVar[str] = "approval_requested"
+    kind: str
+    call_id: str = ""
+    tool: str = ""
+    arguments: Json = None
+    reason: str = ""
+    always_adds: tuple[str, ...] = ()
+    asked_by: str = ""
+    summary: str = ""
+
+
+@attrs.frozen
+class ApprovalAnswered:
+    """The wait announced by `ApprovalRequested` ended: `verdict` approve, always, reject (with
+    the `reason`), or cancelled (a cancel, stop, kill or shutdown: nothing was approved). `by`
+    names who answered a result approval."""
+
+    TAG: ClassVar[str] = "approval_answered"
+    kind: str
+    verdict: str
+    reason: str = ""
+    call_id: str = ""
+    by: str = ""
+
+
 AgentEvent: TypeAlias = (
     StepStarted
     | TextDelta
@@ -189,6 +228,8 @@ AgentEvent: TypeAlias = (
     | TodosUpdated
     | Lagged
     | TurnFinished
+    | ApprovalRequested
+    | ApprovalAnswered
 )
 
 EVENT_TYPES: Final[tuple[type, ...]] = (
@@ -202,6 +243,8 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     TodosUpdated,
     Lagged,
     TurnFinished,
+    ApprovalRequested,
+    ApprovalAnswered,
 )
 
 

@@ -82,7 +82,8 @@ For a Session `s`:
   first_prompt  `s.first_prompt`: the first line of the first prompt, at most 200 characters
             ("" -> "-" before any prompt has run). Both from the records: they survive restarts.
   log       `s.log.open_reader()`: USER:/ASSISTANT:/TOOL:/RESULT:/ERROR:/STATE:/NOTE: lines.
-  events    `s.events.open_reader()`: stream-json agent events (`anvild.agent.events`).
+  events    `s.events.open_reader()`: stream-json agent events (`anvild.agent.events`), with
+            `approval_requested` / `approval_answered` when `approval` opens and closes.
   todos     `s.todos_text()` (`<status>\t<content>` per item).
 
 Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks

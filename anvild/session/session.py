@@ -44,7 +44,10 @@ Theory of operation.
   (`answer_approval(line, by=<its id>)` is refused). `withdraw_result_approval` lets an asker
   that no longer needs the answer (a bead decided on its own ctl) cancel its gate.
 - Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
-  `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers.
+  `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers. Besides the loop's
+  events, `events` carries the session's own `approval_requested` (when it starts waiting on
+  `approval`: what the file shows, tool or result kind) and `approval_answered` (the verdict,
+  cancelled included), so a client learns of an approval without polling the file.
 """
 
 from __future__ import annotations
@@ -332,11 +335,23 @@ class _Approver:
             session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
             return Unavailable(why)
         session._set_status(S.AWAIT_APPROVAL)
+        session._publish_event(
+            ev.ApprovalRequested(
+                "tool",
+                call_id=request.id,
+                tool=request.tool,
+                arguments=arguments,
+                reason=request.reason,
+                always_adds=tuple(request.always),
+            )
+        )
         try:
             answer = await session._broker.request_approval(request)
         except BaseException:
             # cancel, stop, kill, shutdown: nobody answered, and nothing is approved
-            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, "the turn ended"))
+            why = "the turn ended"
+            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
+            session._publish_event(ev.ApprovalAnswered("tool", "cancelled", why, request.id))
             raise
         match answer:
             case ApproveOnce():
@@ -348,6 +363,7 @@ class _Approver:
             case Unavailable(reason=why):
                 verdict, reason = Verdict.CANCELLED, why
         session._append(ApprovalAnswered(request.id, verdict, reason))
+        session._publish_event(ev.ApprovalAnswered("tool", verdict.value, reason, request.id))
         if session.status is S.AWAIT_APPROVAL:
             session._set_status(S.RUNNING)
         return answer
@@ -787,6 +803,9 @@ class Session:
         asked_by = pending.asked_by
         self._log_lines(_indented("APPROVAL:", f"result approval requested by {asked_by}"))
         self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
+        self._publish_event(
+            ev.ApprovalRequested("result", asked_by=asked_by, summary=pending.summary)
+        )
 
     def _answer_result(self, line: str, by: str) -> None:
         verb, _, rest = line.strip().partition(" ")
@@ -825,9 +844,15 @@ class Session:
         said = f"result {verdict.value}" + (f": {reason}" if reason else "")
         said += f" (by {by})" if by else ""
         self._log_lines(_indented("APPROVAL:", said))
+        self._publish_event(ev.ApprovalAnswered("result", verdict.value, reason, by=by))
         self._services.publish(
             ResultDecided(self.id, verdict.value, reason, pending.asked_by, pending.ref, by)
         )
+
+    def _publish_event(self, event: ev.AgentEvent) -> None:
+        """An event of the session itself (not of the loop) on its `events` stream."""
+        self.events.publish(event_line(event))
+        self._notify()
 
     def mark_out_read(self) -> None:
         """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""

@@ -50,6 +50,19 @@ ALL_EVENTS: list[tuple[ev.AgentEvent, str]] = [
     ),
     (ev.Lagged(3), '{"type":"lagged","dropped":3}'),
     (
+        ev.ApprovalRequested(
+            "tool", call_id="c1", tool="bash", arguments={"command": "ls"}, always_adds=("x",)
+        ),
+        '{"type":"approval_requested","kind":"tool","call_id":"c1","tool":"bash",'
+        '"arguments":{"command":"ls"},"reason":"","always_adds":["x"],"asked_by":"",'
+        '"summary":""}',
+    ),
+    (
+        ev.ApprovalAnswered("result", "reject", "not yet", by="user"),
+        '{"type":"approval_answered","kind":"result","verdict":"reject","reason":"not yet",'
+        '"call_id":"","by":"user"}',
+    ),
+    (
         FINISHED,
         '{"type":"turn_finished","outcome":"done","steps":2,'
         '"usage":{"input":10,"output":5,"cache_read":null,"cache_write":0},"detail":""}',

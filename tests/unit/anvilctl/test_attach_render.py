@@ -175,3 +175,22 @@ def test_attach_is_not_imported_by_the_other_session_commands() -> None:
         env={"NAMESPACE": "/nonexistent", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert result.stdout == "[]\n"
+
+
+def test_a_result_approval_is_a_line_saying_where_to_answer_and_its_answer_a_line() -> None:
+    out = render(
+        {"type": "approval_requested", "kind": "result", "asked_by": "bead b1", "summary": "x"},
+        {
+            "type": "approval_answered",
+            "kind": "result",
+            "verdict": "reject",
+            "reason": "no",
+            "by": "user",
+        },
+    )
+    assert out == (
+        "approval of the result requested by bead b1: write approve or reject REASON to the "
+        "session's approval file\nresult reject (by user): no\n"
+    )
+    # A tool approval is asked (y/a/n) by the command, not rendered.
+    assert render({"type": "approval_requested", "kind": "tool", "call_id": "c1"}) == ""
