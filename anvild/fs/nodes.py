@@ -52,7 +52,7 @@ import trio
 from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError
 from anvild.fs.ctl import CommandError, CommandTable
 from anvild.fs.stream import LineStream, StreamReader
-from anvild.ninep.backend import Handle, Node, NodeStat, OpenMode, StatChange
+from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode, StatChange
 from anvild.ninep.constants import DMDIR
 from anvild.ninep.errors import FsError
 
@@ -168,6 +168,10 @@ class DynamicChildren:
                 return node
         return None
 
+    def lookup_now(self, name: str) -> Node | Later | None:
+        """`lookup` without waiting, or `LATER` (the default: the server awaits `lookup`)."""
+        return LATER
+
 
 class Directory(FsNode):
     """A directory: static children in insertion order, then dynamic ones."""
@@ -222,6 +226,12 @@ class Directory(FsNode):
             node = await self._dynamic.lookup(name)
         return node
 
+    def walk_now(self, name: str) -> Node | Later | None:
+        node = self._children.get(name)
+        if node is None and self._dynamic is not None:
+            return self._dynamic.lookup_now(name)
+        return node
+
     async def list(self) -> Sequence[Node]:
         if self._dynamic is None:
             return list(self._children.values())
@@ -245,6 +255,12 @@ class _BytesHandle(Handle):
         # No checkpoint: this never blocks, and each scheduler pass costs a measurable share of a
         # small operation (bench/ninep.py); flush(5) allows answering a request that completed.
         return self._content[offset : offset + count]
+
+    def read_now(self, offset: int, count: int) -> bytes:
+        return self._content[offset : offset + count]
+
+    def clunk_now(self) -> None:
+        return None
 
 
 # --- snapshot files -------------------------------------------------------------------------
@@ -274,6 +290,16 @@ class SnapshotFile(FsNode):
     async def open(self, mode: OpenMode) -> Handle:
         return _BytesHandle(await _generate(self._generate))
 
+    def open_now(self, mode: OpenMode) -> Handle | Later:
+        if self.open_blocks:
+            return LATER
+        result = self._generate()
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            raise TypeError(f"{self.name}: a plain generate function returned an awaitable")
+        return _BytesHandle(result.encode() if isinstance(result, str) else bytes(result))
+
 
 # --- ctl files ------------------------------------------------------------------------------
 
@@ -289,6 +315,12 @@ class _CtlHandle(Handle):
 
     async def read(self, offset: int, count: int) -> bytes:
         return self._answer[offset : offset + count]  # never blocks: no checkpoint needed
+
+    def read_now(self, offset: int, count: int) -> bytes:
+        return self._answer[offset : offset + count]
+
+    def clunk_now(self) -> None:
+        return None
 
     async def write(self, offset: int, data: bytes) -> int:
         # The offset is ignored on purpose: `9p rdwr` writes at offset = bytes it just read.
@@ -352,6 +384,9 @@ class _BodyHandle(Handle):
 
     async def read(self, offset: int, count: int) -> bytes:
         return self._snapshot[offset : offset + count]  # never blocks: no checkpoint needed
+
+    def read_now(self, offset: int, count: int) -> bytes:
+        return self._snapshot[offset : offset + count]
 
     async def write(self, offset: int, data: bytes) -> int:
         assert self._body is not None, "the server only forwards writes on write opens"
@@ -445,7 +480,14 @@ class _StreamHandle(Handle):
         # Offsets are ignored: a stream is read like a pipe, each open from its own cursor.
         return await self._reader.read(count)
 
+    def read_now(self, offset: int, count: int) -> bytes | Later:
+        data = self._reader.read_nowait(count)  # lines buffered (or the end): answered at once
+        return LATER if data is None else data
+
     async def clunk(self) -> None:
+        self._reader.close()
+
+    def clunk_now(self) -> None:
         self._reader.close()
 
     async def abort(self) -> None:

@@ -35,6 +35,14 @@ node. A tree implements only what is specific to each file:
 * Clunking a fid does not cancel a request still running on it (a client that wants that sends
   Tflush first, as v9fs does when a process is interrupted): a handle whose reads block should
   release its own waiters in ``clunk``/``abort`` so such a read returns.
+* The synchronous calls, for the server's poller: `Node.walk_now`, `Node.open_now`,
+  `Handle.read_now` and `Handle.clunk_now` answer the same question as their async twins but
+  *without waiting*: they are plain functions, so they cannot reach a trio checkpoint. Each
+  returns `LATER` (the default) when it cannot answer at once, having done nothing; the server
+  then calls the async method from the connection's own task, exactly as before. A tree opts in
+  per kind of file (a static directory, a snapshot file, a buffered stream read); the server
+  may call these from a task other than the connection's (the shared poller in
+  `anvild.ninep.server`), which is safe only because they never await.
 * `Node.wstat(change)` handles Twstat (9P2000/.u) and Tsetattr (9P2000.L) as one `StatChange`.
   The server itself accepts a change that changes nothing (stat(5): "a wstat with all don't-touch
   values is a request to sync"). Everything else goes to the node; the default refuses. A file that
@@ -55,9 +63,11 @@ This module imports nothing from the project beyond `anvild.ninep`; it does no I
 from __future__ import annotations
 
 import abc
+import enum
 import errno
 import functools
 from collections.abc import Sequence
+from typing import Final, Literal, TypeAlias
 
 import attrs
 
@@ -76,13 +86,25 @@ from anvild.ninep.errors import FsError
 from anvild.ninep.messages import Qid
 
 __all__ = [
+    "LATER",
     "AttachRequest",
     "Handle",
+    "Later",
     "Node",
     "NodeStat",
     "OpenMode",
     "StatChange",
 ]
+
+
+class _Later(enum.Enum):
+    LATER = "later"
+
+
+LATER: Final = _Later.LATER
+"""Returned by a ``*_now`` call that cannot answer without waiting (it has done nothing)."""
+
+Later: TypeAlias = Literal[_Later.LATER]
 
 
 def _qid_type(mode: int) -> int:
@@ -221,6 +243,16 @@ class Handle:
     async def abort(self) -> None:
         """The fid vanished without a clunk (EOF or Tversion reset). Must not raise."""
 
+    def read_now(self, offset: int, count: int) -> bytes | Later:
+        """`read` without waiting: the same bytes `read` would return now, or `LATER` (the
+        default) if it would wait or cannot tell; then the server awaits `read` instead."""
+        return LATER
+
+    def clunk_now(self) -> Later | None:
+        """`clunk` without waiting (same effect, same errors), or `LATER` (the default) having
+        done nothing; then the server awaits `clunk` instead."""
+        return LATER
+
 
 class Node(abc.ABC):
     """One file or directory of a synthetic tree. Only `stat` is mandatory.
@@ -241,6 +273,11 @@ class Node(abc.ABC):
         """Directories: the child called ``name`` (never ``.``/``..``), or None if absent."""
         return None
 
+    def walk_now(self, name: str) -> Node | Later | None:
+        """`walk` without waiting (the same answer), or `LATER` (the default): then the server
+        awaits `walk` instead."""
+        return LATER
+
     async def list(self) -> Sequence[Node]:
         """Directories: the entries a directory read returns, in order."""
         return ()
@@ -248,6 +285,11 @@ class Node(abc.ABC):
     async def open(self, mode: OpenMode) -> Handle:
         """Files: a new `Handle` for this open. Directories are read by the server instead."""
         raise FsError(f"{self.stat().name}: cannot be opened", errno.EACCES)
+
+    def open_now(self, mode: OpenMode) -> Handle | Later:
+        """`open` without waiting (a new handle, or the same error), or `LATER` (the default)
+        having done nothing: then the server awaits `open` instead."""
+        return LATER
 
     async def create(self, name: str, perm: int) -> Node:
         """Directories: make a child (Tcreate/Tlcreate/Tmkdir; ``perm`` has DMDIR for a dir)."""

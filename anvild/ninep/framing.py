@@ -58,6 +58,12 @@ class FrameReader:
             out.append(frame)
         return out
 
+    def take(self) -> bytes:
+        """Everything buffered and not yet returned as a frame; the reader is empty after."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a frame."""

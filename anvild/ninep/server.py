@@ -85,16 +85,27 @@ import inspect
 import logging
 import math
 import os
+import select
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import attrs
+import outcome
 import trio
 
 from anvild.ninep import messages as m
-from anvild.ninep.backend import AttachRequest, Handle, Node, NodeStat, OpenMode, StatChange
+from anvild.ninep.backend import (
+    LATER,
+    AttachRequest,
+    Handle,
+    Later,
+    Node,
+    NodeStat,
+    OpenMode,
+    StatChange,
+)
 from anvild.ninep.constants import (
     DMDIR,
     DT_DIR,
@@ -344,22 +355,32 @@ class _SocketTransport:
 
     The socket is already non-blocking (trio made it so). `receive` and `send` try the system
     call first and wait for readiness only on EAGAIN, so a request whose bytes have arrived and
-    a reply that fits the socket buffer cost no scheduler pass. The trio stream keeps owning the
-    file descriptor: this object shares it and is detached before the stream closes it.
+    a reply that fits the socket buffer cost no scheduler pass. When `receive` finds nothing and
+    the connection may be served without its task (see `_Poller`), it parks the task on the
+    shared poller instead of waiting for readiness itself. The trio stream keeps owning the file
+    descriptor: this object shares it and is detached before the stream closes it.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, conn: _Connection) -> None:
         self.sock = socket.socket(fileno=fd)
         self.sock.setblocking(False)
+        self.conn = conn
+        self.poller: _Poller | None = None
         self._streak = 0
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> bytes | None:
+        """Received bytes (b"" at EOF), or None: the poller answered requests and hands the
+        connection back with replies still to send."""
         sock = self.sock
         while True:
             try:
                 data = sock.recv(_RECEIVE_SIZE)
             except BlockingIOError:
                 self._streak = 0
+                if self.conn._now:
+                    if self.poller is None:
+                        self.poller = _Poller.attach()
+                    return await self.poller.park(self.conn, sock)
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError as exc:
@@ -387,15 +408,153 @@ class _SocketTransport:
             await trio.lowlevel.wait_writable(sock)
 
     def detach(self) -> None:
+        if self.poller is not None:
+            self.poller.detach()
+            self.poller = None
         self.sock.detach()
 
 
-def _transport(stream: trio.abc.Stream) -> _StreamTransport | _SocketTransport:
+_POLLER: trio.lowlevel.RunVar[_Poller] = trio.lowlevel.RunVar("anvild.ninep.poller")
+
+
+class _Poller:
+    """Serves the fast requests of every idle connection of this trio run from one task.
+
+    A connection whose socket is empty parks its task here (`park`) instead of waiting for
+    readiness itself; the poller owns a private level-triggered epoll in which parked sockets
+    are registered, and one system task that waits (`wait_readable`) on that epoll. When it
+    wakes, it serves every ready connection in turn, synchronously: one ``recv``, then each
+    complete frame through `_Connection.answer_now` (the ``*_now`` node calls, which cannot
+    reach a checkpoint, so running them outside the connection's task is safe), then one ``send``
+    of the replies. The connection's task stays parked through all of it: a small request costs
+    no task switch, no EPOLLONESHOT re-arm and no failed ``recv``, and one wake of the poller
+    serves every connection that is ready.
+
+    The poller hands the connection back to its task (unregisters the socket and reschedules
+    the task with what is left) as soon as anything needs more than that: a frame `answer_now`
+    declines (any other request, a node that answers LATER, a tag in use, ...) together with
+    every byte after it, so per-connection order is kept; EOF or a socket error; replies that
+    did not fit the socket buffer, or another task of the connection sending (backpressure);
+    more than a batch's share of frames (fairness). The task then does exactly what it did
+    before the poller existed and parks again when its socket is empty.
+
+    A connection attaches at its first park and detaches when it ends; the system task exits
+    (and the epoll is closed) when no connection is attached, so nothing outlives the
+    connections. A cancelled parked task (shutdown, a failed send) unregisters its socket.
+    """
+
+    def __init__(self) -> None:
+        self._epoll: select.epoll | None = None
+        self._users = 0
+        self._running = False
+        self._scope: trio.CancelScope | None = None
+        self._parked: dict[int, tuple[_Connection, socket.socket, trio.lowlevel.Task]] = {}
+
+    @staticmethod
+    def attach() -> _Poller:
+        try:
+            poller = _POLLER.get()
+        except LookupError:
+            poller = _Poller()
+            _POLLER.set(poller)
+        poller._users += 1
+        if not poller._running:
+            if poller._epoll is None:
+                poller._epoll = select.epoll()
+            poller._running = True
+            trio.lowlevel.spawn_system_task(poller._run, name="anvild.ninep.poller")
+        return poller
+
+    def detach(self) -> None:
+        self._users -= 1
+        if not self._users and self._scope is not None:
+            self._scope.cancel()
+
+    async def park(self, conn: _Connection, sock: socket.socket) -> bytes | None:
+        """Wait until the poller hands this connection back; returns what its task must
+        process (as `_SocketTransport.receive`)."""
+        assert self._epoll is not None
+        fd = sock.fileno()
+        self._epoll.register(fd, select.EPOLLIN)
+        self._parked[fd] = (conn, sock, trio.lowlevel.current_task())
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._unpark(fd)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        result: bytes | None = await trio.lowlevel.wait_task_rescheduled(abort)
+        return result
+
+    def _unpark(self, fd: int) -> None:
+        del self._parked[fd]
+        if self._epoll is not None:
+            self._epoll.unregister(fd)
+
+    def _hand_back(self, fd: int, task: trio.lowlevel.Task, result: outcome.Outcome[Any]) -> None:
+        self._unpark(fd)
+        trio.lowlevel.reschedule(task, result)
+
+    async def _run(self) -> None:
+        epoll = self._epoll
+        assert epoll is not None
+        parked = self._parked
+        restart = False
+        try:
+            with trio.CancelScope() as self._scope:  # cancelled when the last connection ends
+                while True:
+                    await trio.lowlevel.wait_readable(epoll)
+                    # Serve what is ready, and look again before going back to trio: while the
+                    # replies were being made, the next requests have often arrived. Bounded,
+                    # so that the other tasks get their turn.
+                    for _ in range(_FAIRNESS_STREAK):
+                        events = epoll.poll(0)
+                        if not events:
+                            break
+                        for fd, _ in events:
+                            conn = parked.get(fd)
+                            if conn is not None:
+                                self._serve(fd, *conn)
+            # No checkpoint from here on: a connection that attached after the cancel (it found
+            # this task still running) gets a new task.
+            restart = self._users > 0
+        finally:
+            self._scope = None
+            if restart:
+                trio.lowlevel.spawn_system_task(self._run, name="anvild.ninep.poller")
+            else:
+                self._running = False
+                self._epoll = None
+                epoll.close()
+
+    def _serve(
+        self, fd: int, conn: _Connection, sock: socket.socket, task: trio.lowlevel.Task
+    ) -> None:
+        try:
+            data = sock.recv(_RECEIVE_SIZE)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._hand_back(fd, task, outcome.Error(_ConnectionLost(str(exc))))
+            return
+        if not data:
+            self._hand_back(fd, task, outcome.Value(b""))
+            return
+        try:
+            keep, rest = conn.serve_now(data, sock)
+        except Exception:
+            log.exception("9p %s: internal error in the poller; closing the connection", conn.peer)
+            self._hand_back(fd, task, outcome.Error(_ConnectionLost("internal error")))
+            return
+        if not keep:
+            self._hand_back(fd, task, outcome.Value(rest))
+
+
+def _transport(stream: trio.abc.Stream, conn: _Connection) -> _StreamTransport | _SocketTransport:
     if type(stream) is trio.SocketStream:
         try:
             fd = stream.socket.fileno()
             if fd >= 0:
-                return _SocketTransport(fd)
+                return _SocketTransport(fd, conn)
         except (OSError, ValueError):  # pragma: no cover - a closed or unusual socket
             pass
     return _StreamTransport(stream)
@@ -411,7 +570,7 @@ class _Connection:
     ) -> None:
         self.server = server
         self.stream = stream
-        self.transport = _transport(stream)
+        self.transport = _transport(stream, self)
         self.check_attach = check_attach
         self.peer = peer or "?"
         self.dialect: Dialect | None = None
@@ -427,6 +586,7 @@ class _Connection:
         self._drained: trio.Event | None = None
         # Message type byte -> hot-path method (set by Tversion for the negotiated dialect).
         self._hot: dict[int, Callable[[bytes], Awaitable[bool]]] = {}
+        self._now: dict[int, Callable[[bytes], bool]] = {}
         self._handlers: dict[type[m.Message], Callable[[Any], Awaitable[m.Message]]] = {
             m.Tflush: self._flush,
             m.Tauth: self._auth,
@@ -507,6 +667,9 @@ class _Connection:
             except _ConnectionLost as exc:
                 log.debug("9p %s: connection lost: %s", self.peer, exc)
                 return
+            if data is None:  # the poller answered what came in; its replies are queued
+                await self._send_queued(wait=True)
+                continue
             if not data:
                 log.debug("9p %s: EOF", self.peer)
                 return
@@ -674,6 +837,8 @@ class _Connection:
             self._queue(self._internal_error_for(name, tag))
 
     async def _hot_walk(self, frame: bytes) -> bool:
+        if self._now_walk(frame):
+            return True
         length = len(frame)
         if length < _TWALK.size:
             return False
@@ -706,6 +871,8 @@ class _Connection:
         return True
 
     async def _hot_lopen(self, frame: bytes) -> bool:
+        if self._now_lopen(frame):
+            return True
         if len(frame) != _TLOPEN.size:
             return False
         _, _, tag, fid, flags = _TLOPEN.unpack(frame)
@@ -721,6 +888,8 @@ class _Connection:
         return True
 
     async def _hot_open(self, frame: bytes) -> bool:
+        if self._now_open(frame):
+            return True
         if len(frame) != _TOPEN.size:
             return False
         _, _, tag, fid, mode = _TOPEN.unpack(frame)
@@ -747,6 +916,8 @@ class _Connection:
         self._put(frame)
 
     async def _hot_read(self, frame: bytes) -> bool:
+        if self._now_read(frame):
+            return True
         if len(frame) != _TREAD.size:
             return False
         _, _, tag, fid, offset, count = _TREAD.unpack(frame)
@@ -782,6 +953,8 @@ class _Connection:
         return True
 
     async def _hot_clunk(self, frame: bytes) -> bool:
+        if self._now_clunk(frame):
+            return True
         if len(frame) != _TCLUNK.size:
             return False
         _, _, tag, fid = _TCLUNK.unpack(frame)
@@ -798,6 +971,192 @@ class _Connection:
             except Exception as exc:
                 self._put_error("Tclunk", tag, exc)
                 return True
+        self._put(_RCLUNK.pack(_RCLUNK_SIZE, m.Rclunk.TYPE, tag))
+        return True
+
+    # --- the synchronous hot path (the poller's) --------------------------------------------------
+    #
+    # The same four requests answered without waiting: the node's ``*_now`` calls instead of its
+    # async ones. Each returns False, having changed nothing, when the generic path must decide
+    # or a node answers LATER; otherwise it has queued the reply (the same bytes as `_hot_*` and
+    # `_dispatch` would). These are plain functions: the shared poller runs them outside the
+    # connection's task, which is safe only because nothing in them can reach a checkpoint.
+
+    def _now_table(self, dialect: Dialect | None) -> dict[int, Callable[[bytes], bool]]:
+        if dialect is None:
+            return {}
+        table: dict[int, Callable[[bytes], bool]] = {
+            m.Twalk.TYPE: self._now_walk,
+            m.Tread.TYPE: self._now_read,
+            m.Tclunk.TYPE: self._now_clunk,
+        }
+        if dialect is Dialect.P9P2000_L:
+            table[m.Tlopen.TYPE] = self._now_lopen
+        else:
+            table[m.Topen.TYPE] = self._now_open
+        return table
+
+    def serve_now(self, data: bytes, sock: socket.socket) -> tuple[bool, bytes | None]:
+        """The poller's part (see `_Poller`): answer the frames in ``data`` and send the replies
+        without waiting. Returns (True, None) when all is done and the connection stays with
+        the poller; else (False, what the connection's task must process: the first frame
+        not answered and everything after it, or None when only replies are left to send)."""
+        reader = self.reader
+        if (
+            not reader.buffered
+            and _HEADER_SIZE <= len(data) == _SIZE.unpack_from(data)[0] <= reader.max_size
+        ):
+            if not self.answer_now(data):
+                return False, data
+        else:
+            reader.feed(data)
+            frames = 0
+            try:
+                while (frame := reader.next_frame()) is not None:
+                    if frames >= _FAIRNESS_FRAMES or self._out_bytes >= _SEND_AT:
+                        return False, frame + reader.take()
+                    if not self.answer_now(frame):
+                        return False, frame + reader.take()
+                    frames += 1
+            except ProtocolError:
+                return False, reader.take()  # the task meets the same error and closes
+        if self._out:
+            if self._sending:
+                return False, None  # another task is sending: it takes these too
+            out = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+            self._out.clear()
+            self._out_bytes = 0
+            try:
+                sent = sock.send(out)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                sent = 0  # the task's own send meets the error and ends the connection
+            if sent < len(out):
+                self._out.append(out[sent:])
+                self._out_bytes = len(out) - sent
+                return False, None
+        return True, None
+
+    def answer_now(self, frame: bytes) -> bool:
+        """Answer one request frame without waiting, or return False having changed nothing."""
+        now = self._now.get(frame[4])
+        return now is not None and now(frame)
+
+    def _now_walk(self, frame: bytes) -> bool:
+        length = len(frame)
+        if length < _TWALK.size:
+            return False
+        _, _, tag, fid, newfid, n = _TWALK.unpack_from(frame, 0)
+        if n > MAXWELEM or fid not in self.fids or self._tag_refused(tag):
+            return False
+        pos = _TWALK.size
+        names = []
+        try:
+            for _ in range(n):
+                end = pos + 2 + (frame[pos] | frame[pos + 1] << 8)
+                if end > length:
+                    return False
+                names.append(frame[pos + 2 : end].decode("utf-8"))
+                pos = end
+        except (IndexError, UnicodeDecodeError):
+            return False
+        if pos != length:
+            return False
+        try:
+            qids = self._walk_now(fid, newfid, names)
+        except Exception as exc:
+            self._put_error("Twalk", tag, exc)
+            return True
+        if qids is LATER:
+            return False
+        k = len(qids)
+        self._put(
+            _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k)
+            + b"".join([_QID.pack(q.type, q.version, q.path) for q in qids])
+        )
+        return True
+
+    def _now_lopen(self, frame: bytes) -> bool:
+        if len(frame) != _TLOPEN.size:
+            return False
+        _, _, tag, fid, flags = _TLOPEN.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or self._tag_refused(tag):
+            return False
+        try:
+            qid = self._open_now(entry, self._lopen_mode(entry, flags), False)
+        except Exception as exc:
+            self._put_error("Tlopen", tag, exc)
+            return True
+        if qid is LATER:
+            return False
+        self._put_opened(m.Rlopen(tag, qid, self._iounit()))
+        return True
+
+    def _now_open(self, frame: bytes) -> bool:
+        if len(frame) != _TOPEN.size:
+            return False
+        _, _, tag, fid, mode = _TOPEN.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or self._tag_refused(tag):
+            return False
+        try:
+            qid = self._open_now(entry, self._omode(entry, mode), bool(mode & ORCLOSE))
+        except Exception as exc:
+            self._put_error("Topen", tag, exc)
+            return True
+        if qid is LATER:
+            return False
+        self._put_opened(m.Ropen(tag, qid, self._iounit()))
+        return True
+
+    def _now_read(self, frame: bytes) -> bool:
+        if len(frame) != _TREAD.size:
+            return False
+        _, _, tag, fid, offset, count = _TREAD.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None:
+            return False
+        handle = entry.handle
+        mode = entry.open_mode
+        if handle is None or mode is None or not mode.read or self._tag_refused(tag):
+            return False
+        count = min(count, self.msize - IOHDRSZ)
+        try:
+            data = handle.read_now(offset, count)
+            if data is LATER:
+                return False
+            n = len(data)
+            if n <= count:
+                reply = _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
+        except Exception as exc:
+            self._put_error("Tread", tag, exc)
+            return True
+        if n > count:
+            log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
+            self._queue(self._error_reply(tag, _internal_error()))
+            return True
+        self._put(reply)
+        return True
+
+    def _now_clunk(self, frame: bytes) -> bool:
+        if len(frame) != _TCLUNK.size:
+            return False
+        _, _, tag, fid = _TCLUNK.unpack(frame)
+        entry = self.fids.get(fid)
+        if entry is None or entry.remove_on_close or self._tag_refused(tag):
+            return False
+        handle = entry.handle
+        if handle is not None:
+            try:
+                if handle.clunk_now() is LATER:
+                    return False
+            except Exception as exc:
+                self._forget_fid(fid)  # clunk(5): the fid is released even if the clunk fails
+                self._put_error("Tclunk", tag, exc)
+                return True
+        self._forget_fid(fid)
         self._put(_RCLUNK.pack(_RCLUNK_SIZE, m.Rclunk.TYPE, tag))
         return True
 
@@ -976,6 +1335,7 @@ class _Connection:
         # version(5): a Tversion aborts all outstanding I/O and frees all fids.
         await self._reset()
         self._hot = {}
+        self._now = {}
         if msg.msize < MIN_MSIZE:
             self.dialect = None
             self._queue(
@@ -996,6 +1356,7 @@ class _Connection:
         self.reader.max_size = self.msize
         self.dialect = dialect
         self._hot = self._hot_table(dialect)
+        self._now = self._now_table(dialect)
         version = dialect.value if dialect is not None else VERSION_UNKNOWN
         self._queue(m.Rversion(msg.tag, self.msize, version))
 
@@ -1038,13 +1399,7 @@ class _Connection:
         return m.Rwalk(msg.tag, await self._walk_qids(msg.fid, msg.newfid, msg.wnames))
 
     async def _walk_qids(self, fid: int, newfid: int, wnames: Sequence[str]) -> tuple[m.Qid, ...]:
-        entry = self._fid(fid)
-        if entry.is_open and self.dialect is not Dialect.P9P2000_L:
-            raise FsError(f"cannot walk from fid {fid}: it is open (walk(5))", errno.EBUSY)
-        if newfid != fid and newfid in self.fids:
-            raise FsError(f"newfid {newfid} is already in use", errno.EBADF)
-        if newfid == NOFID:
-            raise FsError("NOFID cannot name a file", errno.EBADF)
+        entry = self._walk_check(fid, newfid)
         path = entry.path
         qids: list[m.Qid] = []
         for i, name in enumerate(wnames):
@@ -1055,6 +1410,29 @@ class _Connection:
                     raise
                 return tuple(qids)  # walk(5): partial walk, newfid untouched
             qids.append(path[-1].stat().qid)
+        return self._walked(entry, fid, newfid, path, qids)
+
+    def _walk_now(self, fid: int, newfid: int, wnames: Sequence[str]) -> tuple[m.Qid, ...] | Later:
+        """`_walk_qids` without waiting, or LATER (nothing changed) if a node cannot."""
+        entry = self._walk_check(fid, newfid)
+        path = entry.path
+        qids: list[m.Qid] = []
+        for i, name in enumerate(wnames):
+            try:
+                step = self._step_now(path, name)
+            except FsError:
+                if i == 0:
+                    raise
+                return tuple(qids)
+            if step is LATER:
+                return LATER
+            path = step
+            qids.append(path[-1].stat().qid)
+        return self._walked(entry, fid, newfid, path, qids)
+
+    def _walked(
+        self, entry: _Fid, fid: int, newfid: int, path: tuple[Node, ...], qids: list[m.Qid]
+    ) -> tuple[m.Qid, ...]:
         # Re-check: another request may have taken newfid while we awaited a node.
         if newfid == fid:
             entry_now = self._fid(fid)
@@ -1065,9 +1443,40 @@ class _Connection:
             self._new_fid(newfid, _Fid(newfid, path=path, uname=entry.uname))
         return tuple(qids)
 
+    def _walk_check(self, fid: int, newfid: int) -> _Fid:
+        entry = self._fid(fid)
+        if entry.is_open and self.dialect is not Dialect.P9P2000_L:
+            raise FsError(f"cannot walk from fid {fid}: it is open (walk(5))", errno.EBUSY)
+        if newfid != fid and newfid in self.fids:
+            raise FsError(f"newfid {newfid} is already in use", errno.EBADF)
+        if newfid == NOFID:
+            raise FsError("NOFID cannot name a file", errno.EBADF)
+        return entry
+
     async def _step(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...]:
-        node = path[-1]
-        st = node.stat()
+        local = self._step_local(path, name)
+        if local is not None:
+            return local
+        child = await path[-1].walk(name)
+        if child is None:
+            raise FsError(f"{name}: file does not exist", errno.ENOENT)
+        return (*path, child)
+
+    def _step_now(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...] | Later:
+        local = self._step_local(path, name)
+        if local is not None:
+            return local
+        child = path[-1].walk_now(name)
+        if child is LATER:
+            return LATER
+        if child is None:
+            raise FsError(f"{name}: file does not exist", errno.ENOENT)
+        return (*path, child)
+
+    @staticmethod
+    def _step_local(path: tuple[Node, ...], name: str) -> tuple[Node, ...] | None:
+        """The checks of a walk step and `.`/`..`; None when the node must be asked."""
+        st = path[-1].stat()
         if not st.is_dir:
             raise FsError(f"cannot walk to {name!r}: {st.name} is not a directory", errno.ENOTDIR)
         if name == "..":
@@ -1076,14 +1485,34 @@ class _Connection:
             return path
         if not name or "/" in name:
             raise FsError(f"invalid file name {name!r}", errno.ENOENT)
-        child = await node.walk(name)
-        if child is None:
-            raise FsError(f"{name}: file does not exist", errno.ENOENT)
-        return (*path, child)
+        return None
 
     # --- open and create ----------------------------------------------------------------------
 
     async def _open_fid(self, entry: _Fid, mode: OpenMode, rclose: bool = False) -> m.Qid:
+        st = self._open_check(entry, mode)
+        entry.opening = True
+        try:
+            handle = None if st.is_dir else await entry.node.open(mode)
+        finally:
+            entry.opening = False
+        if self.fids.get(entry.number) is not entry:
+            # Clunked (or reset) while the node was opening: release what we got.
+            if handle is not None:
+                await handle.abort()
+            raise FsError("the fid was clunked while it was being opened", errno.EBADF)
+        return self._opened(entry, mode, handle, rclose)
+
+    def _open_now(self, entry: _Fid, mode: OpenMode, rclose: bool) -> m.Qid | Later:
+        """`_open_fid` without waiting, or LATER (nothing changed) if the node cannot."""
+        st = self._open_check(entry, mode)
+        handle = None if st.is_dir else entry.node.open_now(mode)
+        if handle is LATER:
+            return LATER
+        return self._opened(entry, mode, handle, rclose)
+
+    @staticmethod
+    def _open_check(entry: _Fid, mode: OpenMode) -> NodeStat:
         if entry.is_open or entry.opening:
             raise FsError("the fid is already open; walk a new fid to open again", errno.EBUSY)
         st = entry.node.stat()
@@ -1097,16 +1526,9 @@ class _Connection:
                 )
             if (mode.write or mode.truncate) and not st.mode & 0o222:
                 raise FsError(f"{st.name}: permission denied: the file is read-only", errno.EACCES)
-        entry.opening = True
-        try:
-            handle = None if st.is_dir else await entry.node.open(mode)
-        finally:
-            entry.opening = False
-        if self.fids.get(entry.number) is not entry:
-            # Clunked (or reset) while the node was opening: release what we got.
-            if handle is not None:
-                await handle.abort()
-            raise FsError("the fid was clunked while it was being opened", errno.EBADF)
+        return st
+
+    def _opened(self, entry: _Fid, mode: OpenMode, handle: Handle | None, rclose: bool) -> m.Qid:
         entry.open_mode = mode
         entry.handle = handle
         entry.remove_on_close = rclose
@@ -1118,6 +1540,11 @@ class _Connection:
         return m.Ropen(msg.tag, await self._open_qid(self._fid(msg.fid), msg.mode), self._iounit())
 
     async def _open_qid(self, entry: _Fid, mode_byte: int) -> m.Qid:
+        mode = self._omode(entry, mode_byte)
+        return await self._open_fid(entry, mode, rclose=bool(mode_byte & ORCLOSE))
+
+    @staticmethod
+    def _omode(entry: _Fid, mode_byte: int) -> OpenMode:
         access = mode_byte & 3
         if mode_byte & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
             raise FsError(f"bad open mode {mode_byte:#x} (open(5))", errno.EINVAL)
@@ -1128,7 +1555,7 @@ class _Connection:
             raise FsError(
                 f"{entry.node.stat().name}: permission denied: not executable", errno.EACCES
             )
-        return await self._open_fid(entry, mode, rclose=bool(mode_byte & ORCLOSE))
+        return mode
 
     @staticmethod
     def _lmode(flags: int) -> OpenMode:
@@ -1147,9 +1574,12 @@ class _Connection:
         return m.Rlopen(msg.tag, qid, self._iounit())
 
     async def _lopen_qid(self, entry: _Fid, flags: int) -> m.Qid:
+        return await self._open_fid(entry, self._lopen_mode(entry, flags))
+
+    def _lopen_mode(self, entry: _Fid, flags: int) -> OpenMode:
         if flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
             raise FsError(f"{entry.node.stat().name} is not a directory", errno.ENOTDIR)
-        return await self._open_fid(entry, self._lmode(flags))
+        return self._lmode(flags)
 
     async def _create_child(self, entry: _Fid, name: str, perm: int) -> Node:
         _check_name(name)
