@@ -15,7 +15,7 @@ import trio.testing
 
 from anvild.ninep import messages as m
 from anvild.ninep import server as server_module
-from anvild.ninep.backend import Handle, Node, NodeStat, OpenMode
+from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode
 from anvild.ninep.constants import OREAD, OWRITE, Dialect
 from anvild.ninep.errors import FsError
 from anvild.ninep.server import Server
@@ -168,6 +168,26 @@ class _QuickHandle(Handle):
         if self.file.behaviour == "reject":
             raise FsError("rejected at clunk", errno.EINVAL)
 
+    # The same answers without waiting (the poller's path), when the file is "sync".
+
+    def read_now(self, offset: int, count: int) -> bytes | Later:
+        if not self.file.sync:
+            return LATER
+        if self.file.behaviour == "broken":
+            raise RuntimeError("a bug in the node")
+        if self.file.behaviour == "too much":
+            return b"y" * (count + 1)
+        if self.file.behaviour == "text":
+            return "not bytes"  # type: ignore[return-value]  # a buggy node
+        return self.file.data[offset : offset + count]
+
+    def clunk_now(self) -> Later | None:
+        if not self.file.sync:
+            return LATER
+        if self.file.behaviour == "reject":
+            raise FsError("rejected at clunk", errno.EINVAL)
+        return None
+
 
 class _QuickFile(Node):
     """A file whose open, read and clunk never block (the hot path's kind)."""
@@ -179,12 +199,25 @@ class _QuickFile(Node):
         self.path = path
         self.behaviour = behaviour
         self.data = b"0123456789" * 1000  # more than one read at msize 8192
+        self.sync = False
 
     def stat(self) -> NodeStat:
         return NodeStat(self.name, 0o444, self.path, length=len(self.data))
 
     async def open(self, mode: OpenMode) -> Handle:
         return _QuickHandle(self)
+
+    def open_now(self, mode: OpenMode) -> Handle | Later:
+        return _QuickHandle(self) if self.sync else LATER
+
+
+class _SyncDir(MemDir):
+    """A MemDir that can answer walks without waiting when ``sync`` is set."""
+
+    sync = False
+
+    def walk_now(self, name: str) -> Node | Later | None:
+        return self.children.get(name) if self.sync else LATER
 
 
 def _hot_script(d: Dialect) -> list[m.Message | bytes | None]:
@@ -242,8 +275,8 @@ def _hot_script(d: Dialect) -> list[m.Message | bytes | None]:
     ]
 
 
-def _hot_tree() -> MemDir:
-    return MemDir(
+def _hot_tree() -> _SyncDir:
+    return _SyncDir(
         "/",
         [
             _QuickFile("quick", 901),
@@ -290,6 +323,13 @@ async def _run_script(
     return replies
 
 
+def _set_sync(root: _SyncDir, sync: bool) -> None:
+    root.sync = sync
+    for child in root.children.values():
+        if isinstance(child, _QuickFile):
+            child.sync = sync
+
+
 @pytest.mark.parametrize("dialect", [Dialect.P9P2000, Dialect.P9P2000_L], ids=["9P2000", "L"])
 async def test_the_hot_path_answers_byte_for_byte_like_the_generic_path(
     dialect: Dialect, monkeypatch: pytest.MonkeyPatch
@@ -302,17 +342,41 @@ async def test_the_hot_path_answers_byte_for_byte_like_the_generic_path(
         dispatched.append(frame[4])
         await generic_dispatch(self, frame)
 
+    answered_now: list[str] = []
+    answer_now = server_module._Connection.answer_now
+
+    def counting_now(self: Any, frame: bytes) -> bool:
+        answered = answer_now(self, frame)
+        if answered:
+            answered_now.append(trio.lowlevel.current_task().name)
+        return answered
+
     monkeypatch.setattr(server_module._Connection, "_dispatch", counting)
-    root = _hot_tree()  # one tree for both runs: the same qids
+    monkeypatch.setattr(server_module._Connection, "answer_now", counting_now)
+    root = _hot_tree()  # one tree for all runs: the same qids
+    # 1. The nodes answer without waiting: the poller (and the task's sync try) answer them.
+    _set_sync(root, True)
+    sync = await _run_script(root, dialect, script)
+    sync_dispatched = len(dispatched)
+    poller_answers = answered_now.count("anvild.ninep.poller")
+    dispatched.clear()
+    answered_now.clear()
+    # 2. The nodes answer LATER: the async hot path in the connection's task.
+    _set_sync(root, False)
     hot = await _run_script(root, dialect, script)
     hot_dispatched = len(dispatched)
+    # (Refusals found before a node is called, e.g. a newfid in use, need no node: still sync.)
+    assert len(answered_now) < poller_answers - 10
     dispatched.clear()
+    # 3. Neither: every frame through `_dispatch`.
     monkeypatch.setattr(server_module._Connection, "_hot_table", lambda self, d: {})
     generic = await _run_script(root, dialect, script)
-    assert hot == generic
+    assert sync == hot == generic
     assert hot[-1] == b"EOF"
-    # Sanity: the hot path really answered most of the script, and errors went both ways.
+    # Sanity: the fast paths really answered most of the script, and errors went every way.
     assert hot_dispatched < len(dispatched) - 15
+    assert sync_dispatched < len(dispatched) - 15
+    assert poller_answers >= 15
     decoded = [m.decode(r, dialect) for r in hot[:-1]]
     error = m.Rlerror if dialect is Dialect.P9P2000_L else m.Rerror
     assert sum(isinstance(r, error) for r in decoded) >= 13
