@@ -294,6 +294,8 @@ class SnapshotFile(FsNode):
         if self.open_blocks:
             return LATER
         result = self._generate()
+        if type(result) is bytes:  # the usual case, checked first: this is the hot path
+            return _BytesHandle(result)
         if inspect.isawaitable(result):
             if inspect.iscoroutine(result):
                 result.close()

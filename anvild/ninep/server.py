@@ -1091,7 +1091,7 @@ class _Connection:
             return True
         if qid is LATER:
             return False
-        self._put_opened(m.Rlopen(tag, qid, self._iounit()))
+        self._put_opened_now(m.Rlopen, tag, qid)
         return True
 
     def _now_open(self, frame: bytes) -> bool:
@@ -1108,8 +1108,17 @@ class _Connection:
             return True
         if qid is LATER:
             return False
-        self._put_opened(m.Ropen(tag, qid, self._iounit()))
+        self._put_opened_now(m.Ropen, tag, qid)
         return True
+
+    def _put_opened_now(self, cls: type[m.Ropen | m.Rlopen], tag: int, qid: m.Qid) -> None:
+        iounit = self.msize - IOHDRSZ
+        try:
+            frame = _ROPEN.pack(_ROPEN.size, cls.TYPE, tag, qid.type, qid.version, qid.path, iounit)
+        except struct.error:
+            self._queue(cls(tag, qid, iounit))  # out-of-range qid fields: the codec says what
+            return
+        self._put(frame)
 
     def _now_read(self, frame: bytes) -> bool:
         if len(frame) != _TREAD.size:
