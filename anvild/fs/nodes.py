@@ -29,6 +29,13 @@ Every node has a qid path from one process-wide counter (stable for the node's l
 reused), and a version and mtime that `touch()` bumps when the content changes. Generated files
 report length 0 (DESIGN.md section 3). Owner and group are the daemon's user.
 
+The kinds that can answer without waiting also implement the synchronous calls of
+`anvild.ninep.backend` (answered by the server's poller, outside the connection's task): a
+directory's walk to a static child (`DynamicChildren.lookup_now` for the others; by default the
+server asks `lookup`), a snapshot's open when its generate function is a plain one, reads of a
+snapshot, of a ctl answer and of a body file's value, a stream read that has lines buffered (or
+is at its end), and the clunks that only drop state. Everything else answers `LATER`.
+
 Files that take writes accept OTRUNC at open and a wstat that only truncates to length 0
 (9pfuse turns a shell `>` into Topen + Twstat(length=0), v9fs into Tsetattr(size=0)): both are
 no-ops, because every open already starts from an empty body.

@@ -42,14 +42,31 @@ has changed anything, whenever the generic path has something to decide: a tag i
 NOTAG, or the outstanding-request limit), an unknown fid, a call that may block (it needs a
 task), a frame of an unusual length or with a name that is not UTF-8; `_dispatch` then handles
 the frame exactly as it would have. Errors raised by the checks or the node get the same reply
-as on the generic path (a unit test replays every branch both ways and compares the bytes).
+as on the generic path (a unit test replays every branch through the synchronous path below,
+the async hot path and `_dispatch`, and compares the bytes). In the connection's task each hot
+method first tries its synchronous twin (below), then the node's async call.
 A received batch that is exactly one whole frame (one request outstanding: the usual case) is
 answered without going through the `FrameReader`.
+
+The synchronous hot path and the shared poller: the same four requests can also be answered by
+plain functions (`_now_walk`, `_now_open`/`_now_lopen`, `_now_read`, `_now_clunk`) that call the
+node's synchronous twins (`Node.walk_now`, `Node.open_now`, `Handle.read_now`,
+`Handle.clunk_now`; each may answer `LATER`, having done nothing). A function cannot reach a trio
+checkpoint, so these may run in any task. When a socket connection's ``recv`` finds nothing, its
+task parks on the run's `_Poller` instead of waiting for readiness: one system task with a
+private level-triggered epoll that, when sockets become readable, receives, answers every frame
+it can synchronously and sends the replies, for every ready connection in one wake, with the
+connection's task still parked. The first frame it cannot answer (any other request, a node that
+says LATER, a tag in use, a frame to refuse) is handed back to the connection's task with every
+byte after it, so order is kept and everything else (tasks, Tflush, Tversion, errors, teardown)
+happens exactly as described above; so are EOF, socket errors, replies that did not fit the
+socket and more than a batch's share of frames. The poller's task exists while connections use
+it (see `_Poller`).
 
 I/O: on a `trio.SocketStream` the connection works on the socket itself, below trio's stream
 layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness only on EAGAIN
 (every received batch of frames costs one ``recv``, and at most one scheduler pass when the
-socket is empty). Replies are queued in order as they are produced and the replies of one
+socket is empty), or parks on the poller. Replies are queued in order as they are produced and the replies of one
 received batch go out in one ``send``; one task at a time sends, and the receive loop waits until
 the queue is drained before reading more (backpressure). Any other `trio.abc.Stream` (in-memory
 streams in tests) goes through ``receive_some``/``send_all`` with the same queue. A request's tag
