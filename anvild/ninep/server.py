@@ -66,9 +66,9 @@ it (see `_Poller`).
 I/O: on a `trio.SocketStream` the connection works on the socket itself, below trio's stream
 layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness only on EAGAIN
 (every received batch of frames costs one ``recv``, and at most one scheduler pass when the
-socket is empty), or parks on the poller. Replies are queued in order as they are produced and the replies of one
-received batch go out in one ``send``; one task at a time sends, and the receive loop waits until
-the queue is drained before reading more (backpressure). Any other `trio.abc.Stream` (in-memory
+socket is empty), or parks on the poller. Replies are queued in order as they are produced
+and the replies of one received batch go out in one ``send``; one task at a time sends, and the
+receive loop waits until the queue is drained before reading more (backpressure). Any other `trio.abc.Stream` (in-memory
 streams in tests) goes through ``receive_some``/``send_all`` with the same queue. A request's tag
 is freed when its reply is queued, before the client can see the reply and reuse the tag.
 
