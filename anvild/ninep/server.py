@@ -68,9 +68,10 @@ layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness
 (every received batch of frames costs one ``recv``, and at most one scheduler pass when the
 socket is empty), or parks on the poller. Replies are queued in order as they are produced
 and the replies of one received batch go out in one ``send``; one task at a time sends, and the
-receive loop waits until the queue is drained before reading more (backpressure). Any other `trio.abc.Stream` (in-memory
-streams in tests) goes through ``receive_some``/``send_all`` with the same queue. A request's tag
-is freed when its reply is queued, before the client can see the reply and reuse the tag.
+receive loop waits until the queue is drained before reading more (backpressure). Any other
+`trio.abc.Stream` (in-memory streams in tests) goes through ``receive_some``/``send_all`` with
+the same queue. A request's tag is freed when its reply is queued, before the client can see
+the reply and reuse the tag.
 
 "Library validates, handler decides" (plan9port lib9p `srv.c`): before a node is called, the
 server checks the fid exists and is (not) open, the open mode against the node's permission bits
