@@ -18,8 +18,12 @@ Theory of operation.
   wrapped), and usage, todos, turn ends, prompts, approvals, context and role changes each have
   their record (an `always` answer records what it added to the permissions, and a restored
   session's policy starts with it). So the journal's state equals the live session after every
-  event. A failed write (disk full) moves the session to `error` and cancels its turn; nothing
-  else stops. A tool whose start could not be recorded is not run.
+  event. What the file tools saw (a path and the sha256 of its content) is a `FileSeen` record
+  after the call's `ToolFinished`, and a restored session's freshness tracker starts with it:
+  after a daemon restart the agent edits a file it had read without reading it again, and a
+  file changed meanwhile is still refused as stale. A failed write (disk full) moves the
+  session to `error` and cancels its turn; nothing else stops. A tool whose start could not
+  be recorded is not run.
 - Prompts. `submit` records the prompt as queued and returns its sequence number; the worker
   takes prompts in order, one turn each. `drop_queue` discards the waiting ones. `wait_handled`
   blocks until every prompt accepted up to a sequence number has been handled and the session
@@ -79,7 +83,7 @@ from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Allow as PolicyAllow
 from anvild.agent.permissions.policy import Grants, Mode, Policy, Remember
 from anvild.agent.permissions.rules import Rule, RuleKind, RuleSet, RuleSyntaxError, parse_rule
-from anvild.agent.tools.base import Tool, ToolContext
+from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
@@ -118,6 +122,7 @@ from anvild.store import (
     ContextFileChanged,
     ContextReplaced,
     DecidedResult,
+    FileSeen,
     Journal,
     ModelChanged,
     Note,
@@ -311,9 +316,47 @@ class _RecordingRegistry(ToolRegistry):
                 "the session is in error.",
                 is_error=True,
             )
-        result = await super().dispatch(call, ctx)
-        await session._append_synced(ToolFinished(session._redacted(result)))
+        seen = _CallTracker(ctx.tracker)
+        result = await super().dispatch(call, attrs.evolve(ctx, tracker=seen))
+        if await session._append_synced(ToolFinished(session._redacted(result))):
+            # What this call's file tools saw, now that its result is durably in the transcript
+            # (a crash before this leaves the file to be read again: never the other way).
+            for path, digest in seen.recorded.items():
+                session._append(FileSeen(str(path), digest))
         return result
+
+
+class _CallTracker(FileTracker):
+    """One call's view of the session's freshness tracker: everything goes to the shared one,
+    and what this call `record`s is also kept here (`recorded`), so the session can write it to
+    its records once the call finished (concurrent read-only calls each get their own)."""
+
+    def __init__(self, shared: FileTracker) -> None:
+        super().__init__()
+        self._shared = shared
+        self.recorded: dict[Path, str] = {}
+
+    def record(self, canonical: Path, content: bytes) -> None:
+        self._shared.record(canonical, content)
+        digest = self._shared.digest(canonical)
+        if digest is not None:
+            self.recorded[canonical] = digest
+
+    def forget(self, canonical: Path) -> None:
+        self._shared.forget(canonical)
+        self.recorded.pop(canonical, None)
+
+    def has_seen(self, canonical: Path) -> bool:
+        return self._shared.has_seen(canonical)
+
+    def check_fresh(self, canonical: Path, current: bytes) -> None:
+        self._shared.check_fresh(canonical, current)
+
+    def digest(self, canonical: Path) -> str | None:
+        return self._shared.digest(canonical)
+
+    def restore(self, seen: Mapping[Path, str]) -> None:
+        self._shared.restore(seen)
 
 
 class _Approver:
@@ -1350,6 +1393,8 @@ class Session:
         ceiling = roles.ceiling(self.role)
         files = roles.file_access(self.role, cwd)
         context = ToolContext(cwd=cwd, files=files, sandbox=policy)
+        # Freshness survives a daemon restart: what the file tools saw, from the records.
+        context.tracker.restore({Path(p): h for p, h in self._journal.state.files_seen})
         tools = _RecordingRegistry(
             self._services.tools(
                 ToolSetup(

@@ -3,7 +3,7 @@
 A session's journal is one JSONL file; every line is one record in an envelope that carries its
 sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type` tag:
 
-    {"seq":1,"type":"session_started","schema":1,"id":"s1","alias":null,"role":"developer",...}
+    {"seq":1,"type":"session_started","schema":2,"id":"s1","alias":null,"role":"developer",...}
     {"seq":2,"type":"message_appended","message":{"role":"user","content":[...]}}
     {"seq":3,"type":"tool_started","call_id":"c1","name":"bash"}
 
@@ -12,7 +12,7 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
            | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
            | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
            | PermissionsRemembered | ResultApprovalRequested | ResultApprovalAnswered | Note
-           | SessionEnded
+           | FileSeen | SessionEnded
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
@@ -20,7 +20,12 @@ today are read by every later version. Messages and blocks inside records go thr
 such as a Gemini thought signature round-trips unchanged.
 
 Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
-is `SCHEMA_VERSION` (1). `upgrade_lines` turns an older file's decoded lines into current ones:
+is `SCHEMA_VERSION` (2). `upgrade_lines` turns an older file's decoded lines into current ones:
+
+- Schema 1 is schema 2 without `file_seen` records (what the file tools saw, for freshness
+  after a restart). Upgrading only renumbers the header's `schema`. The version was raised for
+  the new tag: an anvild of schema 1 refuses a schema 2 file untouched instead of failing on
+  an unknown record in the middle of it.
 
 - Schema 0 is the course prototype format (course chapter 14.1): the first line is a `meta`
   record `{"type":"meta","id":..,"model":..,"cwd":..,"created_at":<unix seconds>}` with no
@@ -54,7 +59,7 @@ from anvild.llm.types import ContentBlock, Json, Message, ToolResult
 from anvild.llm.types import converter as llm_converter
 from anvild.store.errors import RecordError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The schema this version writes. Files with a lower version are upgraded, higher refused."""
 
 OLDEST_SCHEMA: Final = 0
@@ -354,6 +359,18 @@ class Note:
 
 
 @attrs.frozen
+class FileSeen:
+    """The file tools saw `path` (a canonical path) with content hashing to `sha256`: read it,
+    or wrote it. Appended after the call's `ToolFinished`, so it stands for a result that is in
+    the transcript; on restore it refills the freshness tracker (`anvild.agent.tools.base`),
+    which still refuses an edit when the file on disk no longer hashes to it. Schema 2."""
+
+    TAG: ClassVar[str] = "file_seen"
+    path: str = attrs.field(validator=_non_empty)
+    sha256: str = attrs.field(validator=_non_empty)
+
+
+@attrs.frozen
 class SessionEnded:
     """`kill`, or an ephemeral session reaped: the last record of a file."""
 
@@ -385,6 +402,7 @@ Record: TypeAlias = (
     | ResultApprovalRequested
     | ResultApprovalAnswered
     | Note
+    | FileSeen
     | SessionEnded
 )
 
@@ -412,6 +430,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ResultApprovalRequested,
     ResultApprovalAnswered,
     Note,
+    FileSeen,
     SessionEnded,
 )
 
@@ -519,7 +538,15 @@ def upgrade_lines(lines: list[Json], schema: int) -> list[Json]:
         raise ValueError(f"no upgrade from record schema {schema}")
     if schema == 0:
         lines = [_upgrade_0_to_1(index, line) for index, line in enumerate(lines)]
+    if schema <= 1 and lines:
+        lines = [_upgrade_1_to_2(lines[0]), *lines[1:]]
     return lines
+
+
+def _upgrade_1_to_2(header: Json) -> Json:
+    if not isinstance(header, dict) or header.get("type") != SessionStarted.TAG:
+        raise RecordError("the first record is not session_started")
+    return {**header, "schema": 2}
 
 
 _V0_DEFAULTS: Final = {"alias": None, "role": "developer", "sandbox": "workspace-write"}
@@ -540,7 +567,7 @@ def _upgrade_0_to_1(index: int, line: Json) -> Json:
         new |= {"type": SessionStarted.TAG, **_V0_DEFAULTS}
         new |= {key: line.get(key) for key in ("id", "model", "cwd")}
         new |= {"created_at": stamp.isoformat(), "ephemeral": False, "context": ""}
-        new["schema"] = SCHEMA_VERSION
+        new["schema"] = 1
     elif kind == "tool_finished":
         fields = ("call_id", "content", "is_error")
         new |= {"type": kind, "result": {key: line.get(key) for key in fields}}

@@ -49,6 +49,7 @@ from anvild.store.records import (
     ApprovalRequested,
     ContextFileChanged,
     ContextReplaced,
+    FileSeen,
     MessageAppended,
     MessageExtended,
     ModelChanged,
@@ -214,6 +215,10 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             return attrs.evolve(state, result_approval=None, result_decisions=(*others, decided))
         case Note(text=text):
             return attrs.evolve(state, notes=(*state.notes, text))
+        case FileSeen(path=path, sha256=sha256):
+            seen = state.seen_files()
+            seen[path] = sha256
+            return attrs.evolve(state, files_seen=tuple(sorted(seen.items())))
         case SessionEnded(reason=reason):
             _no_approval(state, record)
             if state.pending_calls:

@@ -112,7 +112,9 @@ class SessionState:
     is None once any request left it unreported: unknown is never zero); `tools` are the calls
     in flight (started, result not yet in the transcript), in start order; `queue` the prompts
     waiting, in order; `notes` the log lines recorded with `Note`; `ended` the reason of a
-    `SessionEnded` (None while the session lives).
+    `SessionEnded` (None while the session lives); `files_seen` the sha256 of what the file
+    tools last read or wrote per canonical path (`FileSeen`: kept across clear and restart,
+    as the live tracker is).
     """
 
     id: str
@@ -145,6 +147,11 @@ class SessionState:
     first_prompt: str | None = None  # the first user text, for `anvilctl sessions`
     notes: tuple[str, ...] = ()
     ended: str | None = None
+    files_seen: tuple[tuple[str, str], ...] = ()  # (canonical path, sha256), sorted by path
+
+    def seen_files(self) -> dict[str, str]:
+        """What the file tools last saw per canonical path (`FileSeen`): its sha256."""
+        return dict(self.files_seen)
 
     @property
     def pending_calls(self) -> tuple[ToolCall, ...]:

@@ -189,6 +189,16 @@ class FileTracker:
     def record(self, canonical: Path, content: bytes) -> None:
         self._seen[canonical] = _hash(content)
 
+    def digest(self, canonical: Path) -> str | None:
+        """The sha256 (hex) recorded for `canonical`, or None."""
+        return self._seen.get(canonical)
+
+    def restore(self, seen: Mapping[Path, str]) -> None:
+        """Take back digests kept elsewhere (a session's records, after a daemon restart). Safe
+        by construction: a digest only lets a write through while the file still hashes to it,
+        so a file changed meanwhile is refused as stale."""
+        self._seen.update(seen)
+
     def forget(self, canonical: Path) -> None:
         self._seen.pop(canonical, None)
 

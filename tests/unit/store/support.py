@@ -23,6 +23,7 @@ from anvild.store import (
     ApprovalRequested,
     ContextFileChanged,
     ContextReplaced,
+    FileSeen,
     MessageAppended,
     MessageExtended,
     ModelChanged,
@@ -173,6 +174,10 @@ def _choices(state: SessionState, ids: Iterator[int]) -> dict[str, Callable[[st.
         "role": lambda d: RoleChanged(d(st.sampled_from(["developer", "reviewer"]))),
         "alias": lambda d: AliasChanged(d(st.none() | st.just("r1"))),
         "note": lambda d: Note(d(texts)),
+        "seen": lambda d: FileSeen(
+            d(st.sampled_from(["/src/app/a.py", "/src/app/b.txt"])),
+            d(st.sampled_from(["ab", "cd"])),
+        ),
         "queue": lambda d: PromptQueued(f"p{next(ids)}", d(texts)),
     }
     if state.approval is None:
@@ -224,7 +229,7 @@ def _finish(call_id: str, content: str, is_error: bool) -> ToolFinished:
 WEIGHTS = {"append": 6, "start": 6, "finish": 5, "ask": 2, "answer": 3, "extend": 2}
 PRIORITY = ["start", "finish", "answer", "append", "ask", "extend", "replace", "take", "drop"]
 PRIORITY += ["queue", "status", "usage", "todos", "turn", "note", "model", "context", "role"]
-PRIORITY += ["alias", "end"]
+PRIORITY += ["alias", "seen", "end"]
 
 
 @st.composite

@@ -309,7 +309,8 @@ def test_a_newer_schema_is_refused_and_the_file_left_untouched(path: Path) -> No
     os.utime(path, ns=(1_000_000_000, 1_000_000_000))
     before = path.stat()
     for load in (read_journal, Journal.open):
-        with pytest.raises(SchemaVersionError, match="newer than this anvild's 1") as caught:
+        newer = f"newer than this anvild's {SCHEMA_VERSION}"
+        with pytest.raises(SchemaVersionError, match=newer) as caught:
             load(path)
         assert caught.value.schema == SCHEMA_VERSION + 1
     assert path.read_bytes() == data  # the torn-looking tail was not cut either
@@ -340,7 +341,7 @@ def test_a_schema_0_file_is_upgraded_in_place_with_a_backup(path: Path) -> None:
     assert rewritten.records[: len(V0_LINES)] == loaded.records
     assert rewritten.records[-1] == Note("appended in schema 1")
     first = json.loads(path.read_bytes().split(b"\n")[0])
-    assert (first["type"], first["schema"], first["seq"]) == ("session_started", 1, 1)
+    assert (first["type"], first["schema"], first["seq"]) == ("session_started", SCHEMA_VERSION, 1)
     assert [entry["event"] for entry in logs] == ["store.upgraded"]
     assert logs[0]["from_schema"] == 0
     assert logs[0]["dropped_torn_bytes"] == len(b'{"type":"no')

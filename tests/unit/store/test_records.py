@@ -50,6 +50,7 @@ EXPECTED_TAGS = {
     "ResultApprovalRequested": "result_approval_requested",
     "ResultApprovalAnswered": "result_approval_answered",
     "Note": "note",
+    "FileSeen": "file_seen",
     "SessionEnded": "session_ended",
 }
 
@@ -74,7 +75,7 @@ def test_line_format_puts_seq_and_type_first_and_the_header_carries_the_schema()
     assert line == (
         b'{"seq":1,"type":"session_started","id":"s1","alias":"r1","role":"developer",'
         b'"model":"sonnet","cwd":"/src/app","sandbox":"workspace-write",'
-        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":1}\n'
+        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":2}\n'
     )
     assert schema_of(json.loads(line)) == SCHEMA_VERSION
 
@@ -187,5 +188,14 @@ def test_schema_0_upgrade_rejects_lines_of_another_shape(lines: list[object]) ->
 def test_current_schema_lines_pass_through_and_unknown_versions_are_not_upgraded() -> None:
     lines: list[object] = [json.loads(encode(1, started()))]
     assert upgrade_lines(lines, SCHEMA_VERSION) == lines
-    with pytest.raises(ValueError, match="no upgrade from record schema 2"):
+    with pytest.raises(ValueError, match=f"no upgrade from record schema {SCHEMA_VERSION + 1}"):
         upgrade_lines(lines, SCHEMA_VERSION + 1)
+
+
+def test_a_schema_1_file_is_schema_2_without_file_seen_records() -> None:
+    header = json.loads(encode(1, started()))
+    header["schema"] = 1
+    note = {"seq": 2, "type": "note", "text": "x"}
+    assert upgrade_lines([header, note], 1) == [{**header, "schema": 2}, note]
+    with pytest.raises(RecordError, match="not session_started"):
+        upgrade_lines([note], 1)
