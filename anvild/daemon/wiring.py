@@ -11,7 +11,9 @@ Theory of operation
 -------------------
 `build` turns the loaded (trusted) configuration into what `anvild.session` needs:
 
-- a `Registry` over one shared `httpx.AsyncClient`, its `resolve` handed to the manager;
+- a `Registry` over one shared `httpx.AsyncClient` (`provider_client`: `LeanTransport`, or
+  httpx's own transport when a proxy variable is set), its `resolve` handed to the manager
+  (the transport's idle watch, `IdleWatch.run`, runs in `run`'s nursery beside the manager);
 - with the embedded default (`local_model` given), the configuration of
   `anvild.daemon.llama.with_local_model`: provider and alias `local`, the default model. Its
   port is only known once the server runs (and changes when it restarts), so the adapter behind
@@ -92,6 +94,7 @@ from anvild.llm.errors import TransportError
 from anvild.llm.provider import Provider
 from anvild.llm.registry import AdapterArgs, Kind, ProviderFactory, adapter_factory
 from anvild.llm.stream import StreamEvent
+from anvild.llm.transport import LeanTransport, proxy_configured
 from anvild.llm.types import ChatRequest
 from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
 from anvild.sandbox.bwrap import SandboxSettings
@@ -210,6 +213,18 @@ def _liveness(manager: SessionManager) -> Callable[[str], bool]:
     return lambda session_id: resolve(session_id) == session_id
 
 
+def provider_client(env: Mapping[str, str]) -> tuple[httpx.AsyncClient, LeanTransport | None]:
+    """The HTTP client every provider adapter shares, and its `LeanTransport` if it has one.
+    Deadlines are the llm layer's own (`timeout=None`, see `anvild.llm.registry`). It streams
+    over `LeanTransport` (HTTP/1.1 on trio sockets, read without httpx's per-chunk layers:
+    `anvild.llm.transport`), unless a proxy variable is set: then over httpx's own transport,
+    which honours it."""
+    if proxy_configured(env):
+        return httpx.AsyncClient(timeout=None), None
+    transport = LeanTransport()
+    return httpx.AsyncClient(transport=transport, timeout=None), transport
+
+
 @attrs.define
 class Sessions:
     """The daemon's session layer: build it, `attach` it to the daemon, run it as a child."""
@@ -221,6 +236,7 @@ class Sessions:
     mail: MailTree | None = None
     beads: BeadsTree | None = None
     gates: BeadGates | None = None
+    transport: LeanTransport | None = None  # its idle watch runs beside the manager
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -240,7 +256,7 @@ class Sessions:
     ) -> Sessions:
         """`beads_repo` is the bead store's repository (default: the config's `[beads] repo`,
         else `<data_dir>/beads`)."""
-        client = httpx.AsyncClient()
+        client, transport = provider_client(env)
         if local_model is not None:
             config = with_local_model(config, LOCAL_HOST_URL)
             registry = config.registry(client, env=env, factory=local_factory(local_model))
@@ -313,7 +329,7 @@ class Sessions:
             gates.on_bead_event(event)
 
         store.on_event = on_bead_event
-        return cls(manager, tree, root, client, mail, beads, gates)
+        return cls(manager, tree, root, client, mail, beads, gates, transport)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -329,6 +345,8 @@ class Sessions:
                 with self._scope:
                     await self._open_beads()
                     async with trio.open_nursery() as nursery:
+                        if self.transport is not None:
+                            await nursery.start(self.transport.watch.run)
                         await nursery.start(self.manager.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")

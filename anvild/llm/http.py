@@ -11,6 +11,11 @@ and a provider that sends headers and then stalls must still end the turn:
 - `idle`: the longest gap allowed between two body chunks. A stalled body ends with a
   `TransportError` that says so; it does not claim the provider stopped generating or billing.
 
+A response from the daemon's `LeanTransport` (`anvild.llm.transport`) is read through its
+body directly (`SseStream`: every payload byte one socket read brought goes to the decoder in
+one push, the idle deadline is the body's); any other response (httpx's own transport, a mock
+transport in tests) through `aiter_bytes`, with the same events, errors and deadlines.
+
 Errors from httpx are converted to `LlmError`s here (`raise ... from exc`).
 """
 
@@ -31,6 +36,7 @@ import trio
 
 from anvild.llm.errors import HttpError, TransportError
 from anvild.llm.sse import SseDecoder, SseEvent
+from anvild.llm.transport import LeanBody, lean_body
 
 log = structlog.get_logger(__name__)
 
@@ -105,10 +111,17 @@ def transport_error(exc: httpx.HTTPError, what: str) -> TransportError:
 
 
 class SseStream:
-    """Async iterator of SSE events from a streaming response, with an idle deadline."""
+    """Async iterator of SSE events from a streaming response, with an idle deadline.
+
+    A response from `LeanTransport` (`anvild.llm.transport`) is read through its `LeanBody`
+    directly: each read hands the decoder every payload byte the socket had (many events when
+    the daemon is behind), and the idle deadline is the body's own, a cancel scope only while
+    the socket is empty. Any other response (httpx's transport, a mock) is read with
+    `aiter_bytes` under a `move_on_after(idle)` per chunk."""
 
     def __init__(self, response: httpx.Response, *, idle: float, decoder: SseDecoder) -> None:
         self._response = response
+        self._body = lean_body(response)
         self._chunks = response.aiter_bytes()
         self._idle = idle
         self._decoder = decoder
@@ -131,6 +144,21 @@ class SseStream:
         connection go back to the pool. Mid-stream (an error, a cancel) the drain gives up
         after DRAIN_GRACE seconds or DRAIN_BYTES bytes and the generators are closed as they
         are."""
+        if not self._eof and self._body is not None:
+            # The lean body is no generator; reading its end lets the connection be reused.
+            drained = 0
+            with trio.CancelScope(shield=True) as scope:
+                scope.deadline = trio.current_time() + DRAIN_GRACE
+                try:
+                    while drained <= DRAIN_BYTES:
+                        data = await self._body.receive_some(DRAIN_GRACE)
+                        if not data:
+                            self._eof = True
+                            break
+                        drained += len(data)
+                except httpx.HTTPError:
+                    pass  # the body is being abandoned; its errors no longer matter
+            return
         if not self._eof:
             drained = 0
             with trio.CancelScope(shield=True) as scope:
@@ -146,6 +174,8 @@ class SseStream:
             await self._chunks.aclose()
 
     async def __anext__(self) -> SseEvent:
+        if self._body is not None:
+            return await self._next_lean(self._body)
         while not self._ready:
             if self._eof:
                 raise StopAsyncIteration
@@ -159,14 +189,34 @@ class SseStream:
                 except httpx.HTTPError as exc:
                     raise transport_error(exc, "reading the provider's stream failed") from exc
             if scope.cancelled_caught:
-                raise TransportError(
-                    f"the provider sent nothing for {self._idle:g} s (idle deadline); the stream "
-                    "was closed, which does not prove the provider stopped generating",
-                    retryable=True,
-                )
+                raise self._idle_error()
             if chunk:
                 self._ready.extend(self._decoder.push(chunk))
         return self._ready.popleft()
+
+    async def _next_lean(self, body: LeanBody) -> SseEvent:
+        while not self._ready:
+            if self._eof:
+                raise StopAsyncIteration
+            try:
+                data = await body.receive_some(self._idle)
+            except httpx.ReadTimeout:
+                raise self._idle_error() from None
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, "reading the provider's stream failed") from exc
+            if data:
+                self._ready.extend(self._decoder.push(data))
+            else:
+                self._eof = True
+                self._decoder.finish()
+        return self._ready.popleft()
+
+    def _idle_error(self) -> TransportError:
+        return TransportError(
+            f"the provider sent nothing for {self._idle:g} s (idle deadline); the stream "
+            "was closed, which does not prove the provider stopped generating",
+            retryable=True,
+        )
 
 
 async def _send(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
