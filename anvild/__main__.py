@@ -18,7 +18,9 @@ Start-up, in order, each refusal printed on stderr with what to do:
    (`anvild.daemon.wiring`: every session restored from its records before the first
    connection is accepted), the embedded llama-server as a child when it is the default model
    (`anvild.daemon.llama`), and prints one line on stderr saying
-   where it listens, its data directory and its log file (`-q` silences it).
+   where it listens, its data directory and its log file (`-q` silences it). The process's
+   garbage-collector policy (`anvild.daemon.gcpolicy`: a larger young threshold, long-lived
+   objects frozen out of the collector's scans) is set here, for this process only.
 
 The first SIGTERM or SIGINT asks the daemon to stop (`Daemon.request_shutdown`: stop
 accepting, the shutdown sequence, cancel the nursery, remove the socket and pid file); the lock
@@ -42,6 +44,7 @@ from anvild import __version__
 from anvild.config import ConfigFileError, load, user_config_file, user_data_dir
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
 from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
+from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
@@ -202,7 +205,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 local_model = LlamaServer(paths, log_file=log_file, env=env)
         root = RootTree(version=__version__)
         sessions = Sessions.build(
-            config, root, env=env, data_dir=data_dir, redactor=redactor, local_model=local_model
+            config,
+            root,
+            env=env,
+            data_dir=data_dir,
+            redactor=redactor,
+            local_model=local_model,
+            gc_policy=GcPolicy(),
         )
         daemon = Daemon(
             DaemonConfig(namespace=namespace, listen=listen),

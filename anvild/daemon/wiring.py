@@ -48,7 +48,9 @@ the store (creating or recovering the repository) before any session is restored
 `attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
 children before it accepts a connection): it starts `SessionManager.run` in a cancel scope of
-its own, which restores every session from its records before reporting started. The shutdown
+its own, which restores every session from its records before reporting started (with a
+`gc_policy`, which the daemon command passes, the policy starts then and hears of every created
+and ended session: `anvild.daemon.gcpolicy`). The shutdown
 step cancels that scope and waits until the manager has ended every turn (never approving a
 pending call) and synced and closed every journal, while connections are still up and within
 the daemon's grace period.
@@ -80,6 +82,7 @@ from anvild.daemon.app import Daemon
 from anvild.daemon.bead_gates import BeadGates
 from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
+from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
 from anvild.daemon.mail_tree import (
     MailTree,
@@ -237,6 +240,7 @@ class Sessions:
     beads: BeadsTree | None = None
     gates: BeadGates | None = None
     transport: LeanTransport | None = None  # its idle watch runs beside the manager
+    gc_policy: GcPolicy | None = None  # the daemon command's (anvild.daemon.gcpolicy)
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -253,6 +257,7 @@ class Sessions:
         local_model: LlamaServer | None = None,
         default_cwd: Path | None = None,
         beads_repo: Path | None = None,
+        gc_policy: GcPolicy | None = None,
     ) -> Sessions:
         """`beads_repo` is the bead store's repository (default: the config's `[beads] repo`,
         else `<data_dir>/beads`)."""
@@ -294,6 +299,8 @@ class Sessions:
                 auto.poke(event.id)
             beads.on_session_event(event)
             gates.on_session_event(event)
+            if gc_policy is not None:
+                gc_policy.on_event(event)
 
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
@@ -329,7 +336,7 @@ class Sessions:
             gates.on_bead_event(event)
 
         store.on_event = on_bead_event
-        return cls(manager, tree, root, client, mail, beads, gates, transport)
+        return cls(manager, tree, root, client, mail, beads, gates, transport, gc_policy)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -348,6 +355,9 @@ class Sessions:
                         if self.transport is not None:
                             await nursery.start(self.transport.watch.run)
                         await nursery.start(self.manager.run)
+                        if self.gc_policy is not None:  # after the restore: freeze it all
+                            self.gc_policy.configure()
+                            await nursery.start(self.gc_policy.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")
                         if self.gates is not None and self.gates.store.unavailable is None:
