@@ -488,6 +488,7 @@ class Session:
         self._result: PendingResult | None = state.result_approval  # a result gate
         self._result_request: PendingResult | None = None  # asked during a turn: at its end
         self._layers = self._load_layers(state.context)
+        self._synced: tuple[object, object] = (None, None)  # transcripts at the last sync
         self._agent = self._build_agent(state.messages)
         self._agent.context.state.todos = tuple(
             ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
@@ -1232,14 +1233,22 @@ class Session:
     def _sync_messages(self) -> None:
         if self._broken is not None:
             return
+        # Called for every agent event, text deltas included. The agent's transcript and the
+        # record state's are immutable tuples, replaced on change: when neither object
+        # changed since the last sync there is nothing to compare (the comparison is linear
+        # in the history's length, per delta).
+        messages, recorded = self._agent.messages, self._journal.state.messages
+        if messages is self._synced[0] and recorded is self._synced[1]:
+            return
         try:
-            records = message_records(self._journal.state.messages, self._agent.messages)
+            records = message_records(recorded, messages)
         except RecordError as exc:
             self._fail(exc)
             return
         for record in records:
             if not self._append(record):
                 return
+        self._synced = (messages, self._journal.state.messages)
 
     def _fail(self, exc: Exception) -> None:
         """A record could not be written: the session goes to error, its turn is cancelled."""

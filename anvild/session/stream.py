@@ -232,7 +232,7 @@ class LineReader:
     async def read(self, count: int) -> bytes:
         """Up to `count` bytes, waiting until there are some; b"" at end of stream."""
         while True:
-            changed = self._owner._changed  # taken before the check: no wakeup is missed
+            changed = self._owner._event()  # taken before the check: no wakeup is missed
             data = self.read_nowait(count)
             if data is not None:
                 return data
@@ -262,15 +262,23 @@ class LineBroadcast:
         self._readers: dict[LineReader, None] = {}
         self._published = 0
         self._closed = False
-        self._changed = trio.Event()
+        # Made when a reader is about to wait, so a publish nobody waits for (every reader
+        # is behind, or there is none) makes no Event.
+        self._changed: trio.Event | None = None
 
     @property
     def closed(self) -> bool:
         return self._closed
 
+    def _event(self) -> trio.Event:
+        if self._changed is None:
+            self._changed = trio.Event()
+        return self._changed
+
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def publish(self, line: str) -> None:
         """One line (no newline inside; one is added). Ignored once the stream is closed."""
