@@ -562,17 +562,25 @@ class LeanBody(httpx.AsyncByteStream):
             await connection.aclose()
 
 
+class _Pool:
+    """The idle connections per origin; closed with the transport."""
+
+    def __init__(self) -> None:
+        self.idle: dict[Origin, list[_Connection]] = {}
+        self.closed = False
+
+
 class Release:
     """Puts a connection back in its origin's idle list (a bound callable, so `LeanBody`
-    holds no reference to the transport's dict)."""
+    holds no reference to the transport). After the transport closed, it closes it."""
 
-    def __init__(self, pool: dict[Origin, list[_Connection]], origin: Origin) -> None:
+    def __init__(self, pool: _Pool, origin: Origin) -> None:
         self._pool = pool
         self._origin = origin
 
     def __call__(self, connection: _Connection) -> None:
-        idle = self._pool.setdefault(self._origin, [])
-        if len(idle) >= MAX_IDLE_PER_ORIGIN:
+        idle = self._pool.idle.setdefault(self._origin, [])
+        if self._pool.closed or len(idle) >= MAX_IDLE_PER_ORIGIN:
             connection.close_now()
             return
         connection.idle_since = time.monotonic()
@@ -589,7 +597,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self, *, ssl_context: ssl.SSLContext | None = None, watch: IdleWatch | None = None
     ) -> None:
         self._ssl_context = ssl_context
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._pool = _Pool()
         self.watch = watch or IdleWatch()  # its owner runs `watch.run` in a nursery (optional)
 
     def _context(self) -> ssl.SSLContext:
@@ -626,7 +634,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             ) from None
 
     def _take_idle(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
+        idle = self._pool.idle.get(origin)
         now = time.monotonic()
         while idle:
             connection = idle.pop()
@@ -698,7 +706,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
             connection,
             decoder,
             reusable=reusable,
-            release=Release(self._idle, origin),
+            release=Release(self._pool, origin),
             pending=rest,
         )
         return httpx.Response(
@@ -713,10 +721,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
-        for idle in self._idle.values():
+        self._pool.closed = True
+        for idle in self._pool.idle.values():
             for connection in idle:
                 await connection.aclose()
-        self._idle.clear()
+        self._pool.idle.clear()
 
 
 class _NoResponse(Exception):

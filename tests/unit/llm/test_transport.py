@@ -733,3 +733,25 @@ async def test_adapters_over_the_lean_transport_match_httpx(kind: str) -> None:
     assert calls(lean_results[1].message) == [("get_weather", {"city": "Oslo"})]
     assert [r.finish for r in lean_results] == [r.finish for r in httpx_results]
     assert lean_results[0].message.text() == "the answer is 42, " * 20
+
+
+async def test_a_body_finished_after_the_transport_closed_closes_its_connection(
+    nursery: trio.Nursery,
+) -> None:
+    closed = trio.Event()
+
+    async def handler(stream: trio.SocketStream, number: int) -> None:
+        await server.read_request(stream)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        if await server.read_request(stream) is None:
+            closed.set()  # the client closed the connection instead of keeping it
+
+    server = await start(nursery, handler)
+    transport = LeanTransport()
+    client = lean_client(transport)
+    response = await client.send(client.build_request("GET", server.url), stream=True)
+    await client.aclose()  # closes the transport while the response is still open
+    assert await response.aread() == b"ok"
+    await response.aclose()
+    with trio.fail_after(5):
+        await closed.wait()
