@@ -17,8 +17,10 @@ Rules kept here (and only here):
 - `complete` of a bead with `requires_approval` goes to pending_approval and counts one more
   approval round (`submissions`); `approve` records `approved_by`; `reject` fails the bead with
   the reason (see `anvild.beads.model`); neither is accepted from the session the bead is
-  assigned to (an agent never approves its own work); `decide` applies the verdict of the
-  assigned session's result gate, only while the bead still waits in that same round;
+  assigned to (an agent never approves its own work), nor from any session but the bead's
+  `approver` (named at creation, never changed; `user` is always accepted); `decide` applies
+  the verdict of the assigned session's result gate, only while the bead still waits in that
+  same round;
 - a bead is in at most one convoy; a convoy takes beads while planning or in progress, moves
   to in_progress when one of its beads is claimed, and completes by itself when a bead
   completes and every member bead is then completed.
@@ -68,6 +70,7 @@ class NewBead:
     depends_on: tuple[str, ...] = ()
     requires_approval: bool = False
     convoy: str | None = None
+    approver: str = USER  # a session id, or `user`; the caller resolves and checks the name
 
 
 @attrs.frozen
@@ -280,6 +283,12 @@ class Board:
                 raise InvalidBeadRequest(
                     f"dependency {dep!r} is not a bead: read agent/beads/list for the bead ids"
                 )
+        approver = spec.approver.strip() or USER
+        if approver != USER and not spec.requires_approval:
+            raise InvalidBeadRequest(
+                f"approver={approver} names who approves the bead's completion, and this bead "
+                "does not require approval: add requires_approval, or leave approver out"
+            )
         convoy = None
         if spec.convoy is not None:
             convoy = self._open_convoy(spec.convoy, "add a bead to")
@@ -291,6 +300,7 @@ class Board:
             description=spec.description,
             depends_on=deps,
             requires_approval=spec.requires_approval,
+            approver=approver,
             convoy=convoy.id if convoy else None,
             created_at=now,
             updated_at=now,
@@ -304,6 +314,8 @@ class Board:
             grown = attrs.evolve(convoy, beads=(*convoy.beads, bead_id), updated_at=now)
             convoys.append(grown)
             message += f", in convoy {convoy.id}"
+        if approver != USER:
+            message += f", approver {approver}"
         message += f") (by {by})"
         change = self._change(message, [bead], convoys, answer=bead_id)
         if convoys:
@@ -447,12 +459,22 @@ class Board:
         )
 
     def _check_not_own(self, bead: Bead, approver: str, verb: str) -> None:
-        """An agent never approves (or rejects) its own work."""
-        if approver != USER and approver == bead.assigned_to:
+        """An agent never approves (or rejects) its own work, and a session only the work of
+        a bead that names it as approver."""
+        if approver == USER:
+            return
+        if approver == bead.assigned_to:
             raise BeadConflict(
                 f"session {approver} cannot {verb} bead {bead.id}: it is assigned to that "
                 "session, and an agent never answers the approval of its own work; a person "
                 "or another session must"
+            )
+        if approver != bead.approver:
+            named = "user" if bead.approver == USER else f"session {bead.approver} or user"
+            raise BeadConflict(
+                f"session {approver} cannot {verb} bead {bead.id}: only {named} may (the "
+                f"approver named when the bead was created); ask a human to write approve or "
+                f"reject REASON to agent/beads/{bead.id}/ctl"
             )
 
     def approve(

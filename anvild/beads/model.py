@@ -144,7 +144,10 @@ class Bead:
     """One unit of work. `assigned_to` is a session id (or `user`) while claimed; `reason` is
     the last fail or reject reason (kept across a release, for the next worker);
     `submissions` counts the completions that went to pending_approval: the approval round,
-    which the assigned session's result gate carries as its `ref` (see `anvild.beads`)."""
+    which the assigned session's result gate carries as its `ref` (see `anvild.beads`);
+    `approver` is who may approve it besides a person: an approver session's id named by the
+    bead's creator, fixed at creation, or `user` (only a person; files written before the
+    field existed read as `user`)."""
 
     id: str
     title: str
@@ -155,6 +158,7 @@ class Bead:
     result: str = ""
     depends_on: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     requires_approval: bool = False
+    approver: str = USER
     approved_by: str | None = None
     convoy: str | None = None
     reason: str = ""

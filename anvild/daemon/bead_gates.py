@@ -11,8 +11,10 @@ Theory of operation
 A bead with requires_approval that is completed (bead ctl `complete`, the agent's `complete`
 tool, a conductor) goes to pending_approval, and its assigned session opens a result gate for it
 (`Session.request_result_approval(summary=<the bead's result>, asked_by="bead <id>",
-ref=<the bead's approval round>)`): the session's `approval` shows `kind result`,
-`asked_by bead <id>`, and either side answers both.
+ref=<the bead's approval round>, approver=<the bead's approver>)`): the session's `approval`
+shows `kind result`, `asked_by bead <id>`, `approver <the bead's>`, and either side answers
+both. So the session that may answer a bead's gate is the one the bead's creator named
+(`Bead.approver`), never the worker's own approver.
 
 There are two durable records of one decision: the session's journal (`ResultApprovalRequested`
 / `ResultApprovalAnswered` with who answered; `Session.result_decision(asked_by)` reads it back)
@@ -56,7 +58,8 @@ between the two writes (kill -9 after the session's record, before the bead's co
 finished by the reconciliation at the next start.
 
 An agent never approves its own work: the session refuses an answer by itself, and the board
-refuses an approval by the session the bead is assigned to.
+refuses an approval by the session the bead is assigned to. A session other than the gate's
+approver is refused by both as well (see `anvild.daemon.approvers` for the tool).
 """
 
 from __future__ import annotations
@@ -217,7 +220,7 @@ class BeadGates:
             return False  # opens when the session's turn ends
         summary = bead.result.strip() or f"bead {bead.id}: {bead.title}"
         try:
-            session.request_result_approval(summary, bead.gate, ref)
+            session.request_result_approval(summary, bead.gate, ref, approver=bead.approver)
         except SessionError as exc:
             note = _ctl_note(bead, f"cannot wait for approval ({exc})")
             self._tell(bead, session.id, "unavailable", note)

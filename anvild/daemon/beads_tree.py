@@ -2,6 +2,7 @@
 
     agent/beads/
       ctl        new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]
+                     [approver=SESSION|user]
                  dep add BEAD DEP | dep remove BEAD DEP
                  (a read on the same fid after `new` returns the new bead's id)
       list       one line per bead, creation order: id status role assigned_to title
@@ -9,7 +10,7 @@
                  progress and the session it is assigned to has ended)
       ready      the same lines for the pending beads whose dependencies are all completed
       <bead-id>/ status title description role assigned_to result depends_on requires_approval
-                 approved_by convoy reason wait ctl
+                 approver approved_by convoy reason wait ctl
                  wait: a read blocks until the bead is completed, failed or pending_approval
                  and returns that status (at once if it already is)
                  ctl: claim SESSION | complete [RESULT] | fail REASON | approve | reject REASON
@@ -48,6 +49,10 @@ exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent
 Approval: `approve` and `reject REASON` on a bead's ctl go through `answer` (set by the daemon
 to `anvild.daemon.bead_gates.BeadGates.answer`): when the assigned session waits on its result
 gate for the bead, that gate is answered too, so the session and the bead hold the same verdict.
+`approver=SESSION` on `new` (a live session's id or alias, stored as its id; default `user`)
+names the session that may approve the bead besides a person (through its `answer_approval`
+tool); it needs requires_approval, is shown read-only in `approver`, and never changes (a ctl
+line `approver ...` is refused saying so).
 
 Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
 their qid paths stay stable.
@@ -108,6 +113,7 @@ BEAD_FILES = (
     "result",
     "depends_on",
     "requires_approval",
+    "approver",
     "approved_by",
     "convoy",
     "reason",
@@ -126,7 +132,10 @@ CONVOY_FILES = (
     "ctl",
 )
 
-NEW_BEAD_USAGE = 'new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]'
+NEW_BEAD_USAGE = (
+    'new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval] '
+    "[approver=SESSION|user]"
+)
 NEW_CONVOY_USAGE = 'new "Title" ["Goal"] [coordinator=SESSION]'
 MANY = 1 << 16
 
@@ -330,7 +339,11 @@ class BeadsTree:
             rest = [w for w in words if w not in flags]
             args, options = _options(
                 rest,
-                {"convoy": "convoy=ID", "requires_approval": "requires_approval=yes|no"},
+                {
+                    "convoy": "convoy=ID",
+                    "requires_approval": "requires_approval=yes|no",
+                    "approver": "approver=SESSION|user",
+                },
             )
             if len(args) < 2:
                 raise InvalidBeadRequest(
@@ -340,6 +353,7 @@ class BeadsTree:
             approval = bool(flags) or _yes(
                 "requires_approval", options.get("requires_approval", "no")
             )
+            approver = self._approver(options.get("approver", USER))
             spec = NewBead(
                 title=args[0],
                 role=args[1],
@@ -347,11 +361,24 @@ class BeadsTree:
                 depends_on=tuple(args[3:]),
                 requires_approval=approval,
                 convoy=options.get("convoy"),
+                approver=approver,
             )
             bead = await self.store.create(spec, by=USER)
         except BeadError as exc:
             raise CommandError(str(exc)) from exc
         return bead.id
+
+    def _approver(self, name: str) -> str:
+        """`approver=` of a new bead: `user`, or a live session (stored as its id)."""
+        if name == USER:
+            return USER
+        session = self.resolve_session(name)
+        if session is None:
+            raise InvalidBeadRequest(
+                f"approver={name} is not a live session: name a session from agent/list (its "
+                f"id or alias), or {USER} for a person only"
+            )
+        return session
 
     async def _dep(self, command: Command) -> str:
         action, bead_id, dep = command.args
@@ -424,6 +451,12 @@ class BeadsTree:
         async def release(command: Command) -> str:
             return await run(lambda: store.release(bead_id, by=USER))
 
+        async def fixed_approver(command: Command) -> str:
+            raise CommandError(
+                f"the approver of bead {bead_id} is {get().approver}, fixed when the bead was "
+                "created: no verb changes it; create a new bead with approver=SESSION|user"
+            )
+
         table = WordTable(
             [
                 CommandSpec("claim", claim, usage="claim SESSION", min_args=1, max_args=1),
@@ -432,6 +465,7 @@ class BeadsTree:
                 CommandSpec("approve", approve, usage="approve"),
                 CommandSpec("reject", reject, usage="reject REASON", min_args=1, max_args=MANY),
                 CommandSpec("release", release, usage="release"),
+                CommandSpec("approver", fixed_approver, usage="approver", max_args=MANY),
             ]
         )
 
@@ -465,6 +499,7 @@ class BeadsTree:
             SnapshotFile(
                 "requires_approval", lambda: "true\n" if get().requires_approval else "false\n"
             ),
+            SnapshotFile("approver", lambda: _line(get().approver)),
             SnapshotFile("approved_by", lambda: _line(get().approved_by)),
             SnapshotFile("convoy", lambda: _line(get().convoy)),
             SnapshotFile("reason", lambda: _body(get().reason)),

@@ -8,14 +8,15 @@
 returns tools bound to that session's id (`ToolSetup.session_id`, set by the daemon, never by
 the model):
 
-    start_session   a worker session: role, model, name, cwd, sandbox, ephemeral
+    start_session   a worker session: role, model, name, cwd, sandbox, ephemeral, approver
     send_prompt     a prompt to one of its sessions (queued behind a running turn)
     wait_sessions   block until each given session has handled its prompts (fan-in), or timeout
     read_out        a session's last answer (reading it moves await to idle, as `out` does)
     kill_session    end one of its sessions
     my_sessions     its sessions: id, alias, role, state, model
     create_convoy   a convoy (goal, shared context) coordinated by this conductor
-    create_bead     a bead (title, role, description, depends_on, convoy, requires_approval)
+    create_bead     a bead (title, role, description, depends_on, convoy, requires_approval,
+                    approver)
     assign_bead     claim a bead for one of its sessions
     complete_bead   complete (or, with `failed`, fail) a bead assigned to one of its sessions
     read_beads      beads by id or convoy: status, assignee, dependencies, result
@@ -37,7 +38,12 @@ worker only within these bounds, each refusal saying what was asked and what is 
   default sandbox (`sandbox-roles/<role>.yaml`): a reviewer or planner cannot be started with
   `workspace-write`. The child's permission ceiling is its role's, as for any session;
 - cwd: the conductor's own workspace or a directory inside it (symlinks resolved);
-- count: at most `max_sessions` live sessions per conductor.
+- count: at most `max_sessions` live sessions per conductor;
+- approver: `approver: "me"` makes the conductor the approver of the session's result gates
+  (it answers them with the mail tool `answer_approval`); the only other choice is `user` (the
+  default: a person). A conductor can never name a third session, so it cannot hand approval
+  to a session it controls in some other way. `create_bead` likewise: `approver` "me" or
+  "user". The approver is fixed at creation (`anvild.daemon.approvers`).
 
 Ownership. A conductor drives only the sessions it started. They are named by alias:
 `<name>.<conductor id>` (the name is the model's, or `<role><n>`), so ownership is a property of
@@ -225,6 +231,25 @@ class _Conductor:
         )
 
 
+_APPROVER_ARG: Final[Mapping[str, Any]] = {
+    "type": "string",
+    "enum": ["me", "user"],
+    "description": 'Who approves its results: "me" (you, with answer_approval) or "user" '
+    "(a person; the default).",
+}
+
+
+def _approver(args: Args, me: str) -> str:
+    """The approver a conductor may name: itself ("me") or a person ("user")."""
+    asked = str(args.get("approver", "user"))
+    if asked not in ("me", "user"):
+        raise InvalidArgs(
+            f'approver {asked!r} is refused: a conductor names only itself ("me") or a person '
+            '("user") as approver.'
+        )
+    return me if asked == "me" else "user"
+
+
 def _session_arg(description: str) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "description": description}
 
@@ -251,7 +276,9 @@ or planner cannot write files). Give it a short `name` (letters, digits, '-' or 
 to it later; its alias becomes <name>.<your id>. `model` is a model alias (default: the \
 daemon's default). `cwd` is your workspace or a directory inside it (default: your workspace). \
 `sandbox` may be read-only, or the role's default (omit it); full-access is never available to \
-you, and you cannot widen a role's sandbox. Returns the new session's id and alias."""
+you, and you cannot widen a role's sandbox. `approver` "me" makes you the approver of its \
+results (when it asks for approval, it waits for your answer_approval); default "user" (a \
+person). Returns the new session's id and alias."""
     input_schema: Final[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
@@ -264,6 +291,7 @@ you, and you cannot widen a role's sandbox. Returns the new session's id and ali
                 "type": "boolean",
                 "description": "Run one prompt, then exit (default false).",
             },
+            "approver": _APPROVER_ARG,
         },
         "required": ["role"],
         "additionalProperties": False,
@@ -311,6 +339,7 @@ you, and you cannot widen a role's sandbox. Returns the new session's id and ali
             alias=f"{name}{me.suffix}",
             sandbox=policy_name,
             ephemeral=bool(args.get("ephemeral", False)),
+            approver=_approver(args, me.session_id),
         )
         try:
             session = await manager.create(request)
@@ -318,7 +347,8 @@ you, and you cannot widen a role's sandbox. Returns the new session's id and ali
             raise Failed(f"The session was not started: {exc}") from exc
         return ToolOutput(
             f"Started session {session.id} (alias {session.alias}, role {session.role}, "
-            f"model {session.model}, sandbox {session.sandbox}, cwd {session.cwd})."
+            f"model {session.model}, sandbox {session.sandbox}, cwd {session.cwd}, "
+            f"approver {'you' if session.approver == me.session_id else session.approver})."
         )
 
     def _check_sandbox(self, role: str, asked: str | None) -> str | None:
@@ -405,7 +435,9 @@ class WaitSessions(_Base):
 Block until each of the given sessions has handled every prompt sent to it so far and is not \
 running (fan-in: give all of them at once), or until `timeout_seconds` (default 900, at most \
 3600). Returns each session's state: await (an answer is ready: read_out), idle, \
-await_approval (a tool call waits for the user's approval), stopped, error or exited."""
+await_approval (its result, or a tool call, waits for approval: when the line says it waits \
+for you, check the work and call answer_approval; otherwise a person answers), stopped, error \
+or exited."""
     input_schema: Final[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
@@ -443,8 +475,16 @@ await_approval (a tool call waits for the user's approval), stopped, error or ex
                     f"{timeout:g} s"
                 )
             else:
-                lines.append(f"{session.id} ({session.alias}): {state}")
+                lines.append(f"{session.id} ({session.alias}): {state}{self._gate(session)}")
         return ToolOutput("\n".join(lines))
+
+    def _gate(self, session: Session) -> str:
+        """What its open result gate asks of the conductor, if anything."""
+        gate = session.pending_result
+        if gate is None:
+            return ""
+        who = "you (answer_approval)" if gate.approver == self.me.session_id else "a person"
+        return f", its result ({gate.asked_by}) waits for approval by {who}"
 
 
 class ReadOut(_Base):
@@ -604,7 +644,8 @@ class CreateBead(_BeadTool):
 Create a bead: one durable unit of work for a role (developer, reviewer, planner, tester), with \
 a description of exactly what to do and how it will be checked. `depends_on` lists bead ids \
 that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
-`requires_approval` makes its completion wait for approval. Returns its id."""
+`requires_approval` makes its completion wait for approval: by a person, or with `approver` \
+"me" by you (answer_approval on the session that completed it). Returns its id."""
     input_schema: Final[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
@@ -614,6 +655,7 @@ that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
             "depends_on": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "convoy": {"type": "string", "minLength": 1},
             "requires_approval": {"type": "boolean"},
+            "approver": _APPROVER_ARG,
         },
         "required": ["title", "role"],
         "additionalProperties": False,
@@ -628,6 +670,7 @@ that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
             depends_on=tuple(str(d) for d in args.get("depends_on", ())),
             requires_approval=bool(args.get("requires_approval", False)),
             convoy=None if args.get("convoy") is None else str(args["convoy"]),
+            approver=_approver(args, self.me.session_id),
         )
         try:
             bead = await self.store.create(spec, by=self.by)

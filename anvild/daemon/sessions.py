@@ -2,13 +2,14 @@
 
     agent/
       ctl        + `new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N]
-                 [permission=MODE] [budget=TOKENS] [ephemeral] [headless]`, `kill ID`
+                 [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] [ephemeral]
+                 [headless]`, `kill ID`
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any)
       <id>/      one directory per live session, also reachable as agent/<alias>/:
                  ctl in out wait queue state usage cost approval role context alias model cwd
-                 sandbox created first_prompt log events todos
+                 sandbox approver created first_prompt log events todos
 
 Theory of operation
 -------------------
@@ -40,6 +41,11 @@ Four files need handles of their own:
   which does not tokenize).
 - `log` and `events`: a `LineReader` per open (`anvild.session.stream`), closed at clunk, which
   also releases a read still waiting.
+
+`approver` (read-only) names who may answer the session's result gates besides a person: the
+approver session's id given to `new approver=`, or `user` (only a person). It is fixed at
+creation: a ctl line `approver ...` is refused saying so (an agent can never widen its own
+authority, and nobody re-points it later).
 
 Two read-only files exist for listings such as `anvilctl sessions` (they are not in `list`,
 whose format scripts parse): `created`, when the session was created, RFC 3339 in UTC to the
@@ -128,6 +134,7 @@ SESSION_FILES = (
     "model",
     "cwd",
     "sandbox",
+    "approver",
     "created",
     "first_prompt",
     "log",
@@ -370,6 +377,12 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
                 if extension.answered is not None:
                     await extension.answered(s, gate)
 
+    async def fixed_approver(command: Command) -> str:
+        raise CommandError(
+            f"the approver of session {s.id} is {s.approver}, fixed when the session was "
+            "created: no verb changes it; create a new session with approver=ID|ALIAS|user"
+        )
+
     async def answer_ctl(command: Command) -> str:
         gate = s.pending_result
         try:
@@ -390,6 +403,7 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
                 max_args=MAX_WORDS,
             ),
             CommandSpec("approve", answer_ctl, usage="approve"),
+            CommandSpec("approver", fixed_approver, usage="approver", max_args=MAX_WORDS),
             CommandSpec(
                 "reject", answer_ctl, usage="reject REASON", min_args=1, max_args=MAX_WORDS
             ),
@@ -442,6 +456,7 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
         SnapshotFile("model", lambda: _line(s.model)),
         SnapshotFile("cwd", lambda: _line(s.cwd)),
         SnapshotFile("sandbox", lambda: _line(s.sandbox)),
+        SnapshotFile("approver", lambda: _line(s.approver)),
         SnapshotFile("created", lambda: _line(s.created)),
         SnapshotFile("first_prompt", lambda: _line(s.first_prompt)),
         _ReaderFile("log", s.log.open_reader),
@@ -532,7 +547,7 @@ class SessionTree:
         extra = self._new_keys()
         usage = (
             "new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N] "
-            "[permission=MODE] [budget=TOKENS] [ephemeral] [headless]"
+            "[permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] [ephemeral] [headless]"
         )
         usage += "".join(f" [{name}=...]" for name in extra)
         return CommandSpec(

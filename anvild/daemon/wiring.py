@@ -43,7 +43,9 @@ requires_approval use the session result gate: `BeadGates` (`anvild.daemon.bead_
 every bead commit and every session event, opens the assigned session's gate when such a bead
 is completed, applies a gate's decision to the bead, and answers the gate when the bead's ctl
 decides; `run` starts it once the sessions are restored, and it first reconciles every bead
-that waits (so a decision recorded before a kill -9 still lands). `run` opens
+that waits (so a decision recorded before a kill -9 still lands). Approver sessions answer a
+gate that names them with the mail tool `answer_approval`, through `SessionApprovals`
+(`anvild.daemon.approvers`), which settles a bead's gate through the bead gates. `run` opens
 the store (creating or recovering the repository) before any session is restored;
 `attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
@@ -79,6 +81,7 @@ from anvild.beads.events import BeadEvent, encode_event
 from anvild.beads.tools import bead_tools
 from anvild.config import Config
 from anvild.daemon.app import Daemon
+from anvild.daemon.approvers import SessionApprovals
 from anvild.daemon.bead_gates import BeadGates
 from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
@@ -289,6 +292,7 @@ class Sessions:
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
+        approvals = SessionApprovals(settle=gates.settle)
         office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
         auto = AutoMail(office, prompter)
         forward = forward_events(root)
@@ -307,7 +311,10 @@ class Sessions:
             registry.resolve,
             settings=settings,
             tools=chain_tools(
-                default_tools, conductor.tools, mail_tools(office, gate), bead_tools(store)
+                default_tools,
+                conductor.tools,
+                mail_tools(office, gate, approvals),
+                bead_tools(store),
             ),
             default_cwd=default_cwd,
             on_event=on_event,
@@ -316,6 +323,7 @@ class Sessions:
         peers.bind(manager)
         prompter.bind(manager)
         gate.bind(manager)
+        approvals.bind(manager)
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines)
         tree.extend(SessionExtension(answered=gates.settle))

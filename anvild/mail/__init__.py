@@ -4,7 +4,8 @@
     store.py    MailStore: the mailboxes on disk (inbox, received, sent; durable writes)
     post.py     PostOffice: send, deliver, undeliverable -> ERROR_REPORT, read; mail events
     auto.py     AutoMail: prompt an idle session when new mail arrives (per-mailbox setting)
-    tools.py    list_sessions, send_message, read_inbox, request_approval (bound to a session)
+    tools.py    list_sessions, send_message, read_inbox, request_approval, answer_approval
+                (bound to a session)
     errors.py   MailError and its subclasses
 
 This package imports the agent's tool interface and the session's `ToolSetup`; never the 9P
@@ -16,7 +17,7 @@ Wiring (the daemon):
 
     office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=...)
     auto = AutoMail(office, prompter)
-    tools = chain_tools(default_tools, mail_tools(office, gate))
+    tools = chain_tools(default_tools, mail_tools(office, gate, answers))
 """
 
 from anvild.mail.auto import AutoMail, Prompter
@@ -32,13 +33,14 @@ from anvild.mail.message import (
 )
 from anvild.mail.post import DAEMON, USER, MailEvent, Peer, Peers, PostOffice, Sent, encode_event
 from anvild.mail.store import Box, MailStore
-from anvild.mail.tools import ResultGate, mail_tools
+from anvild.mail.tools import ApprovalAnswers, ResultGate, mail_tools
 
 __all__ = [
     "DAEMON",
     "TYPES",
     "USER",
     "VERDICTS",
+    "ApprovalAnswers",
     "AutoMail",
     "Box",
     "Draft",

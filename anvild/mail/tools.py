@@ -4,6 +4,7 @@
     send_message      one typed message; `from` is always this session
     read_inbox        the unread messages, which are then marked read (archived)
     request_approval  ask for approval of this turn's result (a result gate, see below)
+    answer_approval   approve or reject another session's result when the gate names you
 
 `mail_tools(office, gate)` is a tools factory (`anvild.session.chain_tools` adds it after the
 native tools): each session gets its own instances, bound to `ToolSetup.session_id`. The identity
@@ -13,6 +14,11 @@ inbox nor send as someone else. None of them touches files or processes (`Effect
 `request_approval` goes through the narrow `ResultGate` protocol (the daemon adapts its session
 manager): the session records the request, and when the turn ends it waits in await_approval
 until a human or an approver session writes `approve` (idle) or `reject REASON` (stopped).
+
+`answer_approval` is how an approver session answers: through the narrow `ApprovalAnswers`
+protocol (the daemon's `anvild.daemon.approvers.SessionApprovals`), always as the calling
+session. Whoever created the worker (or the bead) named its approver; the tool cannot name
+anyone, so a model can answer only the gates that name it, never its own, never a tool call's.
 """
 
 from __future__ import annotations
@@ -53,6 +59,19 @@ class ResultGate(Protocol):
         ...
 
 
+class ApprovalAnswers(Protocol):
+    """Answers another session's result gate as an approver session (the daemon adapts its
+    sessions and bead gates)."""
+
+    async def answer_result_approval(
+        self, caller: str, target: str, verdict: str, reason: str
+    ) -> str:
+        """`verdict` approve or reject (with `reason`) on the result gate of `target` (an id
+        or alias), answered by `caller`; returns what the model is told. Raises `ValueError`
+        with the reason and what to do when it is refused."""
+        ...
+
+
 LIST_DESCRIPTION: Final = """\
 List the other agent sessions you can message: one line per live session with its id, alias \
 ("-" if none), role and state (idle, running, await, await_approval, stopped, ...). Your own \
@@ -88,6 +107,36 @@ turn ends the session waits for the decision: approve lets work continue, reject
 session with the reason. Call it once, as the last step of the work, then end your turn with \
 the same summary as your answer. Do not call it for routine steps.
 """
+
+ANSWER_DESCRIPTION: Final = """\
+Approve or reject another session's result when you are its approver: a session (or a bead it \
+works on) whose creator named you as approver waits in await_approval for your decision. \
+verdict "approve" lets it continue (the session goes idle; a bead completes, approved by you); \
+"reject" with a reason stops it (a bead fails with the reason). Check the work first (read its \
+answer, the diff, the tests). You can answer only gates that name you, never your own, and \
+never a tool call's approval (only a human answers those); if you are not the approver, you \
+are told who is.
+"""
+
+ANSWER_SCHEMA: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "session": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "The waiting session's id or alias.",
+        },
+        "verdict": {"type": "string", "enum": ["approve", "reject"]},
+        "reason": {
+            "type": "string",
+            "maxLength": MAX_SUMMARY_CHARS,
+            "description": "Why, for reject (required there): what must change.",
+        },
+    },
+    "required": ["session", "verdict"],
+    "additionalProperties": False,
+}
 
 SEND_SCHEMA: Final[Mapping[str, Any]] = {
     "type": "object",
@@ -234,9 +283,39 @@ class RequestApproval:
             raise Failed(f"Approval not requested: {exc}") from exc
 
 
-def mail_tools(office: PostOffice, gate: ResultGate | None = None) -> ToolsFactory:
-    """A tools factory: the mail tools (and `request_approval` when `gate` is given) bound to
-    each session's id."""
+class AnswerApproval:
+    name: Final = "answer_approval"
+    description: Final = ANSWER_DESCRIPTION
+    input_schema: Final = ANSWER_SCHEMA
+    cancellation: Final = Cancellation.ATOMIC
+
+    def __init__(self, answers: ApprovalAnswers, session_id: str) -> None:
+        self._answers = answers
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()  # the daemon's own records: the gate, the bead
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        target = str(args["session"]).strip()
+        verdict = str(args["verdict"])
+        reason = " ".join(str(args.get("reason", "")).split())
+        if verdict == "reject" and not reason:
+            raise InvalidArgs("A reject needs a reason: say what must change in `reason`.")
+        try:
+            said = await self._answers.answer_result_approval(self._me, target, verdict, reason)
+        except ValueError as exc:
+            raise Failed(f"Not answered: {exc}") from exc
+        return ToolOutput(said)
+
+
+def mail_tools(
+    office: PostOffice,
+    gate: ResultGate | None = None,
+    answers: ApprovalAnswers | None = None,
+) -> ToolsFactory:
+    """A tools factory: the mail tools (`request_approval` when `gate` is given,
+    `answer_approval` when `answers` is) bound to each session's id."""
 
     def build(setup: ToolSetup) -> list[Tool]:
         me = setup.session_id
@@ -247,12 +326,16 @@ def mail_tools(office: PostOffice, gate: ResultGate | None = None) -> ToolsFacto
         ]
         if gate is not None:
             tools.append(RequestApproval(gate, me))
+        if answers is not None:
+            tools.append(AnswerApproval(answers, me))
         return tools
 
     return build
 
 
 __all__ = [
+    "AnswerApproval",
+    "ApprovalAnswers",
     "ListSessions",
     "ReadInbox",
     "RequestApproval",

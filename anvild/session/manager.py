@@ -64,6 +64,7 @@ from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, Se
 from anvild.session.events import encode_event as encode_session_event
 from anvild.session.session import (
     MODE_ORDER,
+    USER,
     Services,
     Session,
     SessionSettings,
@@ -94,7 +95,17 @@ RESERVED: Final = frozenset(
 """Names an alias may not take: the `agent/` entries, and `anvild`, the sender of the daemon's
 own mail (ERROR_REPORTs), so a reply to the daemon can never reach a session."""
 ALIAS_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
-NEW_KEYS: Final = ("model", "cwd", "role", "alias", "sandbox", "max_steps", "permission", "budget")
+NEW_KEYS: Final = (
+    "model",
+    "cwd",
+    "role",
+    "alias",
+    "sandbox",
+    "max_steps",
+    "permission",
+    "budget",
+    "approver",
+)
 
 
 MAX_STEPS_LIMIT: Final = 1000
@@ -105,14 +116,18 @@ NEW_FLAGS: Final = ("ephemeral", "headless")
 _INT_KEYS: Final = {"max_steps": MAX_STEPS_LIMIT, "budget": BUDGET_LIMIT}
 _USAGE: Final = (
     "the arguments are model=M cwd=DIR role=R alias=A sandbox=S max_steps=N permission=MODE "
-    "budget=TOKENS ephemeral headless"
+    "budget=TOKENS approver=ID|ALIAS|user ephemeral headless"
 )
 
 
 @attrs.frozen
 class NewSession:
     """The arguments of `new`: `model=M cwd=D role=R alias=A sandbox=S max_steps=N
-    permission=MODE budget=TOKENS ephemeral headless`.
+    permission=MODE budget=TOKENS approver=ID|ALIAS|user ephemeral headless`.
+
+    `approver` names the session that may answer this session's result gates besides a person
+    (a live session's id or alias, recorded as its id), or `user` (the default: only a
+    person). Whoever creates the session names it; it never changes afterwards.
 
     `max_steps` (1..1000) and `budget` (tokens per turn, 1..10^9) replace the daemon's settings
     for this session; `permission` is a permission mode (plan, default, accept-edits, bypass),
@@ -130,6 +145,7 @@ class NewSession:
     permission: str | None = None
     budget: int | None = None
     headless: bool = False
+    approver: str | None = None
 
     @classmethod
     def parse(cls, words: Sequence[str]) -> NewSession:
@@ -167,6 +183,7 @@ class NewSession:
             permission=permission,
             budget=None if budget is None else _bounded("budget", budget),
             headless=flags["headless"],
+            approver=values.get("approver"),
         )
 
 
@@ -341,6 +358,7 @@ class SessionManager:
         roles.role_text(role, user_dir=self.settings.role_text_dir)
         if request.permission is not None:
             check_mode(Mode(request.permission), self.settings)
+        approver = self._check_approver(request.approver, alias)
         session_id = self._fresh_id()
         claimed = {session_id} | ({alias} if alias else set())
         self._claimed |= claimed
@@ -358,6 +376,7 @@ class SessionManager:
                 permission=request.permission,
                 token_budget=request.budget,
                 headless=request.headless,
+                approver=approver,
             )
             try:
                 journal = await trio.to_thread.run_sync(self.store.create, started)
@@ -447,6 +466,27 @@ class SessionManager:
             raise InvalidSessionRequest(
                 f"alias={alias} is taken by session {self._aliases.get(alias, '(being created)')}"
             )
+
+    def _check_approver(self, name: str | None, alias: str | None) -> str | None:
+        """`approver=`: None or `user` -> None (only a person); else a live session, by id or
+        alias, recorded as its id (so an alias taken later never inherits the authority)."""
+        if name is None or name == USER:
+            return None
+        if name == alias:
+            raise InvalidSessionRequest(
+                f"approver={name} is the new session itself: a session never approves its own "
+                f"result; name another session or {USER}"
+            )
+        try:
+            approver = self.get(name)
+        except SessionNotFound:
+            approver = None
+        if approver is None or approver.status is SessionStatus.EXITED:
+            raise InvalidSessionRequest(
+                f"approver={name} is not a live session: name a session from agent/list (its "
+                f"id or alias), or {USER} for a person only"
+            )
+        return approver.id
 
     def _fresh_id(self) -> str:
         taken = set(self.store.ids())

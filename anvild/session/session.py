@@ -169,6 +169,8 @@ VERBS: Final = (
     "reject REASON",
 )
 MAX_SUMMARY_CHARS: Final = 4000
+USER: Final = "user"
+"""Who answers through the session's files (a person), and the default approver."""
 
 
 PREVIEW_CHARS: Final = 200
@@ -424,6 +426,11 @@ def _parse_remembered(session_id: str, texts: Iterable[str]) -> tuple[Rule, ...]
     return tuple(rules)
 
 
+def _asker(asked_by: str) -> str:
+    """What named the approver of a gate asked by `asked_by`: a bead, or the session."""
+    return asked_by if asked_by.startswith("bead ") else "session"
+
+
 def _first_line(text: str, limit: int = PREVIEW_CHARS) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -552,6 +559,12 @@ class Session:
         return self._journal.state.headless
 
     @property
+    def approver(self) -> str:
+        """Who may answer this session's own result gates besides a person: an approver
+        session's id (`new approver=ID`, fixed at creation), or `user` (only a person)."""
+        return self._journal.state.approver or USER
+
+    @property
     def mode(self) -> Mode:
         """The permission mode the session runs with (recorded, within the daemon's ceiling)."""
         settings = self._services.settings
@@ -645,6 +658,7 @@ class Session:
                     [
                         "kind result",
                         f"asked_by {result.asked_by or '-'}",
+                        f"approver {result.approver or USER}",
                         *_indented("summary", result.summary),
                         "answer approve | reject REASON",
                     ]
@@ -732,11 +746,13 @@ class Session:
         self._notify()
         return len(ids)
 
-    def answer_approval(self, line: str, by: str = "user") -> None:
+    def answer_approval(self, line: str, by: str = USER) -> None:
         """`approve`, `always` or `reject REASON` for the pending tool call; `approve` or
         `reject REASON` for a pending result. `by` is who answers: `user` for a write to the
-        session's files, a session's id when an approver session answers through a tool. A
-        session never answers its own approval (`SessionRefused`)."""
+        session's files, a session's id when an approver session answers through a tool.
+        Refused (`SessionRefused`): a session answering its own approval; a session answering
+        a result gate that does not name it as approver (`PendingResult.approver`), or a tool
+        call's approval (only a person answers those)."""
         if by in (self.id, self.alias):
             raise SessionRefused(
                 f"session {self.id} cannot answer its own approval: an agent never approves "
@@ -744,12 +760,31 @@ class Session:
                 "or reject REASON to its approval file"
             )
         if self._result is not None:
+            approver = self._result.approver or USER
+            if by != USER and by != approver:
+                raise SessionRefused(
+                    f"session {self.id}'s result can be approved only by "
+                    + (
+                        f"user; ask a human to write approve or reject REASON to "
+                        f"agent/{self.id}/approval"
+                        if approver == USER
+                        else f"session {approver} (its approver, named when the "
+                        f"{_asker(self._result.asked_by)} was created) or a human, not by "
+                        f"session {by}"
+                    )
+                )
             self._answer_result(line, by)
             return
         pending = self._broker.pending()
         if not pending:
             raise SessionRefused(
                 f"no approval is pending (session {self.id} is {self._status.value})"
+            )
+        if by != USER:
+            raise SessionRefused(
+                f"session {self.id} waits for approval of a tool call ({pending[0].tool}); only "
+                f"a human answers those: ask a human to write approve or reject REASON to "
+                f"agent/{self.id}/approval"
             )
         verb, _, rest = line.strip().partition(" ")
         answer: ApprovalAnswer
@@ -768,11 +803,13 @@ class Session:
         self._broker.answer(pending[0].id, answer)
 
     def request_result_approval(
-        self, summary: str = "", asked_by: str = "ctl", ref: str = ""
+        self, summary: str = "", asked_by: str = "ctl", ref: str = "", approver: str | None = None
     ) -> str:
         """Ask for approval of this session's result (see the module docstring); returns what
         the asker is told. `summary` defaults to `out`. Raises `SessionRefused` when the session
         cannot wait for one (exited, ephemeral, stopped, in error, already waiting).
+        `approver` is the session that may answer it besides a person: by default the
+        session's own `approver`; a bead's gate passes the bead's (`user`: only a person).
 
         The API for other gates (a bead with requires_approval): call it with the bead's
         summary, `asked_by="bead <id>"` and the asker's own `ref` for this request (the bead's
@@ -792,8 +829,10 @@ class Session:
                 f"session {self.id} is {self._status.value}: write start to its ctl first"
             )
         summary = summary.strip()[:MAX_SUMMARY_CHARS]
+        named = self.approver if approver is None else approver
+        who = "" if named == USER else named
         if self._turn_active or self._status in BUSY:
-            self._result_request = PendingResult(summary, asked_by, ref)
+            self._result_request = PendingResult(summary, asked_by, ref, who)
             return (
                 f"Approval requested: when this turn ends, session {self.id} waits in "
                 "await_approval until a human or approver writes approve or reject REASON. "
@@ -805,7 +844,7 @@ class Session:
                 f"nothing to approve: session {self.id} has no answer in out; give a summary: "
                 "request_approval SUMMARY"
             )
-        self._open_result_gate(PendingResult(text, asked_by, ref))
+        self._open_result_gate(PendingResult(text, asked_by, ref, who))
         return f"session {self.id} waits for approval of its result"
 
     @property
@@ -840,7 +879,9 @@ class Session:
 
     def _open_result_gate(self, pending: PendingResult) -> None:
         if not self._append(
-            ResultApprovalRequested(pending.summary, pending.asked_by, pending.ref)
+            ResultApprovalRequested(
+                pending.summary, pending.asked_by, pending.ref, pending.approver
+            )
         ):
             raise RecordWriteFailed(f"the approval was not requested: {self._detail}")
         self._result = pending

@@ -155,6 +155,9 @@ class SessionStarted:
     permission: str | None = None  # a permission mode (`anvild.agent.permissions.policy.Mode`)
     token_budget: int | None = None  # tokens per turn
     headless: bool = False  # nobody answers approvals: a call that needs one is refused at once
+    # Who may answer the session's result gate besides a person: an approver session's id
+    # (`new approver=ID`), fixed at creation. None: only a person (`user`).
+    approver: str | None = None
 
 
 @attrs.frozen
@@ -329,12 +332,15 @@ class ResultApprovalRequested:
     session's result waits on `approval` (state await_approval, written right after) until
     `approve` (idle) or `reject REASON` (stopped). `asked_by` says who asked (`ctl`, `model`,
     `bead <id>`, ...); `ref` is the asker's own name for this request (a bead's approval round,
-    so a decision is never applied to a later round of the same bead; "" when none)."""
+    so a decision is never applied to a later round of the same bead; "" when none).
+    `approver` is the session that may answer it besides a person (the session's approver, or
+    for a bead's gate the bead's); "" (and in records written before it existed): only a person."""
 
     TAG: ClassVar[str] = "result_approval_requested"
     summary: str
     asked_by: str = ""
     ref: str = ""
+    approver: str = ""
 
 
 @attrs.frozen
@@ -458,12 +464,13 @@ def _make_converter() -> cattrs.Converter:
             permission=omit,
             token_budget=omit,
             headless=omit,
+            approver=omit,
         ),
     )
-    # `ref` and `by` came later too: written only when set.
+    # `ref`, `approver` and `by` came later too: written only when set.
     conv.register_unstructure_hook(
         ResultApprovalRequested,
-        make_dict_unstructure_fn(ResultApprovalRequested, conv, ref=omit),
+        make_dict_unstructure_fn(ResultApprovalRequested, conv, ref=omit, approver=omit),
     )
     conv.register_unstructure_hook(
         ResultApprovalAnswered,

@@ -195,13 +195,15 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         ):
             added = Remembered(rules, reads, writes, network, full_access)
             return attrs.evolve(state, remembered=state.remembered.plus(added))
-        case ResultApprovalRequested(summary=summary, asked_by=asked_by, ref=ref):
+        case ResultApprovalRequested(
+            summary=summary, asked_by=asked_by, ref=ref, approver=approver
+        ):
             if state.approval is not None or state.result_approval is not None:
                 raise RecordError("result_approval_requested while another approval is pending")
             others = tuple(d for d in state.result_decisions if d.asked_by != asked_by)
             return attrs.evolve(
                 state,
-                result_approval=PendingResult(summary, asked_by, ref),
+                result_approval=PendingResult(summary, asked_by, ref, approver),
                 result_decisions=others,
             )
         case ResultApprovalAnswered(verdict=verdict, reason=reason, by=by):
@@ -247,6 +249,7 @@ def _started(record: SessionStarted) -> SessionState:
         permission=record.permission,
         token_budget=record.token_budget,
         headless=record.headless,
+        approver=record.approver,
     )
 
 

@@ -49,6 +49,7 @@ class PendingResult:
     summary: str
     asked_by: str
     ref: str = ""
+    approver: str = ""  # the session that may answer it besides a person ("": only a person)
 
 
 @attrs.frozen
@@ -130,6 +131,7 @@ class SessionState:
     permission: str | None = None
     token_budget: int | None = None
     headless: bool = False
+    approver: str | None = None  # the approver session of its own result gates (None: user)
     messages: tuple[Message, ...] = ()
     status: SessionStatus = SessionStatus.STARTING
     status_detail: str = ""

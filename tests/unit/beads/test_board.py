@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from anvild.beads import (
@@ -208,7 +210,8 @@ def test_each_completion_into_pending_approval_is_one_more_approval_round() -> N
 
 
 def test_decide_applies_a_gate_verdict_only_in_its_round_and_only_once() -> None:
-    board = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    spec = NewBead("A", "dev", requires_approval=True, approver="s9")
+    board = submitted(build(spec), "a-001", "s1")
     with pytest.raises(BeadConflict, match="for round 0 does not apply"):
         board.decide(
             "a-001", session="s1", round=0, verdict="approve", reason="", answered_by="user",
@@ -240,7 +243,8 @@ def test_decide_applies_a_gate_verdict_only_in_its_round_and_only_once() -> None
 
 
 def test_the_assigned_session_never_approves_or_rejects_its_own_bead() -> None:
-    board = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    spec = NewBead("A", "dev", requires_approval=True, approver="s2")
+    board = submitted(build(spec), "a-001", "s1")
     expected = "session s1 cannot approve bead a-001: it is assigned to that session"
     with pytest.raises(BeadConflict, match=expected):
         board.approve("a-001", by="session s1", now=NOW, approver="s1")
@@ -256,3 +260,31 @@ def test_the_assigned_session_never_approves_or_rejects_its_own_bead() -> None:
     # A person may approve work a person claimed.
     mine = submitted(build(NewBead("B", "dev", requires_approval=True)), "b-001", "user")
     assert mine.approve("b-001", by="user", now=NOW).board.bead("b-001").approved_by == "user"
+
+
+def test_only_the_beads_approver_or_a_person_answers_its_approval() -> None:
+    with pytest.raises(InvalidBeadRequest, match="does not require approval: add requires_app"):
+        build(NewBead("A", "dev", approver="s9"))
+    mine = build(NewBead("A", "dev", requires_approval=True, approver="s9"))
+    assert mine.bead("a-001").approver == "s9"
+    assert build(NewBead("A", "dev")).bead("a-001").approver == "user"
+    board = submitted(mine, "a-001", "s1")
+    expected = (
+        "session s2 cannot approve bead a-001: only session s9 or user may (the approver named "
+        "when the bead was created); ask a human to write approve or reject REASON to "
+        "agent/beads/a-001/ctl"
+    )
+    with pytest.raises(BeadConflict, match=re.escape(expected)):
+        board.approve("a-001", by="session s2", now=NOW, approver="s2")
+    with pytest.raises(BeadConflict, match="session s2 cannot reject bead a-001: only session s9"):
+        board.decide(
+            "a-001", session="s1", round=1, verdict="reject", reason="no", answered_by="s2",
+            now=NOW,
+        )  # fmt: skip
+    users = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
+    with pytest.raises(BeadConflict, match="only user may"):
+        users.approve("a-001", by="session s9", now=NOW, approver="s9")
+    assert board.approve("a-001", by="session s9", now=NOW, approver="s9").board.bead(
+        "a-001"
+    ).approved_by == "s9"
+    assert users.approve("a-001", by="user", now=NOW).board.bead("a-001").approved_by == "user"

@@ -109,11 +109,15 @@ async def daemon(tmp_path: Path, *, reconcile: bool = True) -> AsyncIterator[Wor
         store.close()
 
 
-async def submitted(world: World, session: Session, result: str = "Added OAuth.") -> str:
-    """A bead with requires_approval, claimed for `session` and completed (by the user)."""
+async def submitted(
+    world: World, session: Session, result: str = "Added OAuth.", *, approver: str = "user"
+) -> str:
+    """A bead with requires_approval (and `approver`), claimed for `session` and completed
+    (by the user)."""
     store = world.store
     bead = await store.create(
-        NewBead("Implement OAuth", "developer", requires_approval=True), by="user"
+        NewBead("Implement OAuth", "developer", requires_approval=True, approver=approver),
+        by="user",
     )
     await store.claim(bead.id, session.id, by="user")
     await store.complete(bead.id, result, by="user")
@@ -140,7 +144,7 @@ async def test_completion_opens_the_gate_and_approve_on_the_session_completes_th
         bead = await submitted(world, s)
         await world.until(lambda: s.status is S.AWAIT_APPROVAL)
         assert s.approval_text() == (
-            f"kind result\nasked_by bead {bead}\nsummary Added OAuth.\n"
+            f"kind result\nasked_by bead {bead}\napprover user\nsummary Added OAuth.\n"
             "answer approve | reject REASON\n"
         )
         assert ("open", f"agent/{s.id}/approval asks") in world.gates_told(bead)
@@ -179,8 +183,10 @@ async def test_reject_on_the_bead_ctl_stops_the_session_with_the_reason(tmp_path
 async def test_a_session_never_answers_its_own_gate(tmp_path: Path) -> None:
     async with daemon(tmp_path) as world:
         s = await world.manager.create(NewSession(alias="dev"))
-        bead = await submitted(world, s)
+        other = await world.manager.create(NewSession())
+        bead = await submitted(world, s, approver=other.id)
         await world.until(lambda: s.status is S.AWAIT_APPROVAL)
+        assert f"approver {other.id}\n" in s.approval_text()
         for me in (s.id, "dev"):
             with pytest.raises(SessionRefused, match=f"session {s.id} cannot answer its own"):
                 s.answer_approval("approve", by=me)
@@ -188,8 +194,10 @@ async def test_a_session_never_answers_its_own_gate(tmp_path: Path) -> None:
             await world.gates.answer(bead, "approve", by=s.id)
         assert world.status(bead) is B.PENDING_APPROVAL
         assert s.status is S.AWAIT_APPROVAL
-        other = await world.manager.create(NewSession())
-        s.answer_approval("approve", by=other.id)  # an approver session
+        third = await world.manager.create(NewSession())
+        with pytest.raises(SessionRefused, match=f"only by session {other.id} .* not by session"):
+            s.answer_approval("approve", by=third.id)  # not the bead's approver
+        s.answer_approval("approve", by=other.id)  # the bead's approver session
         await world.until(lambda: world.status(bead) is B.COMPLETED)
         assert world.store.bead(bead).approved_by == other.id
 

@@ -42,7 +42,7 @@ async def test_request_from_await_then_approve_goes_idle(tmp_path: Path) -> None
         s.request_result_approval(asked_by="ctl")
         assert s.status is S.AWAIT_APPROVAL
         assert s.approval_text() == (
-            "kind result\nasked_by ctl\nsummary Implemented OAuth.\n  Tests pass.\n"
+            "kind result\nasked_by ctl\napprover user\nsummary Implemented OAuth.\n  Tests pass.\n"
             "answer approve | reject REASON\n"
         )
         with pytest.raises(InvalidSessionRequest, match="always does not apply to a result"):

@@ -1,0 +1,96 @@
+"""Approver sessions: the daemon's side of the `answer_approval` tool (`SessionApprovals`).
+
+    approvals = SessionApprovals()                      # `anvild.mail.ApprovalAnswers`
+    tools = mail_tools(office, gate, approvals)         # every session gets answer_approval
+    approvals.bind(manager); approvals.settle = gates.settle
+
+Theory of operation: authority
+------------------------------
+A session's result gate waits until a person or its approver answers it. Who the approver is
+is named once, by whoever has the authority, when the thing that asks is created, and never
+changes afterwards:
+
+- a session's own gates (ctl `request_approval`, the model's `request_approval` tool): the
+  session's `approver`, given to `new approver=ID|ALIAS|user` on agent/ctl (a person), or by a
+  conductor's `start_session`, which can name only itself or nobody; default `user`;
+- a bead's gate (a bead with requires_approval, on its assigned session): the bead's
+  `approver`, given to `new ... approver=` on agent/beads/ctl (a person), or by a conductor's
+  `create_bead`, which can name only itself or `user`; default `user`.
+
+The gate carries its approver (`PendingResult.approver`, recorded in the session's journal with
+the request, so it holds after a restart), and `Session.answer_approval(line, by=<caller>)`
+refuses any session but that one: the check lives with the state it guards, so no other path
+(a tool, a script, a later feature) can skip it. The tool adds nothing to it: it names no
+approver, only the target, and always answers as the calling session (`ToolSetup.session_id`,
+set by the daemon). So a model answers only the gates that name it; never its own (refused by
+the session as before); never a tool call's approval (only a person answers those: the
+session refuses a tool approval by anyone but `user`); and `always` does not exist for it.
+The bead board re-checks the approver when the decision lands on the bead (`Board.approve`,
+`reject`, `decide`). `approved_by` is the caller's id. A person can answer any gate at any
+time by writing to the session's `approval` (or the bead's ctl), as before.
+
+After the session recorded the decision, `settle` (the bead gates' `settle`) brings a bead
+gate's bead along before the tool returns, so the approver sees the bead completed (or failed)
+in its next read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from anvild.session import (
+    Session,
+    SessionError,
+    SessionManager,
+    SessionNotFound,
+    SessionStatus,
+)
+from anvild.store import PendingResult
+
+__all__ = ["SessionApprovals"]
+
+
+async def _nothing(session: Session, gate: PendingResult) -> None:
+    return None
+
+
+class SessionApprovals:
+    """`anvild.mail.ApprovalAnswers` over a session manager (the `answer_approval` tool)."""
+
+    def __init__(
+        self,
+        settle: Callable[[Session, PendingResult], Awaitable[None]] = _nothing,
+    ) -> None:
+        self._manager: SessionManager | None = None
+        self.settle = settle
+
+    def bind(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    async def answer_result_approval(
+        self, caller: str, target: str, verdict: str, reason: str
+    ) -> str:
+        if self._manager is None:
+            raise ValueError("the daemon's sessions are not ready yet; try again")
+        try:
+            session = self._manager.get(target)
+        except SessionNotFound:
+            raise ValueError(
+                f"no session {target!r}: name a session from list_sessions (its id or alias)"
+            ) from None
+        gate = session.pending_result
+        line = "approve" if verdict == "approve" else f"reject {reason}"
+        try:
+            session.answer_approval(line, by=caller)
+        except SessionError as exc:
+            waits = session.status is SessionStatus.AWAIT_APPROVAL or session.id == caller
+            hint = "" if waits else "; answer when it waits in await_approval"
+            raise ValueError(f"{exc}{hint}") from exc
+        if gate is not None:
+            await self.settle(session, gate)
+        done = "approved" if verdict == "approve" else f"rejected ({reason})"
+        asker = f" for {gate.asked_by}" if gate is not None else ""
+        return (
+            f"You {done} the result of session {session.id}{asker}; it is now "
+            f"{session.status.value}."
+        )
