@@ -359,7 +359,8 @@ def gated_bead_done_by_agent(namespace: Path, workdir: Path) -> str:
     assert ok(anvilctl(namespace, "wait", worker)) == "await_approval\n"
     assert read(namespace, f"agent/beads/{GATED}/status") == "pending_approval\n"
     assert read(namespace, f"agent/{worker}/approval") == (
-        f"kind result\nasked_by bead {GATED}\napprover user\nsummary {RESULT}\nanswer approve | reject REASON\n"
+        f"kind result\nasked_by bead {GATED}\napprover user\nsummary {RESULT}\n"
+        "answer approve | reject REASON\n"
     )
     return worker
 

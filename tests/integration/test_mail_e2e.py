@@ -250,7 +250,8 @@ def test_result_gate_approve_reject_always_and_restart(
         ok(anvilctl(namespace, "write", "agent/dev/ctl", stdin="request_approval\n"))
         assert read(namespace, "agent/dev/state") == "await_approval\n"
         assert read(namespace, "agent/dev/approval") == (
-            "kind result\nasked_by ctl\napprover user\nsummary pong\nanswer approve | reject REASON\n"
+            "kind result\nasked_by ctl\napprover user\nsummary pong\n"
+            "answer approve | reject REASON\n"
         )
         always = anvilctl(namespace, "write", "agent/dev/approval", stdin="always\n")
         assert always.returncode != 0

@@ -284,7 +284,10 @@ def test_only_the_beads_approver_or_a_person_answers_its_approval() -> None:
     users = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
     with pytest.raises(BeadConflict, match="only user may"):
         users.approve("a-001", by="session s9", now=NOW, approver="s9")
-    assert board.approve("a-001", by="session s9", now=NOW, approver="s9").board.bead(
-        "a-001"
-    ).approved_by == "s9"
+    assert (
+        board.approve("a-001", by="session s9", now=NOW, approver="s9")
+        .board.bead("a-001")
+        .approved_by
+        == "s9"
+    )
     assert users.approve("a-001", by="user", now=NOW).board.bead("a-001").approved_by == "user"

@@ -370,3 +370,33 @@ async def test_orphans_found_at_start_are_announced(tmp_path: Path) -> None:
         assert [(e["id"], e["session"], e["reason"]) for e in orphaned] == [
             (bead, "a1b2c3d4", "not restored")
         ]
+
+
+async def test_new_names_the_beads_approver_which_never_changes(tmp_path: Path) -> None:
+    async with served(tmp_path) as (tree, con, _root, _s):
+        c = await con()
+        bead = await new(
+            c, "beads/ctl", 'new "Fix parser" developer requires_approval approver=dev1'
+        )
+        assert await c.get(f"beads/{bead}/approver") == "a1b2c3d4\n"  # the alias's id
+        plain = await new(c, "beads/ctl", 'new "Fix lexer" developer requires_approval')
+        assert await c.get(f"beads/{plain}/approver") == "user\n"
+        assert await refused(
+            c, "beads/ctl", 'new "X" developer requires_approval approver=nobody'
+        ) == (
+            "ctl: approver=nobody is not a live session: name a session from agent/list (its id "
+            "or alias), or user for a person only"
+        )
+        assert "does not require approval: add requires_approval" in await refused(
+            c, "beads/ctl", 'new "X" developer approver=dev1'
+        )
+        assert await refused(c, f"beads/{bead}/ctl", "approver user") == (
+            f"ctl: the approver of bead {bead} is a1b2c3d4, fixed when the bead was created: no "
+            "verb changes it; create a new bead with approver=SESSION|user"
+        )
+        assert tree.store.bead(bead).approver == "a1b2c3d4"
+        assert len(tree.store.beads()) == 2  # refused lines created nothing
+        log = git(tmp_path / "beads", "log", "--format=%s").splitlines()
+        assert f"new {bead}: Fix parser (role developer, approver a1b2c3d4) (by user)" in log
+        shown = (tmp_path / "beads" / "beads" / f"{bead}.json").read_text()
+        assert '"approver": "a1b2c3d4"' in shown

@@ -306,3 +306,30 @@ async def test_a_conductor_assigns_and_completes_only_for_its_own_sessions(
         await tools("assign_bead", bead=second, session="me")
         assert "failed" in await tools("complete_bead", bead=second, failed="no way")
         assert store.bead(second).reason == "no way"
+
+
+async def test_a_conductor_names_only_itself_or_user_as_approver(tmp_path: Path) -> None:
+    store = await bead_store(tmp_path)
+    async with conducting(tmp_path, [], beads=store) as (manager, _, conductor):
+        boss, tools = await conductor_session(manager, conductor, tmp_path)
+        other = await manager.create(NewSession(alias="other"))
+        said = await tools("start_session", role="developer", name="d", approver="me")
+        assert said.endswith("approver you).")
+        assert manager.get(f"d.{boss.id}").approver == boss.id
+        await tools("start_session", role="developer", name="e")
+        assert manager.get(f"e.{boss.id}").approver == "user"
+        for who in ("other", other.id, "d"):
+            with pytest.raises(InvalidArgs, match='names only itself \\("me"\\) or a person'):
+                await tools("start_session", role="developer", name="x", approver=who)
+            with pytest.raises(InvalidArgs, match="names only itself"):
+                await tools("create_bead", title="T", role="developer", approver=who)
+        made = await tools(
+            "create_bead", title="Fix it", role="developer", requires_approval=True, approver="me"
+        )
+        assert store.bead(made.split()[2]).approver == boss.id
+        plain = await tools("create_bead", title="Fix that", role="developer")
+        assert store.bead(plain.split()[2]).approver == "user"
+        assert f"x.{boss.id}" not in {s.alias for s in manager.sessions()}
+        # the schema the model sees offers only the two
+        schema = tools.by_name["start_session"].input_schema["properties"]["approver"]
+        assert schema["enum"] == ["me", "user"]

@@ -452,3 +452,33 @@ async def test_an_answer_to_a_result_gate_awaits_the_extensions_answered_hook(
         assert await c.put(f"{sid}/ctl", b"request_approval Added tests") == m.Rclunk(0)
         assert await c.put(f"{sid}/ctl", b"reject not enough") == m.Rclunk(0)
         assert seen[1:] == [(sid, "ctl", "stopped")]
+
+
+async def test_approver_is_named_by_new_shown_read_only_and_never_changed(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, []) as (manager, con, _root):
+        c = await con()
+        boss = await new_session(c, b"alias=boss")
+        worker = await new_session(c, b"alias=w1 approver=boss")
+        assert await c.get(f"{boss}/approver") == "user\n"
+        assert await c.get("w1/approver") == f"{boss}\n"  # the id, whatever the alias
+        reply, _ = await c.rdwr("ctl", b"new approver=ghost")
+        assert error_text(reply) == (
+            "ctl: approver=ghost is not a live session: name a session from agent/list (its id "
+            "or alias), or user for a person only"
+        )
+        reply = await c.put("w1/ctl", b"approver user")
+        assert error_text(reply) == (
+            f"ctl: the approver of session {worker} is {boss}, fixed when the session was "
+            "created: no verb changes it; create a new session with approver=ID|ALIAS|user"
+        )
+        fid = await c.open("w1/approver", OREAD)
+        await c.clunk(fid)
+        walked = await c.raw.rpc(m.Twalk(0, 0, 99, (worker, "approver")))
+        assert isinstance(walked, m.Rwalk)
+        opened = await c.raw.rpc(m.Topen(0, 99, OWRITE))
+        assert isinstance(opened, m.Rerror)  # read-only
+        assert manager.get(worker).approver == boss
+        manager.get(worker).request_result_approval("done", "ctl")
+        assert f"approver {boss}\n" in await c.get("w1/approval")

@@ -1,0 +1,209 @@
+"""Approver sessions (`anvild.daemon.approvers`): the `answer_approval` tool, bound to the
+calling session, over a real `SessionManager` (journals on disk), a real `BeadStore` (git) and
+the bead gates, wired as the daemon does (`tests.unit.daemon.test_bead_gates.daemon`).
+
+Who may answer is named at creation: `new approver=` for a session's own gates, the bead's
+`approver` for a bead's gate; anyone else is refused with who may, and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from anvild.agent.tools.base import ToolContext
+from anvild.agent.tools.registry import ToolRegistry
+from anvild.beads import BeadStatus
+from anvild.daemon.approvers import SessionApprovals
+from anvild.llm.types import ToolCall, ToolResult
+from anvild.mail.tools import AnswerApproval
+from anvild.session import InvalidSessionRequest, NewSession, Session, SessionStatus
+from anvild.store import ResultApprovalAnswered, ResultApprovalRequested, Verdict
+from tests.unit.daemon.test_bead_gates import World, daemon, gate_records, subjects, submitted
+
+B = BeadStatus
+S = SessionStatus
+
+
+def approvals(world: World) -> SessionApprovals:
+    answers = SessionApprovals(settle=world.gates.settle)
+    answers.bind(world.manager)
+    return answers
+
+
+async def answer(
+    world: World, caller: Session, args: dict[str, object], tmp_path: Path
+) -> ToolResult:
+    """`answer_approval` called by the model of `caller`, through the tool registry."""
+    registry = ToolRegistry([AnswerApproval(approvals(world), caller.id)])
+    return await registry.dispatch(
+        ToolCall("c1", "answer_approval", args), ToolContext(cwd=tmp_path)
+    )
+
+
+async def waiting(world: World, session: Session, summary: str = "Added OAuth.") -> None:
+    session.request_result_approval(summary, "ctl")
+    await world.until(lambda: session.status is S.AWAIT_APPROVAL)
+
+
+async def test_new_names_the_approver_by_id_or_alias_and_refuses_anyone_else(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path) as world:
+        manager = world.manager
+        boss = await manager.create(NewSession(alias="boss"))
+        assert boss.approver == "user"
+        by_alias = await manager.create(NewSession.parse(["approver=boss"]))
+        by_id = await manager.create(NewSession(approver=boss.id))
+        person = await manager.create(NewSession(approver="user"))
+        assert (by_alias.approver, by_id.approver, person.approver) == (boss.id, boss.id, "user")
+        assert by_alias.record.approver == boss.id  # recorded as the id, never the alias
+        with pytest.raises(InvalidSessionRequest, match="approver=nobody is not a live session"):
+            await manager.create(NewSession(approver="nobody"))
+        with pytest.raises(InvalidSessionRequest, match="approver=me is the new session itself"):
+            await manager.create(NewSession(alias="me", approver="me"))
+        await manager.kill(person.id)
+        with pytest.raises(InvalidSessionRequest, match="is not a live session"):
+            await manager.create(NewSession(approver=person.id))
+        count = len(manager.sessions())
+    assert count == 3  # boss, by_alias, by_id: nothing was created by a refused `new`
+
+
+async def test_the_approver_session_approves_and_only_it(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession(alias="boss"))
+        worker = await world.manager.create(NewSession(alias="dev", approver="boss"))
+        third = await world.manager.create(NewSession())
+        await waiting(world, worker)
+        assert f"approver {boss.id}\n" in worker.approval_text()
+
+        refused = await answer(world, third, {"session": "dev", "verdict": "approve"}, tmp_path)
+        assert refused.is_error
+        assert refused.content == (
+            f"Not answered: session {worker.id}'s result can be approved only by session "
+            f"{boss.id} (its approver, named when the session was created) or a human, not by "
+            f"session {third.id}"
+        )
+        own = await answer(world, worker, {"session": worker.id, "verdict": "approve"}, tmp_path)
+        assert own.is_error
+        assert f"session {worker.id} cannot answer its own approval" in own.content
+        no_reason = await answer(world, boss, {"session": "dev", "verdict": "reject"}, tmp_path)
+        assert no_reason.is_error
+        assert "A reject needs a reason" in no_reason.content
+        always = await answer(world, boss, {"session": "dev", "verdict": "always"}, tmp_path)
+        assert always.is_error  # not in the schema's enum: `always` never
+        assert worker.status is S.AWAIT_APPROVAL
+
+        done = await answer(world, boss, {"session": "dev", "verdict": "approve"}, tmp_path)
+        assert not done.is_error, done.content
+        assert done.content == (
+            f"You approved the result of session {worker.id} for ctl; it is now idle."
+        )
+        assert worker.status is S.IDLE
+        assert gate_records(world, worker.id) == [
+            ResultApprovalAnswered(Verdict.APPROVE, "", boss.id)
+        ]
+
+
+async def test_reject_stops_the_worker_with_the_reason(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        await waiting(world, worker)
+        args = {"session": worker.id, "verdict": "reject", "reason": "no tests\n for errors"}
+        done = await answer(world, boss, args, tmp_path)
+        assert done.content == (
+            f"You rejected (no tests for errors) the result of session {worker.id} for ctl; it "
+            "is now stopped."
+        )
+        assert worker.status_detail == "result rejected: no tests for errors"
+        assert gate_records(world, worker.id) == [
+            ResultApprovalAnswered(Verdict.REJECT, "no tests for errors", boss.id)
+        ]
+
+
+async def test_no_gate_and_unknown_sessions_are_refused_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        idle = await answer(world, boss, {"session": worker.id, "verdict": "approve"}, tmp_path)
+        assert idle.content == (
+            f"Not answered: no approval is pending (session {worker.id} is idle); answer when it "
+            "waits in await_approval"
+        )
+        gone = await answer(world, boss, {"session": "ghost", "verdict": "approve"}, tmp_path)
+        assert gone.content == (
+            "Not answered: no session 'ghost': name a session from list_sessions (its id or alias)"
+        )
+        assert worker.status is S.IDLE
+
+
+async def test_a_beads_gate_is_answered_by_the_beads_approver_not_the_sessions(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        bead = await submitted(world, worker)  # the bead's approver: user (the default)
+        await world.until(lambda: worker.status is S.AWAIT_APPROVAL)
+        assert "approver user\n" in worker.approval_text()
+        refused = await answer(world, boss, {"session": worker.id, "verdict": "approve"}, tmp_path)
+        assert refused.content == (
+            f"Not answered: session {worker.id}'s result can be approved only by user; ask a "
+            f"human to write approve or reject REASON to agent/{worker.id}/approval"
+        )
+        assert world.status(bead) is B.PENDING_APPROVAL
+        await world.gates.answer(bead, "approve", "")  # a person, on the bead's ctl
+        assert world.store.bead(bead).approved_by == "user"
+
+
+async def test_the_beads_approver_session_completes_it(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession())  # its own approver: user
+        bead = await submitted(world, worker, approver=boss.id)
+        await world.until(lambda: worker.status is S.AWAIT_APPROVAL)
+        done = await answer(world, boss, {"session": worker.id, "verdict": "approve"}, tmp_path)
+        assert done.content == (
+            f"You approved the result of session {worker.id} for bead {bead}; it is now idle."
+        )
+        # settled before the tool returned: no waiting on the queued sync
+        assert world.store.bead(bead).status is B.COMPLETED
+        assert world.store.bead(bead).approved_by == boss.id
+    assert (
+        f"approve {bead} through session {worker.id}'s result gate (by session {boss.id})"
+        in subjects(tmp_path / "beads")
+    )
+
+
+async def test_the_approver_and_an_open_gate_survive_a_restart(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession(alias="boss"))
+        worker = await world.manager.create(NewSession(alias="dev", approver="boss"))
+        await waiting(world, worker)
+        ids = (boss.id, worker.id)
+    async with daemon(tmp_path) as world:
+        boss, worker = (world.manager.get(i) for i in ids)
+        assert worker.approver == boss.id
+        assert worker.status is S.AWAIT_APPROVAL
+        assert worker.pending_result is not None
+        assert worker.pending_result.approver == boss.id
+        records = world.manager.store.read(worker.id).records
+        [asked] = [r for r in records if isinstance(r, ResultApprovalRequested)]
+        assert asked.approver == boss.id
+        done = await answer(world, boss, {"session": "dev", "verdict": "approve"}, tmp_path)
+        assert not done.is_error, done.content
+        assert worker.status is S.IDLE
+
+
+async def test_a_person_answers_a_gate_that_names_an_approver_session(tmp_path: Path) -> None:
+    async with daemon(tmp_path) as world:
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        await waiting(world, worker)
+        worker.answer_approval("approve")  # the approval file: by user
+        assert gate_records(world, worker.id) == [
+            ResultApprovalAnswered(Verdict.APPROVE, "", "user")
+        ]
