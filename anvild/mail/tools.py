@@ -189,11 +189,9 @@ APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
 }
 
 
-class ListSessions:
-    name: Final = "list_sessions"
-    description: Final = LIST_DESCRIPTION
-    input_schema: Final = EMPTY_SCHEMA
-    cancellation: Final = Cancellation.SAFE_TO_ABANDON
+class _Bound:
+    """What every tool here shares: it is bound to one session (`_me`, the daemon's identity
+    for it, never an argument) and touches no file or process."""
 
     def __init__(self, office: PostOffice, session_id: str) -> None:
         self._office = office
@@ -201,6 +199,13 @@ class ListSessions:
 
     def effects(self, args: Args) -> Effects:
         return Effects.none()
+
+
+class ListSessions(_Bound):
+    name: Final = "list_sessions"
+    description: Final = LIST_DESCRIPTION
+    input_schema: Final = EMPTY_SCHEMA
+    cancellation: Final = Cancellation.SAFE_TO_ABANDON
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         lines = ["id\talias\trole\tstate"]
@@ -211,18 +216,11 @@ class ListSessions:
         return ToolOutput("\n".join(lines))
 
 
-class SendMessage:
+class SendMessage(_Bound):
     name: Final = "send_message"
     description: Final = SEND_DESCRIPTION
     input_schema: Final = SEND_SCHEMA
     cancellation: Final = Cancellation.ATOMIC  # delivered entirely or not at all
-
-    def __init__(self, office: PostOffice, session_id: str) -> None:
-        self._office = office
-        self._me = session_id
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         try:
@@ -237,18 +235,11 @@ class SendMessage:
         return ToolOutput(f"Sent {message.type.value} {message.id} to {message.to}.")
 
 
-class ReadInbox:
+class ReadInbox(_Bound):
     name: Final = "read_inbox"
     description: Final = READ_DESCRIPTION
     input_schema: Final = EMPTY_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
-
-    def __init__(self, office: PostOffice, session_id: str) -> None:
-        self._office = office
-        self._me = session_id
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         try:
