@@ -38,6 +38,12 @@ MAX_FILE_BYTES: Final = 32 * 1024 * 1024
 DEFAULT_LIMIT: Final = 2000
 MAX_LINE_CHARS: Final = 2000
 BINARY_PROBE: Final = 8192
+FILE_PATH: Final[dict[str, Any]] = {
+    "type": "string",
+    "minLength": 1,
+    "description": "Path of the file, absolute or relative to the working directory.",
+}
+"""The `file_path` argument of every tool here (one schema: the same rules for each)."""
 CONTEXT_LINES: Final = 4
 
 
@@ -111,11 +117,7 @@ class ReadFile:
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "file_path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Path of the file, absolute or relative to the working directory.",
-            },
+            "file_path": FILE_PATH,
             "offset": {
                 "type": "integer",
                 "minimum": 1,
@@ -190,7 +192,17 @@ async def _update(
     return result
 
 
-class WriteFile:
+class _Writer:
+    """What write_file and edit_file share: a write of `file_path` (which also reads it), done
+    atomically (`_update`), so a cancel never leaves it half done."""
+
+    cancellation = Cancellation.ATOMIC
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.write(args["file_path"])
+
+
+class WriteFile(_Writer):
     name = "write_file"
     description = (
         "Write a whole file, replacing its content, or create it (missing parent directories "
@@ -203,20 +215,12 @@ class WriteFile:
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "file_path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Path of the file, absolute or relative to the working directory.",
-            },
+            "file_path": FILE_PATH,
             "content": {"type": "string", "description": "The complete new content."},
         },
         "required": ["file_path", "content"],
         "additionalProperties": False,
     }
-    cancellation = Cancellation.ATOMIC
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.write(args["file_path"])
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         user_path: str = args["file_path"]
@@ -236,7 +240,7 @@ class WriteFile:
         )
 
 
-class EditFile:
+class EditFile(_Writer):
     name = "edit_file"
     description = (
         "Replace exact text in a file. `old_string` must match the file's text exactly, "
@@ -252,11 +256,7 @@ class EditFile:
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
-            "file_path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Path of the file, absolute or relative to the working directory.",
-            },
+            "file_path": FILE_PATH,
             "old_string": {"type": "string", "description": "The exact text to replace."},
             "new_string": {"type": "string", "description": "The replacement text."},
             "replace_all": {
@@ -267,10 +267,6 @@ class EditFile:
         "required": ["file_path", "old_string", "new_string"],
         "additionalProperties": False,
     }
-    cancellation = Cancellation.ATOMIC
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.write(args["file_path"])
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         user_path: str = args["file_path"]
