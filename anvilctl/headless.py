@@ -73,7 +73,6 @@ import re
 import select
 import signal
 import stat
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, Final
@@ -832,9 +831,7 @@ def main(
     in_process: Callable[..., int] | None = None,
 ) -> int:
     """Run `anvilctl -p ...`; return the exit status."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr.buffer
+    stdin, stdout, stderr = ninep_cli.std_streams(stdin, stdout, stderr)
     args = build_parser().parse_args(list(argv))
     renderer = Renderer(args.output_format, stdout, stderr)
     try:

@@ -39,10 +39,27 @@ from anvild.ninep.constants import (
     OWRITE,
 )
 
-__all__ = ["COMMANDS", "add_global_options", "run"]
+__all__ = ["COMMANDS", "add_global_options", "failed", "run", "std_streams"]
 
 COMMANDS = ("ls", "read", "write", "rdwr", "stat")
 _CHUNK = 4096  # plan9port's `9p` buffer: one Twrite per read(2) of at most this much
+
+
+def std_streams(
+    stdin: BinaryIO | None, stdout: BinaryIO | None, stderr: BinaryIO | None
+) -> tuple[BinaryIO, BinaryIO, BinaryIO]:
+    """The streams a command was given, or the process's binary stdin, stdout and stderr for
+    those it was not (tests pass their own)."""
+    return (stdin or sys.stdin.buffer, stdout or sys.stdout.buffer, stderr or sys.stderr.buffer)
+
+
+def failed(what: str, exc: ClientError, stdout: BinaryIO, stderr: BinaryIO) -> int:
+    """Report a command's failure as `anvilctl WHAT: MESSAGE` on stderr, after what it printed
+    so far; the exit status (1)."""
+    stdout.flush()
+    stderr.write(f"anvilctl {what}: {exc}\n".encode())
+    stderr.flush()
+    return 1
 
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
@@ -224,9 +241,7 @@ def run(
     stderr: BinaryIO | None = None,
 ) -> int:
     """Run one parsed 9P command; return the exit status."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr.buffer
+    stdin, stdout, stderr = std_streams(stdin, stdout, stderr)
     mount = _Mount(args)
     target = " ".join(args.paths) if args.command == "ls" else args.path
     try:
@@ -244,9 +259,6 @@ def run(
         else:  # pragma: no cover - argparse restricts the choices
             raise AssertionError(args.command)
     except ClientError as exc:
-        stdout.flush()
-        stderr.write(f"anvilctl {args.command} {target}: {exc}\n".encode())
-        stderr.flush()
-        return 1
+        return failed(f"{args.command} {target}", exc, stdout, stderr)
     stdout.flush()
     return 0

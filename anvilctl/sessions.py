@@ -42,10 +42,10 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from typing import BinaryIO, NamedTuple
 
+from anvilctl.ninep_cli import failed, std_streams
 from anvilctl.ninep_client import (
     CFid,
     Client,
@@ -331,9 +331,7 @@ def run(
     stderr: BinaryIO | None = None,
 ) -> int:
     """Run one parsed session command; return the exit status."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
-    stderr = stderr or sys.stderr.buffer
+    stdin, stdout, stderr = std_streams(stdin, stdout, stderr)
     if args.command == "attach":
         from anvilctl import attach  # readline and the terminal: only for this command
 
@@ -355,9 +353,6 @@ def run(
         else:  # pragma: no cover - argparse restricts the choices
             raise AssertionError(args.command)
     except ClientError as exc:
-        stdout.flush()
-        stderr.write(f"anvilctl {what}: {exc}\n".encode())
-        stderr.flush()
-        return 1
+        return failed(what, exc, stdout, stderr)
     stdout.flush()
     return 0
