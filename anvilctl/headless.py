@@ -406,7 +406,8 @@ class _DeferredInterrupt:
 
     def __exit__(self, *exc: object) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
+            # (None: the handler before was not set from Python; Python's own is the default)
+            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
 
 
 def _stdout_closed(out: BinaryIO) -> bool:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from anvild.agent.permissions.policy import Mode
 from anvild.llm.testing import ScriptedProvider, script
-from anvild.store import FileSeen, ToolFinished, read_journal
+from anvild.store import FileSeen, SessionStatus, ToolFinished, read_journal
 from tests.unit.session.support import Models, ask, new, running, target
+from tests.unit.session.test_approvals_records import FailingAppends
 
 
 def edit(call_id: str, name: str) -> script.Script:
@@ -72,3 +75,21 @@ async def test_an_edit_after_a_restart_needs_no_new_read_but_a_changed_file_is_s
         # The agent's own edit is seen too: a later restart keeps the new digest.
         kept = [r for r in session.journal.state.files_seen if r[0].endswith("kept.txt")]
         assert len(kept) == 1
+
+
+async def test_a_read_whose_result_was_not_recorded_leaves_no_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.txt").write_text("old text\n")
+    provider = ScriptedProvider(
+        [script.tool_call("r1", "read_file", {"file_path": "a.txt"}), script.text("read")]
+    )
+    async with running(tmp_path, Models({"fake": target(provider)})) as manager:
+        session = await new(manager)
+        monkeypatch.setattr(session.journal, "append", FailingAppends(session, (ToolFinished,)))
+        seq = session.submit("read it")
+        assert await session.wait_handled(seq) is SessionStatus.ERROR
+        path = session.journal.path
+    assert not [r for r in read_journal(path).records if isinstance(r, FileSeen)]
