@@ -26,9 +26,9 @@ asked, e.g. `claim research-auth-001 for a1b2c3d4 (by user)`: `git log` is the a
 Ids are `<first two title words>-<NNN>` (`research-auth-001`; see `anvild.beads.model`).
 
 Bead: id, title, description, role, status (pending | in_progress | pending_approval |
-completed | failed), assigned_to, result, depends_on, requires_approval, approved_by, convoy,
-reason (the last fail/reject reason), created_at, updated_at (RFC 3339, UTC), submissions (the
-approval round).
+completed | failed), assigned_to, result, depends_on, requires_approval, approver, approved_by,
+convoy, reason (the last fail/reject reason), created_at, updated_at (RFC 3339, UTC),
+submissions (the approval round).
 Convoy: id, title, goal, status (planning | in_progress | completed | failed | abandoned),
 coordinator, beads (member ids, in order), context, created_at, updated_at.
 
@@ -54,7 +54,7 @@ Writes are async, one commit each, serialised by one lock; `by` names who asked 
 file write, `session <id>` for an agent tool) and goes into the commit message and the event:
 
     await store.create(NewBead(title, role, description, depends_on, requires_approval,
-                               convoy), by=...) -> Bead
+                               convoy, approver), by=...) -> Bead
     await store.add_dep(bead, dep, by=...) / store.remove_dep(bead, dep, by=...)
     await store.claim(bead, session, by=...)       # compare-and-swap: BeadConflict names
                                                    # the holder; refused while deps are open
@@ -94,11 +94,15 @@ once whatever crashed when. The store's part:
 
 `approved_by` is `user` for a person (a file write) or the approver session's id. An agent never
 approves its own work: `approve` / `reject` / `decide` whose approver is the session the bead
-is assigned to are refused (`BeadConflict`). The verdicts follow the ideas file's gate:
-approve -> completed (the session goes idle), reject REASON -> failed with the reason (the
-session is stopped with it; work does not go on by itself, and `release` offers the bead
-again). If the session cannot wait (exited, ephemeral, stopped, gone), the bead waits in
-pending_approval and its own ctl answers it as before; a `bead_gate` event says so.
+is assigned to are refused (`BeadConflict`). `Bead.approver` (from `NewBead.approver`, named by
+the bead's creator, fixed; `user` by default and for files written before it existed) is the
+only session that may answer besides a person: any other session is refused too, and the
+bead's gate on its session carries it as the gate's approver (`anvild.daemon.approvers`).
+The verdicts follow the ideas file's gate: approve -> completed (the session goes idle),
+reject REASON -> failed with the reason (the session is stopped with it; work does not go on
+by itself, and `release` offers the bead again). If the session cannot wait (exited,
+ephemeral, stopped, gone), the bead waits in pending_approval and its own ctl answers it as
+before; a `bead_gate` event says so.
 
 Errors (`str()` is what a person or a model reads):
 

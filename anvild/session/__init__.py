@@ -35,7 +35,10 @@ agent/ctl     `new ...`: `await manager.create(NewSession.parse(words))` -> Sess
               unknown role, bad sandbox, taken or reserved alias: `InvalidSessionRequest`.
               Limits per session (recorded in `SessionStarted`, so they survive a restart):
               `max_steps=N` (1..1000), `budget=TOKENS` (per turn), `permission=MODE` (refused
-              when wider than `SessionSettings.max_mode`); `headless`: a call that needs
+              when wider than `SessionSettings.max_mode`); `approver=ID|ALIAS|user`: the
+              session that may answer its result gates besides a person (a live session,
+              recorded as its id; `Session.approver`, `user` when none; never changed);
+              `headless`: a call that needs
               approval is refused at once, the reason naming the mode or rule that would allow
               it (`Session.mode`, `max_steps`, `token_budget`, `headless` read them back).
               `kill ID`: `await manager.kill(id_or_alias)` (blocks until the turn has ended).
@@ -67,8 +70,12 @@ For a Session `s`:
             tool, arguments, reason, always_adds; or `kind result` with asked_by and summary);
             write `s.answer_approval(line, by="user")`: approve | always | reject REASON
             (`SessionRefused` when nothing is pending, and when `by` is the session itself:
-            an agent never answers its own approval; `always` refused for a result).
-            Result gates: `s.request_result_approval(summary, asked_by, ref)` (ctl
+            an agent never answers its own approval; `always` refused for a result; a
+            session `by` that is not the open result gate's `approver`, or any session `by`
+            for a tool call: only a person answers those). The result text shows
+            `approver <id|user>`.
+            Result gates: `s.request_result_approval(summary, asked_by, ref, approver=None)`
+            (approver: default `s.approver`; a bead passes its own) (ctl
             `request_approval [SUMMARY]`, the model's tool, a bead: `asked_by="bead <id>"`,
             `ref` its approval round) -> await_approval until approve (idle) or reject REASON
             (stopped); `ResultDecided` (verdict, reason, asked_by, ref, by) on the events.
@@ -78,6 +85,7 @@ For a Session `s`:
   role      read `s.role`; write `s.set_role(name)` (refused after the first prompt).
   context   read `s.context`; write (body, at clunk) `s.set_context(text)`: from the next turn.
   alias, model, cwd, sandbox   `s.alias` (None -> "-"), `s.model`, `s.cwd`, `s.sandbox`.
+  approver  `s.approver` (read-only; ctl `approver ...` is refused: fixed at creation).
   created   `s.created`: the creation time, RFC 3339 UTC to the second (`2026-11-30T21:12:33Z`).
   first_prompt  `s.first_prompt`: the first line of the first prompt, at most 200 characters
             ("" -> "-" before any prompt has run). Both from the records: they survive restarts.

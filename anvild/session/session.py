@@ -45,8 +45,12 @@ Theory of operation.
   is published as a `ResultDecided` event (session, verdict, reason, asked_by, ref, by); an
   asker learns it from that event, or after a restart from `result_decision(asked_by)`, which
   the records keep. There is no in-memory callback. A session never answers its own approval
-  (`answer_approval(line, by=<its id>)` is refused). `withdraw_result_approval` lets an asker
-  that no longer needs the answer (a bead decided on its own ctl) cancel its gate.
+  (`answer_approval(line, by=<its id>)` is refused). Each gate names its approver session
+  (`PendingResult.approver`, recorded with the request: the session's `approver` from `new`,
+  or the asker's, e.g. a bead's); a session that answers (`by=<its id>`) must be that one, and
+  no session answers a tool call's approval: only a person (`by="user"`) answers any.
+  `withdraw_result_approval` lets an asker that no longer needs the answer (a bead decided on
+  its own ctl) cancel its gate.
 - Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
   `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers. Besides the loop's
   events, `events` carries the session's own `approval_requested` (when it starts waiting on
