@@ -29,9 +29,11 @@ The bead board re-checks the approver when the decision lands on the bead (`Boar
 `reject`, `decide`). `approved_by` is the caller's id. A person can answer any gate at any
 time by writing to the session's `approval` (or the bead's ctl), as before.
 
-After the session recorded the decision, `settle` (the bead gates' `settle`) brings a bead
-gate's bead along before the tool returns, so the approver sees the bead completed (or failed)
-in its next read.
+The target is named by id or alias (or, for a conductor, by the short name it gave a session it
+started: `<name>.<its id>`, as its own tools accept); the name gives no authority, the gate's
+approver does. After the session recorded the decision, `settle` (the bead gates' `settle`)
+brings a bead gate's bead along before the tool returns, so the approver sees the bead
+completed (or failed) in its next read.
 """
 
 from __future__ import annotations
@@ -67,17 +69,27 @@ class SessionApprovals:
     def bind(self, manager: SessionManager) -> None:
         self._manager = manager
 
+    @staticmethod
+    def _find(manager: SessionManager, name: str, caller: str) -> Session | None:
+        """By id or alias; or, for a conductor, by the short name of a session it started
+        (alias `<name>.<conductor id>`, as its own tools accept)."""
+        for key in (name, f"{name}.{caller}"):
+            try:
+                return manager.get(key)
+            except SessionNotFound:
+                continue
+        return None
+
     async def answer_result_approval(
         self, caller: str, target: str, verdict: str, reason: str
     ) -> str:
         if self._manager is None:
             raise ValueError("the daemon's sessions are not ready yet; try again")
-        try:
-            session = self._manager.get(target)
-        except SessionNotFound:
+        session = self._find(self._manager, target, caller)
+        if session is None:
             raise ValueError(
                 f"no session {target!r}: name a session from list_sessions (its id or alias)"
-            ) from None
+            )
         gate = session.pending_result
         line = "approve" if verdict == "approve" else f"reject {reason}"
         try:

@@ -125,7 +125,8 @@ ANSWER_SCHEMA: Final[Mapping[str, Any]] = {
             "type": "string",
             "minLength": 1,
             "maxLength": 200,
-            "description": "The waiting session's id or alias.",
+            "description": "The waiting session's id or alias (a conductor may use the name "
+            "it gave it).",
         },
         "verdict": {"type": "string", "enum": ["approve", "reject"]},
         "reason": {

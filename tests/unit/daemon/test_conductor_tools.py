@@ -16,9 +16,11 @@ import trio.testing
 
 from anvild.agent.tools.base import Failed, InvalidArgs, Tool, ToolContext, ToolOutput
 from anvild.beads import BeadStatus, BeadStore, ConvoyStatus
+from anvild.daemon.approvers import SessionApprovals
 from anvild.daemon.conductor_tools import BEAD_TOOL_NAMES, CONDUCTOR_TOOL_NAMES, ConductorTools
 from anvild.llm import stream
 from anvild.llm.testing import Pause, Script, ScriptedProvider, script
+from anvild.mail.tools import AnswerApproval
 from anvild.sandbox import ReadOnly
 from anvild.session import NewSession, Session, SessionManager, SessionStatus, ToolSetup
 from anvild.session import roles as session_roles
@@ -333,3 +335,32 @@ async def test_a_conductor_names_only_itself_or_user_as_approver(tmp_path: Path)
         # the schema the model sees offers only the two
         schema = tools.by_name["start_session"].input_schema["properties"]["approver"]
         assert schema["enum"] == ["me", "user"]
+
+
+async def test_a_conductor_approves_the_result_of_a_worker_it_started_as_approver(
+    tmp_path: Path,
+) -> None:
+    async with conducting(tmp_path, []) as (manager, _, conductor):
+        boss, tools = await conductor_session(manager, conductor, tmp_path)
+        await tools("start_session", role="developer", name="d", approver="me")
+        await tools("start_session", role="developer", name="e")
+        mine, theirs = manager.get(f"d.{boss.id}"), manager.get(f"e.{boss.id}")
+        for worker in (mine, theirs):
+            worker.request_result_approval("Parser fixed.", "ctl")
+        waited = await tools("wait_sessions", sessions=["d", "e"])
+        assert waited.splitlines() == [
+            f"{mine.id} ({mine.alias}): await_approval, its result (ctl) waits for approval by "
+            "you (answer_approval)",
+            f"{theirs.id} ({theirs.alias}): await_approval, its result (ctl) waits for approval "
+            "by a person",
+        ]
+        answers = SessionApprovals()
+        answers.bind(manager)
+        answer = AnswerApproval(answers, boss.id)
+        with pytest.raises(Failed, match="result can be approved only by user; ask a human"):
+            await answer.call({"session": "e." + boss.id, "verdict": "approve"}, tools.ctx)
+        said = await answer.call({"session": "d", "verdict": "approve"}, tools.ctx)  # short name
+        assert (
+            said.content == f"You approved the result of session {mine.id} for ctl; it is now idle."
+        )
+        assert (mine.status, theirs.status) == (SessionStatus.IDLE, SessionStatus.AWAIT_APPROVAL)
