@@ -275,3 +275,21 @@ async def test_a_second_store_on_the_same_repository_is_refused(tmp_path: Path) 
     store.close()
     await second.open()
     second.close()
+
+
+async def test_the_approver_survives_a_reopen_and_old_files_read_as_user(tmp_path: Path) -> None:
+    repo = tmp_path / "beads"
+    store = await opened(repo)
+    named = await store.create(NewBead("A", "dev", requires_approval=True, approver="s9"), by="u")
+    plain = await store.create(NewBead("B", "dev", requires_approval=True), by="user")
+    store.close()
+    # A file written before the field existed: the same bead without `approver`.
+    path = repo / "beads" / f"{plain.id}.json"
+    doc = json.loads(path.read_text())
+    assert doc.pop("approver") == "user"
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@localhost", "commit", "-qam", "old file")
+    again = await opened(repo)
+    assert again.recovered == []
+    assert (again.bead(named.id).approver, again.bead(plain.id).approver) == ("s9", "user")
+    again.close()
