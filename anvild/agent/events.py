@@ -189,7 +189,8 @@ class TurnFinished:
 class ApprovalRequested:
     """The session waits for an answer on its `approval` file (state await_approval), for what
     the file shows: `kind` "tool" (a call: `call_id`, `tool`, `arguments`, `reason`, and what
-    `always` would add, `always_adds`) or "result" (its result: `asked_by`, `summary`). A
+    `always` would add, `always_adds`) or "result" (its result: `asked_by`, `summary`, and
+    `approver`, the session that may answer it besides a person, or `user`). A
     headless session refuses such a call at once: it never waits, and never emits this."""
 
     TAG: ClassVar[str] = "approval_requested"
@@ -201,6 +202,7 @@ class ApprovalRequested:
     always_adds: tuple[str, ...] = ()
     asked_by: str = ""
     summary: str = ""
+    approver: str = ""
 
 
 @attrs.frozen

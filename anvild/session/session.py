@@ -893,7 +893,12 @@ class Session:
         self._log_lines(_indented("APPROVAL:", f"result approval requested by {asked_by}"))
         self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
         self._publish_event(
-            ev.ApprovalRequested("result", asked_by=asked_by, summary=pending.summary)
+            ev.ApprovalRequested(
+                "result",
+                asked_by=asked_by,
+                summary=pending.summary,
+                approver=pending.approver or USER,
+            )
         )
 
     def _answer_result(self, line: str, by: str) -> None:

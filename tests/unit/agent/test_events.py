@@ -55,7 +55,7 @@ ALL_EVENTS: list[tuple[ev.AgentEvent, str]] = [
         ),
         '{"type":"approval_requested","kind":"tool","call_id":"c1","tool":"bash",'
         '"arguments":{"command":"ls"},"reason":"","always_adds":["x"],"asked_by":"",'
-        '"summary":""}',
+        '"summary":"","approver":""}',
     ),
     (
         ev.ApprovalAnswered("result", "reject", "not yet", by="user"),

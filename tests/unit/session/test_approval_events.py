@@ -50,6 +50,7 @@ async def test_a_tool_approval_is_announced_and_its_answer_too(
             "always_adds": asked["always_adds"],
             "asked_by": "",
             "summary": "",
+            "approver": "",
         }
         assert asked["reason"]
         assert asked["reason"] in session.approval_text()
@@ -82,6 +83,7 @@ async def test_a_result_approval_is_announced_with_what_approval_shows(tmp_path:
         session.request_result_approval(asked_by="ctl")
         [asked] = approval_events(session)
         assert (asked["kind"], asked["asked_by"], asked["summary"]) == ("result", "ctl", "Done it.")
+        assert asked["approver"] == "user"
         await session.control("reject not good enough")
         answered = approval_events(session)[1]
         assert (answered["kind"], answered["verdict"]) == ("result", "reject")
