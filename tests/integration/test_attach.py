@@ -195,7 +195,8 @@ class Terminal:
             "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
             "TERM": "xterm",
         }
-        env.pop("NO_COLOR", None)
+        for name in ("NO_COLOR", "COLUMNS", "LINES"):  # pytest-xdist workers set the size
+            env.pop(name, None)  # the pty's size (above) is the terminal's
         self.proc = subprocess.Popen(
             ["setsid", "-c", sys.executable, "-m", "anvilctl", *args],
             stdin=slave,
@@ -294,15 +295,17 @@ def attach_fake(tmp_path: Path) -> Iterator[FakeServer]:
                     {"name": "write_file", "arguments": {"file_path": "mess.txt", "content": "x"}}
                 ],
             },
-            # Not repeated: the next prompt's request still holds this one's text.
-            {"contains": "stuck", "text": "never finished", "chunk_delay": 30.0},
+            # Not repeated: the next prompt's request still holds this one's text. Held after
+            # its first piece of text, never released: the turn runs until it is cancelled.
+            {"contains": "stuck", "text": "never finished", "hold": 2},
             {
                 "contains": "keep a diary",
                 "tool_calls": [
                     {"name": "write_file", "arguments": {"file_path": "diary.txt", "content": "d"}}
                 ],
             },
-            {"contains": "tell a story", "text": "Once upon a time, far away.", "chunk_delay": 1.0},
+            # Held after its first piece of text until the test releases it.
+            {"contains": "tell a story", "text": "Once upon a time, far away.", "hold": 2},
             {"text": "pong", "repeat": True},
         ],
     )
@@ -387,10 +390,11 @@ def test_attach_streams_turns_tools_approvals_cancel_and_commands(
     last = attach_fake.requests()[-1]
     assert "the user rejected this call and said: not in my repository" in last["last_user_text"]
 
-    # Ctrl-C cancels a slow turn; the next prompt works.
+    # Ctrl-C cancels a slow turn; the next prompt works. Its first piece of text on the
+    # terminal says attach follows the turn (a Ctrl-C before that would hit the prompt).
     term.expect(r"> ")
     term.type("stuck here\r")
-    wait_state(namespace, sid, "running")
+    term.expect(r"never fi")
     term.type("\x03")
     term.expect(r"\^C: cancelling the turn\n(.*\n)?\[cancelled")
     term.expect(r"> ")
@@ -446,6 +450,7 @@ def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
     namespace: Path,
     workdir: Path,
     terminal_factory: Callable[..., Terminal],
+    attach_fake: FakeServer,
 ) -> None:
     sid = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
     turn(namespace, sid, "ping")  # a finished turn: in the events backlog, never shown
@@ -453,6 +458,7 @@ def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
     wait_state(namespace, sid, "running")
     term = terminal_factory("attach", sid)
     term.expect(rf"attached to {sid}: developer, model fake, running; /help for help\n")
+    attach_fake.release()  # the rest of the story, after attach has shown its start
     term.expect(r"^Once upon a time, far away\.\n\[done · 1 step")
     term.expect(r"> ")
     assert "pong" not in term.text

@@ -171,6 +171,43 @@ async def test_wait_blocks_until_enough_requests_arrived(fake: FakeProvider) -> 
         assert bad.status_code == 400
 
 
+async def test_a_held_stream_waits_for_one_release_each(fake: FakeProvider) -> None:
+    """`hold`: the first events go out, the rest wait; each release frees one stream, and a
+    release that comes before the stream reaches its hold is kept for it."""
+    fake.add(Turn.reply("held answer", hold=2, repeat=True))
+    async with httpx.AsyncClient() as client:
+        seen: list[str] = []
+
+        async def read_held(done: trio.Event) -> None:
+            request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+            url = f"{fake.url}/v1/chat/completions"
+            async with client.stream("POST", url, json=request) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        delta = json.loads(line[6:])["choices"][0]["delta"]
+                        seen.append(delta.get("content") or "")
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            first = trio.Event()
+            nursery.start_soon(read_held, first)
+            await fake.wait_requests(1)
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == ["", "held ans"]  # the role delta and the first piece, then held
+            assert not first.is_set()
+            answer = await client.post(f"{fake.url}/_fake/release")
+            assert answer.json() == {"released": True}
+            await first.wait()
+            assert "".join(seen) == "held answer"
+
+            fake.release()  # before the next stream: kept for it
+            second = trio.Event()
+            nursery.start_soon(read_held, second)
+            await second.wait()
+    with pytest.raises(ValueError, match="hold must be a count of events"):
+        load_turns({"turns": [{"hold": -1}]})
+
+
 def test_script_json_round_trips_and_rejects_unknown_keys() -> None:
     turns = load_turns(
         {

@@ -136,7 +136,7 @@ def test_prompts_queued_behind_a_turn_run_in_order_and_drop_discards(tmp_path: P
     fake = FakeServer(
         tmp_path,
         [
-            {"contains": "slow", "text": "slowly", "chunk_delay": 2.5, "repeat": True},
+            {"contains": "slow", "text": "slowly", "hold": 1, "repeat": True},
             {"contains": "second", "text": "two"},
             {"contains": "third", "text": "three"},
             {"text": "unexpected", "repeat": True},
@@ -151,6 +151,7 @@ def test_prompts_queued_behind_a_turn_run_in_order_and_drop_discards(tmp_path: P
         ok(anvilctl(namespace, "send", sid, "third"))
         queued = read(namespace, f"agent/{sid}/queue").splitlines()
         assert [line.split("\t")[1] for line in queued] == ["second", "third"]
+        fake.release()
         assert ok(anvilctl(namespace, "wait", sid)) == "await\n"
         assert ok(anvilctl(namespace, "out", sid)) == "three\n"
         prompts = [str(r["body"]["messages"][-1]["content"]) for r in fake.requests()]
@@ -162,6 +163,7 @@ def test_prompts_queued_behind_a_turn_run_in_order_and_drop_discards(tmp_path: P
         ok(anvilctl(namespace, "send", sid, "dropped two"))
         ok(anvilctl(namespace, "write", f"agent/{sid}/queue", stdin="drop\n"))
         assert read(namespace, f"agent/{sid}/queue") == ""
+        fake.release()
         assert ok(anvilctl(namespace, "wait", sid)) == "await\n"
         assert ok(anvilctl(namespace, "out", sid)) == "slowly\n"
         assert len(fake.requests()) == 4

@@ -59,6 +59,14 @@ JSON body, protocol, model, and the turn it got); a subprocess serves them at
 count) or S seconds (default 30) went by (408): a test that must act while a turn is in flight
 waits on it instead of polling.
 
+Holding. A turn with `"hold": N` sends its first N SSE events and then waits for a release:
+each `POST /_fake/release` (from a trio test: `release()`) lets one held stream go on, one
+that waits now or else the next to reach its hold, so a release that comes before the request
+is not lost. A test that needs a turn to stay running while it acts (queue prompts behind it,
+attach to it, cancel it) holds it instead of slowing it down with `chunk_delay`, and waits on
+what the client shows rather than on the clock. With openai-chat the first event is the empty
+role delta, so `"hold": 1` holds before any text and `"hold": 2` after the first piece.
+
 Usage is deterministic: input tokens default to the request body's length / 4, output tokens
 to the reply's length / 4 (at least 1 each), unless the turn gives `usage`.
 """
@@ -129,6 +137,7 @@ class Turn:
     delay: float = 0.0  # seconds before the response headers
     chunk_delay: float = 0.0  # seconds between two SSE events
     piece: int = 8  # characters of text (and reasoning) per delta
+    hold: int = 0  # > 0: after this many SSE events, wait for a POST /_fake/release
     stamp: str = ""  # replaced by time.monotonic_ns() in each event as it is sent
     # Conditions.
     model: str | None = None
@@ -171,6 +180,8 @@ class Turn:
             values["usage"] = Usage(**values["usage"])
         if values.get("stream_error") is not None:
             values["stream_error"] = StreamFailure(**values["stream_error"])
+        if not isinstance(values.get("hold", 0), int) or values.get("hold", 0) < 0:
+            raise ValueError(f"hold must be a count of events, got {values['hold']!r}")
         if not isinstance(values.get("piece", 1), int) or values.get("piece", 1) < 1:
             raise ValueError(f"piece must be a positive integer, got {values['piece']!r}")
         if values.get("finish") not in (None, *FINISHES):
@@ -689,6 +700,8 @@ class FakeProvider:
         self.host = host
         self.port: int | None = None
         self._arrived = trio.Event()  # set and replaced whenever a request is recorded
+        self._releases = 0  # releases not yet taken by a held stream
+        self._released = trio.Event()  # set and replaced by each release()
 
     @property
     def url(self) -> str:
@@ -698,6 +711,17 @@ class FakeProvider:
 
     def add(self, *turns: Turn) -> None:
         self.turns.extend(turns)
+
+    def release(self) -> None:
+        """Let one stream that a `hold` turn keeps (or will keep) waiting go on."""
+        self._releases += 1
+        self._released.set()
+        self._released = trio.Event()
+
+    async def _take_release(self) -> None:
+        while not self._releases:
+            await self._released.wait()
+        self._releases -= 1
 
     @property
     def pending(self) -> int:
@@ -837,6 +861,8 @@ class FakeProvider:
         )
         stamp = turn.stamp.encode()
         for index, event in enumerate(events):
+            if turn.hold and index == turn.hold:
+                await self._take_release()
             if index and turn.chunk_delay:
                 await trio.sleep(turn.chunk_delay)
             if stamp:
@@ -891,6 +917,9 @@ class FakeProvider:
             await self._json(conn, stream, 200, [r.to_json() for r in self.requests])
         elif method == "GET" and path == "/_fake/pending":
             await self._json(conn, stream, 200, {"pending": self.pending})
+        elif method == "POST" and path == "/_fake/release":
+            self.release()
+            await self._json(conn, stream, 200, {"released": True})
         elif method == "POST" and path == "/_fake/turns":
             try:
                 turns = load_turns(json.loads(raw))
