@@ -64,8 +64,10 @@ each `POST /_fake/release` (from a trio test: `release()`) lets one held stream 
 that waits now or else the next to reach its hold, so a release that comes before the request
 is not lost. A test that needs a turn to stay running while it acts (queue prompts behind it,
 attach to it, cancel it) holds it instead of slowing it down with `chunk_delay`, and waits on
-what the client shows rather than on the clock. With openai-chat the first event is the empty
-role delta, so `"hold": 1` holds before any text and `"hold": 2` after the first piece.
+what the client shows rather than on the clock. A held stream sends an SSE comment every
+second, as providers send pings, so an HTTP client's read timeout does not end it. With
+openai-chat the first event is the empty role delta, so `"hold": 1` holds before any text and
+`"hold": 2` after the first piece.
 
 Usage is deterministic: input tokens default to the request body's length / 4, output tokens
 to the reply's length / 4 (at least 1 each), unless the turn gives `usage`.
@@ -94,6 +96,7 @@ drive; the other protocols get a stop they do not define either (chat `pause_tur
 incomplete for `pause_turn`, Gemini `OTHER`), so every adapter ends it as unsupported."""
 
 MAX_BODY = 32 * 1024 * 1024
+HOLD_PING = 1.0  # seconds between the SSE comments of a held stream
 
 
 @attrs.frozen
@@ -718,9 +721,14 @@ class FakeProvider:
         self._released.set()
         self._released = trio.Event()
 
-    async def _take_release(self) -> None:
+    async def _take_release(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+        """Wait for a release, sending an SSE comment every HOLD_PING seconds meanwhile (as
+        providers send pings), so a client's read timeout does not end a held stream."""
         while not self._releases:
-            await self._released.wait()
+            with trio.move_on_after(HOLD_PING):
+                await self._released.wait()
+                continue
+            await stream.send_all(conn.send(h11.Data(data=b": held\n\n")) or b"")
         self._releases -= 1
 
     @property
@@ -862,7 +870,7 @@ class FakeProvider:
         stamp = turn.stamp.encode()
         for index, event in enumerate(events):
             if turn.hold and index == turn.hold:
-                await self._take_release()
+                await self._take_release(conn, stream)
             if index and turn.chunk_delay:
                 await trio.sleep(turn.chunk_delay)
             if stamp:
