@@ -39,38 +39,6 @@ from tests.integration.test_sessions_e2e import (
 )
 
 
-@pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeServer]:
-    server = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def config(tmp_path: Path, fake: FakeServer) -> Path:
-    return user_config(tmp_path, fake.url)
-
-
-@pytest.fixture
-def daemon(namespace: Path, config: Path) -> Iterator[Anvild]:
-    d = start_daemon(namespace, config)
-    yield d
-    code, log = d.stop()
-    assert code == 0, log
-
-
 def turn(namespace: Path, session: str, prompt: str) -> None:
     ok(anvilctl(namespace, "send", session, "-", stdin=prompt))
     assert ok(anvilctl(namespace, "wait", session)) == "await\n"

@@ -34,18 +34,6 @@ from tests.integration.test_sessions_e2e import (
 
 
 @pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeServer]:
     server = FakeServer(
         tmp_path,

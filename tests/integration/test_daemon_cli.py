@@ -122,11 +122,6 @@ class Anvild:
 
 
 @pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
 def daemon(namespace: Path) -> Iterator[Anvild]:
     d = Anvild(namespace)
     d.wait_serving()

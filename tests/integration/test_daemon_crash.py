@@ -52,11 +52,6 @@ SLEEP = "317.5"  # a distinctive duration: the sandboxed sleep is found by its c
 
 
 @pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
 def shared_workdir() -> Iterator[Path]:
     """A workspace the sandbox uid can write (as root the sandbox runs as uid 65534)."""
     top = Path(tempfile.mkdtemp(prefix="anvil-crash-", dir="/var/tmp"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,33 +30,6 @@ from tests.integration.test_sessions_e2e import (
     start_daemon,
     user_config,
 )
-
-
-@pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeServer]:
-    server = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
-    d = start_daemon(namespace, user_config(tmp_path, fake.url))
-    yield d
-    code, log = d.stop()
-    assert code == 0, log
 
 
 def new(namespace: Path, workdir: Path, *words: str) -> str:

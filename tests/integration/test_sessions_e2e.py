@@ -112,18 +112,6 @@ def read(namespace: Path, path: str) -> str:
     return ok(anvilctl(namespace, "read", path))
 
 
-@pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
 def start_daemon(namespace: Path, config: Path) -> Anvild:
     daemon = Anvild(namespace, "--config", str(config))
     daemon.wait_serving()
@@ -142,14 +130,6 @@ def fake(tmp_path: Path) -> Iterator[FakeServer]:
     )
     yield server
     server.stop()
-
-
-@pytest.fixture
-def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
-    d = start_daemon(namespace, user_config(tmp_path, fake.url))
-    yield d
-    code, log = d.stop()
-    assert code == 0, log
 
 
 def new_session_by_ctl(namespace: Path, workdir: Path, extra: str = "") -> str:
