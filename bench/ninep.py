@@ -1,6 +1,7 @@
 """9P server benchmark: our server against Debian's diod and a minimal aio9p server.
 
     .venv/bin/python bench/ninep.py [--seconds 3] [--rounds 1] [--only ours,anvild,diod,aio9p]
+    .venv/bin/python bench/ninep.py --only ours,baseline,aio9p --baseline DIR --rounds 5
     .venv/bin/python bench/ninep.py --python-only 20000
 
 What it measures, for every server, with the same client in the same run:
@@ -18,6 +19,9 @@ The servers, each a subprocess listening on 127.0.0.1 only:
   small operations on its `version` file;
 - `diod`: Debian's diod (C, threaded) exporting a directory with the same two files
   (`diod -f -n -e DIR -l 127.0.0.1:PORT`), 9P2000.L only;
+- `baseline` (only with ``--baseline DIR``): the `ours` server of another checkout of this
+  repository (e.g. ``git worktree add /tmp/old COMMIT``), for old-against-new comparisons in
+  the same run; rows "baseline 9P2000(.L)", and the ratios of ours to it;
 - `aio9p`: PyPI aio9p 0.3.3 (asyncio, 9P2000) serving the same two files from memory. aio9p is
   AGPL: it is installed only into a throwaway venv under the user cache directory, run as a
   separate process, and never imported by the project.
@@ -392,9 +396,20 @@ def aio9p_python() -> Path:
 
 
 @contextmanager
-def start(label: str, workdir: Path) -> Iterator[list[Server]]:
+def start(label: str, workdir: Path, baseline: Path | None = None) -> Iterator[list[Server]]:
     port = free_port()
-    if label == "ours":
+    if label == "baseline":
+        if baseline is None:
+            raise BenchError("the baseline server needs --baseline DIR (another checkout)")
+        script = baseline / "bench" / "ninep.py"
+        if not script.is_file():
+            raise BenchError(f"{script} does not exist: --baseline names a checkout of anvild")
+        with process([sys.executable, str(script), "--serve-ours", str(port)], port, label) as pid:
+            yield [
+                Server("baseline 9P2000.L", port, pid, Dialect.P9P2000_L, ""),
+                Server("baseline 9P2000", port, pid, Dialect.P9P2000, ""),
+            ]
+    elif label == "ours":
         argv = [sys.executable, __file__, "--serve-ours", str(port)]
         with process(argv, port, label) as pid:
             yield [
@@ -452,6 +467,13 @@ def main() -> int:
     )
     p.add_argument("--only", default="ours,anvild,diod,aio9p", help="comma-separated servers")
     p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another checkout of this repository whose server is the `baseline` row "
+        "(add baseline to --only)",
+    )
+    p.add_argument(
         "--python-only",
         type=int,
         metavar="N",
@@ -478,7 +500,8 @@ def main() -> int:
         for label in args.only.split(","):
             workdir = Path(tmp) / label
             workdir.mkdir()
-            servers += [(label, s) for s in stack.enter_context(start(label, workdir))]
+            started = stack.enter_context(start(label, workdir, args.baseline))
+            servers += [(label, s) for s in started]
         for number in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"\nround {number}  load={os.getloadavg()[0]:.2f}")
@@ -532,6 +555,8 @@ def print_medians(rounds: list[dict[str, Row]]) -> None:
         print_row(label, median_row)
     print("\nratios per round, and their median:")
     for text, a, b, pick in RATIOS:
+        if b.startswith("baseline") and b not in rounds[0]:
+            continue
         values = [ratio_of(r, a, b, pick) for r in rounds]
         known = [v for v in values if v is not None]
         shown = " ".join("n/a" if v is None else f"{v:.2f}" for v in values)
@@ -557,6 +582,18 @@ RATIOS: list[tuple[str, str, str, Pick]] = [
         lambda r: r[1].cpu_us_per_op,
     ),
     ("ours .L / diod, bulk MB/s", "ours 9P2000.L", "diod 9P2000.L", lambda r: r[2]),
+    (
+        "ours 9P2000 / baseline, 8 conn CPU/op",
+        "ours 9P2000",
+        "baseline 9P2000",
+        lambda r: r[1].cpu_us_per_op,
+    ),
+    (
+        "ours .L / baseline, 1 conn CPU/op",
+        "ours 9P2000.L",
+        "baseline 9P2000.L",
+        lambda r: r[0].cpu_us_per_op,
+    ),
 ]
 
 
@@ -572,6 +609,8 @@ def print_ratios(rows: dict[str, Row]) -> None:
     print("ratios (targets: 8 conns >= 1.0x aio9p with less CPU/op; 1 conn >= 0.8x diod;")
     print("        bulk >= 300 MB/s):")
     for text, a, b, pick in RATIOS:
+        if b.startswith("baseline") and b not in rows:
+            continue
         value = ratio_of(rows, a, b, pick)
         print(f"  {text + ':':40} {'n/a' if value is None else f'{value:.2f}x'}")
 
