@@ -1,8 +1,10 @@
 """Approver sessions: the daemon's side of the `answer_approval` tool (`SessionApprovals`).
 
-    approvals = SessionApprovals()                      # `anvild.mail.ApprovalAnswers`
+    approvals = SessionApprovals(settle=gates.settle, office=office)
     tools = mail_tools(office, gate, approvals)         # every session gets answer_approval
-    approvals.bind(manager); approvals.settle = gates.settle
+    approvals.bind(manager)
+    manager on_event -> approvals.on_session_event      # a gate naming a session opened
+    await nursery.start(approvals.run)                  # tells that session, by mail
 
 Theory of operation: authority
 ------------------------------
@@ -34,12 +36,26 @@ started: `<name>.<its id>`, as its own tools accept); the name gives no authorit
 approver does. After the session recorded the decision, `settle` (the bead gates' `settle`)
 brings a bead gate's bead along before the tool returns, so the approver sees the bead
 completed (or failed) in its next read.
+
+Telling the approver. When a session goes to await_approval with a result gate that names an
+approver session, that session gets an APPROVAL_REQUEST in its inbox from `anvild` (metadata:
+`session`, `asked_by`, `ref`; the body has the summary and says to call `answer_approval`), so
+an approver with `mail=auto` is prompted when it is idle. The mail is sent by `run`, in order,
+after the state change (the event handler cannot wait on the disk); an approver that is no
+longer live is not told. It is a notice only: the gate itself is the session's record, and a
+daemon that dies between the two leaves the gate open without the notice (`approval` still
+shows who may answer).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
+import structlog
+import trio
+
+from anvild.mail import MessageType, PostOffice
 from anvild.session import (
     Session,
     SessionError,
@@ -47,9 +63,12 @@ from anvild.session import (
     SessionNotFound,
     SessionStatus,
 )
+from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.store import PendingResult
 
 __all__ = ["SessionApprovals"]
+
+log = structlog.get_logger("anvild.daemon.approvers")
 
 
 async def _nothing(session: Session, gate: PendingResult) -> None:
@@ -62,12 +81,67 @@ class SessionApprovals:
     def __init__(
         self,
         settle: Callable[[Session, PendingResult], Awaitable[None]] = _nothing,
+        office: PostOffice | None = None,
     ) -> None:
         self._manager: SessionManager | None = None
         self.settle = settle
+        self.office = office
+        self._send, self._receive = trio.open_memory_channel[tuple[str, PendingResult]](math.inf)
 
     def bind(self, manager: SessionManager) -> None:
         self._manager = manager
+
+    # -- telling the approver ------------------------------------------------------------------
+
+    def on_session_event(self, event: SessionEvent) -> None:
+        """For the manager's `on_event`: a session now waits on a gate naming an approver."""
+        if (
+            not isinstance(event, SessionStateChanged)
+            or event.state != SessionStatus.AWAIT_APPROVAL.value
+            or self._manager is None
+            or self.office is None
+        ):
+            return
+        try:
+            session = self._manager.get(event.id)
+        except SessionNotFound:
+            return
+        gate = session.pending_result
+        if gate is not None and gate.approver:
+            self._send.send_nowait((session.id, gate))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Send each queued notice, in order, until cancelled."""
+        task_status.started()
+        async for session_id, gate in self._receive:
+            try:
+                await self._tell(session_id, gate)
+            except Exception:  # one notice's trouble must not stop the others (or the daemon)
+                log.exception("approvers.notice_failed", session=session_id)
+
+    async def _tell(self, session_id: str, gate: PendingResult) -> None:
+        office, manager = self.office, self._manager
+        if office is None or manager is None:
+            return
+        try:
+            approver = manager.get(gate.approver)
+        except SessionNotFound:
+            approver = None
+        if approver is None or approver.status is SessionStatus.EXITED:
+            log.info("approvers.not_told", session=session_id, approver=gate.approver)
+            return
+        await office.report(
+            approver.id,
+            f"Approval wanted: the result of session {session_id}",
+            f"Session {session_id} waits for your approval of its result (asked by "
+            f"{gate.asked_by or '-'}):\n\n{gate.summary}\n\nYou are its approver. Check the "
+            f"work, then call answer_approval with session {session_id} and verdict approve, "
+            "or reject with a reason saying what must change. A person may answer first.",
+            metadata={"session": session_id, "asked_by": gate.asked_by, "ref": gate.ref},
+            kind=MessageType.APPROVAL_REQUEST,
+        )
+
+    # -- answering -----------------------------------------------------------------------------
 
     @staticmethod
     def _find(manager: SessionManager, name: str, caller: str) -> Session | None:

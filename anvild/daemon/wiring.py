@@ -244,6 +244,7 @@ class Sessions:
     gates: BeadGates | None = None
     transport: LeanTransport | None = None  # its idle watch runs beside the manager
     gc_policy: GcPolicy | None = None  # the daemon command's (anvild.daemon.gcpolicy)
+    approvals: SessionApprovals | None = None  # tells approver sessions of their gates
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -292,8 +293,8 @@ class Sessions:
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
-        approvals = SessionApprovals(settle=gates.settle)
         office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
+        approvals = SessionApprovals(settle=gates.settle, office=office)
         auto = AutoMail(office, prompter)
         forward = forward_events(root)
 
@@ -303,6 +304,7 @@ class Sessions:
                 auto.poke(event.id)
             beads.on_session_event(event)
             gates.on_session_event(event)
+            approvals.on_session_event(event)
             if gc_policy is not None:
                 gc_policy.on_event(event)
 
@@ -344,7 +346,7 @@ class Sessions:
             gates.on_bead_event(event)
 
         store.on_event = on_bead_event
-        return cls(manager, tree, root, client, mail, beads, gates, transport, gc_policy)
+        return cls(manager, tree, root, client, mail, beads, gates, transport, gc_policy, approvals)
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -363,6 +365,8 @@ class Sessions:
                         if self.transport is not None:
                             await nursery.start(self.transport.watch.run)
                         await nursery.start(self.manager.run)
+                        if self.approvals is not None:
+                            await nursery.start(self.approvals.run)
                         if self.gc_policy is not None:  # after the restore: freeze it all
                             self.gc_policy.configure()
                             await nursery.start(self.gc_policy.run)

@@ -233,14 +233,16 @@ class PostOffice:
         *,
         in_reply_to: str | None = None,
         metadata: dict[str, Any] | None = None,
+        kind: MessageType = MessageType.ERROR_REPORT,
     ) -> Message | None:
-        """An ERROR_REPORT from the daemon into `mailbox`'s inbox (None if it could not be
-        written: logged, never raised, since it reports another failure)."""
+        """A message from the daemon into `mailbox`'s inbox, an ERROR_REPORT unless `kind`
+        says otherwise (None if it could not be written: logged, never raised, since it reports
+        another event)."""
         message = Message(
             id=self._ids.next(),
             sender=DAEMON,
             to=mailbox,
-            type=MessageType.ERROR_REPORT,
+            type=kind,
             subject=subject[:200],
             body=body,
             metadata=metadata or {},

@@ -10,12 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
 from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.beads import BeadStatus
 from anvild.daemon.approvers import SessionApprovals
+from anvild.daemon.mail_tree import SessionPeers
 from anvild.llm.types import ToolCall, ToolResult
+from anvild.mail import MailStore, Message, MessageType, PostOffice
 from anvild.mail.tools import AnswerApproval
 from anvild.session import InvalidSessionRequest, NewSession, Session, SessionStatus
 from anvild.store import ResultApprovalAnswered, ResultApprovalRequested, Verdict
@@ -207,3 +210,39 @@ async def test_a_person_answers_a_gate_that_names_an_approver_session(tmp_path: 
         assert gate_records(world, worker.id) == [
             ResultApprovalAnswered(Verdict.APPROVE, "", "user")
         ]
+
+
+async def test_the_approver_session_is_told_by_mail_when_a_gate_names_it(
+    tmp_path: Path,
+) -> None:
+    peers = SessionPeers()
+    office = PostOffice(MailStore(tmp_path / "mail"), peers)
+    answers = SessionApprovals(office=office)
+    delivered: list[tuple[str, Message]] = []
+    got = trio.Event()
+
+    def seen(mailbox: str, message: Message) -> None:
+        delivered.append((mailbox, message))
+        got.set()
+
+    office.watch(seen)
+    async with daemon(tmp_path, also=answers.on_session_event) as world, trio.open_nursery() as n:
+        peers.bind(world.manager)
+        answers.bind(world.manager)
+        await n.start(answers.run)
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        plain = await world.manager.create(NewSession())
+        await waiting(world, plain)  # names nobody: nobody is told (notices go in order)
+        await waiting(world, worker, "Parser fixed; tests pass.")
+        with trio.fail_after(10):
+            await got.wait()
+        assert [mailbox for mailbox, _ in delivered] == [boss.id]
+        [notice] = await office.unread(boss.id)
+        assert (notice.sender, notice.type) == ("anvild", MessageType.APPROVAL_REQUEST)
+        assert notice.subject == f"Approval wanted: the result of session {worker.id}"
+        assert "Parser fixed; tests pass." in notice.body
+        assert f"call answer_approval with session {worker.id}" in notice.body
+        assert dict(notice.metadata) == {"session": worker.id, "asked_by": "ctl", "ref": ""}
+        assert office.unread_count(plain.id) == 0
+        n.cancel_scope.cancel()

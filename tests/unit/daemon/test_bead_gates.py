@@ -60,16 +60,22 @@ class World:
 
 
 @asynccontextmanager
-async def daemon(tmp_path: Path, *, reconcile: bool = True) -> AsyncIterator[World]:
+async def daemon(
+    tmp_path: Path,
+    *,
+    reconcile: bool = True,
+    also: Callable[[SessionEvent], None] = lambda event: None,
+) -> AsyncIterator[World]:
     """A store, a manager and the reconciler, wired as the daemon does. Without `reconcile`
     the reconciler neither runs nor hears anything: what one side writes then is what a
-    kill -9 right after that write leaves."""
+    kill -9 right after that write leaves. `also` hears every session event too."""
     store = BeadStore(tmp_path / "beads")
     await store.open()
     gates = BeadGates(store)
     world: World
 
     def on_session_event(event: SessionEvent) -> None:
+        also(event)
         world.saw(event)
         if reconcile:
             gates.on_session_event(event)
