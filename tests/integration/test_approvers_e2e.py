@@ -29,18 +29,6 @@ RESULT = "Bead done: parser fixed."
 
 
 @pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeServer]:
     """A worker (alias w1) that asks for approval and completes a bead with its tools, an
     approver (alias boss) that answers w1's gates, an intruder (x1) that tries to."""
