@@ -126,7 +126,11 @@ def main() -> None:
                     )
         finally:
             proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
     for name, values in results.items():
