@@ -384,6 +384,7 @@ class _SocketTransport:
         self.sock.setblocking(False)
         self.conn = conn
         self.poller: _Poller | None = None
+        self._on_its_own = False  # the poller could not watch this socket
         self._streak = 0
 
     async def receive(self) -> bytes | None:
@@ -395,10 +396,14 @@ class _SocketTransport:
                 data = sock.recv(_RECEIVE_SIZE)
             except BlockingIOError:
                 self._streak = 0
-                if self.conn._now:
+                if self.conn._now and not self._on_its_own:
                     if self.poller is None:
                         self.poller = _Poller.attach()
-                    return await self.poller.park(self.conn, sock)
+                    try:
+                        return await self.poller.park(self.conn, sock)
+                    except _NotParked:
+                        self._on_its_own = True
+                        continue
                 await trio.lowlevel.wait_readable(sock)
                 continue
             except OSError as exc:
@@ -430,6 +435,10 @@ class _SocketTransport:
             self.poller.detach()
             self.poller = None
         self.sock.detach()
+
+
+class _NotParked(Exception):
+    """The poller could not take the connection; its task waits for readiness itself."""
 
 
 _POLLER: trio.lowlevel.RunVar[_Poller] = trio.lowlevel.RunVar("anvild.ninep.poller")
@@ -493,7 +502,15 @@ class _Poller:
         process (as `_SocketTransport.receive`)."""
         assert self._epoll is not None
         fd = sock.fileno()
-        self._epoll.register(fd, select.EPOLLIN)
+        try:
+            self._epoll.register(fd, select.EPOLLIN)
+        except OSError as exc:  # e.g. ENOSPC: fs.epoll.max_user_watches
+            log.warning(
+                "9p %s: the poller cannot watch this connection (%s); it waits on its own",
+                conn.peer,
+                exc,
+            )
+            raise _NotParked from exc
         self._parked[fd] = (conn, sock, trio.lowlevel.current_task())
 
         def abort(_: Any) -> trio.lowlevel.Abort:

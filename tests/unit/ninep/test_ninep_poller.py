@@ -10,14 +10,19 @@ while connections do.
 
 from __future__ import annotations
 
+import errno
+import select
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from anvild.ninep import messages as m
+from anvild.ninep import server as server_module
 from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode
 from anvild.ninep.constants import OREAD, Dialect
 from anvild.ninep.server import Server
@@ -251,3 +256,32 @@ async def test_several_connections_share_one_poller() -> None:
         assert server.statistics().connections_open == 1
     await trio.testing.wait_all_tasks_blocked()
     assert POLLER not in _tasks()
+
+
+async def test_a_connection_the_poller_cannot_watch_waits_on_its_own(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class FullEpoll:
+        """An epoll whose watch list is full (fs.epoll.max_user_watches)."""
+
+        def __init__(self) -> None:
+            self._epoll = select.epoll()
+
+        def register(self, fd: int, events: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._epoll, name)
+
+    class FakeSelect:
+        epoll = FullEpoll
+        EPOLLIN = select.EPOLLIN
+
+    monkeypatch.setattr(server_module, "select", FakeSelect)
+    quick = _SyncFile("quick", b"q\n")
+    async with served(_SyncDir("/", [quick])) as (c, _, server):
+        for _ in range(3):
+            assert await _small_op(c, 1, 1, "quick") == b"q\n"
+        assert POLLER not in quick.tasks  # answered in the connection's own task
+        assert server.statistics().requests_in_flight == 0
+    assert "the poller cannot watch this connection" in caplog.text
