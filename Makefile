@@ -86,12 +86,12 @@ typecheck: $(STAMP)
 
 # ANVIL_REQUIRE_LLAMA=1: the live-local suite fails instead of skipping when llama-server is absent.
 # The project's own modules are byte-compiled first (only what changed; see $(STAMP)). Tests run
-# on PYTEST_WORKERS pytest-xdist workers (default: one per core); the tests that run the real
-# llama-server form one xdist group, so only one of them runs at a time.
+# on PYTEST_WORKERS pytest-xdist workers (default: one per core), each file's tests on one worker
+# (so test_llama_server.py's session-wide llama-server is started once).
 PYTEST_WORKERS ?= auto
 pytest: setup llama-server
 	$(PY) -m compileall -q anvild anvilctl tests
-	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
+	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: setup lint typecheck pytest
 

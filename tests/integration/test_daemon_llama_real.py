@@ -22,8 +22,7 @@ from anvild.config import load
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, State, with_local_model
 from tests.integration.test_daemon_cli import Anvild, alive, wait_for
 
-# One real llama-server at a time: under pytest-xdist every test of the group runs on one worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("llama")]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

@@ -39,8 +39,7 @@ SCRIPT = REPO / "scripts" / "llama-server"
 MODEL = "smollm2-135m"
 FAMILIES = ("openai-chat", "anthropic", "openai-responses")
 
-# One real llama-server at a time: under pytest-xdist every test of the group runs on one worker.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("llama")]
+pytestmark = pytest.mark.slow
 
 
 def free_port() -> int:
