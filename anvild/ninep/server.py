@@ -203,6 +203,39 @@ _TCLUNK = struct.Struct("<IBHI")
 _RCLUNK = struct.Struct("<IBH")
 _RCLUNK_SIZE = _RCLUNK.size
 _SIZE = struct.Struct("<I")
+
+
+def _twalk_fields(frame: bytes) -> tuple[int, int, int, list[str]] | None:
+    """A Twalk frame's tag, fid, newfid and names, or None when the frame is not a well-formed
+    walk of at most MAXWELEM names (the generic path then answers it with the codec's error)."""
+    length = len(frame)
+    if length < _TWALK.size:
+        return None
+    _, _, tag, fid, newfid, n = _TWALK.unpack_from(frame, 0)
+    if n > MAXWELEM:
+        return None
+    pos = _TWALK.size
+    names = []
+    try:
+        for _ in range(n):
+            end = pos + 2 + (frame[pos] | frame[pos + 1] << 8)
+            if end > length:
+                return None
+            names.append(frame[pos + 2 : end].decode("utf-8"))
+            pos = end
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return (tag, fid, newfid, names) if pos == length else None
+
+
+def _rwalk_bytes(tag: int, qids: Sequence[m.Qid]) -> bytes:
+    """An Rwalk reply packed directly (the same bytes as the codec's)."""
+    k = len(qids)
+    return _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k) + b"".join(
+        [_QID.pack(q.type, q.version, q.path) for q in qids]
+    )
+
+
 _HEADER_SIZE = m.HEADER_SIZE
 
 RootFactory: TypeAlias = Callable[[AttachRequest], Node | Awaitable[Node]]
@@ -876,35 +909,18 @@ class _Connection:
     async def _hot_walk(self, frame: bytes) -> bool:
         if self._now_walk(frame):
             return True
-        length = len(frame)
-        if length < _TWALK.size:
+        walk = _twalk_fields(frame)
+        if walk is None:
             return False
-        _, _, tag, fid, newfid, n = _TWALK.unpack_from(frame, 0)
-        if n > MAXWELEM or fid not in self.fids or self._tag_refused(tag):
-            return False
-        pos = _TWALK.size
-        names = []
-        try:
-            for _ in range(n):
-                end = pos + 2 + (frame[pos] | frame[pos + 1] << 8)
-                if end > length:
-                    return False
-                names.append(frame[pos + 2 : end].decode("utf-8"))
-                pos = end
-        except (IndexError, UnicodeDecodeError):
-            return False
-        if pos != length:
+        tag, fid, newfid, names = walk
+        if fid not in self.fids or self._tag_refused(tag):
             return False
         try:
             qids = await self._walk_qids(fid, newfid, names)
         except Exception as exc:
             self._put_error("Twalk", tag, exc)
             return True
-        k = len(qids)
-        self._put(
-            _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k)
-            + b"".join([_QID.pack(q.type, q.version, q.path) for q in qids])
-        )
+        self._put(_rwalk_bytes(tag, qids))
         return True
 
     async def _hot_lopen(self, frame: bytes) -> bool:
@@ -1081,24 +1097,11 @@ class _Connection:
         return now is not None and now(frame)
 
     def _now_walk(self, frame: bytes) -> bool:
-        length = len(frame)
-        if length < _TWALK.size:
+        walk = _twalk_fields(frame)
+        if walk is None:
             return False
-        _, _, tag, fid, newfid, n = _TWALK.unpack_from(frame, 0)
-        if n > MAXWELEM or fid not in self.fids or self._tag_refused(tag):
-            return False
-        pos = _TWALK.size
-        names = []
-        try:
-            for _ in range(n):
-                end = pos + 2 + (frame[pos] | frame[pos + 1] << 8)
-                if end > length:
-                    return False
-                names.append(frame[pos + 2 : end].decode("utf-8"))
-                pos = end
-        except (IndexError, UnicodeDecodeError):
-            return False
-        if pos != length:
+        tag, fid, newfid, names = walk
+        if fid not in self.fids or self._tag_refused(tag):
             return False
         try:
             qids = self._walk_now(fid, newfid, names)
@@ -1107,11 +1110,7 @@ class _Connection:
             return True
         if qids is LATER:
             return False
-        k = len(qids)
-        self._put(
-            _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k)
-            + b"".join([_QID.pack(q.type, q.version, q.path) for q in qids])
-        )
+        self._put(_rwalk_bytes(tag, qids))
         return True
 
     def _now_lopen(self, frame: bytes) -> bool:
