@@ -89,14 +89,20 @@ def _read_all(fid: CFid) -> bytes:
     return b"".join(parts)
 
 
+# What `new` on agent/ctl takes (anvild.session.manager NEW_KEYS and NEW_FLAGS; a test keeps the
+# two in step: importing the manager here would load the daemon's layers for every command).
+NEW_FLAGS = ("ephemeral", "headless")
+NEW_USAGE = (
+    "model=M cwd=DIR role=R alias=A sandbox=S max_steps=N permission=MODE budget=TOKENS "
+    "approver=ID|ALIAS|user ephemeral headless"
+)
+
+
 def _new(args: argparse.Namespace, out: BinaryIO) -> None:
     words = list(args.words)
     for word in words:
-        if word != "ephemeral" and "=" not in word:
-            raise ClientError(
-                f"{word!r} is not key=value or ephemeral; "
-                "use model=M cwd=D role=R alias=A sandbox=S ephemeral"
-            )
+        if word not in NEW_FLAGS and "=" not in word:
+            raise ClientError(f"{word!r} is not key=value, ephemeral or headless; use {NEW_USAGE}")
     if not any(word.startswith("cwd=") for word in words):
         words.append(f"cwd={os.getcwd()}")
     client, fid = _open(args, "ctl", ORDWR)
@@ -305,8 +311,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "words",
         nargs="*",
         metavar="KEY=VALUE",
-        help="model=M cwd=D (default: the current directory) role=R alias=A sandbox=S, "
-        "and the word ephemeral",
+        help=f"{NEW_USAGE} (cwd defaults to the current directory; the daemon checks the "
+        "keys and values)",
     )
     p = sub.add_parser("send", help="send a prompt to a session")
     p.add_argument("id", metavar="ID", help="the session's id or alias")

@@ -12,8 +12,10 @@ import sys
 
 import pytest
 
+from anvilctl import sessions
 from anvilctl.__main__ import build_parser
 from anvilctl.sessions import run
+from anvild.session.manager import NEW_FLAGS, NEW_KEYS
 
 
 def _run(argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
@@ -32,9 +34,17 @@ def test_new_refuses_a_word_that_is_not_key_value() -> None:
     code, out, err = _run(["new", "fast"])
     assert (code, out) == (1, "")
     assert err == (
-        "anvilctl new: 'fast' is not key=value or ephemeral; "
-        "use model=M cwd=D role=R alias=A sandbox=S ephemeral\n"
+        "anvilctl new: 'fast' is not key=value, ephemeral or headless; use model=M cwd=DIR "
+        "role=R alias=A sandbox=S max_steps=N permission=MODE budget=TOKENS "
+        "approver=ID|ALIAS|user ephemeral headless\n"
     )
+
+
+def test_new_names_every_key_and_flag_the_daemon_takes() -> None:
+    """anvilctl keeps its own copy (it must not import the daemon's layers): keep it in step."""
+    usage = sessions.NEW_USAGE.split()
+    assert [word.split("=")[0] for word in usage if "=" in word] == list(NEW_KEYS)
+    assert tuple(word for word in usage if "=" not in word) == sessions.NEW_FLAGS == NEW_FLAGS
 
 
 def test_send_refuses_an_empty_prompt_before_dialling() -> None:
