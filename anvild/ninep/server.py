@@ -990,6 +990,15 @@ class _Connection:
         count = min(count, self.msize - IOHDRSZ)
         try:
             data = await handle.read(offset, count)
+        except Exception as exc:
+            self._put_error("Tread", tag, exc)
+            return True
+        self._put_read(tag, handle, data, count)
+        return True
+
+    def _put_read(self, tag: int, handle: Handle, data: bytes, count: int) -> None:
+        """Queue the Rread of `data` for a read of `count`, or the error the generic path gives."""
+        try:
             n = len(data)
             if n <= count:
                 # bytes(): the same conversion (and the same error for a non-bytes answer) as the
@@ -997,13 +1006,12 @@ class _Connection:
                 reply = _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
         except Exception as exc:
             self._put_error("Tread", tag, exc)
-            return True
+            return
         if n > count:
             log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
             self._queue(self._error_reply(tag, _internal_error()))
-            return True
+            return
         self._put(reply)
-        return True
 
     async def _hot_clunk(self, frame: bytes) -> bool:
         if self._now_clunk(frame):
@@ -1170,19 +1178,12 @@ class _Connection:
         count = min(count, self.msize - IOHDRSZ)
         try:
             data = handle.read_now(offset, count)
-            if data is LATER:
-                return False
-            n = len(data)
-            if n <= count:
-                reply = _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
         except Exception as exc:
             self._put_error("Tread", tag, exc)
             return True
-        if n > count:
-            log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
-            self._queue(self._error_reply(tag, _internal_error()))
-            return True
-        self._put(reply)
+        if data is LATER:
+            return False
+        self._put_read(tag, handle, data, count)
         return True
 
     def _now_clunk(self, frame: bytes) -> bool:
