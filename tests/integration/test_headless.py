@@ -86,18 +86,6 @@ def write_config(tmp_path: Path, url: str, extra: str = "") -> Path:
 
 
 @pytest.fixture
-def namespace(tmp_path: Path) -> Path:
-    return tmp_path / "ns"
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    return work
-
-
-@pytest.fixture
 def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
     config = write_config(tmp_path, fake.url, '\n[permissions]\nmax_mode = "bypass"\n')
     d = Anvild(namespace, "--config", str(config))
