@@ -54,7 +54,6 @@ import select
 import shutil
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -69,6 +68,7 @@ from anvilctl.ninep_client import (
     dial,
     service_address,
 )
+from anvilctl.threads import BackgroundThread
 from anvild.ninep import messages as m
 from anvild.ninep.constants import IOHDRSZ, OREAD, OTRUNC, OWRITE
 from anvild.ninep.errors import ProtocolError
@@ -315,11 +315,11 @@ _READ_TAG: Final = 1
 _FLUSH_TAG: Final = 2
 
 
-class EventReader(threading.Thread):
+class EventReader(BackgroundThread):
     """Reads one session's `events` on its own connection and queues every line."""
 
     def __init__(self, client: Client, fid: CFid, out: queue.Queue[Item]) -> None:
-        super().__init__(name="anvilctl-attach-events", daemon=True)
+        super().__init__("anvilctl-attach-events")
         self._sock = client.sock
         self._dialect = client.dialect
         self._count = client.msize - IOHDRSZ
@@ -333,7 +333,7 @@ class EventReader(threading.Thread):
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
         self._sock.close()
 
-    def run(self) -> None:
+    def work(self) -> None:
         try:
             self._loop()
         except (OSError, ClientError, ProtocolError) as exc:

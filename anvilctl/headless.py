@@ -87,6 +87,7 @@ from anvilctl.ninep_client import (
     dial,
     service_address,
 )
+from anvilctl.threads import BackgroundThread
 from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
 
 __all__ = ["EXIT_CODES", "MODES", "Renderer", "build_parser", "main"]
@@ -336,17 +337,17 @@ def _mounted(args: argparse.Namespace) -> tuple[Client, CFid]:
         raise
 
 
-class _EventPump(threading.Thread):
+class _EventPump(BackgroundThread):
     """Reads the session's `events` file on its own connection and hands each chunk to the
     main thread (a queue, and a byte on a pipe so the main thread can poll it with stdout)."""
 
     def __init__(self, fid: CFid) -> None:
-        super().__init__(name="anvilctl-events", daemon=True)
+        super().__init__("anvilctl-events")
         self.fid = fid
         self.items: queue.SimpleQueue[bytes | BaseException | None] = queue.SimpleQueue()
         self.wake_r, self.wake_w = os.pipe()
 
-    def run(self) -> None:
+    def work(self) -> None:
         try:
             while data := self.fid.read(_CHUNK):
                 self._put(data)

@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -302,6 +303,18 @@ def terminal_factory(namespace: Path, tmp_path: Path) -> Iterator[Callable[..., 
         t.close()
 
 
+def only_the_main_thread_takes_sigint(pid: int) -> bool:
+    """Whether process `pid` has more than one thread and all but its main one block SIGINT."""
+    sigint = 1 << (signal.SIGINT - 1)
+    blocked = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        mask = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
+        blocked[int(task.name)] = bool(int(mask.split()[1], 16) & sigint)
+    others = [tid for tid in blocked if tid != pid]
+    return bool(others) and not blocked[pid] and all(blocked[tid] for tid in others)
+
+
 def wait_state(namespace: Path, session: str, state: str) -> None:
     deadline = time.monotonic() + TURN_TIMEOUT
     while (now := read(namespace, f"agent/{session}/state").strip()) != state:
@@ -369,8 +382,12 @@ def test_attach_streams_turns_tools_approvals_cancel_and_commands(
     term.type("ping again\r")
     term.expect(r"pong\n\[done")
 
-    # Ctrl-C at the prompt drops the line.
+    # Ctrl-C at the prompt drops the line. The kernel hands a Ctrl-C to any thread that does
+    # not block SIGINT, and readline's wait notices only its own thread's signals: every thread
+    # but the main one blocks it (a Ctrl-C taken by the events reader did nothing until the
+    # next key).
     term.expect(r"> ")
+    assert only_the_main_thread_takes_sigint(term.proc.pid)
     term.type("half a thought\x03")
     term.expect(r"> ")
     term.type("/model nope\r")
