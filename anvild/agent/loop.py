@@ -133,6 +133,7 @@ class AgentConfig:
     max_tokens: int = attrs.field(default=8192, validator=_positive)  # per request
     temperature: float | None = None
     token_budget: int | None = attrs.field(default=None, validator=_optional_positive)
+    compact_tools: bool = False  # brief tool definitions, for a small context window
 
 
 @attrs.define
@@ -265,7 +266,7 @@ class Agent:
         self, turn: _Turn, prompt: tuple[ContentBlock, ...]
     ) -> tuple[TurnOutcome, str]:
         self._commit(Message(Role.USER, prompt))
-        specs = self.tools.specs()
+        specs = self.tools.specs(compact=self.config.compact_tools)
         for step in range(1, self.config.max_steps + 1):
             if (over := self._over_budget(turn)) is not None:
                 return TurnOutcome.BUDGET_EXCEEDED, over

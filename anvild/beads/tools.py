@@ -162,6 +162,9 @@ class _BeadTool:
 class ListReady(_BeadTool):
     name: Final = "list_ready"
     description: Final = LIST_DESCRIPTION
+    summary: Final = (
+        'List the beads (shared work items) you can claim now; scope "my_role" or "all".'
+    )
     input_schema: Final = LIST_SCHEMA
     cancellation: Final = Cancellation.SAFE_TO_ABANDON
 
@@ -188,6 +191,10 @@ class ListReady(_BeadTool):
 class Claim(_BeadTool):
     name: Final = "claim"
     description: Final = CLAIM_DESCRIPTION
+    summary: Final = (
+        "Claim a ready bead before working on it; the answer is its brief. End with complete "
+        "or fail."
+    )
     input_schema: Final = CLAIM_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
@@ -225,6 +232,7 @@ class Claim(_BeadTool):
 class Complete(_BeadTool):
     name: Final = "complete"
     description: Final = COMPLETE_DESCRIPTION
+    summary: Final = "Mark a bead you claimed as done, with its result."
     input_schema: Final = COMPLETE_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
@@ -251,6 +259,7 @@ class Complete(_BeadTool):
 class Fail(_BeadTool):
     name: Final = "fail"
     description: Final = FAIL_DESCRIPTION
+    summary: Final = "Give up a bead you claimed that cannot be done, with the reason."
     input_schema: Final = FAIL_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 

@@ -205,6 +205,9 @@ class _Bound:
 class ListSessions(_Bound):
     name: Final = "list_sessions"
     description: Final = LIST_DESCRIPTION
+    summary: Final = (
+        'List the live sessions you can message: id, alias, role, state. The human is "user".'
+    )
     input_schema: Final = EMPTY_SCHEMA
     cancellation: Final = Cancellation.SAFE_TO_ABANDON
 
@@ -220,6 +223,10 @@ class ListSessions(_Bound):
 class SendMessage(_Bound):
     name: Final = "send_message"
     description: Final = SEND_DESCRIPTION
+    summary: Final = (
+        'Send a typed message to a session (id or alias) or to "user". A REVIEW_RESPONSE sets '
+        'metadata.verdict to "lgtm" or "changes".'
+    )
     input_schema: Final = SEND_SCHEMA
     cancellation: Final = Cancellation.ATOMIC  # delivered entirely or not at all
 
@@ -239,6 +246,7 @@ class SendMessage(_Bound):
 class ReadInbox(_Bound):
     name: Final = "read_inbox"
     description: Final = READ_DESCRIPTION
+    summary: Final = "Return your unread messages as a JSON array and mark them read."
     input_schema: Final = EMPTY_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
@@ -255,6 +263,10 @@ class ReadInbox(_Bound):
 class RequestApproval:
     name: Final = "request_approval"
     description: Final = APPROVAL_DESCRIPTION
+    summary: Final = (
+        "Ask for approval of your task's result: call it once, as the last step, then end "
+        "your turn with the same summary."
+    )
     input_schema: Final = APPROVAL_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
@@ -278,6 +290,10 @@ class RequestApproval:
 class AnswerApproval:
     name: Final = "answer_approval"
     description: Final = ANSWER_DESCRIPTION
+    summary: Final = (
+        "Approve or reject the result of a session that named you as its approver (a reject "
+        "needs a reason)."
+    )
     input_schema: Final = ANSWER_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 

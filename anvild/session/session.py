@@ -87,7 +87,7 @@ from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Allow as PolicyAllow
 from anvild.agent.permissions.policy import Grants, Mode, Policy, Remember
 from anvild.agent.permissions.rules import Rule, RuleKind, RuleSet, RuleSyntaxError, parse_rule
-from anvild.agent.tools.base import FileTracker, Tool, ToolContext
+from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW, FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
@@ -271,6 +271,11 @@ def check_mode(mode: Mode, settings: SessionSettings) -> Mode:
             "config and restart the daemon (only the user can widen it)"
         )
     return mode
+
+
+def compact_tools(target: ResolvedModel) -> bool:
+    """Whether `target`'s window is small enough for compact tool definitions."""
+    return target.limits.context_window <= COMPACT_TOOLS_WINDOW
 
 
 def sandbox_policy(name: str, role: SandboxRole, settings: SessionSettings) -> SandboxPolicy:
@@ -1085,6 +1090,7 @@ class Session:
                 self._agent.config,
                 model=target.model,
                 max_tokens=target.limits.max_output_tokens,
+                compact_tools=compact_tools(target),
             )
             self._used_before = None
             self._log_lines([f"MODEL: {target.name}" + (" (replayed)" if why is None else "")])
@@ -1494,6 +1500,7 @@ class Session:
             max_steps=self.max_steps,
             max_tokens=self._target.limits.max_output_tokens,
             token_budget=self.token_budget,
+            compact_tools=compact_tools(self._target),
         )
         return Agent(
             self._services.provider_for(self._target),

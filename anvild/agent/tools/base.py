@@ -265,7 +265,9 @@ class Tool(Protocol):
 
     @property
     def description(self) -> str:
-        """A prompt: when to use the tool, what it returns, its rules and limits."""
+        """A prompt: when to use the tool, what it returns, its rules and limits. A tool may
+        also have a `summary` attribute, the one or two sentences a small-window model reads
+        instead (`brief_description`)."""
         ...
 
     @property
@@ -286,6 +288,65 @@ class Tool(Protocol):
         """Run the call. `args` have been validated against `input_schema`. Raise a
         `ToolError` for a failure the model should read."""
         ...
+
+
+COMPACT_TOOLS_WINDOW: Final = 16_384
+"""Models whose context window is at most this many tokens get compact tool definitions
+(`brief_description`, `compact_schema`): the full ones take about 4,000 tokens, half of an
+8,192-token window before the first prompt; the compact ones about a third of that."""
+
+_SENTENCE_END: Final = re.compile(r"[.!?](?=\s+[A-Z\"'`(])")
+_ABBREVIATIONS: Final = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of `text`'s first paragraph (all of the paragraph if it has one);
+    "e.g." and the like do not end a sentence."""
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    for end in _SENTENCE_END.finditer(paragraph):
+        sentence = paragraph[: end.end()]
+        if not sentence.lower().endswith(_ABBREVIATIONS):
+            return sentence
+    return paragraph
+
+
+def brief_description(tool: Tool) -> str:
+    """What a model with a small window reads about `tool`: its `summary` (a short class
+    attribute every native tool has: the purpose and the rules a call must follow), else the
+    first sentence of its description (tools from elsewhere, such as MCP servers)."""
+    summary = getattr(tool, "summary", None)
+    if isinstance(summary, str) and summary.strip():
+        return " ".join(summary.split())
+    return first_sentence(tool.description)
+
+
+_SCHEMA_VALUES: Final = frozenset({"const", "default", "enum", "examples"})
+"""Keywords whose values are instance data, not schemas: copied as they are."""
+
+_SCHEMA_MAPS: Final = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+"""Keywords whose values map names (which may be any word, "description" too) to schemas."""
+
+
+def compact_schema(schema: Any) -> Any:
+    """`schema` without its `description` annotations (a tool's `summary` says what a small
+    model needs); nothing else changes, so it accepts exactly the arguments `schema` does."""
+    if isinstance(schema, list):
+        return [compact_schema(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    compact: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "description" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            compact[key] = {name: compact_schema(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_VALUES:
+            compact[key] = value
+        else:
+            compact[key] = compact_schema(value)
+    return compact
 
 
 def _field_path(error: jsonschema.exceptions.ValidationError) -> str:

@@ -416,6 +416,11 @@ class BashTool:
 
     name: Final = "bash"
     description: Final = DESCRIPTION
+    summary: Final = (
+        "Run `bash -c COMMAND` in the working directory, sandboxed, in a fresh shell each "
+        "call with stdin closed; returns the exit code, stdout and stderr. `timeout_ms` "
+        "defaults to 120000. Use the file tools instead of cat, sed, find or grep."
+    )
     input_schema: Final = SCHEMA
     cancellation: Final = Cancellation.KILLS_CHILDREN
 

@@ -114,6 +114,11 @@ class ReadFile:
         "changed. Prefer this tool to `cat`, `head` or `sed` in bash. Credential files (.env*, "
         ".ssh, .aws, private keys, .netrc ...) cannot be read."
     )
+    summary = (
+        "Read a text file; each line comes numbered (`N<tab>`, not part of the file). "
+        "`offset` and `limit` read part of a long file. Read a file before you edit or "
+        "overwrite it."
+    )
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
@@ -212,6 +217,10 @@ class WriteFile(_Writer):
         "renamed into place) and keeps the file's permissions. Protected paths (.git, .anvil, "
         ".env*, credential files) and files with several hard links cannot be written."
     )
+    summary = (
+        "Create a file or replace all of it (read an existing file first). Use edit_file to "
+        "change part of a file."
+    )
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
@@ -252,6 +261,11 @@ class EditFile(_Writer):
         "empty (use write_file to create files) and must differ from `new_string`. Line endings "
         "are kept: an old_string written with \\n also matches a file that uses \\r\\n. Returns "
         "the edited region with line numbers."
+    )
+    summary = (
+        "Replace `old_string` with `new_string` in a file you have read. old_string must "
+        "match the file exactly (without read_file's line numbers) and once, unless "
+        "`replace_all` is true."
     )
     input_schema: Final[dict[str, Any]] = {
         "type": "object",

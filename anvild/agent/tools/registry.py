@@ -27,6 +27,8 @@ from anvild.agent.tools.base import (
     Tool,
     ToolContext,
     ToolError,
+    brief_description,
+    compact_schema,
 )
 from anvild.llm.types import ToolCall, ToolResult, ToolSpec
 
@@ -72,7 +74,7 @@ def _echo(value: Any) -> str:
 
 
 class _Entry:
-    __slots__ = ("schema_json", "spec", "tool", "validator")
+    __slots__ = ("brief", "brief_schema_json", "schema_json", "spec", "tool", "validator")
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
@@ -85,6 +87,8 @@ class _Entry:
             raise ValueError(f'tool {tool.name!r}: input_schema must have "type": "object"')
         self.validator = ArgsValidator(schema)
         self.spec = ToolSpec(tool.name, tool.description, schema)
+        self.brief = brief_description(tool)
+        self.brief_schema_json = json.dumps(compact_schema(schema), ensure_ascii=False)
 
 
 class ToolRegistry:
@@ -122,8 +126,15 @@ class ToolRegistry:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def specs(self) -> tuple[ToolSpec, ...]:
-        """Specs sorted by name; every call returns equal values with the same JSON bytes."""
+    def specs(self, *, compact: bool = False) -> tuple[ToolSpec, ...]:
+        """Specs sorted by name; every call returns equal values with the same JSON bytes.
+        `compact`: each tool's `brief_description` and `compact_schema`, for a model with a
+        small context window (the arguments accepted are the same)."""
+        if compact:
+            return tuple(
+                ToolSpec(e.spec.name, e.brief, json.loads(e.brief_schema_json))
+                for _, e in sorted(self._entries.items())
+            )
         return tuple(
             ToolSpec(e.spec.name, e.spec.description, json.loads(e.schema_json))
             for _, e in sorted(self._entries.items())

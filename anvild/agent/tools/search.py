@@ -245,6 +245,7 @@ class Glob:
         "directory and credential files are never listed. Use this instead of `find` or `ls` "
         "in bash; use grep to search file contents."
     )
+    summary = "Find files by name pattern such as `**/*.py`; newest first, at most 200."
     input_schema: Final[dict[str, Any]] = {
         "type": "object",
         "properties": {
@@ -335,6 +336,10 @@ class Grep:
         "file) and `glob` (e.g. `*.py`, `src/**/*.ts`); set `case_insensitive` to ignore case. "
         "Binary files, files ignored by .gitignore, the .git directory and credential files are "
         "skipped. Use this instead of grep or rg in bash."
+    )
+    summary = (
+        'Search file contents with a Python regular expression; mode "content" shows matching '
+        'lines, "files" (default) the files.'
     )
     input_schema: Final[dict[str, Any]] = {
         "type": "object",

@@ -94,6 +94,10 @@ def render_todos(todos: tuple[Todo, ...]) -> str:
 class TodoWriteTool:
     name: Final = "todo_write"
     description: Final = DESCRIPTION
+    summary: Final = (
+        "Replace your todo list for a task with several steps: items with `content` and "
+        "`status` (pending, in_progress, completed)."
+    )
     input_schema: Final = SCHEMA
     cancellation: Final = Cancellation.ATOMIC  # the list is replaced in one step, or not at all
 

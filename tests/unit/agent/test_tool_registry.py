@@ -259,3 +259,99 @@ def test_truncate_middle_properties(text: str, limit: int) -> None:
         assert text.startswith(head)
         assert text.endswith(tail)
         assert len(head) + len(tail) + cut == len(text)
+
+
+class Annotated:
+    """A tool from elsewhere (no `summary`), whose schema has a property named `description`
+    and instance data that looks like an annotation."""
+
+    name = "annotated"
+    description = (
+        "Look something up, e.g. `x.y` in a table. It reads the table from disk.\n\n"
+        "More detail that a small model does not need."
+    )
+    input_schema: Final[dict[str, Any]] = {
+        "type": "object",
+        "description": "The lookup. Two sentences here.",
+        "properties": {
+            "description": {"type": "string", "description": "What to find. Then more."},
+            "mode": {
+                "type": "string",
+                "enum": ["a", "b"],
+                "default": "a",
+                "description": "How. Then a long explanation of the modes.",
+            },
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"k": {"description": "K. More."}}},
+                "examples": [[{"description": "Kept. As it is."}]],
+            },
+        },
+        "required": ["description"],
+        "additionalProperties": False,
+    }
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("found")
+
+
+def test_compact_specs_have_a_sentence_of_description_and_accept_the_same_arguments() -> None:
+    registry = ToolRegistry([Annotated(), Calculator()])
+    full = {s.name: s for s in registry.specs()}
+    compact = {s.name: s for s in registry.specs(compact=True)}
+    assert list(compact) == list(full)
+    assert compact["annotated"].description == "Look something up, e.g. `x.y` in a table."
+    assert compact["calculator"].description == "Do arithmetic on two numbers."
+    schema = compact["annotated"].input_schema
+    assert "description" not in schema
+    props = schema["properties"]
+    assert props["description"] == {"type": "string"}  # a property may be called description
+    assert props["mode"] == {"type": "string", "enum": ["a", "b"], "default": "a"}
+    assert props["items"]["items"]["properties"]["k"] == {}
+    assert props["items"]["examples"] == [[{"description": "Kept. As it is."}]]  # data, kept
+
+    def without_annotations(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: v if k == "examples" else without_annotations(v)
+                for k, v in value.items()
+                if not (k == "description" and isinstance(v, str))
+            }
+        if isinstance(value, list):
+            return [without_annotations(v) for v in value]
+        return value
+
+    # Only annotations went: the same arguments are accepted and refused.
+    assert schema == without_annotations(full["annotated"].input_schema)
+    assert registry.specs(compact=True) == registry.specs(compact=True)  # stable across calls
+
+
+def test_every_native_tool_has_a_short_summary_and_compact_specs_are_far_smaller(
+    tmp_path: Path,
+) -> None:
+    from anvild.agent.tools.base import brief_description
+    from anvild.beads.tools import bead_tools
+    from anvild.mail import mail_tools
+    from anvild.session.manager import chain_tools, default_tools
+    from anvild.session.session import ToolSetup
+
+    setup = ToolSetup(tmp_path, "developer", ReadOnly(), None, session_id="s1")  # type: ignore[arg-type]
+    unused: Any = object()  # the factories only bind these; no call is made
+    tools = chain_tools(default_tools, mail_tools(unused, unused, unused), bead_tools(unused))(
+        setup
+    )
+    assert len(tools) == 16
+    for tool in tools:
+        summary = getattr(tool, "summary", "")
+        assert 40 <= len(summary) <= 240, f"{tool.name}: summary of {len(summary)} characters"
+        assert brief_description(tool) == " ".join(summary.split())
+    registry = ToolRegistry(tools)
+
+    def size(specs: Any) -> int:
+        return sum(len(json.dumps([s.name, s.description, s.input_schema])) for s in specs)
+
+    assert size(registry.specs(compact=True)) < 0.4 * size(registry.specs())

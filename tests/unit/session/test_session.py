@@ -9,6 +9,8 @@ import pytest
 import trio
 import trio.testing
 
+from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW
+from anvild.agent.tools.files import ReadFile
 from anvild.llm import stream
 from anvild.llm.registry import Pricing
 from anvild.llm.testing import Pause, ScriptedProvider, script
@@ -167,6 +169,32 @@ async def test_model_switch_replays_a_plain_history(tmp_path: Path) -> None:
         assert not any(isinstance(r, ContextReplaced) for r in records)
         with pytest.raises(InvalidSessionRequest, match="known aliases: fake, other"):
             await session.switch_model("nope")
+
+
+async def test_a_small_window_model_gets_compact_tool_definitions_and_a_switch_recomputes(
+    tmp_path: Path,
+) -> None:
+    small = ScriptedProvider([script.text("small"), script.text("small again")])
+    large = ScriptedProvider([script.text("large")], name="large")
+    models = Models(
+        {
+            "fake": target(small, window=COMPACT_TOOLS_WINDOW),
+            "large": target(large, name="large", window=COMPACT_TOOLS_WINDOW + 1),
+        }
+    )
+    async with running(tmp_path, models) as manager:
+        session = await new(manager)
+        await ask(session, "hi")
+        await session.control("model large")
+        await ask(session, "again")
+        await session.control("model fake")
+        await ask(session, "and again")
+    compact, full, back = small.requests[0].tools, large.requests[0].tools, small.requests[1].tools
+    assert [t.name for t in compact] == [t.name for t in full] == [t.name for t in back]
+    read_file = {t.name: t for t in full}["read_file"]
+    assert {t.name: t for t in compact}["read_file"].description == ReadFile.summary
+    assert read_file.description == ReadFile.description
+    assert back == compact
 
 
 async def test_model_switch_records_a_handoff_when_the_history_cannot_be_replayed(
