@@ -365,7 +365,8 @@ def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Pa
         # The 8,192-token window gets compact tool definitions: after "hi" about 2,900 tokens
         # are used, the answer included (5,400 with the full definitions).
         used, window = read(namespace, f"agent/{session_id}/usage").split()[0].split("/")
-        assert int(window) == 8192 and int(used) < 3500, (used, window)
+        assert int(window) == 8192
+        assert int(used) < 3500, used
     finally:
         code, log = daemon.stop()
     assert code == 0, log
