@@ -42,20 +42,27 @@ approver session, that session gets an APPROVAL_REQUEST in its inbox from `anvil
 `session`, `asked_by`, `ref`; the body has the summary and says to call `answer_approval`), so
 an approver with `mail=auto` is prompted when it is idle. The mail is sent by `run`, in order,
 after the state change (the event handler cannot wait on the disk); an approver that is no
-longer live is not told. It is a notice only: the gate itself is the session's record, and a
-daemon that dies between the two leaves the gate open without the notice (`approval` still
-shows who may answer).
+longer live is not told. It is a notice only: the gate itself is the session's record. A
+daemon that dies between the gate and its notice would leave the approver waiting for nothing,
+so `run` first catches up: for every open gate that names a live approver session it looks for
+the gate's notice in that session's mail (unread or read: metadata `session` and `gate`, a
+digest of the gate's asker, ref and summary) and sends the ones missing. A notice is therefore
+sent at least once per gate: a daemon that dies after writing a notice and before it could
+know sends none again, since the notice is on disk; only a gate with the same asker, ref and
+summary as an earlier one of the same session shares its digest (and would not be told again
+after such a crash: `approval` still shows who may answer).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Awaitable, Callable
 
 import structlog
 import trio
 
-from anvild.mail import MessageType, PostOffice
+from anvild.mail import DAEMON, Box, MessageType, PostOffice
 from anvild.session import (
     Session,
     SessionError,
@@ -75,6 +82,12 @@ async def _nothing(session: Session, gate: PendingResult) -> None:
     return None
 
 
+def gate_digest(gate: PendingResult) -> str:
+    """What tells one gate's notice from another's in the approver's mail."""
+    text = "\0".join((gate.asked_by, gate.ref, gate.summary))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class SessionApprovals:
     """`anvild.mail.ApprovalAnswers` over a session manager (the `answer_approval` tool)."""
 
@@ -87,6 +100,7 @@ class SessionApprovals:
         self.settle = settle
         self.office = office
         self._send, self._receive = trio.open_memory_channel[tuple[str, PendingResult]](math.inf)
+        self._queued: set[tuple[str, str]] = set()  # (session, gate digest) told in this run
 
     def bind(self, manager: SessionManager) -> None:
         self._manager = manager
@@ -108,10 +122,24 @@ class SessionApprovals:
             return
         gate = session.pending_result
         if gate is not None and gate.approver:
-            self._send.send_nowait((session.id, gate))
+            self._queue(session.id, gate)
+
+    def _queue(self, session_id: str, gate: PendingResult) -> bool:
+        key = (session_id, gate_digest(gate))
+        if key in self._queued:
+            return False
+        self._queued.add(key)
+        self._send.send_nowait((session_id, gate))
+        return True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send each queued notice, in order, until cancelled."""
+        """Catch up on the notices a stopped daemon did not send, then send each queued notice,
+        in order, until cancelled. Start it after the manager restored the sessions: it is
+        started once the catch-up's notices are queued, so they go before any new gate's."""
+        try:
+            await self._catch_up()
+        except Exception:  # one mailbox's trouble must not stop the notices of new gates
+            log.exception("approvers.catch_up_failed")
         task_status.started()
         async for session_id, gate in self._receive:
             try:
@@ -119,15 +147,51 @@ class SessionApprovals:
             except Exception:  # one notice's trouble must not stop the others (or the daemon)
                 log.exception("approvers.notice_failed", session=session_id)
 
+    async def _catch_up(self) -> None:
+        """Queue the notice of every open gate naming a live approver session whose mail
+        does not hold it (see the module docstring)."""
+        office, manager = self.office, self._manager
+        if office is None or manager is None:
+            return
+        for session in manager.sessions():
+            gate = session.pending_result
+            if session.status is not SessionStatus.AWAIT_APPROVAL or gate is None:
+                continue
+            approver = self._live(manager, gate)
+            if approver is None:
+                continue
+            digest = gate_digest(gate)
+            mail = [
+                *await office.unread(approver.id),
+                *await office.archived(approver.id, Box.RECEIVED),
+            ]
+            told = any(
+                m.sender == DAEMON
+                and m.type is MessageType.APPROVAL_REQUEST
+                and m.metadata.get("session") == session.id
+                and m.metadata.get("gate") == digest
+                for m in mail
+            )
+            if not told and self._queue(session.id, gate):
+                log.info("approvers.notice_caught_up", session=session.id, approver=approver.id)
+
+    @staticmethod
+    def _live(manager: SessionManager, gate: PendingResult) -> Session | None:
+        """The approver session `gate` names, if it is live."""
+        if not gate.approver:
+            return None
+        try:
+            approver = manager.get(gate.approver)
+        except SessionNotFound:
+            return None
+        return None if approver.status is SessionStatus.EXITED else approver
+
     async def _tell(self, session_id: str, gate: PendingResult) -> None:
         office, manager = self.office, self._manager
         if office is None or manager is None:
             return
-        try:
-            approver = manager.get(gate.approver)
-        except SessionNotFound:
-            approver = None
-        if approver is None or approver.status is SessionStatus.EXITED:
+        approver = self._live(manager, gate)
+        if approver is None:
             log.info("approvers.not_told", session=session_id, approver=gate.approver)
             return
         await office.report(
@@ -137,7 +201,12 @@ class SessionApprovals:
             f"{gate.asked_by or '-'}):\n\n{gate.summary}\n\nYou are its approver. Check the "
             f"work, then call answer_approval with session {session_id} and verdict approve, "
             "or reject with a reason saying what must change. A person may answer first.",
-            metadata={"session": session_id, "asked_by": gate.asked_by, "ref": gate.ref},
+            metadata={
+                "session": session_id,
+                "asked_by": gate.asked_by,
+                "ref": gate.ref,
+                "gate": gate_digest(gate),
+            },
             kind=MessageType.APPROVAL_REQUEST,
         )
 

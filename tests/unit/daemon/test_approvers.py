@@ -15,7 +15,7 @@ import trio
 from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.beads import BeadStatus
-from anvild.daemon.approvers import SessionApprovals
+from anvild.daemon.approvers import SessionApprovals, gate_digest
 from anvild.daemon.mail_tree import SessionPeers
 from anvild.llm.types import ToolCall, ToolResult
 from anvild.mail import MailStore, Message, MessageType, PostOffice
@@ -243,6 +243,68 @@ async def test_the_approver_session_is_told_by_mail_when_a_gate_names_it(
         assert notice.subject == f"Approval wanted: the result of session {worker.id}"
         assert "Parser fixed; tests pass." in notice.body
         assert f"call answer_approval with session {worker.id}" in notice.body
-        assert dict(notice.metadata) == {"session": worker.id, "asked_by": "ctl", "ref": ""}
+        gate = worker.pending_result
+        assert gate is not None
+        assert dict(notice.metadata) == {
+            "session": worker.id,
+            "asked_by": "ctl",
+            "ref": "",
+            "gate": gate_digest(gate),
+        }
         assert office.unread_count(plain.id) == 0
         n.cancel_scope.cancel()
+
+
+async def test_a_gate_opened_just_before_a_crash_is_told_once_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    """The daemon died between the gate (on disk) and its notice (never sent): the restarted
+    daemon sends it; restarting again, with the notice unread or read, sends nothing more."""
+    async with daemon(tmp_path) as world:  # nobody hears the gate: the notice is lost
+        boss = await world.manager.create(NewSession(alias="boss"))
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        other = await world.manager.create(NewSession(approver=boss.id))
+        await waiting(world, worker, "Parser fixed.")
+        ids = (boss.id, worker.id, other.id)
+
+    async def restart(read: bool) -> list[Message]:
+        """A restart with its own office: the notices it sends, up to the one of a gate
+        opened after the restart (the catch-up's are queued before it, so they came first)."""
+        peers = SessionPeers()
+        office = PostOffice(MailStore(tmp_path / "mail"), peers)
+        answers = SessionApprovals(office=office)
+        sent: list[Message] = []
+        new_gate_told = trio.Event()
+
+        def seen(mailbox: str, message: Message) -> None:
+            sent.append(message)
+            if message.metadata.get("session") == ids[2]:
+                new_gate_told.set()
+
+        office.watch(seen)
+        async with (
+            daemon(tmp_path, also=answers.on_session_event) as world,
+            trio.open_nursery() as n,
+        ):
+            peers.bind(world.manager)
+            answers.bind(world.manager)
+            boss, _, other = (world.manager.get(i) for i in ids)
+            if read:  # the approver's model read its inbox (the notice moves to received)
+                await office.take_unread(boss.id)
+            await n.start(answers.run)
+            await waiting(world, other, "Docs updated.")
+            with trio.fail_after(10):
+                await new_gate_told.wait()
+            other.answer_approval("approve")
+            n.cancel_scope.cancel()
+        return sent
+
+    first = await restart(read=False)
+    assert [(m.type, m.metadata["session"]) for m in first] == [
+        (MessageType.APPROVAL_REQUEST, ids[1]),  # the catch-up
+        (MessageType.APPROVAL_REQUEST, ids[2]),
+    ]
+    assert "Parser fixed." in first[0].body
+    for read in (False, True):
+        again = await restart(read=read)
+        assert [m.metadata["session"] for m in again] == [ids[2]], read  # only the new gate
