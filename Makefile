@@ -87,11 +87,13 @@ typecheck: $(STAMP)
 # ANVIL_REQUIRE_LLAMA=1: the live-local suite fails instead of skipping when llama-server is absent.
 # The project's own modules are byte-compiled first (only what changed; see $(STAMP)). Tests run
 # on PYTEST_WORKERS pytest-xdist workers (default: one per core), each file's tests on one worker
-# (so test_llama_server.py's session-wide llama-server is started once).
+# (so test_llama_server.py's session-wide llama-server is started once), the files in the order
+# tests/conftest.py gives them (longest first; xdist would otherwise put the files with the most
+# tests first).
 PYTEST_WORKERS ?= auto
 pytest: setup llama-server
 	$(PY) -m compileall -q anvild anvilctl tests
-	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: setup lint typecheck pytest
 

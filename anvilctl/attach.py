@@ -68,7 +68,7 @@ from anvilctl.ninep_client import (
     dial,
     service_address,
 )
-from anvilctl.threads import BackgroundThread
+from anvilctl.signals import BackgroundThread, readline_ticks
 from anvild.ninep import messages as m
 from anvild.ninep.constants import IOHDRSZ, OREAD, OTRUNC, OWRITE
 from anvild.ninep.errors import ProtocolError
@@ -682,7 +682,8 @@ class Attach:
     def _ask(self, question: str) -> str:
         """A question inside a turn: Ctrl-C cancels the turn, Ctrl-D leaves attach."""
         try:
-            answer = input(question)
+            with readline_ticks():
+                answer = input(question)
         except EOFError:
             self.note(f"left with the request pending: answer it on agent/{self.name}/approval")
             raise
@@ -732,7 +733,8 @@ class Attach:
     def loop(self) -> None:
         while True:
             try:
-                line = input(self.prompt)
+                with readline_ticks():
+                    line = input(self.prompt)
             except KeyboardInterrupt:
                 self.show("\n")  # the line is dropped; a fresh prompt follows
                 continue

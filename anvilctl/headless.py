@@ -87,7 +87,7 @@ from anvilctl.ninep_client import (
     dial,
     service_address,
 )
-from anvilctl.threads import BackgroundThread
+from anvilctl.signals import BackgroundThread, drain_wakeup, signal_wakeup
 from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
 
 __all__ = ["EXIT_CODES", "MODES", "Renderer", "build_parser", "main"]
@@ -507,9 +507,23 @@ def _pump_loop(
     renderer: Renderer,
     out: BinaryIO,
 ) -> int:
+    with signal_wakeup() as wakeup:
+        return _pump(client, root, session_id, pump, renderer, out, wakeup)
+
+
+def _pump(
+    client: Client,
+    root: CFid,
+    session_id: str,
+    pump: _EventPump,
+    renderer: Renderer,
+    out: BinaryIO,
+    wakeup: int,
+) -> int:
     stdout_fd = out.fileno() if hasattr(out, "fileno") else -1
     poller = select.poll()
     poller.register(pump.wake_r, select.POLLIN)
+    poller.register(wakeup, select.POLLIN)  # a Ctrl-C just before poll() still wakes it
     watching = stdout_fd >= 0 and _watchable(stdout_fd)
     if watching:
         poller.register(stdout_fd, 0)  # POLLERR/POLLHUP are always reported
@@ -552,6 +566,8 @@ def _pump_loop(
             for fd, flags in poller.poll():
                 if fd == pump.wake_r:
                     os.read(pump.wake_r, 4096)
+                elif fd == wakeup:
+                    drain_wakeup(wakeup)  # KeyboardInterrupt comes from the handler itself
                 elif flags & (select.POLLERR | select.POLLHUP):
                     poller.unregister(stdout_fd)
                     renderer.closed = True

@@ -22,7 +22,7 @@ from anvild.config import load
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, State, with_local_model
 from tests.integration.test_daemon_cli import Anvild, alive, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
 
 
 @pytest.fixture

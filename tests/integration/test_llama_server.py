@@ -39,7 +39,7 @@ SCRIPT = REPO / "scripts" / "llama-server"
 MODEL = "smollm2-135m"
 FAMILIES = ("openai-chat", "anthropic", "openai-responses")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
 
 
 def free_port() -> int:

@@ -324,6 +324,7 @@ def test_sigterm_during_a_turn_leaves_every_record_on_disk(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_llama_at_a_time")
 def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Path) -> None:
     """No provider configured, no key in the environment: the default model is the real
     llama-server with SmolLM2-135M, and a session created while it loads waits for it."""
