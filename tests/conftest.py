@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
-REAL_LLAMA_LOCK = Path(tempfile.gettempdir()) / "anvil-tests-real-llama.lock"
+REAL_LLAMA_LOCK = Path(tempfile.gettempdir()) / f"anvil-tests-real-llama-{os.getuid()}.lock"
 
 
 @pytest.fixture
