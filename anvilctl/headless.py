@@ -489,7 +489,8 @@ def _run_session(
             # connection, a refused prompt): the session it created is not left idle.
             _kill(args, session_id)
             raise
-        return _pump_loop(client, root, session_id, pump, renderer, out)
+        with signal_wakeup() as wakeup:
+            return _pump_loop(client, root, session_id, pump, renderer, out, wakeup)
     finally:
         if events_client is not None:
             with contextlib.suppress(OSError):
@@ -500,18 +501,6 @@ def _run_session(
 
 
 def _pump_loop(
-    client: Client,
-    root: CFid,
-    session_id: str,
-    pump: _EventPump,
-    renderer: Renderer,
-    out: BinaryIO,
-) -> int:
-    with signal_wakeup() as wakeup:
-        return _pump(client, root, session_id, pump, renderer, out, wakeup)
-
-
-def _pump(
     client: Client,
     root: CFid,
     session_id: str,
