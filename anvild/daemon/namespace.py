@@ -20,7 +20,9 @@ is a `NamespaceError` whose message says what to do.
   answers on it (connect is refused); if a live daemon answers, we refuse and say so.
 - `agent.token`: the random token TCP clients must give as the attach name (0600). It is created
   only when a TCP listener is enabled and kept across restarts (so a v9fs mount line keeps
-  working); delete the file to rotate it.
+  working); delete the file to rotate it. It is hex: a token beginning with `-` (which
+  `token_urlsafe` gave one time in 64) read as an option in `anvilctl -A "$(cat agent.token)"`
+  and other command lines, so such a token file, written before, is replaced at start.
 
 Everything here is synchronous: it runs once at start-up and at shutdown.
 """
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 SERVICE = "agent"
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{32,128}$")
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{31,127}$")  # never a leading "-"
 
 
 class NamespaceError(Exception):
@@ -178,7 +180,7 @@ def read_or_create_token(path: Path) -> str:
             and _TOKEN_RE.match(token)
         ):
             return token
-    token = secrets.token_urlsafe(32)
+    token = secrets.token_hex(32)
     try:
         if fd >= 0:
             # Anything else (wrong owner or mode, damaged) is replaced with a fresh token.

@@ -148,14 +148,23 @@ def test_token_is_created_0600_and_kept(tmp_path: Path) -> None:
     assert read_or_create_token(path) == token
 
 
-@pytest.mark.parametrize("damage", ["mode", "content"])
+def test_a_token_is_hex_so_no_command_line_takes_it_for_an_option(tmp_path: Path) -> None:
+    tokens = {read_or_create_token(tmp_path / f"agent{i}.token") for i in range(50)}
+    assert len(tokens) == 50
+    assert all(len(t) == 64 and set(t) <= set("0123456789abcdef") for t in tokens)
+
+
+@pytest.mark.parametrize("damage", ["mode", "content", "leading dash"])
 def test_a_damaged_token_file_is_replaced(tmp_path: Path, damage: str) -> None:
     path = tmp_path / "agent.token"
     token = read_or_create_token(path)
     if damage == "mode":
         path.chmod(0o644)
-    else:
+    elif damage == "content":
         path.write_text("short\n")
+    else:  # an older daemon's token_urlsafe could begin with "-"
+        token = "-" + "A" * 42
+        path.write_text(token + "\n")
     fresh = read_or_create_token(path)
     assert fresh != token
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
