@@ -455,6 +455,9 @@ def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
     again.expect(rf"attached to {sid}: developer, model fake, idle; /help for help\n> ")
     again.type("/help\r")
     again.expect(r"/exit +leave")
+    # Ctrl-D only at the prompt: typed ahead while the help prints, the terminal is still in
+    # its cooked mode and keeps the end-of-file as a NUL byte for the next reader.
+    again.expect(r"> ")
     assert "pong" not in again.text
     assert "Once upon" not in again.text
     again.type("\x04")  # Ctrl-D leaves too
