@@ -293,7 +293,7 @@ class Tool(Protocol):
 COMPACT_TOOLS_WINDOW: Final = 16_384
 """Models whose context window is at most this many tokens get compact tool definitions
 (`brief_description`, `compact_schema`): the full ones take about 4,000 tokens, half of an
-8,192-token window before the first prompt; the compact ones about a third of that."""
+8,192-token window before the first prompt; the compact ones about 2,000."""
 
 _SENTENCE_END: Final = re.compile(r"[.!?](?=\s+[A-Z\"'`(])")
 _ABBREVIATIONS: Final = ("e.g.", "i.e.", "etc.", "vs.", "cf.")

@@ -355,3 +355,13 @@ def test_every_native_tool_has_a_short_summary_and_compact_specs_are_far_smaller
         return sum(len(json.dumps([s.name, s.description, s.input_schema])) for s in specs)
 
     assert size(registry.specs(compact=True)) < 0.4 * size(registry.specs())
+
+
+@given(st.text())
+def test_first_sentence_is_a_nonempty_prefix_of_the_first_paragraph(text: str) -> None:
+    from anvild.agent.tools.base import first_sentence
+
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    sentence = first_sentence(text)
+    assert paragraph.startswith(sentence)
+    assert bool(sentence) == bool(paragraph)
