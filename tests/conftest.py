@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # A background job of a non-interactive shell (`make test &` in a script) starts with SIGINT
 # ignored, every child inherits that, and Python then installs no KeyboardInterrupt handler: the
@@ -17,6 +18,13 @@ import pytest
 # default in each child at exec, so the children get Python's usual one.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Hypothesis measures each example against a 200 ms deadline and fails a test whose data
+# generation seems slow. Both are wall-clock judgments, and `make test` runs two workers beside
+# daemons, sandboxes and llama-server on two cores: a slow example there is load, not a bug
+# (and its re-run, fast, is reported as Flaky). Every other check stays on.
+settings.register_profile("anvil", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("anvil")
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
