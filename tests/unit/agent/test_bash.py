@@ -37,6 +37,11 @@ def ctx(tmp_path: Path) -> ToolContext:
     return ToolContext(cwd=tmp_path, sandbox=FullAccess(granted_by="test"))
 
 
+PROMPTLY = 10.0
+"""Seconds within which a call that must not wait for a marker's 100 s sleep returns: far
+below the sleep, far above what a loaded machine adds."""
+
+
 def marker() -> str:
     """A sleep duration nobody else uses, e.g. 100.4821937."""
     return f"{100 + int(uuid.uuid4().int % 10**7) / 10**7:.7f}"
@@ -97,7 +102,7 @@ async def test_timeout_kills_the_whole_group_without_orphans(ctx: ToolContext) -
     with pytest.raises(Failed, match="timed out after 500 ms") as info:
         await run(ctx, f"sleep {tag} & sleep {tag}; echo done", timeout_ms=500)
     elapsed = time.monotonic() - start
-    assert 0.45 < elapsed < 1.5
+    assert 0.45 < elapsed < PROMPTLY
     assert "Exit code: 143 (killed by SIGTERM)" in str(info.value)
     assert "done" not in str(info.value)
     assert pids_with(f"sleep {tag}") == []
@@ -111,7 +116,7 @@ async def test_members_ignoring_sigterm_get_sigkill_after_the_grace(
     start = time.monotonic()
     with pytest.raises(Failed, match="timed out"):
         await run(ctx, f"trap '' TERM; sleep {tag}", timeout_ms=200)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < PROMPTLY
     assert pids_with(f"sleep {tag}") == []
 
 
@@ -119,7 +124,7 @@ async def test_background_jobs_do_not_outlive_the_call(ctx: ToolContext) -> None
     tag = marker()
     start = time.monotonic()
     out = await run(ctx, f"sleep {tag} & echo started")
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < PROMPTLY
     assert "started" in out
     assert pids_with(f"sleep {tag}") == []
 
@@ -128,7 +133,7 @@ async def test_a_child_holding_the_pipe_cannot_hang_the_call(ctx: ToolContext) -
     tag = marker()
     start = time.monotonic()
     out = await run(ctx, f"(sleep {tag} &); echo x")
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < PROMPTLY
     assert out.startswith("Exit code: 0\n\nstdout:\nx")
     assert pids_with(f"sleep {tag}") == []
 
@@ -141,7 +146,7 @@ async def test_a_descendant_that_left_the_group_is_abandoned_not_waited_for(
         start = time.monotonic()
         # setsid: a new session the group kill cannot reach; it still holds stdout open.
         out = await run(ctx, f"setsid sleep {tag} & sleep 0.2; echo y")
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < PROMPTLY
         assert "stdout:\ny" in out
         assert "still held its output open" in out
         assert pids_with(f"sleep {tag}")  # beyond a process-group kill: documented limit
@@ -152,7 +157,7 @@ async def test_a_descendant_that_left_the_group_is_abandoned_not_waited_for(
 async def test_huge_output_is_truncated_without_deadlock(ctx: ToolContext) -> None:
     start = time.monotonic()
     out = await run(ctx, "yes | head -c 10000000; yes err | head -c 300000 >&2")
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < PROMPTLY  # a deadlock would never return
     assert out.startswith("Exit code: 0\n\nstdout:\ny\ny\n")
     assert "bytes of stdout cut from the middle" in out
     assert "bytes of stderr cut from the middle" in out
@@ -182,7 +187,7 @@ async def test_cancellation_kills_the_group(ctx: ToolContext) -> None:
     with trio.move_on_after(0.3) as scope:
         await run(ctx, f"sleep {tag} & sleep {tag}")
     assert scope.cancelled_caught
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < PROMPTLY
     assert pids_with(f"sleep {tag}") == []
 
 
@@ -307,7 +312,7 @@ async def test_cancelling_a_turn_mid_command_kills_it_and_says_so(ctx: ToolConte
         await trio.sleep(0.3)
         assert pids_with(f"sleep {tag}")
         agent.cancel()
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < PROMPTLY
     assert pids_with(f"sleep {tag}") == []
     validate_transcript(agent.messages)
     (result,) = agent.messages[-1].tool_results()

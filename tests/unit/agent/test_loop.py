@@ -7,7 +7,6 @@ concurrency case at the end uses real time because it is about real time.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -292,16 +291,15 @@ async def test_cancel_in_a_sequential_batch_reports_each_call(
 
 
 async def test_read_only_batch_runs_concurrently_results_in_call_order(tmp_path: Path) -> None:
-    """Real time: three 200 ms read-only calls take about 200 ms, not 600 ms."""
+    """Three 200 ms read-only calls (real time) all start before any ends: they run at once.
+    The order is the proof, not the clock, which a loaded machine stretches."""
     log: list[tuple[str, str]] = []
     tools = [Probe(f"r{i}", log, seconds=0.2) for i in range(3)]
     calls = [(f"c{i}", f"r{i}", {}) for i in range(3)]
     agent, _, _ = make_agent(tmp_path, [script.tool_calls(calls), script.text("done")], tools)
-    start = time.monotonic()
     finished = await agent.run_turn("read three")
-    elapsed = time.monotonic() - start
     assert finished.outcome is ev.TurnOutcome.DONE
-    assert elapsed < 0.45
+    assert [event for event, _ in log[:3]] == ["start"] * 3  # one at a time: start, end, ...
     results = agent.messages[2].tool_results()
     assert [r.call_id for r in results] == ["c0", "c1", "c2"]
     assert [r.content for r in results] == [f"r{i} done: r{i}" for i in range(3)]
