@@ -74,7 +74,7 @@ def _echo(value: Any) -> str:
 
 
 class _Entry:
-    __slots__ = ("brief", "brief_schema_json", "schema_json", "spec", "tool", "validator")
+    __slots__ = ("brief", "schema_json", "spec", "tool", "validator")
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
@@ -87,8 +87,17 @@ class _Entry:
             raise ValueError(f'tool {tool.name!r}: input_schema must have "type": "object"')
         self.validator = ArgsValidator(schema)
         self.spec = ToolSpec(tool.name, tool.description, schema)
-        self.brief = brief_description(tool)
-        self.brief_schema_json = json.dumps(compact_schema(schema), ensure_ascii=False)
+        self.brief: tuple[str, str] | None = None  # (description, schema JSON), on first use
+
+    def json_spec(self, compact: bool) -> tuple[str, str]:
+        """The description and the schema's JSON that `specs` sends; the compact pair is made
+        when a small-window model first asks for it (most sessions never do)."""
+        if not compact:
+            return self.spec.description, self.schema_json
+        if self.brief is None:
+            schema = compact_schema(json.loads(self.schema_json))
+            self.brief = (brief_description(self.tool), json.dumps(schema, ensure_ascii=False))
+        return self.brief
 
 
 class ToolRegistry:
@@ -130,15 +139,11 @@ class ToolRegistry:
         """Specs sorted by name; every call returns equal values with the same JSON bytes.
         `compact`: each tool's `brief_description` and `compact_schema`, for a model with a
         small context window (the arguments accepted are the same)."""
-        if compact:
-            return tuple(
-                ToolSpec(e.spec.name, e.brief, json.loads(e.brief_schema_json))
-                for _, e in sorted(self._entries.items())
-            )
-        return tuple(
-            ToolSpec(e.spec.name, e.spec.description, json.loads(e.schema_json))
-            for _, e in sorted(self._entries.items())
-        )
+        specs = []
+        for name, entry in sorted(self._entries.items()):
+            description, schema_json = entry.json_spec(compact)
+            specs.append(ToolSpec(name, description, json.loads(schema_json)))
+        return tuple(specs)
 
     def effects(self, call: ToolCall) -> Effects:
         """What `call` may do. Calls that will be refused (unknown tool, invalid arguments) do
