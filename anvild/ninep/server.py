@@ -1122,37 +1122,31 @@ class _Connection:
         return True
 
     def _now_lopen(self, frame: bytes) -> bool:
-        if len(frame) != _TLOPEN.size:
-            return False
-        _, _, tag, fid, flags = _TLOPEN.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or self._tag_refused(tag):
-            return False
-        try:
-            qid = self._open_now(entry, self._lopen_mode(entry, flags), False)
-        except Exception as exc:
-            self._put_error("Tlopen", tag, exc)
-            return True
-        if qid is LATER:
-            return False
-        self._put_opened_now(m.Rlopen, tag, qid)
-        return True
+        return self._now_opened(frame, lopen=True)
 
     def _now_open(self, frame: bytes) -> bool:
-        if len(frame) != _TOPEN.size:
+        return self._now_opened(frame, lopen=False)
+
+    def _now_opened(self, frame: bytes, *, lopen: bool) -> bool:
+        """Tlopen (`lopen`) or Topen: the two differ in layout, mode bits and reply only."""
+        layout = _TLOPEN if lopen else _TOPEN
+        if len(frame) != layout.size:
             return False
-        _, _, tag, fid, mode = _TOPEN.unpack(frame)
+        _, _, tag, fid, bits = layout.unpack(frame)
         entry = self.fids.get(fid)
         if entry is None or self._tag_refused(tag):
             return False
         try:
-            qid = self._open_now(entry, self._omode(entry, mode), bool(mode & ORCLOSE))
+            if lopen:
+                qid = self._open_now(entry, self._lopen_mode(entry, bits), False)
+            else:
+                qid = self._open_now(entry, self._omode(entry, bits), bool(bits & ORCLOSE))
         except Exception as exc:
-            self._put_error("Topen", tag, exc)
+            self._put_error("Tlopen" if lopen else "Topen", tag, exc)
             return True
         if qid is LATER:
             return False
-        self._put_opened_now(m.Ropen, tag, qid)
+        self._put_opened_now(m.Rlopen if lopen else m.Ropen, tag, qid)
         return True
 
     def _put_opened_now(self, cls: type[m.Ropen | m.Rlopen], tag: int, qid: m.Qid) -> None:
