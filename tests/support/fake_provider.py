@@ -705,6 +705,8 @@ class FakeProvider:
         self._arrived = trio.Event()  # set and replaced whenever a request is recorded
         self._releases = 0  # releases not yet taken by a held stream
         self._released = trio.Event()  # set and replaced by each release()
+        self.hangups = 0  # connections the client closed while the server was sending
+        self._hung_up = trio.Event()  # set and replaced by each hang-up
 
     @property
     def url(self) -> str:
@@ -754,22 +756,39 @@ class FakeProvider:
         return None
 
     async def _connection(self, stream: trio.SocketStream) -> None:
+        """One client connection. A client that hangs up (mid-stream: a cancelled turn, a
+        killed daemon) ends only its own connection: the error must not reach
+        `serve_listeners`, which would take the whole server down with it."""
         conn = h11.Connection(h11.SERVER)
         async with stream:
-            while True:
-                try:
-                    head, body = await self._read_request(conn, stream)
-                except h11.RemoteProtocolError:
-                    return
-                if head is None:
-                    return
-                await self._respond(conn, stream, head, body)
-                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
-                    return
-                try:
-                    conn.start_next_cycle()
-                except h11.LocalProtocolError:
-                    return
+            try:
+                await self._requests(conn, stream)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.hangups += 1
+                self._hung_up.set()
+                self._hung_up = trio.Event()
+
+    async def wait_hangups(self, count: int) -> int:
+        """Block until at least `count` clients have hung up mid-response; how many have."""
+        while self.hangups < count:
+            await self._hung_up.wait()
+        return self.hangups
+
+    async def _requests(self, conn: h11.Connection, stream: trio.SocketStream) -> None:
+        while True:
+            try:
+                head, body = await self._read_request(conn, stream)
+            except h11.RemoteProtocolError:
+                return
+            if head is None:
+                return
+            await self._respond(conn, stream, head, body)
+            if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
 
     async def _read_request(
         self, conn: h11.Connection, stream: trio.SocketStream
