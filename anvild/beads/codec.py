@@ -33,7 +33,8 @@ class CodecError(ValueError):
 
 def encode(value: Bead | Convoy) -> bytes:
     data: dict[str, Any] = {"version": VERSION, **_converter.unstructure(value)}
-    return (json.dumps(data, ensure_ascii=False, indent=2) + "\n").encode()
+    # allow_nan=False: a NaN would make a file that strict JSON parsers refuse.
+    return (json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode()
 
 
 def _decode(data: bytes, cls: type[T]) -> T:

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import attrs
 
+from anvild.mail import strict_json
 from anvild.mail.errors import InvalidMessage
 
 MAX_SUBJECT_CHARS: Final = 200
@@ -147,7 +148,8 @@ def encode_list(messages: list[Message]) -> bytes:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Strict JSON: never NaN or Infinity (`ValueError`), so every parser reads the archive."""
+    return strict_json.dumps(obj, separators=(",", ":"))
 
 
 def decode(data: bytes) -> Message:
@@ -208,12 +210,9 @@ def parse_draft(data: bytes) -> Draft:
     if not text.strip():
         raise InvalidMessage(f"the message is empty: write one JSON object such as {EXAMPLE}")
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidMessage(
-            f"malformed JSON at line {exc.lineno} column {exc.colno} (character {exc.pos}): "
-            f"{exc.msg}; write one JSON object such as {EXAMPLE}"
-        ) from exc
+        obj = strict_json.loads(text)
+    except strict_json.JsonRefused as exc:
+        raise InvalidMessage(f"{exc}; write one JSON object such as {EXAMPLE}") from exc
     return check_draft(obj)
 
 
@@ -222,6 +221,10 @@ def check_draft(obj: Any) -> Draft:
     if not isinstance(obj, dict):
         what = "an array" if isinstance(obj, list) else f"a {type(obj).__name__}"
         raise InvalidMessage(f"a message is one JSON object, not {what}: {EXAMPLE}")
+    try:
+        strict_json.check_value(obj)  # a tool's arguments were decoded by a lenient parser
+    except strict_json.JsonRefused as exc:
+        raise InvalidMessage(str(exc)) from exc
     unknown = [key for key in obj if key not in DRAFT_FIELDS and key not in IGNORED_FIELDS]
     if unknown:
         raise InvalidMessage(
@@ -238,6 +241,7 @@ def check_draft(obj: Any) -> Draft:
         raise InvalidMessage(f'"to" must be a session id or alias, or "user"; got {json.dumps(to)}')
     if len(to) > MAX_NAME_CHARS:
         raise InvalidMessage(f'"to" is longer than {MAX_NAME_CHARS} characters')
+    _plain_name("to", to)
     kind = obj.get("type")
     if kind is None:
         raise InvalidMessage(f'the message has no "type": use one of {", ".join(TYPES)}')
@@ -257,6 +261,7 @@ def check_draft(obj: Any) -> Draft:
             f'"body" is {len(body.encode())} bytes; the limit is {MAX_BODY_BYTES} bytes (put long '
             "text in a file and send its path)"
         )
+    _plain_name("subject", subject)
     if not subject.strip() and not body.strip():
         raise InvalidMessage('the message says nothing: give a "subject" or a "body"')
     metadata = obj.get("metadata", {})
@@ -285,6 +290,8 @@ def check_draft(obj: Any) -> Draft:
         raise InvalidMessage(
             f'"in_reply_to" must be a message id (a string) or null, not {json.dumps(reply_to)}'
         )
+    if reply_to:
+        _plain_name("in_reply_to", reply_to)
     claimed = obj.get("from")
     return Draft(
         to=to.strip(),
@@ -295,6 +302,14 @@ def check_draft(obj: Any) -> Draft:
         in_reply_to=reply_to or None,
         claimed_from=claimed if isinstance(claimed, str) else None,
     )
+
+
+def _plain_name(key: str, value: str) -> None:
+    if strict_json.has_control(value):
+        raise InvalidMessage(
+            f'"{key}" holds a control character ({json.dumps(value)[:80]}); names and subjects '
+            "may not contain control characters (U+0000-U+001F, U+007F-U+009F): remove it"
+        )
 
 
 def _text_field(obj: Mapping[str, Any], key: str) -> str:
