@@ -33,6 +33,7 @@ from anvild.ninep.errors import ProtocolError, UnknownMessageError
 __all__ = [
     "HEADER_SIZE",
     "MESSAGE_TYPES",
+    "TRUNCATED",
     "Dirent",
     "Message",
     "Qid",
@@ -45,6 +46,7 @@ __all__ = [
     "encode",
     "encode_dirent",
     "encode_stat",
+    "fit_ename",
 ]
 
 HEADER_SIZE = 7  # size[4] type[1] tag[2]
@@ -270,6 +272,30 @@ def decode_dirents(data: bytes) -> list[Dirent]:
         name = r.string("dirent name")
         out.append(Dirent(qid, offset, type_, name))
     return out
+
+
+# What an Rerror's text ends with when it had to be cut to fit msize.
+TRUNCATED = "… [truncated; the full text is in the server's log]"
+_TRUNCATED_BYTES = TRUNCATED.encode("utf-8")
+
+
+def fit_ename(ename: str, msize: int, dialect: Dialect) -> str:
+    """``ename`` as an Rerror of at most ``msize`` bytes can carry it (version(5): no message
+    may exceed msize; a 9P string holds at most 65535 bytes): unchanged when it fits, else cut at
+    a character boundary and ended with `TRUNCATED`. Lone surrogates, which UTF-8 cannot encode,
+    become '?'. Rlerror (9P2000.L) carries no text and always fits."""
+    # Rerror: size[4] type[1] tag[2] ename[s], and errno[4] in 9P2000.u.
+    room = msize - HEADER_SIZE - 2 - (4 if dialect is Dialect.P9P2000_U else 0)
+    room = max(min(room, 0xFFFF), 0)  # below 9 bytes (13 in .u) not even an empty Rerror fits
+    if len(ename) <= room and ename.isascii():
+        return ename  # the usual case: no encoding needed to know it fits
+    data = ename.encode("utf-8", "replace")
+    if len(data) <= room:
+        return data.decode("utf-8")
+    keep = max(room - len(_TRUNCATED_BYTES), 0)
+    # "ignore" drops only the character cut in half at the end (data is valid UTF-8).
+    head = data[:keep].decode("utf-8", "ignore")
+    return head + TRUNCATED if keep else _TRUNCATED_BYTES[:room].decode("utf-8", "ignore")
 
 
 # --- layouts -----------------------------------------------------------------------------------

@@ -93,7 +93,14 @@ handles and in-flight requests so tests can check nothing leaks.
 
 A malformed frame, or one larger than msize, closes the connection with a logged reason. A node
 that raises something other than `FsError` is a bug: it is logged with its traceback and the
-client gets EIO "internal error", and the connection keeps going.
+client gets EIO "internal error", and the connection keeps going. Every reply is queued by
+`_queue` (the fast paths' packed frames are bounded by construction), where an Rerror too long
+for msize is cut with a marker (`messages.fit_ename`) and its full text logged at warning.
+
+Limits (each refusal names its setting and what to do): a handshake deadline (`Server.serve`),
+``max_connections`` at once, and per connection ``max_fids`` (EMFILE) and ``max_outstanding``
+requests in tasks (EAGAIN). They are checked where the generic path checks, and the fast paths
+decline to it when one applies.
 """
 
 from __future__ import annotations
@@ -168,7 +175,11 @@ from anvild.ninep.errors import FsError, ProtocolError, UnknownMessageError
 from anvild.ninep.framing import FrameReader
 
 __all__ = [
+    "DEFAULT_HANDSHAKE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_FIDS",
     "DEFAULT_MAX_MSIZE",
+    "DEFAULT_MAX_OUTSTANDING",
     "AttachCheck",
     "RootFactory",
     "Server",
@@ -180,7 +191,18 @@ log = logging.getLogger("anvild.ninep")
 DEFAULT_MAX_MSIZE = 1 << 20
 # Requests one connection may have outstanding at once; beyond this a request is refused at once
 # (EAGAIN) instead of buffering without bound. Blocked stream reads count against it.
-DEFAULT_MAX_REQUESTS = 1024
+DEFAULT_MAX_OUTSTANDING = 256
+# Fids one connection may hold; beyond this a walk or attach is refused (EMFILE).
+DEFAULT_MAX_FIDS = 4096
+# Connections served at once; the next one is refused (see `Server.serve`).
+DEFAULT_MAX_CONNECTIONS = 1024
+# Seconds a new connection has to finish its handshake (see `Server.serve`).
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+# A refused connection's Tversion is awaited this long at most, to answer it; at most this many
+# refused connections wait at once (a flood beyond that is closed without a word).
+_REFUSE_WAIT = 1.0
+_REFUSING_MAX = 64
+_TVERSION_MAX = 1024  # bytes: a Tversion is 13 + its version string
 V9FS_MAGIC = 0x01021997
 _RECEIVE_SIZE = 65536
 # Queued reply bytes that make the receive loop send before it decodes the next frame.
@@ -253,6 +275,8 @@ class ServerStatistics:
     fids: int
     open_handles: int
     requests_in_flight: int
+    connections_refused: int = 0  # over max_connections
+    handshakes_timed_out: int = 0
 
 
 @attrs.define(eq=False)
@@ -317,6 +341,8 @@ class Server:
     may be async, and may raise `FsError` to refuse). ``max_msize`` caps the negotiated msize;
     ``uid``/``gid`` are the numeric owner reported to 9P2000.u/.L when a node gives none (default:
     this process's). ``clunk_timeout`` bounds `Handle.clunk`/`abort` at teardown and flush.
+    Limits: ``handshake_timeout`` (seconds, see `serve`), ``max_connections`` at once,
+    ``max_fids`` and ``max_outstanding`` requests per connection.
     """
 
     def __init__(
@@ -324,16 +350,30 @@ class Server:
         root: RootFactory,
         *,
         max_msize: int = DEFAULT_MAX_MSIZE,
-        max_requests: int = DEFAULT_MAX_REQUESTS,
+        max_outstanding: int = DEFAULT_MAX_OUTSTANDING,
+        max_fids: int = DEFAULT_MAX_FIDS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         uid: int | None = None,
         gid: int | None = None,
         clunk_timeout: float = 10.0,
     ) -> None:
         if max_msize < MIN_MSIZE:
             raise ValueError(f"max_msize must be at least {MIN_MSIZE}")
+        for name, value in (
+            ("max_outstanding", max_outstanding),
+            ("max_fids", max_fids),
+            ("max_connections", max_connections),
+            ("handshake_timeout", handshake_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be greater than 0, not {value!r}")
         self.root = root
         self.max_msize = max_msize
-        self.max_requests = max_requests
+        self.max_outstanding = max_outstanding
+        self.max_fids = max_fids
+        self.max_connections = max_connections
+        self.handshake_timeout = handshake_timeout
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
         self.clunk_timeout = clunk_timeout
@@ -342,6 +382,9 @@ class Server:
         self._fids = 0
         self._open_handles = 0
         self._requests = 0
+        self._refused = 0
+        self._refusing = 0
+        self._timed_out = 0
 
     def statistics(self) -> ServerStatistics:
         return ServerStatistics(
@@ -350,6 +393,8 @@ class Server:
             fids=self._fids,
             open_handles=self._open_handles,
             requests_in_flight=self._requests,
+            connections_refused=self._refused,
+            handshakes_timed_out=self._timed_out,
         )
 
     async def serve(
@@ -363,8 +408,15 @@ class Server:
 
         ``check_attach`` is called for each Tattach before the root factory; it raises `FsError`
         to refuse (the listener decides: e.g. a TCP listener requires its token as aname).
-        Never raises for anything the peer does.
+        The handshake must end within ``handshake_timeout`` seconds or the connection is closed:
+        a successful Tversion, and with ``check_attach`` (authentication) a Tattach it passes.
+        After that a connection is never timed out (a mount may sit idle for days). Beyond
+        ``max_connections`` a connection is refused: its Tversion gets an error, then it is
+        closed. Never raises for anything the peer does.
         """
+        if self._connections_open >= self.max_connections:
+            await self._refuse(stream, peer or "?")
+            return
         conn = _Connection(self, stream, check_attach, peer)
         self._connections_open += 1
         self._connections_total += 1
@@ -372,6 +424,64 @@ class Server:
             await conn.run()
         finally:
             self._connections_open -= 1
+
+    async def _refuse(self, stream: trio.abc.Stream, peer: str) -> None:
+        """Answer the Tversion of a connection over ``max_connections`` with an error, if it
+        comes soon (every 9P client sends it first), and close it."""
+        self._refused += 1
+        limit = self.max_connections
+        log.warning("9p %s: refused: %d connections are open (max_connections)", peer, limit)
+        try:
+            if self._refusing >= _REFUSING_MAX:
+                return
+            self._refusing += 1
+            try:
+                with trio.move_on_after(min(_REFUSE_WAIT, self.handshake_timeout)):
+                    tversion = await _receive_tversion(stream)
+                    if tversion is not None:
+                        await stream.send_all(_busy_reply(tversion, limit))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                self._refusing -= 1
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(stream)
+
+
+async def _receive_tversion(stream: trio.abc.Stream) -> m.Tversion | None:
+    """The peer's first frame if it is a Tversion, else None (after at most a few bytes)."""
+    buf = bytearray()
+    size = _TVERSION_MAX
+    while len(buf) < size:
+        data = await stream.receive_some(_TVERSION_MAX)
+        if not data:
+            return None
+        buf += data
+        if len(buf) >= 4:
+            size = _SIZE.unpack_from(buf)[0]
+            if not _HEADER_SIZE <= size <= _TVERSION_MAX:
+                return None
+    try:
+        msg = m.decode(bytes(buf[:size]), Dialect.P9P2000)  # Tversion is alike in every dialect
+    except ProtocolError:
+        return None
+    return msg if isinstance(msg, m.Tversion) else None
+
+
+def _busy_reply(tversion: m.Tversion, limit: int) -> bytes:
+    """The error that refuses a connection over the limit, in the dialect its Tversion asked
+    for (a 9P2000.L client reads only an Rlerror's errno)."""
+    text = (
+        f"the server is busy: {limit} connections are open, its limit (max_connections); "
+        "close connections you no longer use, or try again later"
+    )
+    version = tversion.version
+    dialect = Dialect.P9P2000_U if version == Dialect.P9P2000_U.value else Dialect.P9P2000
+    if version == Dialect.P9P2000_L.value:
+        return m.encode(m.Rlerror(tversion.tag, errno.EAGAIN), Dialect.P9P2000_L)
+    ename = m.fit_ename(text, tversion.msize, dialect)
+    return m.encode(m.Rerror(tversion.tag, ename, errno.EAGAIN), dialect)
 
 
 class _ConnectionLost(Exception):
@@ -649,6 +759,8 @@ class _Connection:
         self.fids: dict[int, _Fid] = {}
         self.tags: dict[int, _Request] = {}
         self.nursery: trio.Nursery | None = None
+        # Cancels the connection unless the handshake ends in time (see `Server.serve`).
+        self._handshake: trio.CancelScope | None = None
         # Reply frames waiting to be sent, in order; one task at a time sends them.
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -715,13 +827,20 @@ class _Connection:
     # --- the connection's lifetime -------------------------------------------------------------
 
     async def run(self) -> None:
+        timeout = self.server.handshake_timeout
+        handshake = self._handshake = trio.CancelScope(deadline=trio.current_time() + timeout)
         try:
-            async with trio.open_nursery() as nursery:
-                self.nursery = nursery
-                try:
-                    await self._read_loop()
-                finally:
-                    nursery.cancel_scope.cancel()
+            with handshake:
+                async with trio.open_nursery() as nursery:
+                    self.nursery = nursery
+                    try:
+                        await self._read_loop()
+                    finally:
+                        nursery.cancel_scope.cancel()
+            if handshake.cancelled_caught:
+                self.server._timed_out += 1
+                step = "Tversion" if self.dialect is None else "successful Tattach"
+                log.warning("9p %s: closed: no %s within %g s", self.peer, step, timeout)
         finally:
             await self._drop_all_fids()
             self.transport.detach()
@@ -804,12 +923,12 @@ class _Connection:
         if tag in self.tags or tag == NOTAG:
             self._fail(tag, f"tag {tag} is already in use by an outstanding request", errno.EBADMSG)
             return
-        if len(self.tags) >= self.server.max_requests:
-            limit = self.server.max_requests
+        if len(self.tags) >= self.server.max_outstanding:
+            limit = self.server.max_outstanding
             self._fail(
                 tag,
-                f"too many outstanding requests on this connection (limit {limit}); "
-                "wait for replies or flush some",
+                f"too many outstanding requests on this connection (limit {limit}, "
+                "max_outstanding); wait for replies or flush some",
                 errno.EAGAIN,
             )
             return
@@ -894,7 +1013,7 @@ class _Connection:
     def _tag_refused(self, tag: int) -> bool:
         """True if `_dispatch` would refuse this tag (in use, NOTAG, too many outstanding)."""
         tags = self.tags
-        return tag == NOTAG or tag in tags or len(tags) >= self.server.max_requests
+        return tag == NOTAG or tag in tags or len(tags) >= self.server.max_outstanding
 
     def _put(self, frame: bytes) -> None:
         self._out.append(frame)
@@ -1228,27 +1347,36 @@ class _Connection:
         """Encode a reply and queue it; `_send_queued` sends it."""
         assert self.dialect is not None or isinstance(msg, m.Rerror | m.Rversion)
         dialect = self.dialect or Dialect.P9P2000
+        # Every error reply of every path (inline, task, hot path, poller) is bounded here.
+        msg = self._fit_error(msg, dialect)
         try:
             frame = m.encode(msg, dialect)
         except ProtocolError as exc:
             log.error("9p %s: cannot encode %r: %s", self.peer, type(msg).__name__, exc)
             frame = m.encode(
-                self._error_reply(
-                    msg.tag, FsError(f"reply could not be encoded: {exc}", errno.EIO)
+                self._fit_error(
+                    self._error_reply(
+                        msg.tag, FsError(f"reply could not be encoded: {exc}", errno.EIO)
+                    ),
+                    dialect,
                 ),
                 dialect,
             )
         if len(frame) > self.msize:
-            log.error(
+            # Not an error reply (those were cut to fit above): e.g. the stat of a node with a
+            # very long name. The client can ask for a larger msize.
+            log.warning(
                 "9p %s: %s of %d bytes exceeds msize %d",
                 self.peer,
                 type(msg).__name__,
                 len(frame),
                 self.msize,
             )
+            problem = f"the reply ({len(frame)} bytes) is larger than the negotiated msize"
             frame = m.encode(
-                self._error_reply(
-                    msg.tag, FsError("reply larger than the negotiated msize", errno.EMSGSIZE)
+                self._fit_error(
+                    self._error_reply(msg.tag, FsError(f"{problem} {self.msize}", errno.EMSGSIZE)),
+                    dialect,
                 ),
                 dialect,
             )
@@ -1286,6 +1414,23 @@ class _Connection:
                 self._drained.set()
                 self._drained = None
 
+    def _fit_error(self, msg: m.Message, dialect: Dialect) -> m.Message:
+        """An Rerror cut to fit msize (`messages.fit_ename`); the full text goes to the log, at
+        warning: the client caused it, the server is fine. Other replies pass unchanged."""
+        if type(msg) is not m.Rerror:
+            return msg
+        ename = m.fit_ename(msg.ename, self.msize, dialect)
+        if ename == msg.ename:
+            return msg
+        log.warning(
+            "9p %s: error reply (tag %d) cut to fit msize %d; full text: %s",
+            self.peer,
+            msg.tag,
+            self.msize,
+            msg.ename,
+        )
+        return m.Rerror(msg.tag, ename, msg.errno)
+
     def _fail(self, tag: int, message: str, code: int) -> None:
         self._queue(self._error_reply(tag, FsError(message, code)))
 
@@ -1309,6 +1454,12 @@ class _Connection:
             raise FsError(f"fid {fid} is already in use", errno.EBADF)
         if fid == NOFID:
             raise FsError("NOFID cannot name a file", errno.EBADF)
+        if len(self.fids) >= self.server.max_fids:
+            raise FsError(
+                f"too many fids on this connection (limit {self.server.max_fids}, max_fids); "
+                "clunk the fids you no longer use",
+                errno.EMFILE,
+            )
         self.fids[fid] = entry
         self.server._fids += 1
 
@@ -1397,6 +1548,8 @@ class _Connection:
         self.dialect = dialect
         self._hot = self._hot_table(dialect)
         self._now = self._now_table(dialect)
+        if dialect is not None and self.check_attach is None:
+            self._handshake_done()
         version = dialect.value if dialect is not None else VERSION_UNKNOWN
         self._queue(m.Rversion(msg.tag, self.msize, version))
 
@@ -1431,7 +1584,14 @@ class _Connection:
             await _maybe_await(self.check_attach(request))
         root: Node = await _maybe_await(self.server.root(request))
         self._new_fid(msg.fid, _Fid(msg.fid, path=(root,), uname=msg.uname))
+        self._handshake_done()
         return m.Rattach(msg.tag, root.stat().qid)
+
+    def _handshake_done(self) -> None:
+        """The connection is established: from now on it is never timed out."""
+        if self._handshake is not None:
+            self._handshake.deadline = math.inf
+            self._handshake = None
 
     # --- walk ---------------------------------------------------------------------------------
 

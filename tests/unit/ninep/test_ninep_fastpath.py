@@ -147,6 +147,9 @@ async def test_a_large_pipelined_batch_is_answered_in_order() -> None:
 
 # --- the hot path (Twalk, Topen/Tlopen, Tread, Tclunk from bytes to bytes) ---------------------
 
+# An error text larger than the script's msize (8192): every path must cut it to fit.
+LONG_ERROR = "long: unknown value '" + "z" * 16_000 + "'"
+
 
 class _QuickHandle(Handle):
     read_blocks = False
@@ -158,6 +161,8 @@ class _QuickHandle(Handle):
     async def read(self, offset: int, count: int) -> bytes:
         if self.file.behaviour == "broken":
             raise RuntimeError("a bug in the node")
+        if self.file.behaviour == "long":
+            raise FsError(LONG_ERROR, errno.EINVAL)
         if self.file.behaviour == "too much":
             return b"y" * (count + 1)
         if self.file.behaviour == "text":
@@ -175,6 +180,8 @@ class _QuickHandle(Handle):
             return LATER
         if self.file.behaviour == "broken":
             raise RuntimeError("a bug in the node")
+        if self.file.behaviour == "long":
+            raise FsError(LONG_ERROR, errno.EINVAL)
         if self.file.behaviour == "too much":
             return b"y" * (count + 1)
         if self.file.behaviour == "text":
@@ -261,6 +268,9 @@ def _hot_script(d: Dialect) -> list[m.Message | bytes | None]:
         walk(1, 0, 11, ("text",)),
         opener(11),
         m.Tread(1, 11, 0, 20),  # a handle that returns text, not bytes: EIO
+        walk(1, 0, 12, ("long",)),
+        opener(12),
+        m.Tread(1, 12, 0, 20),  # an error text larger than msize: cut to fit
         walk(1, 0, 8, ("events",)),
         opener(8),
         None,  # the next request blocks (tag 9): it stays outstanding
@@ -284,6 +294,7 @@ def _hot_tree() -> _SyncDir:
             _QuickFile("reject", 903, "reject"),
             _QuickFile("too much", 904, "too much"),
             _QuickFile("text", 905, "text"),
+            _QuickFile("long", 906, "long"),
             BlockingFile("events"),
         ],
     )
@@ -379,5 +390,9 @@ async def test_the_hot_path_answers_byte_for_byte_like_the_generic_path(
     assert poller_answers >= 15
     decoded = [m.decode(r, dialect) for r in hot[:-1]]
     error = m.Rlerror if dialect is Dialect.P9P2000_L else m.Rerror
-    assert sum(isinstance(r, error) for r in decoded) >= 13
+    assert sum(isinstance(r, error) for r in decoded) >= 14
+    assert max(len(r) for r in hot) <= 8192  # the long error too, on every path
+    if dialect is not Dialect.P9P2000_L:
+        (cut,) = [r for r in decoded if isinstance(r, m.Rerror) and r.ename.startswith("long:")]
+        assert cut.ename.endswith(m.TRUNCATED)
     assert m.Rread(1, b"3456") in decoded

@@ -381,7 +381,7 @@ async def test_a_reply_that_took_effect_precedes_the_rflush() -> None:
 
 async def test_duplicate_tags_and_the_request_limit() -> None:
     tree = Tree()
-    server = Server(lambda r: tree.root, max_requests=2)
+    server = Server(lambda r: tree.root, max_outstanding=2)
     async with serving(tree=tree, server=server) as (c, _, _):
         await walk_open(c, ("events",), OREAD)
         await c.rpc(m.Twalk(0, 0, 2, ("events",)))
