@@ -170,12 +170,26 @@ class Permissions:
 class SessionLimits:
     """`[sessions]`: defaults for every session. `max_steps` per turn; `token_budget` (tokens
     per turn, None: none); `turn_deadline` in seconds (None: none; `0` in the file); `reap_delay`,
-    how long an ephemeral session stays listed after its turn."""
+    how long an ephemeral session stays listed after its turn; `max_prompt_bytes`, the largest
+    prompt (or `context`) a write to a session's file may hold."""
 
     max_steps: int = 50
     token_budget: int | None = None
     turn_deadline: float | None = 3600.0
     reap_delay: float = 60.0
+    max_prompt_bytes: int = 1 << 20
+
+
+@attrs.frozen
+class ServerLimits:
+    """`[server]`: the 9P server's limits (`anvild.ninep.server.Server`): seconds a connection
+    has to finish Tversion (and, over TCP, a Tattach with the token); connections at once; fids
+    and outstanding requests per connection. The daemon reads them from the user config only."""
+
+    handshake_timeout: float = 10.0
+    max_connections: int = 1024
+    max_fids: int = 4096
+    max_outstanding: int = 256
 
 
 @attrs.frozen
@@ -209,6 +223,7 @@ class Config:
     project: ProjectFile | None
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
+    server: ServerLimits = ServerLimits()  # `[server]`
 
     def source_of(self, key: str) -> Source | None:
         """Provenance by rendered key, e.g. `providers.local.base_url`."""
@@ -426,7 +441,11 @@ def _build(
             token_budget=budget,
             turn_deadline=deadline or None,
             reap_delay=merged.get(("sessions", "reap_delay"), SessionLimits().reap_delay),
+            max_prompt_bytes=merged.get(
+                ("sessions", "max_prompt_bytes"), SessionLimits().max_prompt_bytes
+            ),
         ),
+        server=ServerLimits(**{k[1]: v for k, v in merged.items() if k[0] == "server"}),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
         sources=sources,
@@ -561,6 +580,7 @@ __all__ = [
     "Instruction",
     "Permissions",
     "ProjectFile",
+    "ServerLimits",
     "SessionLimits",
     "Source",
     "Trust",

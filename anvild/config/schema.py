@@ -48,6 +48,7 @@ TOP_KEYS: Final = (
     "hooks",
     "mcp_servers",
     "beads",
+    "server",
 )
 BEADS_KEYS: Final = ("repo",)
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads)."""
@@ -73,8 +74,20 @@ PERMISSION_KEYS: Final = ("allow", "ask", "deny", "mode", "max_mode", "full_acce
 RULE_KEYS: Final = ("allow", "ask", "deny")
 MODES: Final = ("plan", "default", "accept-edits", "bypass")
 """The permission modes (`anvild.agent.permissions.policy.Mode`), narrowest authority first."""
-SESSION_KEYS: Final = ("max_steps", "token_budget", "turn_deadline", "reap_delay")
+SESSION_KEYS: Final = (
+    "max_steps",
+    "token_budget",
+    "turn_deadline",
+    "reap_delay",
+    "max_prompt_bytes",
+)
 MAX_STEPS_LIMIT: Final = 1000
+SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_outstanding": 65535}
+"""`[server]` integer keys and their largest values (65535: every tag but NOTAG)."""
+SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
+HANDSHAKE_TIMEOUT_LIMIT: Final = 3600
+MAX_PROMPT_BYTES_LIMIT: Final = 16 << 20
+"""The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 
 
 def render_key(key: Key) -> str:
@@ -257,8 +270,26 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     c.set(sub, c.positive_int(sub, item))
                 elif name == "turn_deadline":
                     c.set(sub, c.seconds(sub, item, zero="no deadline"))
+                elif name == "max_prompt_bytes":
+                    c.set(sub, c.bounded_int(sub, item, MAX_PROMPT_BYTES_LIMIT))
                 else:
                     c.set(sub, c.seconds(sub, item, zero="at once"))
+        elif top == "server":
+            table = c.table(key, value)
+            c.known(key, table, SERVER_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name in SERVER_LIMITS:
+                    c.set(sub, c.bounded_int(sub, item, SERVER_LIMITS[name]))
+                elif (
+                    isinstance(item, int | float)
+                    and not isinstance(item, bool)
+                    and (0 < item <= HANDSHAKE_TIMEOUT_LIMIT)
+                ):
+                    c.set(sub, float(item))
+                else:
+                    limit = HANDSHAKE_TIMEOUT_LIMIT
+                    raise c.fail(sub, f"a number of seconds above 0, at most {limit}", item)
         else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))

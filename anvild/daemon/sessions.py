@@ -144,6 +144,10 @@ SESSION_FILES = (
 """A session directory's files, in listing order."""
 
 SESSION_VERBS = ("stop", "start", "restart", "kill", "cancel", "clear")
+MAX_PROMPT_BYTES = 1 << 20
+"""The default cap of a write to `in` or `context` (`[sessions] max_prompt_bytes`)."""
+PROMPT_LIMIT_NAME = "[sessions] max_prompt_bytes in the daemon's config"
+MAX_ROLE_BYTES = 1024  # a role name, with room for blanks around it
 MAX_WORDS = 10_000  # a free-text argument (a summary, a reason) is the rest of the line
 
 
@@ -347,7 +351,11 @@ class _ReaderFile(FsNode):
 # --- one session's directory ----------------------------------------------------------------
 
 
-def _session_directory(session: Session, extensions: Sequence[SessionExtension] = ()) -> Directory:
+def _session_directory(
+    session: Session,
+    extensions: Sequence[SessionExtension] = (),
+    max_prompt_bytes: int = MAX_PROMPT_BYTES,
+) -> Directory:
     s = session
 
     def verb(name: str) -> CommandSpec:
@@ -442,7 +450,7 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
 
     files: list[Node] = [
         CtlFile("ctl", ctl, perm=0o644),
-        BodyFile("in", submit),
+        BodyFile("in", submit, limit=max_prompt_bytes, limit_name=PROMPT_LIMIT_NAME),
         _OutFile(s),
         WaitFile("wait", lambda: _session_wait(s)),
         _LinesFile("queue", s.queue_text, drop),
@@ -450,8 +458,14 @@ def _session_directory(session: Session, extensions: Sequence[SessionExtension] 
         SnapshotFile("usage", lambda: _line(s.usage_line())),
         SnapshotFile("cost", s.cost_text),
         _LinesFile("approval", s.approval_text, answer),
-        ValueFile("role", lambda: _line(s.role), set_role),
-        ValueFile("context", lambda: s.context, set_context),
+        ValueFile("role", lambda: _line(s.role), set_role, limit=MAX_ROLE_BYTES),
+        ValueFile(
+            "context",
+            lambda: s.context,
+            set_context,
+            limit=max_prompt_bytes,
+            limit_name=PROMPT_LIMIT_NAME,
+        ),
         SnapshotFile("alias", lambda: _line(s.alias)),
         SnapshotFile("model", lambda: _line(s.model)),
         SnapshotFile("cwd", lambda: _line(s.cwd)),
@@ -478,15 +492,22 @@ async def _run(action: Awaitable[None]) -> None:
 class _SessionDirectories(DynamicChildren):
     """The live sessions as directories, by id (listed) and by alias (walk only)."""
 
-    def __init__(self, manager: SessionManager, extensions: Sequence[SessionExtension]) -> None:
+    def __init__(
+        self,
+        manager: SessionManager,
+        extensions: Sequence[SessionExtension],
+        max_prompt_bytes: int = MAX_PROMPT_BYTES,
+    ) -> None:
         self._manager = manager
         self._extensions = extensions
+        self._max_prompt_bytes = max_prompt_bytes
         self._nodes: dict[str, tuple[Session, Directory]] = {}
 
     def _node(self, session: Session) -> Directory:
         known = self._nodes.get(session.id)
         if known is None or known[0] is not session:
-            known = (session, _session_directory(session, self._extensions))
+            directory = _session_directory(session, self._extensions, self._max_prompt_bytes)
+            known = (session, directory)
             self._nodes[session.id] = known
         return known[1]
 
@@ -520,12 +541,15 @@ class SessionTree:
         manager: SessionManager,
         *,
         models: Callable[[], Iterable[ModelLine]] = tuple,
+        max_prompt_bytes: int = MAX_PROMPT_BYTES,
     ) -> None:
-        """`models` lists the usable models each time `agent/models` is opened."""
+        """`models` lists the usable models each time `agent/models` is opened;
+        `max_prompt_bytes` caps a write to `in` or `context` (refused at the Twrite that
+        crosses it, naming `[sessions] max_prompt_bytes`)."""
         self.manager = manager
         self._models = models
         self.extensions: list[SessionExtension] = []
-        self.children = _SessionDirectories(manager, self.extensions)
+        self.children = _SessionDirectories(manager, self.extensions, max_prompt_bytes)
         self.commands = [
             self._new_spec(),
             CommandSpec("kill", self._kill, usage="kill ID", min_args=1, max_args=1),

@@ -60,7 +60,7 @@ the daemon's grace period.
 Settings from the config (`anvild.config.load`): `[permissions]` gives the rules, the default
 mode (`mode`), the widest mode a `new permission=` may ask for (`max_mode`) and the full-access
 grant (`full_access`, user config only); `[sessions]` the per-session defaults (`max_steps`,
-`token_budget`, `turn_deadline`, `reap_delay`).
+`token_budget`, `turn_deadline`, `reap_delay`; `max_prompt_bytes` goes to the `SessionTree`).
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ class Sessions:
         gate.bind(manager)
         approvals.bind(manager)
         lines = _model_lines(config, env)
-        tree = SessionTree(manager, models=lambda: lines)
+        tree = SessionTree(manager, models=lambda: lines, max_prompt_bytes=limits.max_prompt_bytes)
         tree.extend(SessionExtension(answered=gates.settle))
         mail = MailTree(office, auto)
         mail.mount(root, tree)

@@ -9,7 +9,7 @@ never the other way round. Pure parts are separate modules, testable without tri
 - `anvild.fs.nodes`   the node and handle kinds that use them.
 """
 
-from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError
+from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge
 from anvild.fs.ctl import Command, CommandError, CommandSpec, CommandTable, Handler
 from anvild.fs.nodes import (
     BodyFile,
@@ -33,6 +33,7 @@ __all__ = [
     "BodyBuffer",
     "BodyError",
     "BodyFile",
+    "BodyTooLarge",
     "Command",
     "CommandError",
     "CommandSpec",

@@ -4,7 +4,8 @@ Files that take a body (a session's `in`, `outbox`, `context`, a bead's `descrip
 at Tclunk what was written on that open, because clients split one logical write into many
 Twrites: plan9port's `9p write` at 4096 bytes, v9fs at msize (DESIGN.md section 3). `BodyBuffer`
 is the pure part: it places each write at its offset, refuses a gap (a write past the end), and
-refuses to grow past a limit, so a runaway writer costs at most `limit` bytes of memory.
+refuses to grow past a limit, so a runaway writer costs at most `limit` bytes of memory. The
+refusal (`BodyTooLarge`) names the limit and, when one is given, the setting that sets it.
 
 Writes that land inside what is already there overwrite it, as on a regular file; a client that
 retries after a short write therefore does no harm. OTRUNC at open and a length-0 wstat both
@@ -13,7 +14,7 @@ mean "start from empty", which is what a fresh buffer already is.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_BODY_LIMIT", "BodyBuffer", "BodyError"]
+__all__ = ["DEFAULT_BODY_LIMIT", "BodyBuffer", "BodyError", "BodyTooLarge"]
 
 DEFAULT_BODY_LIMIT = 16 << 20
 
@@ -22,15 +23,21 @@ class BodyError(ValueError):
     """A write that cannot become part of the body; the message is what the writer sees."""
 
 
+class BodyTooLarge(BodyError):
+    """A write that would make the body larger than its limit."""
+
+
 class BodyBuffer:
-    """Bytes written on one open, in offset order, up to `limit` bytes."""
+    """Bytes written on one open, in offset order, up to `limit` bytes. `limit_name` says where
+    the limit is set (e.g. `[sessions] max_prompt_bytes in the daemon's config`)."""
 
-    __slots__ = ("_data", "_limit", "_writes")
+    __slots__ = ("_data", "_limit", "_limit_name", "_writes")
 
-    def __init__(self, limit: int = DEFAULT_BODY_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_BODY_LIMIT, *, limit_name: str = "") -> None:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         self._limit = limit
+        self._limit_name = limit_name
         self._data = bytearray()
         self._writes = 0
 
@@ -57,8 +64,9 @@ class BodyBuffer:
                 "written so far; write the body sequentially"
             )
         if end > self._limit:
-            raise BodyError(
-                f"body too large: {end} bytes exceeds the limit of {self._limit} bytes; "
+            where = f" ({self._limit_name})" if self._limit_name else ""
+            raise BodyTooLarge(
+                f"body too large: {end} bytes exceeds the limit of {self._limit} bytes{where}; "
                 "send a shorter text or put it in a file and send its path"
             )
         self._data[offset:end] = data

@@ -18,7 +18,9 @@ state, so two clients reading the same file never share a cursor or a half-writt
                    returns the answer of the last write, and nothing before any write.
 `BodyFile`         everything written on one open is collected (`anvild.fs.body`) and handed to
                    the commit callback at clunk; a refusal fails the Tclunk (the server releases
-                   the fid anyway) and an aborted open (connection lost) commits nothing.
+                   the fid anyway) and an aborted open (connection lost) commits nothing. The
+                   Twrite that crosses the size limit fails, and so does every later write and
+                   the clunk of that open: nothing of it is committed.
 `ValueFile`        a `BodyFile` that also reads back the current value.
 `StreamFile`       a blocking line stream (`anvild.fs.stream`): each open has its own cursor,
                    starting with the backlog; a read waits for new lines; clunk, abort or flush
@@ -56,7 +58,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
-from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError
+from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge
 from anvild.fs.ctl import CommandError, CommandTable
 from anvild.fs.stream import LineStream, StreamReader
 from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode, StatChange
@@ -387,9 +389,10 @@ class _BodyHandle(Handle):
 
     def __init__(self, node: BodyFile, mode: OpenMode, snapshot: bytes) -> None:
         self._node = node
-        self._body = BodyBuffer(node.limit) if mode.write else None
+        self._body = BodyBuffer(node.limit, limit_name=node.limit_name) if mode.write else None
         self._truncate = mode.truncate
         self._snapshot = snapshot
+        self._too_large = ""  # set by the write that crossed the limit: the open is refused
 
     async def read(self, offset: int, count: int) -> bytes:
         return self._snapshot[offset : offset + count]  # never blocks: no checkpoint needed
@@ -399,13 +402,20 @@ class _BodyHandle(Handle):
 
     async def write(self, offset: int, data: bytes) -> int:
         assert self._body is not None, "the server only forwards writes on write opens"
+        if self._too_large:
+            raise FsError(self._too_large, errno.EFBIG)
         try:
             return self._body.write(offset, data)
+        except BodyTooLarge as exc:
+            self._too_large = f"{self._node.name}: {exc}; nothing written on this open is kept"
+            raise FsError(self._too_large, errno.EFBIG) from exc
         except BodyError as exc:
             raise FsError(f"{self._node.name}: {exc}", errno.EFBIG) from exc
 
     async def clunk(self) -> None:
         body, self._body = self._body, None
+        if self._too_large:
+            raise FsError(self._too_large, errno.EFBIG)  # a cut body is never committed
         if body is None or (body.writes == 0 and not self._truncate):
             return  # opened for write but nothing written: nothing to commit
         try:
@@ -432,13 +442,16 @@ class BodyFile(FsNode):
         commit: CommitBody,
         *,
         limit: int = DEFAULT_BODY_LIMIT,
+        limit_name: str = "",
         perm: int = 0o222,
         on_reject: Callable[[FsError], None] | None = None,
     ) -> None:
-        """`on_reject` is told about every body refused at clunk, before the Tclunk fails."""
+        """`on_reject` is told about every body refused at clunk, before the Tclunk fails;
+        `limit_name` says where `limit` is set (it is named in the refusal)."""
         super().__init__(name, perm)
         self.commit = commit
         self.limit = limit
+        self.limit_name = limit_name
         self.on_reject = on_reject
         self.open_blocks = False  # no snapshot to make
 
@@ -464,10 +477,13 @@ class ValueFile(BodyFile):
         commit: CommitBody,
         *,
         limit: int = DEFAULT_BODY_LIMIT,
+        limit_name: str = "",
         perm: int = 0o644,
         on_reject: Callable[[FsError], None] | None = None,
     ) -> None:
-        super().__init__(name, commit, limit=limit, perm=perm, on_reject=on_reject)
+        super().__init__(
+            name, commit, limit=limit, limit_name=limit_name, perm=perm, on_reject=on_reject
+        )
         self._read = read
         self.open_blocks = inspect.iscoroutinefunction(read)
 

@@ -32,6 +32,7 @@ def test_defaults(tmp_path: Path) -> None:
     perms = config.permissions
     assert (perms.mode, perms.max_mode, perms.full_access) == ("default", "accept-edits", False)
     assert config.sessions == SessionLimits(50, None, 3600.0, 60.0)
+    assert config.sessions.max_prompt_bytes == 1 << 20
 
 
 def test_the_keys_are_read(tmp_path: Path) -> None:
@@ -41,13 +42,13 @@ def test_the_keys_are_read(tmp_path: Path) -> None:
             tmp_path,
             '[permissions]\nmode = "plan"\nmax_mode = "bypass"\nfull_access = true\n'
             "[sessions]\nmax_steps = 7\ntoken_budget = 9000\nturn_deadline = 0\n"
-            "reap_delay = 2.5\n",
+            "reap_delay = 2.5\nmax_prompt_bytes = 4096\n",
         ),
         data_dir=tmp_path / "data",
     )
     perms = config.permissions
     assert (perms.mode, perms.max_mode, perms.full_access) == ("plan", "bypass", True)
-    assert config.sessions == SessionLimits(7, 9000, None, 2.5)
+    assert config.sessions == SessionLimits(7, 9000, None, 2.5, 4096)
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -90,9 +91,23 @@ def _write(tmp_path: Path, text: str) -> Path:
             "sessions.reap_delay: expected a number of seconds (0 or more; 0 means at once)",
         ),
         (
+            "[sessions]\nmax_prompt_bytes = 0",
+            "sessions.max_prompt_bytes: expected a whole number from 1 to 16777216, got "
+            "integer 0",
+        ),
+        (
+            "[sessions]\nmax_prompt_bytes = 16777217",
+            "sessions.max_prompt_bytes: expected a whole number from 1 to 16777216",
+        ),
+        (
+            '[sessions]\nmax_prompt_bytes = "1M"',
+            "sessions.max_prompt_bytes: expected a whole number from 1 to 16777216, got "
+            "string '1M'",
+        ),
+        (
             "[sessions]\nsteps = 3",
             "sessions.steps: unknown key; expected one of max_steps, token_budget, "
-            "turn_deadline, reap_delay in [sessions]",
+            "turn_deadline, reap_delay, max_prompt_bytes in [sessions]",
         ),
         (
             '[permissions]\nmode = "bypass"',

@@ -386,6 +386,34 @@ async def test_body_limit_fails_the_write() -> None:
     assert info.value.errno == errno.EFBIG
 
 
+async def test_a_body_over_its_limit_is_refused_whole_naming_the_setting() -> None:
+    committed: list[bytes] = []
+
+    async def commit(body: bytes) -> None:
+        committed.append(body)
+
+    body = BodyFile("in", commit, limit=8, limit_name="[sessions] max_prompt_bytes")
+    handle = await body.open(WRITE)
+    await handle.write(0, b"01234567")
+    with pytest.raises(FsError) as info:
+        await handle.write(8, b"8")
+    assert str(info.value) == (
+        "in: body too large: 9 bytes exceeds the limit of 8 bytes ([sessions] max_prompt_bytes); "
+        "send a shorter text or put it in a file and send its path; nothing written on this "
+        "open is kept"
+    )
+    with pytest.raises(FsError, match="body too large"):  # a client that writes on anyway
+        await handle.write(8, b"")
+    with pytest.raises(FsError, match="body too large") as info:
+        await handle.clunk()
+    assert info.value.errno == errno.EFBIG
+    assert committed == []  # the first 8 bytes are not a prompt of their own
+    handle = await body.open(WRITE)  # the next open starts afresh
+    await handle.write(0, b"short")
+    await handle.clunk()
+    assert committed == [b"short"]
+
+
 async def test_body_accepts_truncate_only_wstat() -> None:
     body, _ = make_body()
     await body.wstat(StatChange(length=0))
