@@ -92,8 +92,7 @@ def _write(tmp_path: Path, text: str) -> Path:
         ),
         (
             "[sessions]\nmax_prompt_bytes = 0",
-            "sessions.max_prompt_bytes: expected a whole number from 1 to 16777216, got "
-            "integer 0",
+            "sessions.max_prompt_bytes: expected a whole number from 1 to 16777216, got integer 0",
         ),
         (
             "[sessions]\nmax_prompt_bytes = 16777217",
