@@ -68,6 +68,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -327,10 +328,10 @@ class Journal:
             self._state = state
             return state
 
-    def recover(self) -> Recovery:
-        """Append what a crash left undone (`recover(self.state)`), then sync. Returns what
-        was found; a session at rest gets no records. Never re-runs anything."""
-        found = recover(self._state)
+    def recover(self, removed: Mapping[str, Sequence[str]] | None = None) -> Recovery:
+        """Append what a crash left undone (`recover(self.state, removed)`), then sync.
+        Returns what was found; a session at rest gets no records. Never re-runs anything."""
+        found = recover(self._state, removed)
         for record in found.records:
             self.append(record, sync=False)
         if found.records:

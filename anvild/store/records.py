@@ -12,7 +12,7 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
            | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
            | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
            | PermissionsRemembered | ResultApprovalRequested | ResultApprovalAnswered | Note
-           | FileSeen | SessionEnded
+           | FileSeen | TextStreamed | SessionEnded
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
@@ -20,12 +20,14 @@ today are read by every later version. Messages and blocks inside records go thr
 such as a Gemini thought signature round-trips unchanged.
 
 Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
-is `SCHEMA_VERSION` (2). `upgrade_lines` turns an older file's decoded lines into current ones:
+is `SCHEMA_VERSION` (3). `upgrade_lines` turns an older file's decoded lines into current ones:
 
-- Schema 1 is schema 2 without `file_seen` records (what the file tools saw, for freshness
-  after a restart). Upgrading only renumbers the header's `schema`. The version was raised for
-  the new tag: an anvild of schema 1 refuses a schema 2 file untouched instead of failing on
-  an unknown record in the middle of it.
+- Schema 2 is schema 3 without `text_streamed` records (an answer's text while it streams, so
+  a crash does not lose what `out` showed) and without `turn_ended.interrupted`. Schema 1 is
+  schema 2 without `file_seen` records (what the file tools saw, for freshness after a
+  restart). Upgrading either only renumbers the header's `schema`. Each version was raised for
+  its new tag: an older anvild refuses a newer file untouched instead of failing on an unknown
+  record in the middle of it.
 
 - Schema 0 is the course prototype format (course chapter 14.1): the first line is a `meta`
   record `{"type":"meta","id":..,"model":..,"cwd":..,"created_at":<unix seconds>}` with no
@@ -59,7 +61,7 @@ from anvild.llm.types import ContentBlock, Json, Message, ToolResult
 from anvild.llm.types import converter as llm_converter
 from anvild.store.errors import RecordError
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this version writes. Files with a lower version are upgraded, higher refused."""
 
 OLDEST_SCHEMA: Final = 0
@@ -237,11 +239,13 @@ class UsageReported:
 @attrs.frozen
 class TurnEnded:
     """How a turn ended: the agent's outcome (done, cancelled, error, ...) and its detail, so
-    `out` can show the reason of an abnormal end after a restart."""
+    `out` can show the reason of an abnormal end after a restart. `interrupted`: the turn was
+    cut by a crash and ended by recovery at the next start (schema 3; written only when set)."""
 
     TAG: ClassVar[str] = "turn_ended"
     outcome: str
     detail: str = ""
+    interrupted: bool = False
 
 
 @attrs.frozen
@@ -377,6 +381,18 @@ class FileSeen:
 
 
 @attrs.frozen
+class TextStreamed:
+    """More of the answer the model is streaming in the current step, appended at a bounded
+    cadence while it streams (`anvild.session.checkpoint`), so a crash does not lose what
+    `out` and `events` showed. For display only: it is never part of the transcript, so no
+    provider ever sees it; the step's text reaches the transcript only in the assistant
+    message committed when its stream finished (which supersedes these records). Schema 3."""
+
+    TAG: ClassVar[str] = "text_streamed"
+    text: str = attrs.field(validator=_non_empty)
+
+
+@attrs.frozen
 class SessionEnded:
     """`kill`, or an ephemeral session reaped: the last record of a file."""
 
@@ -409,6 +425,7 @@ Record: TypeAlias = (
     | ResultApprovalAnswered
     | Note
     | FileSeen
+    | TextStreamed
     | SessionEnded
 )
 
@@ -437,6 +454,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     ResultApprovalAnswered,
     Note,
     FileSeen,
+    TextStreamed,
     SessionEnded,
 )
 
@@ -475,6 +493,9 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(
         ResultApprovalAnswered,
         make_dict_unstructure_fn(ResultApprovalAnswered, conv, by=omit),
+    )
+    conv.register_unstructure_hook(
+        TurnEnded, make_dict_unstructure_fn(TurnEnded, conv, interrupted=omit)
     )
     configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
     return conv
@@ -545,15 +566,16 @@ def upgrade_lines(lines: list[Json], schema: int) -> list[Json]:
         raise ValueError(f"no upgrade from record schema {schema}")
     if schema == 0:
         lines = [_upgrade_0_to_1(index, line) for index, line in enumerate(lines)]
-    if schema <= 1 and lines:
-        lines = [_upgrade_1_to_2(lines[0]), *lines[1:]]
+    if schema < SCHEMA_VERSION and lines:
+        # 1 -> 2 -> 3 only added record types and optional fields: the header's number changes
+        lines = [_renumbered(lines[0]), *lines[1:]]
     return lines
 
 
-def _upgrade_1_to_2(header: Json) -> Json:
+def _renumbered(header: Json) -> Json:
     if not isinstance(header, dict) or header.get("type") != SessionStarted.TAG:
         raise RecordError("the first record is not session_started")
-    return {**header, "schema": 2}
+    return {**header, "schema": SCHEMA_VERSION}
 
 
 _V0_DEFAULTS: Final = {"alias": None, "role": "developer", "sandbox": "workspace-write"}

@@ -15,13 +15,16 @@ it may end in the middle of a turn. `recover` says which records bring it back t
   - a call with `ToolStarted` but no durable finish: an error result saying the outcome is
     unknown and that it was not re-run, plus a `Note` for the session's log. The call may have
     run partly, fully or not at all; only the world can tell, so the model (and the human
-    reading `log`) is told to check before trying again. Nothing is ever re-run automatically;
+    reading `log`) is told to check before trying again. Nothing is ever re-run automatically.
+    The temporary files such a call left, which the caller removed before recovering (`removed`,
+    by call id: `anvild.session.leftovers`), are named in its result and in a note;
   - a call never started (its `ToolStarted` was not written, so its side effect never began):
     an error result saying it was not run.
 - A session that was running or awaiting approval ends its turn (`TurnEnded` with outcome
-  `error` and the reason) and gets a note in the transcript's trailing user message (so the
-  model knows the turn was cut). It, and a session that was still starting, goes to `idle`, and
-  the log says so.
+  `error`, the reason, `interrupted`) and gets a note in the transcript's trailing user message
+  (so the model knows the turn was cut; if an answer was streaming, that its shown part is not
+  in the conversation: `streamed` is display only). It, and a session that was still starting,
+  goes to `idle`, and the log says so.
 
 Queued prompts are kept: they were accepted and never handled. Sessions that were idle, await,
 stopped, exited or in error stay as they were (their transcript is repaired all the same), and an
@@ -31,6 +34,7 @@ After it, `validate_transcript(state.messages)` holds (the tests check it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import attrs
@@ -60,6 +64,15 @@ INTERRUPTED_NOTE: Final = (
     "[The previous turn was interrupted: anvild stopped before it finished. No tool call was "
     "re-run.]"
 )
+STREAMED_NOTE: Final = (
+    "[The previous turn was interrupted: anvild stopped while the assistant was answering. The "
+    "{chars} characters of the answer already shown to the user were not kept in this "
+    "conversation. No tool call was re-run.]"
+)
+TEMP_REMOVED: Final = (
+    " anvild removed the unfinished temporary file(s) it had left: {paths}. Such a file is "
+    "renamed over its target only once complete, so that write did not reach its target."
+)
 APPROVAL_CANCELLED: Final = "anvild restarted before the approval was answered"
 TURN_DETAIL: Final = "anvild stopped during the turn; the session was recovered at restart"
 RECOVERED_DETAIL: Final = "recovered at restart: anvild had stopped while the session was active"
@@ -74,8 +87,10 @@ class Recovery:
     unknown: tuple[ToolCall, ...]
 
 
-def recover(state: SessionState) -> Recovery:
-    """The records that bring a loaded session back to rest after a crash (see module doc)."""
+def recover(state: SessionState, removed: Mapping[str, Sequence[str]] | None = None) -> Recovery:
+    """The records that bring a loaded session back to rest after a crash (see module doc).
+    `removed`: the temporary files removed for calls of unknown outcome, by call id."""
+    removed = removed or {}
     if state.ended is not None:
         return Recovery((), ())
     records: list[Record] = []
@@ -97,28 +112,35 @@ def recover(state: SessionState) -> Recovery:
         elif run.result is not None:
             results.append(run.result)
         else:
-            results.append(
-                ToolResult(call.id, UNKNOWN_OUTCOME.format(name=call.name), is_error=True)
-            )
+            text = UNKNOWN_OUTCOME.format(name=call.name) + _removed(removed.get(call.id))
+            results.append(ToolResult(call.id, text, is_error=True))
             unknown.append(call)
+    note = INTERRUPTED_NOTE
+    if state.streamed:
+        note = STREAMED_NOTE.format(chars=len(state.streamed))
     if results:
         if turn_cut:
-            results.append(Text(INTERRUPTED_NOTE))
+            results.append(Text(note))
         records.append(MessageAppended(Message(Role.USER, results)))
     elif turn_cut and state.messages and state.messages[-1].role is Role.USER:
-        records.append(MessageExtended((Text(INTERRUPTED_NOTE),)))
+        records.append(MessageExtended((Text(note),)))
     records.extend(
         Note(
             f"tool call {call.id} ({call.name}): outcome unknown. anvild stopped while it was "
             "running and no result was recorded; it was not re-run."
+            + _removed(removed.get(call.id))
         )
         for call in unknown
     )
     if turn_cut:
-        records.append(TurnEnded("error", TURN_DETAIL))
+        records.append(TurnEnded("error", TURN_DETAIL, interrupted=True))
     if interrupted:
         records.append(StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL))
         records.append(
             Note(f"recovered after a restart: the session was {state.status.value}, now idle")
         )
     return Recovery(tuple(records), tuple(unknown))
+
+
+def _removed(paths: Sequence[str] | None) -> str:
+    return TEMP_REMOVED.format(paths=", ".join(paths)) if paths else ""

@@ -28,6 +28,9 @@ record is never written. The rules it enforces:
   of the session, across clear, restart and daemon restarts).
 - The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
   `PromptDropped` names queued prompts.
+- `TextStreamed` adds to `streamed` (display only, never the transcript); an assistant
+  `MessageAppended` (the step's answer, now in the transcript), `PromptTaken` (a new turn)
+  and `ContextReplaced` clear it.
 
 `message_records(old, new)` is the supervisor's helper for the agent's transcript: the records
 that turn one transcript into the next (appends, an extension of the last message, or a
@@ -67,6 +70,7 @@ from anvild.store.records import (
     SessionStarted,
     SessionStatus,
     StateChanged,
+    TextStreamed,
     TodosChanged,
     ToolFinished,
     ToolStarted,
@@ -124,7 +128,7 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             _no_approval(state, record)
             if state.tools:
                 raise RecordError("context_replaced while tool calls are in flight")
-            return attrs.evolve(state, messages=messages, baseline=None)
+            return attrs.evolve(state, messages=messages, baseline=None, streamed="")
         case ModelChanged(model=model):
             return attrs.evolve(state, model=model, baseline=None)
         case StateChanged(status=status, detail=detail):
@@ -162,7 +166,7 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         case PromptTaken(prompt_id=prompt_id):
             if not state.queue or state.queue[0].prompt_id != prompt_id:
                 raise RecordError(f"prompt {prompt_id!r} is not at the head of the queue")
-            return attrs.evolve(state, queue=state.queue[1:])
+            return attrs.evolve(state, queue=state.queue[1:], streamed="")
         case PromptDropped(prompt_ids=ids):
             queued = {p.prompt_id for p in state.queue}
             if missing := [i for i in ids if i not in queued]:
@@ -221,6 +225,8 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             seen = state.seen_files()
             seen[path] = sha256
             return attrs.evolve(state, files_seen=tuple(sorted(seen.items())))
+        case TextStreamed(text=text):
+            return attrs.evolve(state, streamed=state.streamed + text)
         case SessionEnded(reason=reason):
             _no_approval(state, record)
             if state.pending_calls:
@@ -267,8 +273,14 @@ def _appended(state: SessionState, message: Message) -> SessionState:
     if first_prompt is None and message.role is Role.USER:
         first_prompt = message.text().strip() or None
     tools = state.tools if message.role is Role.ASSISTANT else ()
+    # the step's streamed text is in the transcript now, as the committed answer
+    streamed = "" if message.role is Role.ASSISTANT else state.streamed
     return attrs.evolve(
-        state, messages=(*state.messages, message), tools=tools, first_prompt=first_prompt
+        state,
+        messages=(*state.messages, message),
+        tools=tools,
+        first_prompt=first_prompt,
+        streamed=streamed,
     )
 
 

@@ -115,7 +115,10 @@ class SessionState:
     waiting, in order; `notes` the log lines recorded with `Note`; `ended` the reason of a
     `SessionEnded` (None while the session lives); `files_seen` the sha256 of what the file
     tools last read or wrote per canonical path (`FileSeen`: kept across clear and restart,
-    as the live tracker is).
+    as the live tracker is). `streamed` is the answer text streamed in the current step and
+    not in the transcript (`TextStreamed`; display only, never sent to a provider): cleared
+    when the step's assistant message is appended, a prompt is taken or the context replaced,
+    so after a crash (or a cancel) it is what `out` showed of the unfinished answer.
     """
 
     id: str
@@ -150,6 +153,7 @@ class SessionState:
     notes: tuple[str, ...] = ()
     ended: str | None = None
     files_seen: tuple[tuple[str, str], ...] = ()  # (canonical path, sha256), sorted by path
+    streamed: str = ""
 
     def seen_files(self) -> dict[str, str]:
         """What the file tools last saw per canonical path (`FileSeen`): its sha256."""

@@ -39,6 +39,7 @@ from anvild.store import (
     SessionState,
     SessionStatus,
     StateChanged,
+    TextStreamed,
     TodoItem,
     TodosChanged,
     ToolFinished,
@@ -169,7 +170,10 @@ def _choices(state: SessionState, ids: Iterator[int]) -> dict[str, Callable[[st.
         "status": lambda d: StateChanged(d(st.sampled_from(list(SessionStatus))), d(texts)),
         "todos": lambda d: TodosChanged(d(todos)),
         "usage": lambda d: UsageReported(d(usages)),
-        "turn": lambda d: TurnEnded(d(st.sampled_from(["done", "cancelled", "error"])), d(texts)),
+        "turn": lambda d: TurnEnded(
+            d(st.sampled_from(["done", "cancelled", "error"])), d(texts), d(st.booleans())
+        ),
+        "streamed": lambda d: TextStreamed(d(st.text(min_size=1, max_size=20))),
         "context": lambda d: ContextFileChanged(d(texts)),
         "role": lambda d: RoleChanged(d(st.sampled_from(["developer", "reviewer"]))),
         "alias": lambda d: AliasChanged(d(st.none() | st.just("r1"))),
@@ -229,7 +233,7 @@ def _finish(call_id: str, content: str, is_error: bool) -> ToolFinished:
 WEIGHTS = {"append": 6, "start": 6, "finish": 5, "ask": 2, "answer": 3, "extend": 2}
 PRIORITY = ["start", "finish", "answer", "append", "ask", "extend", "replace", "take", "drop"]
 PRIORITY += ["queue", "status", "usage", "todos", "turn", "note", "model", "context", "role"]
-PRIORITY += ["alias", "seen", "end"]
+PRIORITY += ["alias", "seen", "streamed", "end"]
 
 
 @st.composite

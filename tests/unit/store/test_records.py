@@ -19,7 +19,9 @@ from anvild.store import (
     RecordError,
     ReplaceReason,
     SessionStarted,
+    TextStreamed,
     ToolFinished,
+    TurnEnded,
     UsageReported,
 )
 from anvild.store.records import RECORD_TAGS, RECORD_TYPES, decode, encode, schema_of, upgrade_lines
@@ -51,6 +53,7 @@ EXPECTED_TAGS = {
     "ResultApprovalAnswered": "result_approval_answered",
     "Note": "note",
     "FileSeen": "file_seen",
+    "TextStreamed": "text_streamed",
     "SessionEnded": "session_ended",
 }
 
@@ -75,7 +78,7 @@ def test_line_format_puts_seq_and_type_first_and_the_header_carries_the_schema()
     assert line == (
         b'{"seq":1,"type":"session_started","id":"s1","alias":"r1","role":"developer",'
         b'"model":"sonnet","cwd":"/src/app","sandbox":"workspace-write",'
-        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":2}\n'
+        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":3}\n'
     )
     assert schema_of(json.loads(line)) == SCHEMA_VERSION
 
@@ -192,10 +195,25 @@ def test_current_schema_lines_pass_through_and_unknown_versions_are_not_upgraded
         upgrade_lines(lines, SCHEMA_VERSION + 1)
 
 
-def test_a_schema_1_file_is_schema_2_without_file_seen_records() -> None:
+@pytest.mark.parametrize("schema", [1, 2])
+def test_a_schema_1_or_2_file_is_schema_3_without_the_later_records(schema: int) -> None:
     header = json.loads(encode(1, started()))
-    header["schema"] = 1
+    header["schema"] = schema
     note = {"seq": 2, "type": "note", "text": "x"}
-    assert upgrade_lines([header, note], 1) == [{**header, "schema": 2}, note]
+    ended = {"seq": 3, "type": "turn_ended", "outcome": "error", "detail": "d"}
+    upgraded = upgrade_lines([header, note, ended], schema)
+    assert upgraded == [{**header, "schema": 3}, note, ended]
+    assert decode(upgraded[2]) == (3, TurnEnded("error", "d", interrupted=False))
     with pytest.raises(RecordError, match="not session_started"):
-        upgrade_lines([note], 1)
+        upgrade_lines([note], schema)
+
+
+def test_later_fields_are_written_only_when_set() -> None:
+    assert b"interrupted" not in encode(2, TurnEnded("error", "d"))
+    line = encode(2, TurnEnded("error", "d", interrupted=True))
+    assert (
+        line == b'{"seq":2,"type":"turn_ended","outcome":"error","detail":"d","interrupted":true}\n'
+    )
+    assert encode(3, TextStreamed("Hel")) == b'{"seq":3,"type":"text_streamed","text":"Hel"}\n'
+    with pytest.raises(ValueError, match="must not be empty"):
+        TextStreamed("")

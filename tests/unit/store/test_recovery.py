@@ -75,7 +75,7 @@ def test_started_without_finish_is_unknown_finished_is_kept_unstarted_is_not_run
             "tool call c2 (read_file): outcome unknown. anvild stopped while it was running and "
             "no result was recorded; it was not re-run."
         ),
-        TurnEnded("error", TURN_DETAIL),
+        TurnEnded("error", TURN_DETAIL, interrupted=True),
         StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL),
         Note("recovered after a restart: the session was running, now idle"),
     ]
@@ -108,7 +108,7 @@ def test_an_interrupted_sample_gets_a_note_in_the_trailing_user_message() -> Non
     records, messages = recovered(StateChanged(SessionStatus.RUNNING), MessageAppended(user("go")))
     assert messages == [Message(Role.USER, (Text("go"), Text(INTERRUPTED_NOTE)))]
     assert records[1:] == [
-        TurnEnded("error", TURN_DETAIL),
+        TurnEnded("error", TURN_DETAIL, interrupted=True),
         StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL),
         Note("recovered after a restart: the session was running, now idle"),
     ]
