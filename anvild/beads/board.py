@@ -28,6 +28,7 @@ Rules kept here (and only here):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -93,10 +94,19 @@ class Change:
     answer: str = ""  # what a read on the ctl fid returns (the new id)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _check_title(title: str, what: str) -> str:
     text = " ".join(title.split())
     if not text:
         raise InvalidBeadRequest(f"the {what} title is empty; give one in quotes")
+    if bad := _CONTROL.search(text):
+        raise InvalidBeadRequest(
+            f"the {what} title holds the control character U+{ord(bad.group()):04X}; a title "
+            "is a name and may not contain control characters (U+0000-U+001F, U+007F-U+009F): "
+            "remove it"
+        )
     if len(text) > MAX_TITLE:
         raise InvalidBeadRequest(
             f"the {what} title is {len(text)} characters long; keep it under {MAX_TITLE} "
@@ -106,7 +116,7 @@ def _check_title(title: str, what: str) -> str:
 
 
 def _check_role(role: str) -> str:
-    if not ROLE_RE.match(role):
+    if not ROLE_RE.fullmatch(role):
         raise InvalidBeadRequest(
             f"bad role {role!r}: a role is a name of letters, digits, '.', '_' or '-' "
             "(e.g. developer, reviewer, researcher)"

@@ -72,6 +72,9 @@ def test_new_bead_and_its_dependencies() -> None:
     [
         (NewBead("", "dev"), "the bead title is empty; give one in quotes"),
         (NewBead("T", "bad role"), "bad role 'bad role'"),
+        (NewBead("T", "developer\n"), "bad role 'developer\\n'"),
+        (NewBead("Fix \x1b[2Jit", "dev"), "the bead title holds the control character U+001B"),
+        (NewBead("Fix\x9bit", "dev"), "may not contain control characters"),
         (NewBead("T", "dev", "", ("nope-001",)), "dependency 'nope-001' is not a bead"),
         (NewBead("T", "dev", convoy="c-001"), "no convoy 'c-001'"),
     ],
