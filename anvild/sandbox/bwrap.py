@@ -178,7 +178,17 @@ RC_FILES: Final = (
 """Shell start-up files: read-only wherever a writable root holds them (they run later, outside
 the sandbox, when the user opens a shell there)."""
 
-GIT_PROTECTED: Final = ("config", "hooks", "info")
+GIT_READ_ONLY_DIRS: Final = ("hooks", "info", "modules", "branches", "remotes")
+"""Directories of a git directory that set what git runs or reads (hooks; attributes, excludes
+and grafts; submodule git directories; legacy remote definitions): read-only, and an empty
+read-only directory where missing, so they cannot be created."""
+GIT_READ_ONLY_FILES: Final = ("config", "config.worktree")
+"""Configuration files of a git directory: read-only, and an empty file (an empty
+configuration) bound read-only where missing."""
+COMMONDIR_SEED: Final = b".\n"
+"""What a missing `commondir` is seeded with before a commit-role sandbox starts: `.` names the
+git directory itself, so git behaves as without the file, inside and outside the sandbox (an empty
+file or a directory there makes git die), and the command cannot create one of its own."""
 CREDENTIAL_HOME_PATHS: Final = (
     ".ssh",
     ".aws",
@@ -245,6 +255,10 @@ class HostFacts(Protocol):
 
     def module_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
         """Submodule git directories kept under `gitdir/modules/`."""
+        ...
+
+    def worktree_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        """Linked worktrees' git directories, `gitdir/worktrees/*/`."""
         ...
 
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
@@ -327,6 +341,13 @@ class LiveFacts:
                     pending.append(child)  # module names may contain slashes
         return tuple(sorted(found))
 
+    def worktree_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        try:
+            entries = list(os.scandir(gitdir / "worktrees"))
+        except OSError:
+            return ()
+        return tuple(sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)))
+
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
         found: list[Path] = []
         pending = [root]
@@ -366,10 +387,18 @@ class Op(enum.Enum):
     BIND = "--bind"
     TMPFS = "--tmpfs"  # an empty writable tmpfs (/tmp, $HOME)
     EMPTY_RO = "empty-ro"  # an empty read-only tmpfs: a placeholder or a hidden directory
-    DEV_NULL = "dev-null"  # /dev/null bound read-only: a hidden file
+    DEV_NULL = "dev-null"  # /dev/null bound read-only: a hidden file or a file placeholder
+    SEED = "seed"  # a file the daemon writes first if missing (`data`), bound read-only
 
 
-_RANK: Final = {Op.TMPFS: 0, Op.RO_BIND: 1, Op.BIND: 2, Op.EMPTY_RO: 3, Op.DEV_NULL: 3}
+_RANK: Final = {
+    Op.TMPFS: 0,
+    Op.RO_BIND: 1,
+    Op.BIND: 2,
+    Op.EMPTY_RO: 3,
+    Op.DEV_NULL: 3,
+    Op.SEED: 3,
+}
 
 
 @attrs.frozen
@@ -377,11 +406,14 @@ class Mount:
     op: Op
     dest: Path
     src: Path | None = None
+    data: bytes = b""  # Op.SEED: the content written when the file is missing
 
     def argv(self) -> tuple[str, ...]:
         match self.op:
             case Op.RO_BIND | Op.BIND:
                 return (self.op.value, str(self.src or self.dest), str(self.dest))
+            case Op.SEED:
+                return ("--ro-bind", str(self.dest), str(self.dest))
             case Op.TMPFS:
                 return ("--tmpfs", str(self.dest))
             case Op.EMPTY_RO:
@@ -428,6 +460,8 @@ class Plan:
     network: bool
     cwd: Path
     notes: tuple[str, ...] = ()
+    seeds: tuple[tuple[Path, bytes], ...] = ()  # files written before the launch, then removed
+    gitdirs: tuple[Path, ...] = ()  # git directories the command may write (commit layout)
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -498,21 +532,26 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         put(Mount(Op.BIND, root))
 
     placeholders: list[Path] = []
+    seeds: list[tuple[Path, bytes]] = []
 
     def writable_root_of(path: Path) -> Path | None:
         roots = [r for r in writable if _within(path, r)]
         return max(roots, key=_depth) if roots else None
 
-    def protect(path: Path, *, placeholder: bool = True) -> None:
-        """Make `path` read-only if a writable root contains it."""
+    def protect(path: Path, *, placeholder: Op | None = Op.EMPTY_RO, seed: bytes = b"") -> None:
+        """Make `path` read-only if a writable root contains it; where it is missing, mount
+        `placeholder` there (or write `seed` first and bind that), so it cannot be created."""
         if writable_root_of(path) is None:
             return
         match facts.kind(path):
             case PathKind.DIR | PathKind.FILE:
                 put(Mount(Op.RO_BIND, path))
             case PathKind.MISSING:
-                if placeholder:
-                    put(Mount(Op.EMPTY_RO, path))
+                if seed:
+                    put(Mount(Op.SEED, path, data=seed))
+                    seeds.append((path, seed))
+                elif placeholder is not None:
+                    put(Mount(placeholder, path))
                     placeholders.append(path)
             case PathKind.SYMLINK:
                 raise SandboxRefused(
@@ -556,33 +595,50 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
             protect(dotgit)  # refuses inside a writable root
         elif kind is PathKind.MISSING and writable_root_of(dotgit) == dotgit.parent:
             protect(dotgit)  # a missing .git at the top of a writable root: cannot be created
-    for gitdir in list(gitdirs):
-        gitdirs.extend(facts.module_gitdirs(gitdir))
+    pending = list(gitdirs)
+    while pending:  # submodule and linked-worktree git directories, at any depth
+        here = pending.pop()
+        found = (*facts.module_gitdirs(here), *facts.worktree_gitdirs(here))
+        fresh = [g for g in found if g not in gitdirs]
+        gitdirs.extend(fresh)
+        pending.extend(fresh)
 
+    committing: list[Path] = []
     for gitdir in dict.fromkeys(gitdirs):
         if facts.kind(gitdir) is not PathKind.DIR:
             continue
-        if git is GitAccess.COMMIT:
-            # Bound onto itself even inside a writable root: a mount point cannot be renamed
-            # or removed, so the command cannot swap in a .git of its own making.
-            put(Mount(Op.BIND, gitdir))
-            if writable_root_of(gitdir) is None:
-                writable.append(gitdir)
-            for name in GIT_PROTECTED:
-                protect(gitdir / name)
-            for extra in ("config.worktree", "commondir", "gitdir"):
-                protect(gitdir / extra, placeholder=False)
-        else:
+        if git is not GitAccess.COMMIT:
             put(Mount(Op.RO_BIND, gitdir))
+            continue
+        # Bound onto itself even inside a writable root: a mount point cannot be renamed or
+        # removed, so the command cannot swap in a .git of its own making. Its top level stays
+        # writable (git replaces index, HEAD and packed-refs by renaming a lock file beside
+        # them); every name there that git reads configuration or programs from is read-only
+        # or held by a placeholder, and `anvild.sandbox.gitguard` quarantines whatever else
+        # the command creates there.
+        put(Mount(Op.BIND, gitdir))
+        committing.append(gitdir)
+        if writable_root_of(gitdir) is None:
+            writable.append(gitdir)
+        linked = facts.kind(gitdir / "commondir") is PathKind.FILE
+        for name in GIT_READ_ONLY_FILES:
+            protect(gitdir / name, placeholder=Op.DEV_NULL)
+        protect(gitdir / "commondir", seed=COMMONDIR_SEED)
+        protect(gitdir / "gitdir", placeholder=None)
+        if not linked:  # a linked worktree's hooks, info, ... are its common directory's
+            for name in GIT_READ_ONLY_DIRS:
+                protect(gitdir / name)
+        if facts.kind(gitdir / "objects") is PathKind.DIR:
+            protect(gitdir / "objects" / "info")  # alternates: another object store
 
     for root in writable:
         for name in PROTECTED_NAMES:
             protect(root / name)
         for name in RC_FILES:
-            protect(root / name, placeholder=False)
+            protect(root / name, placeholder=None)
     for dotgit in dotgits:
         if writable_root_of(dotgit.parent) is not None and dotgit.parent not in writable:
-            protect(dotgit.parent / ".anvil", placeholder=False)
+            protect(dotgit.parent / ".anvil", placeholder=None)
 
     bound = [m.dest for m in mounts.values() if m.op in (Op.RO_BIND, Op.BIND)]
     for hidden in (*spec.hidden, *role.hidden):
@@ -614,6 +670,8 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         network=policy.network,
         cwd=spec.cwd,
         notes=tuple(notes),
+        seeds=tuple(dict.fromkeys(seeds)),
+        gitdirs=tuple(committing),
     )
 
 
@@ -767,35 +825,82 @@ def check_access(the_plan: Plan, drop: Drop | None) -> None:
 # -- placeholders ------------------------------------------------------------------------------
 
 
+def _remove_placeholder(path: Path, seed: bytes | None) -> None:
+    """Remove a mount point we caused, if it is still what we left: an empty directory, an
+    empty file (bwrap's mount point for a file placeholder), or a seed with its content."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(path)  # fails (and stays) unless it is still empty
+        elif (
+            stat.S_ISREG(st.st_mode)
+            and st.st_size == len(seed or b"")
+            and (seed is None or path.read_bytes() == seed)
+        ):
+            os.unlink(path)
+
+
 class _Placeholders:
-    """Mount points this process asked bwrap to create, counted across concurrent sandboxes.
-    Removing one while another sandbox still has it mounted would detach that mount (the kernel
-    lazily unmounts an unlinked mount point in every namespace), so only the last user removes
-    it, and only if it is still an empty directory."""
+    """Mount points this process asked bwrap to create, and seed files it wrote, counted across
+    concurrent sandboxes. Removing one while another sandbox still has it mounted would detach
+    that mount (the kernel lazily unmounts an unlinked mount point in every namespace), so only
+    the last user removes it, and only if it is still as we left it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._count: dict[Path, int] = {}
+        self._seeds: dict[Path, bytes | None] = {}  # None: found there, never ours to remove
 
     def holds(self, path: Path) -> bool:
         with self._lock:
             return self._count.get(path, 0) > 0
 
-    def acquire(self, paths: Iterable[Path]) -> None:
+    def acquire(self, paths: Iterable[Path], seeds: Iterable[tuple[Path, bytes]] = ()) -> None:
+        """Count `paths` and `seeds` as in use; write each seed that is missing. Raises
+        `SandboxRefused` (having released what it took) when a seed cannot be written."""
+        taken: list[Path] = []
         with self._lock:
             for path in paths:
                 self._count[path] = self._count.get(path, 0) + 1
+                taken.append(path)
+            for path, data in seeds:
+                if self._count.get(path, 0) == 0:
+                    try:
+                        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    except FileExistsError:
+                        # Made since the plan looked: bound as it is, never removed.
+                        self._seeds[path] = None
+                    except OSError as exc:
+                        self._release_locked(taken)
+                        raise SandboxRefused(
+                            f"Cannot write {path} before the command runs ({exc.strerror}): "
+                            "the sandbox places it there so that the command cannot create its "
+                            "own. Check that the daemon may write that git directory."
+                        ) from exc
+                    else:
+                        with os.fdopen(fd, "wb") as f:
+                            f.write(data)
+                        self._seeds[path] = data
+                self._count[path] = self._count.get(path, 0) + 1
+                taken.append(path)
 
     def release(self, paths: Iterable[Path]) -> None:
         with self._lock:
-            for path in paths:
-                left = self._count.get(path, 0) - 1
-                if left > 0:
-                    self._count[path] = left
-                    continue
-                self._count.pop(path, None)
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)  # fails (and stays) unless it is still an empty directory
+            self._release_locked(paths)
+
+    def _release_locked(self, paths: Iterable[Path]) -> None:
+        for path in paths:
+            left = self._count.get(path, 0) - 1
+            if left > 0:
+                self._count[path] = left
+                continue
+            self._count.pop(path, None)
+            if path in self._seeds:
+                seed = self._seeds.pop(path)
+                if seed is not None:
+                    _remove_placeholder(path, seed)
+            else:
+                _remove_placeholder(path, None)
 
 
 _PLACEHOLDERS: Final = _Placeholders()
@@ -877,8 +982,13 @@ class Launch:
         # the launch is closed.
         self._lifeline_read: int | None = lifeline_read
         self._lifeline_write: int | None = lifeline_write
-        self._placeholders = plan.placeholders
-        _PLACEHOLDERS.acquire(self._placeholders)
+        self._placeholders = (*plan.placeholders, *(path for path, _ in plan.seeds))
+        try:
+            _PLACEHOLDERS.acquire(plan.placeholders, plan.seeds)
+        except BaseException:
+            self._placeholders = ()
+            self.close()
+            raise
 
     def _close_writers(self) -> None:
         for name in ("_seccomp_fd", "_status_write", "_lifeline_read"):
@@ -1047,6 +1157,7 @@ def describe_plan(the_plan: Plan) -> str:
             Op.TMPFS: "empty tmpfs",
             Op.EMPTY_RO: "masked (empty, read-only)",
             Op.DEV_NULL: "masked (/dev/null)",
+            Op.SEED: "read-only (written first)",
         }[mount.op]
         lines.append(f"  {what:26} {mount.dest}")
     lines += [f"note: {n}" for n in the_plan.notes]

@@ -35,6 +35,9 @@ class Facts:
     def module_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
         return ()
 
+    def worktree_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
+        return tuple(p for p in self.kinds if p.parent == gitdir / "worktrees")
+
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
         return tuple(p for p in self.kinds if p.name == ".git" and p.parent != root), False
 
