@@ -214,7 +214,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             gc_policy=GcPolicy(),
         )
         daemon = Daemon(
-            DaemonConfig(namespace=namespace, listen=listen),
+            DaemonConfig(
+                namespace=namespace,
+                listen=listen,
+                handshake_timeout=config.server.handshake_timeout,
+                max_connections=config.server.max_connections,
+                max_fids=config.server.max_fids,
+                max_outstanding=config.server.max_outstanding,
+            ),
             tree=root,
             children=[sessions.run],
             local_model=local_model,

@@ -60,7 +60,13 @@ from anvild.daemon.namespace import SERVICE, ServiceFiles, prepare_namespace, re
 from anvild.daemon.root import RootTree
 from anvild.ninep.backend import AttachRequest, Node
 from anvild.ninep.errors import FsError
-from anvild.ninep.server import Server
+from anvild.ninep.server import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FIDS,
+    DEFAULT_MAX_OUTSTANDING,
+    Server,
+)
 
 __all__ = ["Child", "Daemon", "DaemonConfig", "Endpoints", "ShutdownStep"]
 
@@ -83,6 +89,11 @@ class DaemonConfig:
     service: str = SERVICE
     max_msize: int = 1 << 20
     shutdown_grace: float = 10.0  # seconds for the whole shutdown sequence
+    # The 9P server's limits (`[server]` in the config; `anvild.ninep.server.Server`).
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_fids: int = DEFAULT_MAX_FIDS
+    max_outstanding: int = DEFAULT_MAX_OUTSTANDING
 
 
 @attrs.frozen
@@ -122,7 +133,14 @@ class Daemon:
         and where the session layer finds its base URL (`await local_model.wait_ready()`)."""
         self.config = config
         self.tree = tree or RootTree(version=__version__)
-        self.server = Server(self._root, max_msize=config.max_msize)
+        self.server = Server(
+            self._root,
+            max_msize=config.max_msize,
+            handshake_timeout=config.handshake_timeout,
+            max_connections=config.max_connections,
+            max_fids=config.max_fids,
+            max_outstanding=config.max_outstanding,
+        )
         self.local_model = local_model
         extra = () if local_model is None else (local_model.run,)
         self.children: tuple[Child, ...] = (*children, *extra)
@@ -265,23 +283,25 @@ class Daemon:
 
     def _check_tcp_attach(self, request: AttachRequest, peer: str) -> None:
         assert self._token is not None
+        # What the peer reads names no path and no user (it has not authenticated yet); the
+        # log says where the token is and which uid is served.
         if not hmac.compare_digest(request.aname.encode(), self._token.encode()):
             what = "no attach name" if not request.aname else "an attach name that is not the token"
             self._refuse(peer, f"{what} was given")
             raise FsError(
-                f"attach refused: over TCP the attach name must be the token in "
-                f"{self._token_path} (diod tools: -a TOKEN; v9fs: -o aname=TOKEN; "
-                "anvilctl: -A TOKEN)",
+                "attach refused: over TCP the attach name must be the daemon's token (the "
+                "daemon says where it is when it starts; diod tools: -a TOKEN; v9fs: "
+                "-o aname=TOKEN; anvilctl: -A TOKEN)",
                 errno.EACCES,
             )
         if request.n_uname is not None and request.n_uname not in (self._uid, 0):
-            self._refuse(peer, f"attach as uid {request.n_uname}")
+            self._refuse(peer, f"attach as uid {request.n_uname}; this daemon serves {self._uid}")
             raise FsError(
-                f"attach refused: this daemon serves uid {self._uid}, not uid "
-                f"{request.n_uname}; attach as that user (diod tools: -u {self._uid})",
+                "attach refused: attach as the user who runs the daemon, or as root "
+                "(diod tools: -u UID)",
                 errno.EACCES,
             )
 
     def _refuse(self, peer: str, reason: str) -> None:
-        log.warning("tcp.refused", peer=peer, reason=reason)
+        log.warning("tcp.refused", peer=peer, reason=reason, token_file=str(self._token_path))
         self.tree.publish(ClientRefused(transport="tcp", peer=peer, reason=reason))
