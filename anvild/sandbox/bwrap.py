@@ -88,6 +88,7 @@ from typing import Final, Protocol
 
 import attrs
 import platformdirs
+import structlog
 
 from anvild.sandbox import (
     ReadOnly,
@@ -96,8 +97,11 @@ from anvild.sandbox import (
     WorkspaceWrite,
     policy_name,
 )
+from anvild.sandbox.gitguard import Guard
 from anvild.sandbox.roles import DEFAULT_ROLE, GitAccess, ResolvedRole, Role
 from anvild.sandbox.secrets import child_env
+
+log = structlog.get_logger("anvild.sandbox.bwrap")
 
 DEFAULT_UID: Final = 65534
 DEFAULT_GID: Final = 65534
@@ -968,10 +972,12 @@ class Launch:
         status_write: int,
         lifeline_read: int,
         lifeline_write: int,
+        settings: SandboxSettings | None = None,
     ) -> None:
         self.argv = argv
         self.env = env
         self.plan = plan
+        self._guard: Guard | None = None
         self.cwd = Path("/")
         self.pass_fds = (seccomp_fd, status_write, lifeline_read)
         self._seccomp_fd: int | None = seccomp_fd
@@ -989,6 +995,16 @@ class Launch:
             self._placeholders = ()
             self.close()
             raise
+        if plan.writable:
+            settings = settings or SandboxSettings()
+            self._guard = Guard.prepare(
+                plan.writable,
+                plan.gitdirs,
+                [(m.dest, m.op is Op.BIND) for m in plan.mounts if m.op is not Op.TMPFS],
+                self._placeholders,
+                limit=settings.nested_git_limit,
+                quarantine=settings.quarantine,
+            )
 
     def _close_writers(self) -> None:
         for name in ("_seccomp_fd", "_status_write", "_lifeline_read"):
@@ -1025,6 +1041,22 @@ class Launch:
             return None
         return failure_message(stderr)
 
+    def inspect(self) -> str | None:
+        """After the process ended, before `close`: quarantine what the command left that would
+        make git run a program or read configuration outside the sandbox
+        (`anvild.sandbox.gitguard`). The report for the command's result, or None."""
+        if self._guard is None:
+            return None
+        try:
+            return self._guard.inspect().message()
+        except Exception as exc:  # the check must not hide the command's result
+            log.error("sandbox.git_check_failed", error=repr(exc), cwd=str(self.plan.cwd))
+            return (
+                f"Sandbox: the check for git configuration planted by the command failed "
+                f"({exc!r}); do not run git in {self.plan.cwd} outside the sandbox until it "
+                "has been looked at."
+            )
+
     def close(self) -> None:
         """After the process is reaped (or never started). Closing the lifeline tells a
         supervisor still running, if any, to kill what is left."""
@@ -1056,6 +1088,7 @@ class SandboxSettings:
     setpriv: str = "setpriv"
     passthrough: tuple[str, ...] = ()
     nested_git_limit: int = NESTED_GIT_LIMIT
+    quarantine: Path | None = None  # where `gitguard` moves what it finds; None: the data dir
 
     def drop(self) -> Drop | None:
         """The drop to apply: only when the daemon runs as root."""
@@ -1144,6 +1177,7 @@ class Sandbox:
             status_write=status_write,
             lifeline_read=lifeline_read,
             lifeline_write=lifeline_write,
+            settings=self.settings,
         )
 
 

@@ -80,6 +80,11 @@ class RunGuard(Protocol):
 
     def verdict(self, returncode: int, stderr: str) -> str | None: ...
 
+    def inspect(self) -> str | None:
+        """After the process ended, however it ended: undo what the command must not leave
+        behind (the sandbox quarantines planted git configuration) and say what was done."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -436,6 +441,7 @@ class BashTool:
         timeout_ms = int(args.get("timeout_ms", DEFAULT_TIMEOUT_MS))
         wrapper = self._wrapper_for(ctx.sandbox)
         command = wrapper.wrap(Command(("bash", "-c", str(args["command"])), ctx.cwd))
+        report: str | None = None
         try:
             try:
                 result = await run_command(command, time_limit=timeout_ms / 1000)
@@ -447,8 +453,13 @@ class BashTool:
                     raise Failed(refusal)
         finally:
             if command.guard is not None:
+                # Also after a timeout or a cancel: what the command planted must not outlive it.
+                with trio.CancelScope(shield=True):
+                    report = await trio.to_thread.run_sync(command.guard.inspect)
                 command.guard.close()
         output = format_result(result)
+        if report:
+            output += f"\n\n{report}"
         if result.timed_out:
             raise Failed(
                 f"The command timed out after {timeout_ms} ms and was killed together with its "
