@@ -21,9 +21,11 @@ Theory of operation.
   event. What the file tools saw (a path and the sha256 of its content) is a `FileSeen` record
   after the call's `ToolFinished`, and a restored session's freshness tracker starts with it:
   after a daemon restart the agent edits a file it had read without reading it again, and a
-  file changed meanwhile is still refused as stale. A failed write (disk full) moves the
-  session to `error` and cancels its turn; nothing else stops. A tool whose start could not
-  be recorded is not run.
+  file changed meanwhile is still refused as stale. The answer the model is streaming is
+  recorded at most a second behind what `events` showed (`anvild.session.checkpoint`), for
+  display only: after a crash `out` shows it, marked [interrupted]. A failed write (disk full)
+  moves the session to `error` and cancels its turn; nothing else stops. A tool whose start
+  could not be recorded is not run.
 - Prompts. `submit` records the prompt as queued and returns its sequence number; the worker
   takes prompts in order, one turn each. `drop_queue` discards the waiting ones. `wait_handled`
   blocks until every prompt accepted up to a sequence number has been handled and the session
@@ -97,6 +99,7 @@ from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
 from anvild.session import accounting, roles
+from anvild.session.checkpoint import INTERVAL, TextCheckpoint
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -128,6 +131,7 @@ from anvild.store import (
     DecidedResult,
     FileSeen,
     Journal,
+    MessageAppended,
     ModelChanged,
     Note,
     PendingResult,
@@ -146,6 +150,7 @@ from anvild.store import (
     SessionStatus,
     StateChanged,
     StoreError,
+    TextStreamed,
     TodoItem,
     TodosChanged,
     ToolFinished,
@@ -178,6 +183,8 @@ USER: Final = "user"
 
 
 PREVIEW_CHARS: Final = 200
+INTERRUPTED_MARK: Final = "[interrupted]"
+"""In a restored `out`, after what was shown of an answer that a crash cut."""
 
 
 # -- configuration handed down by the manager --------------------------------------------------
@@ -217,6 +224,7 @@ class SessionSettings:
     stream_limits: BroadcastLimits = attrs.field(factory=BroadcastLimits)
     sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
     redact: Callable[[str], str] | None = None
+    text_interval: float = INTERVAL  # how far the recorded streamed text may lag (seconds)
     extra_context: Callable[[str], str] | None = None
     """Text for the system prompt of the session with this id, after the role and before the
     session's `context` (the daemon gives its beads' convoy context). Asked at the start of
@@ -493,6 +501,7 @@ class Session:
         self._turn_scope: trio.CancelScope | None = None
         self._finished: ev.TurnFinished | None = None
         self._step_text: list[str] = []  # the current step's answer text, for `out`
+        self._checkpoint = TextCheckpoint(self._record_text, settings.text_interval)
         self._logged = 0  # how much of it is in the log already
         self._accepted = len(state.queue)  # restored queued prompts were accepted
         self._handled = 0
@@ -1111,19 +1120,25 @@ class Session:
             try:
                 if self._status is S.STARTING:
                     self._set_status(S.IDLE)
-                task_status.started()
-                while True:
-                    text = await self._next_prompt()
-                    await self._run_turn(text)
-                    if self.ephemeral and self._status is not S.ERROR:
-                        async with self._held():
-                            if self._status is not S.EXITED:
-                                await self._exit("ephemeral: its prompt was handled")
-                        return
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._checkpoint.run)
+                    task_status.started()
+                    await self._work()
+                    nursery.cancel_scope.cancel()
             finally:
                 self._broker.close("the session ended before the approval was answered")
                 self.log.close()
                 self.events.close()
+
+    async def _work(self) -> None:
+        while True:
+            text = await self._next_prompt()
+            await self._run_turn(text)
+            if self.ephemeral and self._status is not S.ERROR:
+                async with self._held():
+                    if self._status is not S.EXITED:
+                        await self._exit("ephemeral: its prompt was handled")
+                return
 
     async def _next_prompt(self) -> str:
         while True:
@@ -1194,6 +1209,7 @@ class Session:
                 self._step_text, self._logged = [], 0
             case ev.TextDelta(text=text):
                 self._step_text.append(text)
+                self._checkpoint.add(text)
             case ev.ToolCallStarted(name=name, arguments=arguments):
                 self._flush_text()
                 args = json.dumps(arguments, ensure_ascii=False)
@@ -1220,6 +1236,7 @@ class Session:
                     event = attrs.evolve(event, detail=detail)
                 self._flush_text()
                 self._finished = event
+                self._checkpoint.flush()  # an answer the turn did not commit: all of it shown
                 self._append(TurnEnded(outcome.value, detail))
                 self._log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
         self.events.publish(event_line(event))
@@ -1304,7 +1321,12 @@ class Session:
         for record in records:
             if not self._append(record):
                 return
+            if isinstance(record, MessageAppended) and record.message.role is Role.ASSISTANT:
+                self._checkpoint.discard()  # the step's answer is recorded whole
         self._synced = (messages, self._journal.state.messages)
+
+    def _record_text(self, text: str) -> bool:
+        return self._append(TextStreamed(text))
 
     def _fail(self, exc: Exception) -> None:
         """A record could not be written: the session goes to error, its turn is cancelled."""
@@ -1556,14 +1578,20 @@ class Session:
 
     @staticmethod
     def _restored_out(state: SessionState) -> str:
-        """`out` after a daemon restart: the last answer, or the recorded end of the turn."""
+        """`out` after a daemon restart: the last answer, or what was shown of the unfinished
+        one (recorded as it streamed), [interrupted] when a crash cut it, and the recorded end
+        of the turn."""
         last = state.messages[-1] if state.messages else None
         answer = last.text() if last is not None and last.role is Role.ASSISTANT else ""
         turn = state.last_turn
         if turn is None or turn.outcome == ev.TurnOutcome.DONE.value:
             return answer + ("\n" if answer and not answer.endswith("\n") else "")
+        shown = state.streamed or answer
+        partial = shown.rstrip("\n") if shown.strip() else ""
+        if turn.interrupted:
+            partial = (partial + "\n" if partial else "") + INTERRUPTED_MARK
         reason = f"[turn ended: {turn.outcome}" + (f": {turn.detail}]" if turn.detail else "]")
-        return (answer.rstrip("\n") + "\n\n" if answer.strip() else "") + reason + "\n"
+        return (partial + "\n\n" if partial else "") + reason + "\n"
 
 
 class _Held:
