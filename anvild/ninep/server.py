@@ -923,8 +923,10 @@ class _Connection:
         if tag in self.tags or tag == NOTAG:
             self._fail(tag, f"tag {tag} is already in use by an outstanding request", errno.EBADMSG)
             return
-        if len(self.tags) >= self.server.max_outstanding:
-            limit = self.server.max_outstanding
+        limit = self.server.max_outstanding
+        # A client at the limit must still be able to flush (the refusal tells it to): Tflush
+        # has a reserve of its own, so the task count stays bounded.
+        if len(self.tags) >= (2 * limit if cls is m.Tflush else limit):
             self._fail(
                 tag,
                 f"too many outstanding requests on this connection (limit {limit}, "

@@ -305,6 +305,12 @@ async def test_the_outstanding_request_cap_names_its_setting() -> None:
         events.push(b"e1\n")
         assert await c.receive() == m.Rread(1, b"e1\n")  # nothing lost
         assert isinstance(await c.rpc(m.Tstat(2, 0)), m.Rstat)  # and room again
+        # At the limit a flush is still possible (the refusal says to flush).
+        await c.send(m.Tread(1, 1, 0, 10))
+        await trio.testing.wait_all_tasks_blocked()
+        assert await c.rpc(m.Tflush(2, 1)) == m.Rflush(2)
+        assert events.cancelled_reads == 1
+        assert isinstance(await c.rpc(m.Tstat(2, 0)), m.Rstat)
 
 
 def test_limits_must_be_positive() -> None:
