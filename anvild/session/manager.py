@@ -444,8 +444,15 @@ class SessionManager:
         path = Path(cwd)
         if not path.is_absolute():
             raise InvalidSessionRequest(f"cwd={cwd} is not an absolute path")
-        if not path.is_dir():
+        try:
+            is_dir = path.is_dir()
             what = "is not a directory" if path.exists() else "does not exist"
+        except OSError as exc:  # a name too long, a permission: the client's path, not a bug
+            shown = cwd if len(cwd) <= 200 else cwd[:200] + "..."
+            raise InvalidSessionRequest(
+                f"cwd={shown} cannot be used: {exc.strerror or exc}; give another cwd"
+            ) from exc
+        if not is_dir:
             raise InvalidSessionRequest(f"cwd={cwd} {what}: create it or give another cwd")
         return Path(os.path.normpath(path))
 

@@ -302,6 +302,11 @@ HOSTILE = [
     b"x" * 100_000,
     b"\xed\xa0\x80",  # a UTF-8-encoded surrogate: not valid UTF-8
     "\u202e\u2066 bidi".encode(),
+    b"new model=\x1b[31m budget=" + b"9" * 5000 + b" max_steps=1e999",
+    b"new cwd=/proc/self/root/" + b"../" * 2000 + b" alias=" + b"a" * 300,
+    b"kill " + b"k" * 10_000 + b"\nclaim " + b"s" * 10_000,
+    b'new "' + b"t" * 10_000 + b'" ' + b"r" * 10_000 + b" convoy=" + b"c" * 1000,
+    b"dep add " + b"a" * 3000 + b" " + b"b" * 3000,
 ]
 
 
