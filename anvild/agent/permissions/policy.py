@@ -35,8 +35,10 @@ Session rules and grants live in the `Policy` value: `remember` returns a new po
 from __future__ import annotations
 
 import enum
+import glob as _glob
 import os
 import posixpath
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any, Final, TypeAlias
@@ -44,12 +46,17 @@ from typing import Any, Final, TypeAlias
 import attrs
 import pathspec
 
-from anvild.agent.permissions import shell
+from anvild.agent.permissions import programs, shell
+from anvild.agent.permissions.programs import Danger
+from anvild.agent.permissions.readings import Readings, command_hits, readings
 from anvild.agent.permissions.rules import (
     PATH_TOOLS,
     SHELL_TOOLS,
     CommandSubject,
+    Exact,
+    Glob,
     PathSubject,
+    Prefix,
     Rule,
     RuleKind,
     RuleSet,
@@ -199,9 +206,11 @@ def _paths(paths: Iterable[PurePosixPath]) -> tuple[PurePosixPath, ...]:
 class PermissionRequest:
     """One call with its resources resolved. Build it with `resolve_request`.
 
-    `reads`/`writes` are canonical absolute paths (symlinks resolved), `shell` the analysis of a
-    shell tool's command, `text` the subject a non-file tool names itself, `problem` why the
-    call is invalid (it is then denied before anything else)."""
+    `reads`/`writes` are canonical absolute paths (symlinks resolved; a command's writes are its
+    redirect targets), `shell` the analysis of a shell tool's command, `named` every path a
+    command's words could name (globs expanded; what path deny rules are matched against),
+    `text` the subject a non-file tool names itself, `problem` why the call is invalid (it is
+    then denied before anything else)."""
 
     tool: str
     arguments: Mapping[str, Any]
@@ -209,7 +218,7 @@ class PermissionRequest:
     reads: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_paths)
     writes: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_paths)
     shell: shell.ShellAnalysis | None = None
-    unresolved_writes: tuple[str, ...] = ()  # redirect targets computed at run time
+    named: tuple[PurePosixPath, ...] = attrs.field(default=(), converter=_paths)
     text: str | None = None
     full_access: bool = False  # the call asks to run without the sandbox
     problem: str | None = None
@@ -231,38 +240,75 @@ def resolve_request(
     canonical: Canonical = os.path.realpath,
 ) -> PermissionRequest:
     """Resolve a call's resources: its effects' paths against `cwd`, canonical (this follows
-    symlinks: it touches the filesystem, so call it from a worker thread); for a shell tool, the
-    command's analysis and the targets of its output redirects (`~` is the shell's, `home`)."""
+    symlinks and expands globs: it touches the filesystem, so call it from a worker thread);
+    for a shell tool, the command's analysis, its redirect targets and the paths its words may
+    name (`home` is unused by commands: `~` is outside the shell subset)."""
 
     def resolve(path: str) -> PurePosixPath:
         return PurePosixPath(canonical(os.path.join(os.fspath(cwd), path)))
 
     analysis = None
     writes = [resolve(p) for p in effects.write_paths]
-    unresolved: list[str] = []
+    reads = [resolve(p) for p in effects.read_paths]
+    named: list[PurePosixPath] = []
     if tool in shell_tools:
         command = arguments.get("command")
         analysis = shell.analyze(command if isinstance(command, str) else "")
         for segment in analysis.segments:
-            for redirect in segment.redirects:
-                target = redirect.literal
-                if target is None:
-                    unresolved.append(redirect.target)
-                    continue
-                if home is not None and (target == "~" or target.startswith("~/")):
-                    target = os.fspath(home) + target[1:]
-                writes.append(resolve(target))
+            for directory in segment.dirs:
+                for redirect in segment.redirects:
+                    if redirect.target in shell.HARMLESS_TARGETS:
+                        continue
+                    path = resolve(os.path.join(directory, redirect.target))
+                    (writes if redirect.writes else reads).append(path)
+        named = [resolve(p) for p in named_paths(analysis, os.fspath(cwd))]
     return PermissionRequest(
         tool,
         arguments,
         effects,
-        reads=[resolve(p) for p in effects.read_paths],
+        reads=reads,
         writes=writes,
         shell=analysis,
-        unresolved_writes=tuple(unresolved),
+        named=named,
         text=text,
         full_access=full_access,
     )
+
+
+_NAMED_LIMIT: Final = 2000
+
+
+def named_paths(analysis: shell.ShellAnalysis, cwd: str) -> list[str]:
+    """Every path the words of a command could name, relative to `cwd` (or absolute): each
+    argument, each `--option=VALUE`'s value, each redirect target, and what a glob matches now
+    (hidden files included for lines outside the subset). Bounded; reads the directory tree."""
+    words: list[tuple[str, str, bool]] = []  # (directory, word, glob)
+    if analysis.checkable:
+        for segment in analysis.segments:
+            for directory in segment.dirs:
+                for index, word in enumerate(segment.words):
+                    glob_word = index in segment.globs
+                    pattern = segment.patterns[segment.globs.index(index)] if glob_word else word
+                    words.append((directory, pattern, glob_word))
+                words.extend((directory, r.target, False) for r in segment.redirects)
+    else:
+        words.extend(
+            (".", token, bool(set(token) & set("*?["))) for token in analysis.reading.tokens
+        )
+    out: list[str] = []
+    for directory, word, is_glob in words:
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if not value or (value.startswith("-") and value == word):
+            continue
+        out.append(os.path.join(directory, value))
+        if is_glob and len(out) < _NAMED_LIMIT:
+            hidden = not analysis.checkable
+            root = os.path.join(cwd, directory)
+            for match in _glob.iglob(value, root_dir=root, include_hidden=hidden):
+                out.append(os.path.join(directory, match))
+                if len(out) >= _NAMED_LIMIT:
+                    break
+    return out[:_NAMED_LIMIT]
 
 
 # -- the policy ----------------------------------------------------------------------------------
@@ -313,37 +359,141 @@ class Policy:
         if tool in self.shell_tools and (analysis is None or not analysis.command.strip()):
             return Deny("The command is empty: there is nothing to run.")
         subjects = self._subjects(request)
-        # 2. Hard denies, ceilings, deny rules.
-        if analysis is not None:
-            for segment in analysis.segments:
-                if (why := shell.hard_deny_reason(segment)) is not None:
-                    return Deny(
-                        f"{_quote(segment.text)} is never run by this harness: {why}. "
-                        "No rule or permission mode can allow it."
-                    )
+        found = None if analysis is None else readings(analysis)
+        # 2. Hard denies, ceilings, deny rules: against every reading of a command.
+        if found is not None and (denied := self._hard_deny(request, found)) is not None:
+            return denied
         if (denied := self._ceiling(request)) is not None:
             return denied
-        for rule in self.rules.deny:
-            if rule.hits(tool, subjects):
-                return Deny(
-                    f"the user's rule deny({rule}) forbids this call. Do not retry it; find "
-                    "another way or ask the user."
-                )
+        if (denied := self._deny_rules(request, subjects, found)) is not None:
+            return denied
         # 4. Escalations need grants.
         escalation = self._escalation(request)
         if escalation is not None:
             return escalation
         # 5. User rules and command checks.
         for rule in self.rules.ask:
-            if rule.hits(tool, subjects):
+            hit = (
+                command_hits(rule, tool, found) if found is not None else rule.hits(tool, subjects)
+            )
+            if hit:
                 return Ask(f"the user's rule ask({rule}) asks before every such call")
-        if analysis is not None and (unchecked := self._unchecked(analysis)) is not None:
-            return unchecked
+        if analysis is not None:
+            return self._command(request, analysis)
         allowed = (*self.rules.allow, *self.session_rules)
         if self.mode is Mode.BYPASS or self._covered(tool, subjects, allowed):
             return Allow()
         # 6. The mode's default.
         return self._default(request, subjects)
+
+    # -- commands --
+
+    def _hard_deny(self, request: PermissionRequest, found: Readings) -> Deny | None:
+        for words in found.candidates():
+            if (why := programs.hard_deny_reason(words)) is not None:
+                return Deny(
+                    f"{_quote(shlex.join(words))} is never run by this harness: {why}. "
+                    "No rule or permission mode can allow it."
+                )
+        for path in request.writes:
+            if str(path).startswith(programs.BLOCK_DEVICES):
+                return Deny(
+                    f"The command writes a block device ({path}); this harness never runs "
+                    "that, whatever the rules and the mode say."
+                )
+        return None
+
+    def _deny_rules(
+        self, request: PermissionRequest, subjects: tuple[Subject, ...], found: Readings | None
+    ) -> Deny | None:
+        tool = request.tool
+        for rule in self.rules.deny:
+            if found is None:
+                if rule.hits(tool, subjects):
+                    return Deny(
+                        f"the user's rule deny({rule}) forbids this call. Do not retry it; find "
+                        "another way or ask the user."
+                    )
+                continue
+            if command_hits(rule, tool, found):
+                return Deny(
+                    f"the user's rule deny({rule}) forbids a command this line runs (rules are "
+                    "matched through wrappers, paths, pipelines and every way the line can be "
+                    "read). Do not retry it in another form; find another way or ask the user."
+                )
+            if rule.selects(tool) and found.opaque is not None:
+                return Deny(
+                    f"this command can run programs its text does not name ({found.opaque}), "
+                    f"so the user's rule deny({rule}) cannot be ruled out. Write it as plain "
+                    "commands of literal words."
+                )
+            if (path := self._named_denied(rule, request)) is not None:
+                return Deny(
+                    f"the command names {path}, which the user's rule deny({rule}) forbids. "
+                    "Do not retry it in another form; find another way or ask the user."
+                )
+        return None
+
+    def _named_denied(self, rule: Rule, request: PermissionRequest) -> PurePosixPath | None:
+        """A path named by the command that a path deny rule (`read_file(.env*)`) matches."""
+        tools = [t for t in PATH_TOOLS if rule.selects(t)]
+        if not tools or rule.pattern is None:
+            return None
+        for path in (*request.named, *request.reads, *request.writes):
+            subject = PathSubject.of(path, self.workspace, self.home)
+            if any(rule.matches(t, subject) for t in tools):
+                return path
+        return None
+
+    def _command(self, request: PermissionRequest, analysis: shell.ShellAnalysis) -> Decision:
+        """Steps 5 and 6 for a command: only a line in the subset may be allowed, by the mode
+        (bypass) or by rules that cover each segment, name its dangerous arguments, and allow
+        the files its redirects write."""
+        if analysis.error is not None:
+            return Ask(f"{analysis.error.capitalize()}, so it cannot be checked against the rules.")
+        if analysis.outside:
+            return Ask(
+                f"The command is outside the shell subset that rules can check: "
+                f"{analysis.outside[0]}. Approve it, or write it as plain commands of literal "
+                "words joined by ;, &&, || and |."
+            )
+        if self.mode is Mode.BYPASS:
+            return Allow()
+        allowed = (*self.rules.allow, *self.session_rules)
+        for segment in analysis.segments:
+            covering = [
+                r for r in allowed if r.matches(request.tool, CommandSubject(segment.words))
+            ]
+            if not covering:
+                continue  # asked below, with every segment no rule covers
+            if (why := _unnamed_danger(segment, covering)) is not None:
+                return Ask(why, self._remember_command(request))
+        if all(
+            any(r.matches(request.tool, CommandSubject(s.words)) for r in allowed)
+            for s in analysis.segments
+        ):
+            for path in request.writes:
+                if not self._edit_allowed(path):
+                    return Ask(
+                        f"The command writes {path} through a redirect, which command rules do "
+                        f"not cover: an edit rule (edit_file({self._rule_path(path)})) or "
+                        "accept-edits mode allows it."
+                    )
+            return Allow()
+        return Ask(self._command_reason(request), self._remember_command(request))
+
+    def _edit_allowed(self, path: PurePosixPath) -> bool:
+        if str(path) in shell.HARMLESS_TARGETS:
+            return True
+        if self.mode is Mode.ACCEPT_EDITS and self._relative(path) is not None:
+            return True
+        subject = PathSubject.of(path, self.workspace, self.home)
+        allowed = (*self.rules.allow, *self.session_rules)
+        return any(r.matches(t, subject) for r in allowed for t in ("write_file", "edit_file"))
+
+    def _rule_path(self, path: PurePosixPath) -> str:
+        relative = self._relative(path)
+        return relative if relative is not None else "//" + str(path).lstrip("/")
 
     # -- steps --
 
@@ -399,30 +549,45 @@ class Policy:
                 "commands could write. Use read_file, glob and grep to look around, or ask the "
                 "user to leave plan mode."
             )
-        if plan or not ceiling.file_writes or ceiling.write_patterns:
+        limited = plan or not ceiling.file_writes or bool(ceiling.write_patterns)
+        who = "Plan mode" if plan else role
+        if (limited or not ceiling.mutating_git) and not analysis.checkable:
+            why = analysis.error or "; ".join(analysis.outside)
+            return Deny(
+                f"{who} may run only commands that can be checked, and this one cannot: "
+                f"{why}. Split it into plain commands of literal words."
+            )
+        if limited or not ceiling.mutating_git:
+            found = readings(analysis)
+            if found.texts or found.opaque:
+                return Deny(
+                    f"{who} may run only commands whose every program is visible, and this one "
+                    f"runs code given as text ({found.opaque or 'a shell or interpreter string'})."
+                    " Run the commands directly."
+                )
+        if limited:
             for path in writes:
                 if plan or not ceiling.allows_write(self._relative(path)):
-                    who = "Plan mode makes no changes" if plan else f"{role} may not write there"
-                    return Deny(f"{who}: the command redirects its output to {path}.")
-            if request.unresolved_writes and (plan or not ceiling.file_writes):
-                return Deny(
-                    f"{'Plan mode' if plan else role} makes no changes: the command redirects "
-                    f"output to {request.unresolved_writes[0]}, a file named at run time."
-                )
-        if plan or not ceiling.mutating_git:
-            who = "Plan mode" if plan else role
-            for segment in analysis.segments:
-                if (change := shell.mutating_git(segment)) is not None:
-                    return Deny(
-                        f"{who} may not change the repository: {_quote(segment.text)} runs "
-                        f"{change}. Use read-only git commands (status, log, diff, show)."
-                    )
-            if not ceiling.mutating_git and not analysis.checkable:
-                why = analysis.error or "; ".join(analysis.unsupported)
-                return Deny(
-                    f"{who} may run only commands that can be checked, and this one cannot: "
-                    f"{why}. Split it into plain commands."
-                )
+                    what = "Plan mode makes no changes" if plan else f"{role} may not write there"
+                    return Deny(f"{what}: the command redirects its output to {path}.")
+        for segment in analysis.segments:
+            for words in programs.runs(segment.words).commands:
+                for finding in programs.findings(words):
+                    if finding.danger is Danger.GIT and (plan or not ceiling.mutating_git):
+                        return Deny(
+                            f"{who} may not change the repository: {_quote(shlex.join(words))} "
+                            f"runs {programs.mutating_git(words)}. Use read-only git commands "
+                            "(status, log, diff, show)."
+                        )
+                    if finding.danger is Danger.WRITES and limited:
+                        return Deny(
+                            f"{who} may not write files through a command: {finding.what}. "
+                            + (
+                                "Use edit_file or write_file under the test directories."
+                                if ceiling.write_patterns and not plan
+                                else "Report what should change instead."
+                            )
+                        )
         return None
 
     def _role_write_reason(self, tool: str, path: PurePosixPath | None) -> str:
@@ -463,22 +628,6 @@ class Policy:
             "the allow rules say.",
             Remember(grants=grants),
         )
-
-    def _unchecked(self, analysis: shell.ShellAnalysis) -> Ask | None:
-        if analysis.error is not None:
-            return Ask(f"{analysis.error.capitalize()}, so it cannot be checked against the rules.")
-        if analysis.unsupported:
-            return Ask(
-                f"The command cannot be checked against the rules: {analysis.unsupported[0]}."
-            )
-        if self.mode is not Mode.BYPASS:
-            for segment in analysis.segments:
-                for redirect in segment.redirects:
-                    return Ask(
-                        f"{_quote(segment.text)} writes to {redirect.target} through a redirect, "
-                        "which command rules do not cover."
-                    )
-        return None
 
     @staticmethod
     def _covered(tool: str, subjects: tuple[Subject, ...], rules: Iterable[Rule]) -> bool:
@@ -533,29 +682,72 @@ class Policy:
         pending = [
             s
             for s in request.shell.segments
-            if not any(r.matches(request.tool, s.subject) for r in allowed)
+            if not any(r.matches(request.tool, CommandSubject(s.words)) for r in allowed)
         ]
         shown = ", ".join(_quote(s.text) for s in pending[:3])
         more = f" and {len(pending) - 3} more" if len(pending) > 3 else ""
+        example = programs.suggested_rule(pending[0].words, request.tool) if pending else ""
         return (
             f"No allow rule covers {shown}{more}; in {self.mode.value} mode commands need "
-            f"approval (or an allow rule such as {shell.suggested_rule(pending[0], request.tool)}"
-            ")."
+            f"approval (or an allow rule such as {example})."
             if pending
             else f"In {self.mode.value} mode commands need approval."
         )
 
     def _remember_command(self, request: PermissionRequest) -> Remember:
+        """An "always" answer allows each segment not yet covered (with its dangerous arguments
+        named), and nothing when the line writes through redirects."""
         assert request.shell is not None
-        if not request.shell.checkable or any(s.redirects for s in request.shell.segments):
+        if not request.shell.checkable or request.writes:
             return Remember()
         allowed = (*self.rules.allow, *self.session_rules)
         rules = []
         for segment in request.shell.segments:
-            if any(r.matches(request.tool, segment.subject) for r in allowed):
+            covering = [
+                r for r in allowed if r.matches(request.tool, CommandSubject(segment.words))
+            ]
+            if covering and _unnamed_danger(segment, covering) is None:
                 continue
-            rules.append(parse_rule(shell.suggested_rule(segment, request.tool)))
+            rules.append(parse_rule(programs.suggested_rule(segment.words, request.tool)))
         return Remember(rules=tuple(dict.fromkeys(rules)))
+
+
+def _covering(rules: Iterable[Rule], tool: str, segment: shell.Segment) -> list[Rule]:
+    return [r for r in rules if r.matches(tool, CommandSubject(segment.words))]
+
+
+def _names(rule: Rule, words: tuple[str, ...], index: int) -> bool:
+    """Whether an allow rule spells out the word at `index` (so it grants what that word does):
+    within a prefix or exact rule's words, or written literally in a glob rule."""
+    match rule.pattern:
+        case Prefix(words=spelled) | Exact(words=spelled) if spelled:
+            return index < len(spelled)
+        case Glob(text=text):
+            option = words[index].split("=", 1)[0]
+            return any(option in piece.split() for piece in text.split("*"))
+    return False
+
+
+def _unnamed_danger(segment: shell.Segment, covering: list[Rule]) -> str | None:
+    """Why rules that cover a segment still do not allow it: a dangerous argument (or a glob
+    that could expand to one) that none of them names; None when they do."""
+    words = segment.words
+    for finding in programs.findings(words):
+        if not any(_names(r, words, finding.index) for r in covering):
+            shown = words[finding.index]
+            return (
+                f"{_quote(segment.text)}: {finding.what}, and no allow rule names "
+                f"{shown!r}. Approve it, or add a rule that spells it out such as "
+                f"{programs.suggested_rule(words)}."
+            )
+    if words and words[0].rsplit("/", 1)[-1] in programs.PROGRAMS:
+        for index, pattern in zip(segment.globs, segment.patterns, strict=True):
+            if pattern[:1] in ("*", "?") and not any(_names(r, words, index) for r in covering):
+                return (
+                    f"{_quote(segment.text)}: the pattern {words[index]!r} could expand to a "
+                    f"file named like an option of {words[0]}. Use ./{words[index]} instead."
+                )
+    return None
 
 
 def posix(path: os.PathLike[str] | str) -> PurePosixPath:

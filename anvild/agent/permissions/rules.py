@@ -215,7 +215,7 @@ def _gitignore(pattern: str) -> pathspec.GitIgnoreSpec:
     return spec
 
 
-def _text_glob(pattern: str, text: str) -> bool:
+def text_glob(pattern: str, text: str) -> bool:
     # `*` is the only wildcard in command and text globs: `?` and `[` are common in commands.
     regex = ".*".join(re.escape(part) for part in pattern.split("*"))
     return re.fullmatch(regex, text, re.DOTALL) is not None
@@ -231,7 +231,7 @@ def pattern_matches(pattern: Pattern, subject: Subject) -> bool:
         case Exact(words=words), CommandSubject() if words:
             return subject.words == words
         case Glob(text=text), CommandSubject():
-            return _text_glob(text, subject.text)
+            return text_glob(text, subject.text)
         case Prefix(text=text), PathSubject():
             return subject.workspace is not None and subject.workspace.startswith(text)
         case ((Exact(text=text) | Glob(text=text)), PathSubject()):
@@ -241,7 +241,7 @@ def pattern_matches(pattern: Pattern, subject: Subject) -> bool:
         case Exact(text=text), (CommandSubject() | TextSubject()):
             return _subject_text(subject) == text
         case Glob(text=text), TextSubject():
-            return _text_glob(text, subject.text)
+            return text_glob(text, subject.text)
     return False
 
 
@@ -461,4 +461,5 @@ __all__ = [
     "parse_rule",
     "parse_rules",
     "pattern_matches",
+    "text_glob",
 ]

@@ -97,10 +97,11 @@ def test_rm_rf_root_hits_the_hard_deny_even_in_bypass_with_allow_all() -> None:
     assert "No rule or permission mode can allow it" in decision.reason
 
 
-def test_echo_of_a_key_asks_and_names_the_uncovered_segment() -> None:
+def test_echo_of_a_key_asks_and_names_the_construct() -> None:
     decision = policy(allow=("bash(echo:*)",)).decide(bash("echo $(cat ~/.ssh/id_rsa)"))
     assert isinstance(decision, Ask)
-    assert "`cat '~/.ssh/id_rsa'`" in decision.reason
+    assert "outside the shell subset" in decision.reason
+    assert "command substitution" in decision.reason
 
 
 @pytest.mark.parametrize("command", ["", " ", "# nothing"])

@@ -147,15 +147,15 @@ async def test_a_file_without_remembered_permissions_loads_and_asks(tmp_path: Pa
 def test_a_remembered_command_rule_round_trips_through_its_record(command: str) -> None:
     """What `always` on a command remembers is recorded as `str(rule)` and parsed back at
     restore: it must be the same rule, matching the same command."""
-    from anvild.agent.permissions import shell
-    from anvild.agent.permissions.rules import parse_rule
+    from anvild.agent.permissions import programs, shell
+    from anvild.agent.permissions.rules import CommandSubject, parse_rule
     from anvild.store.records import decode, encode
 
     for segment in shell.analyze(command).segments:
-        rule = parse_rule(shell.suggested_rule(segment, "bash"))
+        rule = parse_rule(programs.suggested_rule(segment.words, "bash"))
         line = encode(9, PermissionsRemembered(rules=(str(rule),)))
         _, record = decode(json.loads(line))
         assert isinstance(record, PermissionsRemembered)
         restored = parse_rule(record.rules[0])
         assert restored == rule
-        assert restored.matches("bash", segment.subject)
+        assert restored.matches("bash", CommandSubject(segment.words))
