@@ -12,6 +12,7 @@ from anvild.mail.message import (
     MAX_MESSAGE_BYTES,
     Message,
     MessageIds,
+    check_draft,
     decode,
     encode,
     encode_list,
@@ -115,3 +116,41 @@ def test_ids_sort_in_creation_order_even_within_one_millisecond() -> None:
     later = MessageIds(clock=lambda: 1700000000.5).next()
     assert later > made[-1]
     assert not is_message_id("msg-../../etc")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ({"metadata": {"score": float("nan")}}, "NaN is not a JSON number"),
+        ({"metadata": {"n": 2**64}}, "integers are limited to"),
+        ({"metadata": {"k\u0007": 1}}, "holds a control character"),
+        ({"body": "\udc80"}, "lone UTF-16 surrogate"),
+        ({"to": "rev\u001b[2J"}, '"to" holds a control character'),
+        ({"subject": "Re:\u0007"}, '"subject" holds a control character'),
+        ({"in_reply_to": "msg-\u0000"}, '"in_reply_to" holds a control character'),
+    ],
+)
+def test_a_tools_arguments_are_held_to_the_strict_reader(
+    args: dict[str, object], expected: str
+) -> None:
+    """`send_message`'s arguments come from a lenient parser; what the archive would hold is
+    checked the same way as an outbox body."""
+    draft = {"to": "rev", "type": "QUESTION", "subject": "s", "body": "b", **args}
+    with pytest.raises(InvalidMessage) as info:
+        check_draft(draft)
+    assert expected in str(info.value)
+
+
+def test_a_message_is_never_archived_with_nan() -> None:
+    message = Message(
+        id="msg-0000000000000001",
+        sender="a",
+        to="b",
+        type=MessageType.QUESTION,
+        subject="s",
+        body="b",
+        metadata={"x": float("inf")},
+        timestamp=1,
+    )
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        encode(message)
