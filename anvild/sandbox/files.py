@@ -488,18 +488,21 @@ class FileAccess:
         transform: Callable[[Path, bytes | None], bytes],
         *,
         max_bytes: int,
+        temp_tag: str | None = None,
     ) -> WriteResult:
         """Atomically replace (or create) a file with `transform(canonical, current_or_None)`.
 
         `transform` sees the canonical path and the current bytes (None for a new file) and
-        may raise to abort (freshness, no match); nothing is written then.
+        may raise to abort (freshness, no match); nothing is written then. The temporary file
+        is `temp_name(name, temp_tag)` beside the canonical path (a random tag when None): a
+        caller that names it can find what a crash left.
         """
         path = self.absolute(cwd, user_path)
         root, rel = self._locate(path, self._writable, "writable")
         try:
             fd = self._open_resolving(self._writable, root, rel, _READ_FLAGS)
         except FileNotFoundError:
-            return self._create(root, rel, transform)
+            return self._create(root, rel, transform, temp_tag)
         try:
             canonical = self._path_of(fd, root / rel)
             croot = self._check_write_class(rel, root, canonical)
@@ -520,13 +523,18 @@ class FileAccess:
         crel = PurePosixPath(os.path.relpath(canonical, croot))
         parent_fd = self._open_beneath(croot, crel.parent, _PATH_DIR_FLAGS, no_symlinks=True)
         try:
-            _replace(parent_fd, crel.name, new, stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid))
+            owner = (st.st_uid, st.st_gid)
+            _replace(parent_fd, crel.name, new, stat.S_IMODE(st.st_mode), owner, temp_tag)
         finally:
             os.close(parent_fd)
         return WriteResult(canonical, created=False, data=new)
 
     def _create(
-        self, root: Path, rel: PurePosixPath, transform: Callable[[Path, bytes | None], bytes]
+        self,
+        root: Path,
+        rel: PurePosixPath,
+        transform: Callable[[Path, bytes | None], bytes],
+        temp_tag: str | None,
     ) -> WriteResult:
         # The nearest existing parent decides: resolve it, then build the rest below it.
         missing: list[str] = [rel.name]
@@ -555,7 +563,7 @@ class FileAccess:
                 child = os.open(name, _PATH_DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
                 os.close(parent_fd)
                 parent_fd = child
-            _replace(parent_fd, missing[-1], new, None)
+            _replace(parent_fd, missing[-1], new, None, temp_tag=temp_tag)
         finally:
             os.close(parent_fd)
         return WriteResult(canonical, created=True, data=new)
@@ -647,12 +655,22 @@ def _give_to_directory_owner(name: str, dir_fd: int, *, fd: int | None = None) -
         os.chown(name, st.st_uid, st.st_gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def temp_name(name: str, tag: str) -> str:
+    """The temporary file that a write of `name` renames over it once complete."""
+    return f".{name}.anvil-{tag}.tmp"
+
+
 def _replace(
-    dir_fd: int, name: str, data: bytes, mode: int | None, owner: tuple[int, int] | None = None
+    dir_fd: int,
+    name: str,
+    data: bytes,
+    mode: int | None,
+    owner: tuple[int, int] | None = None,
+    temp_tag: str | None = None,
 ) -> None:
     """Write `data` to a temp file in `dir_fd` and rename it over `name`. The new inode keeps
     the replaced file's `owner`; a new file takes its directory's owner (as root)."""
-    tmp = f".{name}.anvil-{secrets.token_hex(6)}.tmp"
+    tmp = temp_name(name, temp_tag or secrets.token_hex(6))
     # 0o666 lets the umask decide a new file's mode, as `open(..., "w")` would.
     fd = os.open(
         tmp,

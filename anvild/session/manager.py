@@ -14,7 +14,8 @@ Theory of operation.
 - Restoration (`run`, at daemon start): every `<id>.jsonl` of the store is opened (a torn tail
   is cut), sessions that ended (killed, reaped) stay on disk only, and the others are recovered
   (`Journal.recover`: a call that started without a durable finish gets a result saying its
-  outcome is unknown and is never re-run; the session is idle with a note). A file that cannot
+  outcome is unknown and is never re-run, naming the temporary file of an unfinished write,
+  removed first (`anvild.session.leftovers`); the session is idle with a note). A file that cannot
   be loaded is left untouched and reported (`SessionFailed` on `events`, and the log). Sessions
   come back in creation order.
 - Providers. Every request a session makes goes through its provider's `trio.CapacityLimiter`
@@ -53,7 +54,7 @@ from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
 from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import Sandbox
-from anvild.session import accounting, roles
+from anvild.session import accounting, leftovers, roles
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -76,14 +77,17 @@ from anvild.session.session import (
 )
 from anvild.session.stream import LineBroadcast
 from anvild.store import (
+    Journal,
     JournalWriteError,
     ModelChanged,
     Note,
+    Recovery,
     SessionStarted,
     SessionStatus,
     SessionStore,
     StoreError,
     read_journal,
+    recover,
 )
 
 log = structlog.get_logger(__name__)
@@ -542,6 +546,18 @@ class SessionManager:
             log.error("session.sync_failed", session=session.id, error=str(exc))
         journal.close()
 
+    @staticmethod
+    async def _recover(journal: Journal) -> Recovery:
+        """Bring a session a crash interrupted back to rest: first remove the temporary files
+        of its calls of unknown outcome (so their results can say what was removed), then
+        append the recovery's records."""
+        state = journal.state
+        unknown = recover(state).unknown
+        removed: dict[str, tuple[str, ...]] = {}
+        if unknown:
+            removed = await trio.to_thread.run_sync(leftovers.remove, state.id, state.cwd, unknown)
+        return await trio.to_thread.run_sync(journal.recover, removed)
+
     async def _restore(self) -> None:
         nursery = self._require_nursery()
         ids = await trio.to_thread.run_sync(self.store.ids)
@@ -557,7 +573,7 @@ class SessionManager:
                 journal.close()
                 continue
             try:
-                found = await trio.to_thread.run_sync(journal.recover)
+                found = await self._recover(journal)
             except StoreError as exc:
                 journal.close()
                 log.error("session.recover_failed", session=session_id, error=str(exc))

@@ -98,7 +98,7 @@ from anvild.llm.types import Message, Role, Text, ToolCall, ToolResult
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
-from anvild.session import accounting, roles
+from anvild.session import accounting, leftovers, roles
 from anvild.session.checkpoint import INTERVAL, TextCheckpoint
 from anvild.session.errors import (
     InvalidSessionRequest,
@@ -336,7 +336,9 @@ class _RecordingRegistry(ToolRegistry):
                 is_error=True,
             )
         seen = _CallTracker(ctx.tracker)
-        result = await super().dispatch(call, attrs.evolve(ctx, tracker=seen))
+        # A temp-file tag derived from the ids: recovery can find what a crash mid-write left.
+        call_ctx = attrs.evolve(ctx, tracker=seen, temp_tag=leftovers.tag(session.id, call.id))
+        result = await super().dispatch(call, call_ctx)
         if await session._append_synced(ToolFinished(session._redacted(result))):
             # What this call's file tools saw, now that its result is durably in the transcript
             # (a crash before this leaves the file to be read again: never the other way).

@@ -239,6 +239,9 @@ class ToolContext:
     - `state`: session state kept across calls (todos).
     - `emit`: a synchronous callback for events a tool announces (the loop's AgentEvents, e.g.
       todos changed). It must not block; the loop's channel is bounded and coalescing.
+    - `temp_tag`: the tag of the temporary files this call writes through (`FileAccess.update`),
+      set per call by a session from its id and the call's, so that recovery after a crash
+      knows their names (`anvild.session.leftovers`); None: a random tag.
     """
 
     cwd: Path = attrs.field(converter=Path)
@@ -247,6 +250,7 @@ class ToolContext:
     sandbox: SandboxPolicy = attrs.field(factory=ReadOnly)
     state: SessionState = attrs.field(factory=SessionState)
     emit: Callable[[Any], None] = _discard
+    temp_tag: str | None = None
 
     @files.default
     def _workspace_files(self) -> FileAccess:

@@ -184,10 +184,14 @@ async def _update(
     ctx: ToolContext, user_path: str, transform: Callable[[Path, bytes | None], bytes]
 ) -> WriteResult:
     """Atomically replace a file through FileAccess and refresh the tracker. Not abandoned on
-    cancel: the replace finishes (or never starts) before the cancel is delivered."""
+    cancel: the replace finishes (or never starts) before the cancel is delivered. The
+    temporary file carries the call's `temp_tag`, so a crash mid-write leaves one whose name
+    the session can derive (`anvild.session.leftovers`)."""
     try:
         result = await trio.to_thread.run_sync(
-            lambda: ctx.files.update(ctx.cwd, user_path, transform, max_bytes=MAX_FILE_BYTES)
+            lambda: ctx.files.update(
+                ctx.cwd, user_path, transform, max_bytes=MAX_FILE_BYTES, temp_tag=ctx.temp_tag
+            )
         )
     except AccessDenied as exc:
         raise Failed(str(exc)) from exc
