@@ -99,8 +99,8 @@ for msize is cut with a marker (`messages.fit_ename`) and its full text logged a
 
 Limits (each refusal names its setting and what to do): a handshake deadline (`Server.serve`),
 ``max_connections`` at once, and per connection ``max_fids`` (EMFILE) and ``max_outstanding``
-requests in tasks (EAGAIN). They are checked where the generic path checks, and the fast paths
-decline to it when one applies.
+requests in tasks (EAGAIN; a Tflush has a reserve of the same size, so a client at the limit can
+flush). The fast paths share these checks (`_tag_refused`, `_new_fid`).
 """
 
 from __future__ import annotations

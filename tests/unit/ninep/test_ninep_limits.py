@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from anvild.ninep import messages as m
+from anvild.ninep import server as server_module
 from anvild.ninep.backend import AttachRequest, Handle, Node, NodeStat, OpenMode
 from anvild.ninep.constants import MIN_MSIZE, NOFID, NOTAG, OREAD, Dialect
 from anvild.ninep.errors import FsError
@@ -264,6 +265,41 @@ async def test_a_silent_connection_over_the_cap_is_closed_soon(
 
 
 # --- fids and outstanding requests ------------------------------------------------------------
+
+
+class _SyncDir(MemDir):
+    """Walks answered without waiting: over a socket, the shared poller answers them."""
+
+    def walk_now(self, name: str) -> Node | None:
+        return self.children.get(name)
+
+
+async def test_the_fid_cap_holds_on_the_pollers_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: list[str] = []
+    answer_now = server_module._Connection.answer_now
+
+    def recording(self: server_module._Connection, frame: bytes) -> bool:
+        done = answer_now(self, frame)
+        if done:
+            answered.append(trio.lowlevel.current_task().name)
+        return done
+
+    monkeypatch.setattr(server_module._Connection, "answer_now", recording)
+    root = _SyncDir("/", [MemFile("version", b"v1\n", mode=0o444)])
+    server = Server(lambda r: root, max_fids=2)
+    a, b = trio.socket.socketpair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: server.serve(trio.SocketStream(b), peer="sock"))
+        c = RawClient(trio.SocketStream(a), P)
+        await c.handshake()
+        assert isinstance(await c.rpc(m.Twalk(0, 0, 1, ("version",))), m.Rwalk)
+        reply = await c.rpc(m.Twalk(0, 0, 2, ("version",)))
+        assert isinstance(reply, m.Rerror)
+        assert "too many fids on this connection (limit 2, max_fids)" in reply.ename
+        assert await c.rpc(m.Tclunk(0, 1)) == m.Rclunk(0)
+        assert isinstance(await c.rpc(m.Twalk(0, 0, 2, ("version",))), m.Rwalk)
+        await c.stream.aclose()
+    assert answered.count("anvild.ninep.poller") >= 3  # the refusal included
 
 
 @pytest.mark.parametrize("dialect", [P, U, L], ids=["9P2000", "u", "L"])
