@@ -1,9 +1,4 @@
 """Loading: built-in defaults, the user config and the project config, merged with provenance.
-
-    config = load(Path.cwd())
-    for warning in config.warnings: print(warning)
-    registry = config.registry(client)
-
 Layers, lowest first:
 
     builtin   the providers anvil knows (`anthropic`, `openai`, `gemini`, `ollama`, ...)
@@ -19,7 +14,9 @@ unless the user granted that file's current digest. Every merged key records its
 
 The credential binding is computed here from trusted layers only: a provider's key variable and
 the origin of its base_url as the built-in defaults or the user config say. The registry sends a
-key only there; an endpoint moved by a (granted) project gets no key.
+key only there; an endpoint moved by a (granted) project gets no key. The daemon and
+`anvilctl -p` load with `project=False`: no project file takes effect in a running anvild
+(README, "Configuration and trust"); `anvilctl trust` reads project files to review and grant.
 """
 
 from __future__ import annotations
