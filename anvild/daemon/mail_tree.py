@@ -23,11 +23,13 @@ unread. Mail delivered after the open is not in the snapshot and stays unread. A
 reads `[]`.
 
 `outbox`: a body file (all writes of one open, committed at clunk, since clients split large
-writes). The commit checks the draft (`anvild.mail.message.parse_draft`); a bad one fails the
-Tclunk with the precise reason, writes nothing anywhere, puts a `mail_rejected` event on
-`agent/events`, and, because plan9port's `9p write` does not report a failed clunk, an
-ERROR_REPORT in the writer's own inbox. An undeliverable message (nobody has that name) is not
-an error of the write: it is archived in `sent` and comes back as an ERROR_REPORT.
+writes). The commit checks the draft (`anvild.mail.message.parse_draft`, JSON read by
+`anvild.mail.strict_json`); a bad one fails the Tclunk with the precise reason, writes nothing
+anywhere, puts a `mail_rejected` event on `agent/events`, and, because plan9port's `9p write`
+does not report a failed clunk, an ERROR_REPORT in the writer's own inbox. A body past the
+buffer (8 messages' worth) fails the Twrite that crosses it, which every client reports. An
+undeliverable message (nobody has that name) is not an error of the write: it is archived in
+`sent` and comes back as an ERROR_REPORT.
 
 `mail/received/` and `mail/sent/` list the archive directory at each directory read; each file
 is a snapshot of one message (one JSON object and a newline). The listing (and a walk's one
@@ -253,7 +255,12 @@ def mailbox_files(office: PostOffice, mailbox: str) -> list[Node]:
         _InboxFile(office, mailbox),
         # The buffer takes more than a message may be, so an oversized one is refused at clunk
         # with its size and the limit, not cut at the limit into "malformed JSON".
-        BodyFile("outbox", send, limit=OUTBOX_BUFFER),
+        BodyFile(
+            "outbox",
+            send,
+            limit=OUTBOX_BUFFER,
+            limit_name=f"a message is at most {MAX_MESSAGE_BYTES} bytes",
+        ),
         Directory(
             "mail",
             [

@@ -26,6 +26,9 @@ so its qid path stays stable; the alias walks to that same node. When a session 
 already open on one of its files keeps working against the `Session` object (reads show its last
 state; writes get the supervisor's refusal for an exited session).
 
+`in` and `context` take at most `max_prompt_bytes` (`[sessions] max_prompt_bytes`, default 1 MiB)
+per open: the Twrite that crosses it fails naming that key, and nothing of the open is kept.
+
 Four files need handles of their own:
 
 - `out`: the text is a snapshot per open; when a read on that open returned the last byte (or the

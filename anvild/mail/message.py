@@ -9,7 +9,8 @@ A message as stored, shown in `inbox` and archived under `mail/` is one JSON obj
 What a sender writes (to an `outbox`, or as `send_message`'s arguments) is a *draft*: `to`,
 `type`, and at least one of `subject` and `body`; optionally `metadata` (an object: bead_id,
 verdict, ...) and `in_reply_to` (a message id). `parse_draft` checks it and says precisely what is
-wrong: malformed JSON names the line and column, an unknown type lists the types, a missing or
+wrong: the JSON is read strictly (`anvild.mail.strict_json`: depth, numbers, duplicate keys, ...),
+malformed JSON names the line and column, an unknown type lists the types, a missing or
 empty `to` says so, an unknown field lists the fields, every size cap names its limit. A
 REVIEW_RESPONSE must carry `metadata.verdict`, `lgtm` or `changes`, so scripts and conductors can
 branch on it without reading prose.

@@ -204,6 +204,21 @@ def test_the_outbox_refuses_hostile_json_by_name(anvild: Daemon, make: Any, expe
     assert (got["from"], got["body"]) == (dev, "b")
 
 
+def test_an_outbox_body_past_its_buffer_fails_the_write_that_crosses_it(anvild: Daemon) -> None:
+    d = anvild
+    dev, _ = new_session(d)
+    rev, rev_alias = new_session(d)
+    body = json.dumps(_message(to=rev_alias, body="x" * (2 << 20))).encode()
+    refused(
+        write(d, f"{dev}/outbox", body),
+        f"outbox: body too large: {8168 * 129} bytes exceeds the limit of 1048576 bytes (a "
+        "message is at most 131072 bytes)",  # the 129th Twrite of msize 8192 crosses it
+    )
+    assert json.loads(read(d, f"{rev}/inbox")) == []
+    assert read(d, f"{dev}/mail/sent") == ""
+    serves(d)
+
+
 def test_what_the_outbox_archives_is_strict_json(anvild: Daemon) -> None:
     d = anvild
     dev, _ = new_session(d)
