@@ -138,6 +138,9 @@ NEW_BEAD_USAGE = (
 )
 NEW_CONVOY_USAGE = 'new "Title" ["Goal"] [coordinator=SESSION]'
 MANY = 1 << 16
+MAX_TEXT_BYTES = 1 << 20
+"""The largest description, result or convoy context written through a file (one git commit)."""
+TEXT_LIMIT_NAME = "a bead's or convoy's text is at most 1 MiB"
 
 
 class WordTable(CommandTable):
@@ -487,6 +490,8 @@ class BeadsTree:
                 "description",
                 lambda: _body(get().description),
                 setter("description", lambda i, t: store.set_description(i, t, by=USER)),
+                limit=MAX_TEXT_BYTES,
+                limit_name=TEXT_LIMIT_NAME,
             ),
             SnapshotFile("role", lambda: _line(get().role)),
             SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
@@ -494,6 +499,8 @@ class BeadsTree:
                 "result",
                 lambda: _body(get().result),
                 setter("result", lambda i, t: store.set_result(i, t, by=USER)),
+                limit=MAX_TEXT_BYTES,
+                limit_name=TEXT_LIMIT_NAME,
             ),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(
@@ -609,7 +616,13 @@ class BeadsTree:
             SnapshotFile("status", lambda: _line(get().status.value)),
             SnapshotFile("coordinator", lambda: _line(get().coordinator)),
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
-            ValueFile("context", lambda: _body(get().context), set_context),
+            ValueFile(
+                "context",
+                lambda: _body(get().context),
+                set_context,
+                limit=MAX_TEXT_BYTES,
+                limit_name=TEXT_LIMIT_NAME,
+            ),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
             WaitFile("wait", lambda: lambda: _status_of(store.wait_convoy(convoy_id))),
             CtlFile("ctl", table),

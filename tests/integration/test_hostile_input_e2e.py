@@ -270,6 +270,25 @@ def test_a_prompt_over_the_cap_fails_the_write_that_crosses_it(anvild: Daemon, n
     assert read(d, f"{session}/out").strip() == "pong"
 
 
+@pytest.mark.parametrize("name", ["description", "result", "context"])
+def test_a_bead_text_over_a_mebibyte_is_refused_and_the_old_text_kept(
+    anvild: Daemon, name: str
+) -> None:
+    d = anvild
+    if name == "context":
+        where = "convoys/" + rdwr(d, "convoys/ctl", 'new "Big text" "goal"')
+    else:
+        where = "beads/" + rdwr(d, "beads/ctl", 'new "Big text" developer "first"')
+    assert write(d, f"{where}/{name}", b"kept\n") is None
+    refused(
+        write(d, f"{where}/{name}", b"y" * (3 << 20)),
+        f"{name}: body too large: {8168 * 129} bytes exceeds the limit of 1048576 bytes (a "
+        "bead's or convoy's text is at most 1 MiB)",
+    )
+    assert read(d, f"{where}/{name}") == "kept\n"
+    serves(d)
+
+
 # --- names --------------------------------------------------------------------------------------
 
 
