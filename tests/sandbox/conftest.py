@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from anvild.sandbox import ReadOnly, WorkspaceWrite, probe
-from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox, SandboxSettings
 from anvild.sandbox.roles import Role
 
 ROOT = os.geteuid() == 0
@@ -80,7 +80,7 @@ def base_dir() -> Iterator[Path]:
         shutil.rmtree(top, ignore_errors=True)
 
 
-def run_in(
+def run_reported(
     policy: ReadOnly | WorkspaceWrite,
     role: Role,
     cwd: Path,
@@ -88,8 +88,12 @@ def run_in(
     *,
     stdin: int | None = None,
     timeout: float = 60,
-) -> subprocess.CompletedProcess[str]:
-    with Sandbox(policy, role).prepare(("bash", "-c", script), cwd) as launch:
+    settings: SandboxSettings | None = None,
+) -> tuple[subprocess.CompletedProcess[str], str | None]:
+    """Run `script` as the bash tool does: prepare, run, the verdict, the check after the
+    command (`Launch.inspect`), close. Returns the process and the check's report."""
+    sandbox = Sandbox(policy, role, settings or SandboxSettings())
+    with sandbox.prepare(("bash", "-c", script), cwd) as launch:
         done = subprocess.run(
             launch.argv,
             env=launch.env,
@@ -102,8 +106,21 @@ def run_in(
             check=False,
         )
         refusal = launch.verdict(done.returncode, done.stderr)
+        report = launch.inspect()
     assert refusal is None, refusal
-    return done
+    return done, report
+
+
+def run_in(
+    policy: ReadOnly | WorkspaceWrite,
+    role: Role,
+    cwd: Path,
+    script: str,
+    *,
+    stdin: int | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    return run_reported(policy, role, cwd, script, stdin=stdin, timeout=timeout)[0]
 
 
 @pytest.fixture(autouse=True)
