@@ -206,6 +206,7 @@ class Snapshot:
     repos: Mapping[Path, tuple[object, ...]]
     todos: Mapping[Path, object]
     truncated: bool
+    started_ns: int  # the clock (as file ctimes read it) when the snapshot was taken
 
 
 def _fingerprint(layout: Layout) -> tuple[object, ...]:
@@ -213,6 +214,7 @@ def _fingerprint(layout: Layout) -> tuple[object, ...]:
 
 
 def take_snapshot(roots: Iterable[Path], gitdirs: Iterable[Path], limit: int) -> Snapshot:
+    started_ns = time.time_ns()
     names = {g: _names(g) for g in gitdirs}
     repos: dict[Path, tuple[object, ...]] = {}
     truncated = False
@@ -222,7 +224,21 @@ def take_snapshot(roots: Iterable[Path], gitdirs: Iterable[Path], limit: int) ->
         for entry in found:
             repos[entry] = _fingerprint(Layout.of(entry))
     todos = {g: _identity(g / "rebase-merge" / "git-rebase-todo") for g in names}
-    return Snapshot(names, repos, todos, truncated)
+    return Snapshot(names, repos, todos, truncated, started_ns)
+
+
+CTIME_SLACK_NS: Final = 2_000_000_000
+"""How much earlier than the snapshot a change may look (coarse file timestamps)."""
+
+
+def _changed_since(layout: Layout, since_ns: int) -> bool:
+    """Whether any of the repository's files changed since `since_ns`: ctime cannot be set
+    back by whoever writes a file."""
+    for path in layout.files():
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_ctime_ns >= since_ns - CTIME_SLACK_NS:
+                return True
+    return False
 
 
 # -- judging -----------------------------------------------------------------------------------
@@ -361,6 +377,8 @@ class Guard:
                 layout = Layout.of(entry)
                 if self.before.repos.get(entry) == _fingerprint(layout):
                     continue
+                if self.before.truncated and not _changed_since(layout, self.before.started_ns):
+                    continue  # beyond where the first search stopped, and untouched since
                 suspect = {p for p in layout.files() if self._writable(p)}
                 reasons = program_reasons(layout, suspect, git)
                 if reasons:

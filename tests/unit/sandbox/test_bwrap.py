@@ -230,3 +230,53 @@ def test_roles_cannot_grant_full_access_and_templates_expand() -> None:
     assert resolved.skipped
     for name in ("developer", "reviewer", "planner", "tester"):
         assert load_role(name).name == name
+
+
+def plan_for(kinds: dict[str, PathKind]):  # type: ignore[no-untyped-def]
+    spec = SandboxSpec(
+        WorkspaceWrite(), DEFAULT_ROLE.resolve(cwd=WS, home=Path("/h"), environ={}), WS, Path("/h")
+    )
+    return plan(spec, Facts(kinds))
+
+
+def test_a_git_directory_keeps_every_name_git_reads_configuration_or_programs_from() -> None:
+    kinds = {**REPO, "/w/.git/objects": D, "/w/.git/objects/info": D, "/w/.git/modules": D}
+    argv = argv_for(WorkspaceWrite(), DEFAULT_ROLE, kinds)
+    for seq in [
+        ("--bind", "/w/.git", "/w/.git"),  # the top level: lock files beside index and HEAD
+        ("--ro-bind", "/w/.git/commondir", "/w/.git/commondir"),  # seeded with "."
+        ("--ro-bind", "/dev/null", "/w/.git/config.worktree"),
+        ("--ro-bind", "/w/.git/modules", "/w/.git/modules"),
+        ("--ro-bind", "/w/.git/objects/info", "/w/.git/objects/info"),
+        ("--perms", "0555", "--tmpfs", "/w/.git/branches"),
+        ("--perms", "0555", "--tmpfs", "/w/.git/remotes"),
+    ]:
+        assert has(argv, *seq), seq
+    the_plan = plan_for(kinds)
+    assert the_plan.seeds == ((Path("/w/.git/commondir"), b".\n"),)
+    assert the_plan.gitdirs == (Path("/w/.git"),)
+    assert Path("/w/.git/config.worktree") in the_plan.placeholders
+
+
+def test_a_linked_worktree_git_directory_is_bound_with_its_pointers_read_only() -> None:
+    kinds = {
+        **REPO,
+        "/w/.git/worktrees": D,
+        "/w/.git/worktrees/wt": D,
+        "/w/.git/worktrees/wt/commondir": F,
+        "/w/.git/worktrees/wt/gitdir": F,
+    }
+    argv = argv_for(WorkspaceWrite(), DEFAULT_ROLE, kinds)
+    admin = "/w/.git/worktrees/wt"
+    assert has(argv, "--bind", admin, admin)
+    assert has(argv, "--ro-bind", f"{admin}/commondir", f"{admin}/commondir")
+    assert has(argv, "--ro-bind", f"{admin}/gitdir", f"{admin}/gitdir")
+    assert has(argv, "--ro-bind", "/dev/null", f"{admin}/config.worktree")
+    assert f"{admin}/hooks" not in argv  # a linked worktree's hooks are the common directory's
+    assert Path(admin) in plan_for(kinds).gitdirs
+
+
+def test_a_read_only_role_gets_no_seeds_or_writable_git_directories() -> None:
+    argv = argv_for(ReadOnly(), DEFAULT_ROLE, REPO)
+    assert "/w/.git/commondir" not in argv
+    assert has(argv, "--ro-bind", "/w/.git", "/w/.git")
