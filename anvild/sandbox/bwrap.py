@@ -78,11 +78,13 @@ import contextlib
 import enum
 import json
 import os
+import re
 import shutil
 import stat
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -265,6 +267,10 @@ class HostFacts(Protocol):
         """Linked worktrees' git directories, `gitdir/worktrees/*/`."""
         ...
 
+    def matching(self, pattern: Path) -> tuple[Path, ...]:
+        """The entries of `pattern.parent` whose names match `pattern.name` (fnmatch)."""
+        ...
+
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
         """`.git` entries strictly below `root` (not `root/.git`), and whether the search
         stopped at `limit` directories."""
@@ -344,6 +350,13 @@ class LiveFacts:
                 else:
                     pending.append(child)  # module names may contain slashes
         return tuple(sorted(found))
+
+    def matching(self, pattern: Path) -> tuple[Path, ...]:
+        try:
+            names = os.listdir(pattern.parent)
+        except OSError:
+            return ()
+        return tuple(sorted(pattern.parent / n for n in names if fnmatchcase(n, pattern.name)))
 
     def worktree_gitdirs(self, gitdir: Path) -> tuple[Path, ...]:
         try:
@@ -466,6 +479,9 @@ class Plan:
     notes: tuple[str, ...] = ()
     seeds: tuple[tuple[Path, bytes], ...] = ()  # files written before the launch, then removed
     gitdirs: tuple[Path, ...] = ()  # git directories the command may write (commit layout)
+
+
+_GLOB: Final = re.compile(r"[*?\[]")
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -645,7 +661,13 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
             protect(dotgit.parent / ".anvil", placeholder=None)
 
     bound = [m.dest for m in mounts.values() if m.op in (Op.RO_BIND, Op.BIND)]
-    for hidden in (*spec.hidden, *role.hidden):
+    role_hidden = [
+        match
+        for entry in role.hidden
+        for match in (facts.matching(entry) if _GLOB.search(entry.name) else (entry,))
+        if not any(fnmatchcase(str(match), str(u)) for u in role.unhidden)
+    ]
+    for hidden in dict.fromkeys((*spec.hidden, *role_hidden)):
         if not any(_within(hidden, b) for b in bound):
             continue
         match facts.kind(hidden):

@@ -9,13 +9,14 @@ A role file (DESIGN section 7):
     filesystem:
       read_only: ["{HOME}/.cargo/registry"]
       read_write: ["{CWD}"]
-      hidden: ["{CWD}/.env"]  # masked: an empty file or directory in the sandbox
+      hidden: ["{CWD}/.env*", "!{CWD}/.env.example"]  # masked: an empty file or directory
 
 Paths are absolute after expansion of `{CWD}` (the session's working directory), `{HOME}`,
 `{TMPDIR}` (`$TMPDIR`, else /tmp) and `{NAME}` for any other environment variable of the daemon.
 An entry whose variable is unset is left out (`ResolvedRole.skipped` says which), so one file
 serves machines with and without, say, `$CARGO_HOME`. Missing paths are left out when the sandbox
-is built.
+is built. A `hidden` entry may use `*`, `?` and `[...]` in its last part (matched against what is
+there when each command starts); one starting with `!` takes its matches back out.
 
 Where roles come from, first match wins: the user config dir
 (`platformdirs.user_config_dir("anvil")/sandbox-roles/`), then the files shipped with anvild
@@ -130,8 +131,9 @@ class Role:
             role=self,
             read_only=expand(self.read_only),
             read_write=expand(self.read_write),
-            hidden=expand(self.hidden),
+            hidden=expand(tuple(h for h in self.hidden if not h.startswith("!"))),
             skipped=tuple(skipped),
+            unhidden=expand(tuple(h[1:] for h in self.hidden if h.startswith("!"))),
         )
 
     def _where(self) -> str:
@@ -145,9 +147,14 @@ class ResolvedRole:
     role: Role
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...]
-    hidden: tuple[Path, ...]
+    hidden: tuple[Path, ...]  # may hold glob patterns in the last part
     skipped: tuple[str, ...] = ()
+    unhidden: tuple[Path, ...] = ()  # patterns whose matches are taken back out of `hidden`
 
+
+ENV_TEMPLATES: Final = ("example", "sample", "template", "dist")
+"""`.env.<these>` are committed templates, not secrets, and stay visible: a masked file that git
+tracks reads as empty in the sandbox, and `git commit -a` there would record it empty."""
 
 DEFAULT_ROLE: Final = Role(
     name="default",
@@ -155,7 +162,7 @@ DEFAULT_ROLE: Final = Role(
     network=False,
     git=GitAccess.COMMIT,
     read_write=("{CWD}",),
-    hidden=("{CWD}/.env",),
+    hidden=("{CWD}/.env*", *(f"!{{CWD}}/.env.{t}" for t in ENV_TEMPLATES)),
 )
 """What a bare policy means when no role was chosen (`anvilctl sandbox --policy`, a session
 without a role): under `ReadOnly` all of it is read-only anyway."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,13 @@ class Facts:
 
     def enclosing_dotgit(self, path: Path) -> Path | None:
         return None
+
+    def matching(self, pattern: Path) -> tuple[Path, ...]:
+        return tuple(
+            p
+            for p in self.kinds
+            if p.parent == pattern.parent and fnmatchcase(p.name, pattern.name)
+        )
 
 
 D, F, L = PathKind.DIR, PathKind.FILE, PathKind.SYMLINK
@@ -280,3 +288,29 @@ def test_a_read_only_role_gets_no_seeds_or_writable_git_directories() -> None:
     argv = argv_for(ReadOnly(), DEFAULT_ROLE, REPO)
     assert "/w/.git/commondir" not in argv
     assert has(argv, "--ro-bind", "/w/.git", "/w/.git")
+
+
+@pytest.mark.parametrize("name", ["developer", "tester", "reviewer", "planner", "conductor"])
+def test_every_env_file_is_masked_but_committed_templates(name: str) -> None:
+    kinds = {
+        **REPO,
+        "/w/.env": F,
+        "/w/.env.local": F,
+        "/w/.env.production": F,
+        "/w/.envs": D,
+        "/w/.env.example": F,
+        "/w/env.txt": F,
+    }
+
+    role = load_role(name)
+    spec = SandboxSpec(
+        WorkspaceWrite(), role.resolve(cwd=WS, home=Path("/h"), environ={}), WS, Path("/h")
+    )
+    argv = list(
+        bwrap_argv(plan(spec, Facts(kinds)), ("cmd",), bwrap="bwrap", seccomp_fd=3, status_fd=4)
+    )
+    for secret in ("/w/.env", "/w/.env.local", "/w/.env.production"):
+        assert has(argv, "--ro-bind", "/dev/null", secret), secret
+    assert has(argv, "--tmpfs", "/w/.envs")
+    assert "/w/.env.example" not in argv
+    assert "/w/env.txt" not in argv
