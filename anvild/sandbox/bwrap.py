@@ -21,10 +21,14 @@ Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a
    - the role's read-only paths and the workspace (always readable), then the writable roots
      (WorkspaceWrite only), binds sorted parents first so a deeper entry wins;
    - protections inside writable roots, read-only re-binds: `.git` per role (`GitAccess`: commit
-     roles get the git directory writable except `config`, `hooks/`, `info/`, read-only roles
-     get all of it read-only; also for the resolved gitdir of a worktree or submodule, its common
-     dir, every nested repository found below the root (`NESTED_GIT_LIMIT` directories visited)
-     and the repository enclosing the workspace), `.anvil`, shell rc files. A protected path
+     roles get the git directory's top level writable, but every name there that git reads
+     configuration or programs from read-only or held (`GIT_READ_ONLY_FILES`,
+     `GIT_READ_ONLY_DIRS`, `commondir` seeded with `.`, `objects/info`), read-only roles get all
+     of it read-only; also for the resolved gitdir of a worktree or submodule, its common dir,
+     every linked worktree's and submodule's git directory, every nested repository found below
+     the root (`NESTED_GIT_LIMIT` directories visited) and the repository enclosing the
+     workspace), `.anvil`, shell rc files. What mounts cannot stop (new repositories, names git
+     never writes) `anvild.sandbox.gitguard` quarantines after the command. A protected path
      that is missing gets an empty read-only directory mounted where it would be (bwrap creates
      the mount point), so it cannot be created; an empty directory rather than /dev/null because
      git walks past an empty `.git` directory to the enclosing repository, where a stray file

@@ -4,7 +4,7 @@ A role file (DESIGN section 7):
 
     description: Writes code, runs the tests and commits.
     network: false            # the role's default; the session's policy has the last word
-    git: commit               # commit: .git writable except config, hooks/, info/
+    git: commit               # commit: .git writable except what sets programs or config
                               # read-only: all of .git read-only
     filesystem:
       read_only: ["{HOME}/.cargo/registry"]
@@ -67,7 +67,8 @@ class GitAccess(enum.Enum):
     """What a role may do to the repositories in its workspace."""
 
     COMMIT = "commit"
-    """`.git` writable (objects, refs, index) except `config`, `hooks/` and `info/`."""
+    """`.git` writable (objects, refs, index, HEAD, rebase and merge state), but never what git
+    reads configuration or programs from (docs/sandbox-escapes.md, "Git planting")."""
     READ_ONLY = "read-only"
     """All of `.git` read-only: no commit, no `git add`."""
 
@@ -158,7 +159,7 @@ tracks reads as empty in the sandbox, and `git commit -a` there would record it 
 
 DEFAULT_ROLE: Final = Role(
     name="default",
-    description="The workspace writable, .git writable except config, hooks/ and info/.",
+    description="The workspace writable, .git writable except what sets programs or config.",
     network=False,
     git=GitAccess.COMMIT,
     read_write=("{CWD}",),
