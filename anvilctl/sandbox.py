@@ -74,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         stderr = done.stderr.decode("utf-8", "replace")
         sys.stderr.write(stderr)
         refusal = launch.verdict(done.returncode, stderr)
+        report = launch.inspect()
+    if report is not None:
+        print(f"anvilctl sandbox: {report}", file=sys.stderr)
     if refusal is not None:
         print(f"anvilctl sandbox: {refusal}", file=sys.stderr)
         return SANDBOX_FAILED

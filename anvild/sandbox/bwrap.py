@@ -1071,10 +1071,11 @@ class Launch:
         """After the process ended, before `close`: quarantine what the command left that would
         make git run a program or read configuration outside the sandbox
         (`anvild.sandbox.gitguard`). The report for the command's result, or None."""
-        if self._guard is None:
+        guard, self._guard = self._guard, None
+        if guard is None:
             return None
         try:
-            return self._guard.inspect().message()
+            return guard.inspect().message()
         except Exception as exc:  # the check must not hide the command's result
             log.error("sandbox.git_check_failed", error=repr(exc), cwd=str(self.plan.cwd))
             return (
@@ -1085,7 +1086,9 @@ class Launch:
 
     def close(self) -> None:
         """After the process is reaped (or never started). Closing the lifeline tells a
-        supervisor still running, if any, to kill what is left."""
+        supervisor still running, if any, to kill what is left. Runs `inspect` first if the
+        caller did not (its report then goes to the log only)."""
+        self.inspect()
         self._close_writers()
         for name in ("_status_read", "_lifeline_write"):
             fd = getattr(self, name)

@@ -99,6 +99,12 @@ VECTORS = (
         places=("tc",),
     ),
     Vector(
+        "nested_bare",
+        "git clone -q --bare . evil.git && git --git-dir=evil.git config diff.evil.textconv "
+        "\"$PWN\" && mkdir -p evil.git/info && echo '* diff=evil' > evil.git/info/attributes",
+        places=("evil.git",),
+    ),
+    Vector(
         "rebase_exec",
         "echo r > r && git add r && git commit -qm r && "
         'GIT_SEQUENCE_EDITOR="sed -i 1ibreak" git rebase -q -i --exec "$PWN" HEAD~1',

@@ -79,6 +79,7 @@ QUARANTINED = {
     "new_worktree": [".git/worktrees/evil", "evilwt/.git"],
     "nested_gitlink": ["sub/.git"],
     "nested_hook": ["hooked/.git"],
+    "nested_bare": ["evil.git"],
     "nested_textconv": ["tc/.git"],
     "rebase_exec": [".git/rebase-merge"],
     "unknown_name": [".git/anvil-unknown"],
