@@ -1,8 +1,8 @@
-"""After a sandboxed command: what it left in git's way, found and moved aside.
+"""After a sandboxed command: what it left that would make git run a program, moved aside.
 
-The mount layout (`anvild.sandbox.bwrap.plan`) keeps every name git reads configuration or
-programs from read-only in the git directories a command may write. What mounts cannot stop is
-looked for when the command has ended (`Guard.inspect`), against a snapshot taken before it ran:
+`anvild.sandbox.bwrap.plan` holds, by mounts, every name git reads configuration or programs
+from in the git directories a command may write. What mounts cannot stop, `Guard.inspect` looks
+for once the command has ended, against a snapshot taken before it ran:
 
 - a new name in such a git directory (or a linked worktree's) that git does not write itself
   (`GITDIR_NAMES`, `WORKTREE_NAMES`), and a new linked worktree not as `git worktree add` makes it;
@@ -18,6 +18,7 @@ logged, and reported with the command's result. Design and vectors: docs/sandbox
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
@@ -406,6 +407,12 @@ class Guard:
         return ""
 
     def _quarantine(self, found: list[tuple[Path, str]], truncated: bool) -> Report:
+        # Something inside a finding goes with it (a new worktree and its rebase state).
+        found = [
+            (path, reason)
+            for path, reason in found
+            if not any(other != path and _within(path, other) for other, _ in found)
+        ]
         if not found:
             return Report((), truncated, self.limit)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
@@ -449,7 +456,7 @@ def move_aside(path: Path, dest: Path) -> None:
         os.rename(path, dest)
         return
     except OSError as exc:
-        if exc.errno != 18:  # EXDEV: another filesystem
+        if exc.errno != errno.EXDEV:  # another filesystem
             raise
     beside = path.with_name(f"{path.name}.anvil-quarantine-{secrets.token_hex(4)}")
     os.rename(path, beside)
