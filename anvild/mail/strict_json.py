@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from itertools import accumulate
 from typing import Any, Final
 
 __all__ = [
@@ -34,9 +35,14 @@ MAX_DEPTH: Final = 64
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 """The largest integer magnitude every JSON parser reads exactly (an IEEE double)."""
 
-_TOKENS: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]|"', re.DOTALL)
+_STRING: Final = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_TOKENS: Final = re.compile(_STRING + r'|[\[{]|[\]}]|"', re.DOTALL)
+_STRING_RE: Final = re.compile(_STRING, re.DOTALL)
+_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]+")
+_DELTA: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 _MAX_INT_CHARS: Final = len(str(MAX_SAFE_INTEGER)) + 1  # a sign
 
 
@@ -56,6 +62,11 @@ def _where(text: str, pos: int) -> str:
 
 
 def _check_depth(text: str) -> None:
+    # Fast path, all in C: drop the strings, keep the brackets, take the deepest running sum.
+    brackets = _NOT_BRACKET.sub("", _STRING_RE.sub("", text))
+    if not brackets or max(accumulate(map(_DELTA.__getitem__, brackets))) <= MAX_DEPTH:
+        return
+    # Deeper (or an unterminated string's brackets counted): find where, token by token.
     depth = 0
     for match in _TOKENS.finditer(text):
         token = match.group()
@@ -192,7 +203,8 @@ def loads(data: bytes | str) -> Any:
         ) from exc
     except RecursionError as exc:  # unreachable after _check_depth; never a bare error
         raise JsonRefused(f"JSON nested too deeply; the limit is {MAX_DEPTH} levels") from exc
-    check_value(value)
+    if _SURROGATE_ESCAPE.search(text):  # only a \uD800-\uDFFF escape makes one
+        check_value(value)
     return value
 
 
