@@ -141,3 +141,16 @@ def test_any_nesting_is_refused_or_read(depth: int) -> None:
     else:
         with pytest.raises(JsonRefused, match="nested deeper"):
             loads(text)
+
+
+@given(st.integers(1, 100), st.text(alphabet='[]{}"\\ab', max_size=20))
+def test_brackets_and_escapes_in_strings_never_count_as_nesting(depth: int, text: str) -> None:
+    value: Any = text
+    for _ in range(depth):
+        value = [value, {text: text}]
+    data = json.dumps(value)
+    if depth + 1 <= MAX_DEPTH:  # the innermost {text: text} is one level more
+        assert loads(data) == value
+    else:
+        with pytest.raises(JsonRefused, match="nested deeper"):
+            loads(data)
