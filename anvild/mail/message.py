@@ -154,10 +154,12 @@ def _dumps(obj: Any) -> str:
 
 
 def decode(data: bytes) -> Message:
-    """A stored message (written by `encode`); `InvalidMessage` if it is not one."""
+    """A stored message (written by `encode`); `InvalidMessage` if it is not one. A NaN or
+    Infinity that a daemon before the strict reader stored is read as its name (a string), so
+    the message can still be shown as strict JSON."""
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        obj = json.loads(data, parse_constant=str)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError too
         raise InvalidMessage(f"not a stored message: {exc}") from exc
     if not isinstance(obj, dict):
         raise InvalidMessage("not a stored message: not a JSON object")

@@ -154,3 +154,19 @@ def test_a_message_is_never_archived_with_nan() -> None:
     )
     with pytest.raises(ValueError, match="not JSON compliant"):
         encode(message)
+
+
+def test_a_message_stored_with_nan_before_the_strict_reader_is_shown_strictly() -> None:
+    stored = (
+        b'{"id":"msg-0000000000000001","from":"a","to":"b","type":"QUESTION","subject":"s",'
+        b'"body":"b","metadata":{"x":NaN,"y":-Infinity},"timestamp":1,"in_reply_to":null}\n'
+    )
+    message = decode(stored)
+    assert dict(message.metadata) == {"x": "NaN", "y": "-Infinity"}
+    assert json.loads(encode(message))["metadata"] == {"x": "NaN", "y": "-Infinity"}
+
+
+@pytest.mark.parametrize("stored", [b"[" * 100_000, b'{"n": ' + b"9" * 5000 + b"}", b"\xff"])
+def test_a_damaged_stored_message_is_invalid_not_a_crash(stored: bytes) -> None:
+    with pytest.raises(InvalidMessage, match="not a stored message"):
+        decode(stored)
