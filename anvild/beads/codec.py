@@ -40,7 +40,7 @@ def encode(value: Bead | Convoy) -> bytes:
 def _decode(data: bytes, cls: type[T]) -> T:
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, a huge or deep value
         raise CodecError(f"not a JSON document: {exc}") from exc
     if not isinstance(doc, dict):
         raise CodecError("not a JSON object")
