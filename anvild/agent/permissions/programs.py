@@ -382,8 +382,8 @@ _NPM_SAFE: Final = frozenset(
 def _npm(words: tuple[str, ...]) -> Iterator[Finding]:
     name = posixpath.basename(words[0])
     for index, word in enumerate(words[1:], 1):
-        if word == "--":
-            return  # what follows goes to the project's own script
+        if word == "--" or (name == "npx" and not word.startswith("-")):
+            return  # what follows goes to the project's script, or to the package npx runs
         if word.startswith("-") and word not in _NPM_SAFE and not word.startswith("--workspace="):
             following = words[index + 1] if index + 1 < len(words) else ""
             value = word.split("=", 1)[1] if "=" in word else following
