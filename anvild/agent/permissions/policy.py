@@ -1,31 +1,26 @@
 """The permission policy: `Policy.decide(request) -> Allow | Ask | Deny`, pure and synchronous.
 
-The order is the review's (finding 2), not the course's reference order, in which an allow rule
-could bypass the outside-path requirement and plan mode was checked after allow rules:
+In order (docs/decisions.md says why this order):
 
 1. Validate the request. A call that is invalid (unknown tool, arguments that break the schema,
    an empty command) is denied with the reason; nothing is asked about a call that cannot run.
-2. Hard denies and ceilings, which no rule, mode or answer can lift:
-   - commands that are never run (`shell.hard_deny_reason`: `rm -rf /`, mkfs, ...);
-   - mode ceilings: plan mode denies every write, whatever the allow rules say: file writes,
-     tools with unknown effects, output redirects, mutating git, and any command at all when the
-     sandbox would let it write (plan mode runs commands only under a read-only sandbox);
-   - role ceilings (`RoleCeiling`): reviewer and planner write no files and run no mutating git
-     (nor commands whose effects cannot be checked); the tester writes only under test
-     directories;
-   - the user's deny rules: a deny rule that hits any subject of the call denies it, before any
-     escalation is considered, so a deny is never turned into a question by an escalation.
-3. Resources are resolved per call before the policy sees them (`resolve_request`): every read
-   and write path canonical (symlinks resolved), redirect targets of a command included.
-4. Escalations need a separate grant (`Grants`), whatever the rules say: a path outside the
-   workspace (read or write), network access, full access. Without the grant the call asks, in
-   every mode, bypass included; "always" on such a question grants it for the session.
-5. The user's rules: ask (any subject hit), then the command-line checks (unsupported or
-   unparsable shell asks; redirects to files ask), then allow and session rules (every subject
-   covered: each segment of a command, each path).
-6. The mode's default: reads and calls without effects are allowed; in `default` mode writes,
-   commands and calls with unknown effects ask; `accept-edits` allows file edits inside the
-   workspace; `bypass` allows everything that reached this point (commands still run sandboxed).
+2. What no rule, mode or answer can lift, checked against every reading of a command
+   (`readings`: wrappers, paths, pipelines, the text of lines outside the shell subset):
+   hard denies (`rm -rf /`, mkfs, ...); plan-mode and role ceilings (`RoleCeiling`: reviewer and
+   planner write nothing and run no mutating git, the tester writes only under test directories;
+   lines outside the subset are denied there); the user's deny rules, including path deny rules
+   over the paths a command names, and any opaque line when a deny rule for commands exists.
+3. Resources are resolved per call before the policy sees them (`resolve_request`): paths
+   canonical (symlinks resolved), a command's redirect targets and named paths included.
+4. Escalations need a separate grant (`Grants`) in every mode: a path outside the workspace,
+   network access, full access. "always" on such a question grants it for the session.
+5. The user's ask rules; then, for commands, `_command`: only a line in the shell subset may be
+   allowed (by bypass mode, or by rules covering every segment and naming its dangerous
+   arguments, with its redirect targets allowed by edit rules or accept-edits); other calls are
+   allowed by allow and session rules covering every subject, or by bypass mode.
+6. The mode's default for other calls: reads and calls without effects are allowed; in `default`
+   mode writes and calls with unknown effects ask; `accept-edits` allows file edits inside the
+   workspace.
 
 The decision is a value. `Ask` carries the reason and what an "always" answer adds (session
 rules and grants, `Ask.remember`); `Deny` carries a reason the model and the user can act on.
@@ -638,8 +633,6 @@ class Policy:
 
     def _default(self, request: PermissionRequest, subjects: tuple[Subject, ...]) -> Decision:
         tool, effects = request.tool, request.effects
-        if request.shell is not None:
-            return Ask(self._command_reason(request), self._remember_command(request))
         if effects.read_only and not request.writes:
             return Allow()
         if self.mode is Mode.ACCEPT_EDITS and not (
