@@ -8,6 +8,8 @@
     accounting.py  the `usage` and `cost` texts (pure)
     handoff.py     `model NAME`: replay check and text handoff (pure)
     stream.py      LineBroadcast: the `log`, `events` and daemon event streams
+    checkpoint.py  TextCheckpoint: a streaming answer recorded at most a second behind
+    leftovers.py   the temp files of writes a crash interrupted: named per call, removed at start
     events.py      the daemon-wide session events (typed, one JSON line each)
     errors.py      SessionError and its subclasses
 
