@@ -103,7 +103,7 @@ from anvild.sandbox import (
     WorkspaceWrite,
     policy_name,
 )
-from anvild.sandbox.gitguard import Guard
+from anvild.sandbox.gitguard import Guard, config_pairs
 from anvild.sandbox.roles import DEFAULT_ROLE, GitAccess, ResolvedRole, Role
 from anvild.sandbox.secrets import child_env
 
@@ -232,6 +232,13 @@ def default_hidden(home: Path, environ: Mapping[str, str] | None = None) -> tupl
     return tuple(Path(os.path.normpath(p)) for p in paths)
 
 
+def user_git_configs(home: Path, environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """The global and system git configuration files git reads besides a repository's own."""
+    env = os.environ if environ is None else environ
+    xdg = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    return (home / ".gitconfig", xdg / "git" / "config", Path("/etc/gitconfig"))
+
+
 # -- facts about the host ----------------------------------------------------------------------
 
 
@@ -275,6 +282,10 @@ class HostFacts(Protocol):
         """The entries of `pattern.parent` whose names match `pattern.name` (fnmatch)."""
         ...
 
+    def git_config(self, path: Path) -> tuple[tuple[str, str], ...]:
+        """The (key, value) pairs of a git configuration file (none if it is missing)."""
+        ...
+
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
         """`.git` entries strictly below `root` (not `root/.git`), and whether the search
         stopped at `limit` directories."""
@@ -305,6 +316,11 @@ def _read_small(path: Path) -> str | None:
             return f.read(4096).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+_CONFIG_LOCK: Final = threading.Lock()
+_CONFIG_CACHE: dict[Path, tuple[tuple[int, int, int, int], tuple[tuple[str, str], ...]]] = {}
+"""Parsed git configuration files by path, valid while the file's identity is unchanged."""
 
 
 class LiveFacts:
@@ -354,6 +370,23 @@ class LiveFacts:
                 else:
                     pending.append(child)  # module names may contain slashes
         return tuple(sorted(found))
+
+    def git_config(self, path: Path) -> tuple[tuple[str, str], ...]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return ()
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        with _CONFIG_LOCK:
+            cached = _CONFIG_CACHE.get(path)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        pairs = config_pairs(path, which("git")) or ()
+        with _CONFIG_LOCK:
+            if len(_CONFIG_CACHE) > 4096:
+                _CONFIG_CACHE.clear()
+            _CONFIG_CACHE[path] = (identity, pairs)
+        return pairs
 
     def matching(self, pattern: Path) -> tuple[Path, ...]:
         try:
@@ -468,6 +501,7 @@ class SandboxSpec:
     home: Path
     hidden: tuple[Path, ...] = ()
     nested_git_limit: int = NESTED_GIT_LIMIT
+    git_configs: tuple[Path, ...] = ()  # the user's global and system git configuration
 
 
 @attrs.frozen
@@ -483,6 +517,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     seeds: tuple[tuple[Path, bytes], ...] = ()  # files written before the launch, then removed
     gitdirs: tuple[Path, ...] = ()  # git directories the command may write (commit layout)
+    relative_hooks: tuple[str, ...] = ()  # a relative core.hooksPath of the user's global config
 
 
 _GLOB: Final = re.compile(r"[*?\[]")
@@ -514,6 +549,43 @@ def _system_view(facts: HostFacts) -> tuple[tuple[str, ...], ...]:
     pieces.append(("--proc", "/proc"))
     pieces.append(("--dev", "/dev"))
     return tuple(pieces)
+
+
+def _config_path(value: str, base: Path, home: Path) -> Path:
+    """A path as git reads it from configuration: `~/` is the home directory, a relative path
+    is relative to `base`."""
+    if value.startswith("~/"):
+        return Path(os.path.normpath(home / value[2:]))
+    return Path(os.path.normpath(base / value))
+
+
+def _config_targets(
+    files: Iterable[Path], top: Path, home: Path, facts: HostFacts
+) -> list[tuple[Path, Op]]:
+    """Hooks directories (`core.hooksPath`, relative to the worktree's `top`) and included files
+    (`include.path`, `includeIf.*.path`, relative to the including file, followed) named by
+    `files`, each with the placeholder that holds it where it is missing."""
+    found: list[tuple[Path, Op]] = []
+    pending = [(f, 0) for f in files]
+    seen: set[Path] = set()
+    while pending:
+        config, depth = pending.pop()
+        if config in seen or depth > 8:
+            continue
+        seen.add(config)
+        for key, value in facts.git_config(config):
+            lowered = key.lower()
+            if not value:
+                continue
+            if lowered == "core.hookspath":
+                found.append((_config_path(value, top, home), Op.EMPTY_RO))
+            elif lowered == "include.path" or (
+                lowered.startswith("includeif.") and lowered.endswith(".path")
+            ):
+                included = _config_path(value, config.parent, home)
+                found.append((included, Op.DEV_NULL))
+                pending.append((included, depth + 1))
+    return found
 
 
 def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
@@ -603,10 +675,12 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         dotgits.append(enclosing)
     if facts.kind(spec.cwd / ".git") is not PathKind.MISSING:
         dotgits.append(spec.cwd / ".git")
+    reading: list[tuple[Path, tuple[Path, ...]]] = []  # a worktree's top, its git directories
     for dotgit in dict.fromkeys(dotgits):
         kind = facts.kind(dotgit)
         if kind is PathKind.DIR:
             gitdirs.append(dotgit)
+            reading.append((dotgit.parent, (dotgit,)))
         elif kind is PathKind.FILE:
             protect(dotgit)  # the pointer itself
             target = facts.gitdir_of(dotgit)
@@ -615,6 +689,7 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
                 common = facts.commondir_of(target)
                 if common is not None:
                     gitdirs.append(common)
+                reading.append((dotgit.parent, (target, common or target)))
         elif kind is PathKind.SYMLINK:
             protect(dotgit)  # refuses inside a writable root
         elif kind is PathKind.MISSING and writable_root_of(dotgit) == dotgit.parent:
@@ -654,6 +729,14 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
                 protect(gitdir / name)
         if facts.kind(gitdir / "objects") is PathKind.DIR:
             protect(gitdir / "objects" / "info")  # alternates: another object store
+
+    # What the configuration git reads names as hooks or more configuration (husky's
+    # `core.hooksPath = .husky`, an `include.path` into the project): read-only or held when it
+    # lies in a writable root, or the command would choose what the user's git runs.
+    for top, readers in reading:
+        files = [g / name for g in dict.fromkeys(readers) for name in ("config", "config.worktree")]
+        for path, op in _config_targets((*files, *spec.git_configs), top, spec.home, facts):
+            protect(path, placeholder=op)
 
     for root in writable:
         for name in PROTECTED_NAMES:
@@ -702,6 +785,12 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         notes=tuple(notes),
         seeds=tuple(dict.fromkeys(seeds)),
         gitdirs=tuple(committing),
+        relative_hooks=tuple(
+            value
+            for config in spec.git_configs
+            for key, value in facts.git_config(config)
+            if key.lower() == "core.hookspath" and value and not value.startswith(("/", "~"))
+        ),
     )
 
 
@@ -1030,6 +1119,7 @@ class Launch:
                 self._placeholders,
                 limit=settings.nested_git_limit,
                 quarantine=settings.quarantine,
+                relative_hooks=plan.relative_hooks,
             )
 
     def _close_writers(self) -> None:
@@ -1156,6 +1246,7 @@ class Sandbox:
             home=home,
             hidden=default_hidden(home),
             nested_git_limit=self.settings.nested_git_limit,
+            git_configs=user_git_configs(home),
         )
         return plan(spec, facts if facts is not None else LiveFacts())
 

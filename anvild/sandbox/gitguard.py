@@ -83,13 +83,15 @@ def sets_program(key: str) -> bool:
     return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in PROGRAM_KEYS)
 
 
-def parse_config_list(output: bytes) -> tuple[str, ...]:
-    """The keys of `git config --list -z` output (entries `key\\nvalue` separated by NUL)."""
-    keys = []
+def parse_config_list(output: bytes) -> tuple[tuple[str, str], ...]:
+    """The (key, value) pairs of `git config --list -z` output (entries `key\nvalue` separated
+    by NUL; a key alone is a boolean true)."""
+    pairs = []
     for entry in output.split(b"\0"):
         if entry:
-            keys.append(entry.partition(b"\n")[0].decode("utf-8", "replace"))
-    return tuple(keys)
+            key, _, value = entry.decode("utf-8", "replace").partition("\n")
+            pairs.append((key, value))
+    return tuple(pairs)
 
 
 def todo_runs_commands(todo: str) -> bool:
@@ -144,9 +146,12 @@ class Layout:
     entry: Path
     gitdir: Path
     commondir: Path
+    hooks: tuple[Path, ...]  # the hooks directories git may use here
 
     @classmethod
-    def of(cls, entry: Path) -> Layout:
+    def of(cls, entry: Path, relative_hooks: Iterable[str] = ()) -> Layout:
+        """`relative_hooks`: a relative `core.hooksPath` of the user's global configuration,
+        which names a directory in each repository's worktree."""
         gitdir = entry
         if entry.name == ".git" and not entry.is_dir():
             text = _read(entry, 4096) or ""  # a `gitdir: PATH` pointer (or a symlink)
@@ -156,7 +161,10 @@ class Layout:
                 gitdir = Path(os.path.realpath(entry))
         common = (_read(gitdir / "commondir", 4096) or "").strip()
         commondir = Path(os.path.normpath(gitdir / common)) if common else gitdir
-        return cls(entry, gitdir, commondir)
+        hooks = [gitdir / "hooks", commondir / "hooks"]
+        if entry.name == ".git":
+            hooks += [Path(os.path.normpath(entry.parent / r)) for r in relative_hooks]
+        return cls(entry, gitdir, commondir, tuple(dict.fromkeys(hooks)))
 
     def files(self) -> tuple[Path, ...]:
         """The files whose content decides what git runs here: the pointer, `commondir`,
@@ -164,7 +172,7 @@ class Layout:
         found = [self.entry, self.gitdir / "commondir"]
         for base in dict.fromkeys((self.gitdir, self.commondir)):
             found += [base / name for name in CONFIG_FILES]
-            hooks = base / "hooks"
+        for hooks in self.hooks:
             found.append(hooks)
             found += [hooks / name for name in sorted(_names(hooks))]
         return tuple(dict.fromkeys(found))
@@ -214,7 +222,9 @@ def _fingerprint(layout: Layout) -> tuple[object, ...]:
     return tuple((str(p), _identity(p)) for p in layout.files())
 
 
-def take_snapshot(roots: Iterable[Path], gitdirs: Iterable[Path], limit: int) -> Snapshot:
+def take_snapshot(
+    roots: Iterable[Path], gitdirs: Iterable[Path], limit: int, relative_hooks: tuple[str, ...] = ()
+) -> Snapshot:
     started_ns = time.time_ns()
     names = {g: _names(g) for g in gitdirs}
     repos: dict[Path, tuple[object, ...]] = {}
@@ -223,7 +233,7 @@ def take_snapshot(roots: Iterable[Path], gitdirs: Iterable[Path], limit: int) ->
         found, cut = find_repositories(root, limit)
         truncated = truncated or cut
         for entry in found:
-            repos[entry] = _fingerprint(Layout.of(entry))
+            repos[entry] = _fingerprint(Layout.of(entry, relative_hooks))
     todos = {g: _identity(g / "rebase-merge" / "git-rebase-todo") for g in names}
     return Snapshot(names, repos, todos, truncated, started_ns)
 
@@ -253,9 +263,9 @@ class Finding:
     error: str = ""
 
 
-def config_keys(path: Path, git: str | None) -> tuple[str, ...] | None:
-    """The keys of a configuration file, parsed by git itself (no includes followed, nothing
-    run); None when git is missing or cannot parse it."""
+def config_pairs(path: Path, git: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The (key, value) pairs of a configuration file, parsed by git itself (no includes
+    followed, nothing run); None when git is missing or cannot parse it."""
     if git is None:
         return None
     env = {
@@ -287,14 +297,14 @@ def program_reasons(layout: Layout, suspect: set[Path], git: str | None) -> list
             path = base / name
             if path not in suspect or not path.is_file():
                 continue
-            keys = config_keys(path, git)
-            if keys is None:
+            pairs = config_pairs(path, git)
+            if pairs is None:
                 reasons.append(f"{path}: git could not parse it (or git is missing)")
                 continue
-            bad = sorted({k for k in keys if sets_program(k)})
+            bad = sorted({k for k, _ in pairs if sets_program(k)})
             if bad:
                 reasons.append(f"{path} sets {', '.join(bad)}")
-        hooks = base / "hooks"
+    for hooks in layout.hooks:
         for name in sorted(_names(hooks)):
             if hooks / name in suspect and not name.endswith(".sample"):
                 reasons.append(f"hook {hooks / name}")
@@ -314,6 +324,7 @@ class Guard:
     before: Snapshot
     limit: int
     quarantine: Path
+    relative_hooks: tuple[str, ...] = ()
 
     @classmethod
     def prepare(
@@ -325,16 +336,18 @@ class Guard:
         *,
         limit: int,
         quarantine: Path | None = None,
+        relative_hooks: Iterable[str] = (),
     ) -> Guard:
-        roots, gitdirs = tuple(roots), tuple(gitdirs)
+        roots, gitdirs, relative = tuple(roots), tuple(gitdirs), tuple(relative_hooks)
         return cls(
             roots,
             gitdirs,
             tuple(mounts),
             frozenset(placeholders),
-            take_snapshot(roots, gitdirs, limit),
+            take_snapshot(roots, gitdirs, limit, relative),
             limit,
             quarantine if quarantine is not None else default_quarantine(),
+            relative,
         )
 
     def _writable(self, path: Path) -> bool:
@@ -375,7 +388,7 @@ class Guard:
             for entry in entries:
                 if entry in self.placeholders or any(_within(entry, p) for p, _ in found):
                     continue
-                layout = Layout.of(entry)
+                layout = Layout.of(entry, self.relative_hooks)
                 if self.before.repos.get(entry) == _fingerprint(layout):
                     continue
                 if self.before.truncated and not _changed_since(layout, self.before.started_ns):
@@ -498,6 +511,7 @@ __all__ = [
     "Report",
     "Snapshot",
     "allowed",
+    "config_pairs",
     "default_quarantine",
     "find_repositories",
     "move_aside",

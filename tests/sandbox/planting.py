@@ -110,6 +110,17 @@ VECTORS = (
         'GIT_SEQUENCE_EDITOR="sed -i 1ibreak" git rebase -q -i --exec "$PWN" HEAD~1',
         triggers=(("rebase", "--continue"),),
     ),
+    Vector(
+        "hooks_path",
+        'mkdir -p .husky && printf \'#!/bin/sh\\n"%s"\\n\' "$PWN" > .husky/pre-commit && '
+        "chmod +x .husky/pre-commit",
+        setup=(("config", "core.hooksPath", ".husky"),),
+    ),
+    Vector(
+        "include_path",
+        f"{FSMONITOR} > team.gitconfig",
+        setup=(("config", "include.path", "../team.gitconfig"),),
+    ),
     Vector("unknown_name", "echo x > .git/anvil-unknown", leaves=".git/anvil-unknown"),
 )
 

@@ -15,9 +15,18 @@ WS = Path("/w")
 
 
 class Facts:
-    def __init__(self, kinds: dict[str, PathKind], pointers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        kinds: dict[str, PathKind],
+        pointers: dict[str, str] | None = None,
+        configs: dict[str, tuple[tuple[str, str], ...]] | None = None,
+    ):
         self.kinds = {Path(k): v for k, v in kinds.items()}
         self.pointers = {Path(k): Path(v) for k, v in (pointers or {}).items()}
+        self.configs = {Path(k): v for k, v in (configs or {}).items()}
+
+    def git_config(self, path: Path) -> tuple[tuple[str, str], ...]:
+        return self.configs.get(path, ())
 
     def kind(self, path: Path) -> PathKind:
         if str(path) in ("/bin", "/lib"):
@@ -58,8 +67,14 @@ REPO = {"/w": D, "/w/.git": D, "/w/.git/config": F, "/w/.git/hooks": D, "/w/.anv
 
 
 def argv_for(policy, role: Role, kinds: dict[str, PathKind], **kw: object) -> list[str]:  # type: ignore[no-untyped-def]
-    spec = SandboxSpec(policy, role.resolve(cwd=WS, home=Path("/h"), environ={}), WS, Path("/h"))
-    the_plan = plan(spec, Facts(kinds, kw.get("pointers")))  # type: ignore[arg-type]
+    spec = SandboxSpec(
+        policy,
+        role.resolve(cwd=WS, home=Path("/h"), environ={}),
+        WS,
+        Path("/h"),
+        git_configs=(Path("/h/.gitconfig"),),
+    )
+    the_plan = plan(spec, Facts(kinds, kw.get("pointers"), kw.get("configs")))  # type: ignore[arg-type]
     return list(
         bwrap_argv(
             the_plan, ("cmd",), bwrap="bwrap", seccomp_fd=3, status_fd=4, drop=kw.get("drop")
@@ -314,3 +329,21 @@ def test_every_env_file_is_masked_but_committed_templates(name: str) -> None:
     assert has(argv, "--tmpfs", "/w/.envs")
     assert "/w/.env.example" not in argv
     assert "/w/env.txt" not in argv
+
+
+@pytest.mark.parametrize("husky", [D, PathKind.MISSING])
+def test_hooks_and_included_configuration_in_the_workspace_are_held(husky: PathKind) -> None:
+    kinds = {**REPO, "/w/.husky": husky, "/w/team.gitconfig": F}
+    configs = {
+        "/w/.git/config": (("core.hookspath", ".husky"), ("include.path", "../team.gitconfig")),
+        "/w/team.gitconfig": (("includeif.onbranch:main.path", "more.gitconfig"),),
+        "/h/.gitconfig": (("include.path", "~/shared.gitconfig"),),
+    }
+    argv = argv_for(WorkspaceWrite(), DEFAULT_ROLE, kinds, configs=configs)
+    if husky is D:
+        assert has(argv, "--ro-bind", "/w/.husky", "/w/.husky")
+    else:
+        assert has(argv, "--perms", "0555", "--tmpfs", "/w/.husky")
+    assert has(argv, "--ro-bind", "/w/team.gitconfig", "/w/team.gitconfig")
+    assert has(argv, "--ro-bind", "/dev/null", "/w/more.gitconfig")  # followed, held
+    assert "/h/shared.gitconfig" not in argv  # outside every writable root: nothing to do

@@ -70,7 +70,11 @@ def test_sets_program(key: str, runs: bool) -> None:
 
 def test_parse_config_list() -> None:
     out = b"core.bare\nfalse\0alias.x\n!id\nmore\0novalue\0"
-    assert parse_config_list(out) == ("core.bare", "alias.x", "novalue")
+    assert parse_config_list(out) == (
+        ("core.bare", "false"),
+        ("alias.x", "!id\nmore"),
+        ("novalue", ""),
+    )
 
 
 @pytest.mark.parametrize(
