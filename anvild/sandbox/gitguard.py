@@ -397,6 +397,8 @@ class Guard:
                 reasons = program_reasons(layout, suspect, git)
                 if reasons:
                     found.append((entry, "; ".join(reasons)))
+        if truncated:
+            _note_truncated(self.roots, self.limit)
         return self._quarantine(found, truncated)
 
     def _new_worktrees(self) -> list[Path]:
@@ -456,6 +458,22 @@ class Guard:
         return Report(tuple(results), truncated, self.limit)
 
 
+_TRUNCATED_ROOTS: set[tuple[Path, ...]] = set()
+
+
+def _note_truncated(roots: tuple[Path, ...], limit: int) -> None:
+    """Log, once per workspace and process, that repositories deeper than the search's limit
+    are not checked (every command there would say so otherwise)."""
+    if roots not in _TRUNCATED_ROOTS:
+        _TRUNCATED_ROOTS.add(roots)
+        log.warning(
+            "sandbox.git_check_truncated",
+            roots=[str(r) for r in roots],
+            limit=limit,
+            hint="repositories below the first LIMIT directories are not checked after commands",
+        )
+
+
 def default_quarantine() -> Path:
     """Under the daemon's data dir, which no sandbox ever sees."""
     return platformdirs.user_data_path("anvil") / "quarantine"
@@ -484,6 +502,8 @@ class Report:
 
     def message(self) -> str | None:
         """For the command's result: what was moved and why, or None if nothing was."""
+        if not self.findings:
+            return None  # a search cut short is logged (`_note_truncated`), not said every time
         lines = []
         for f in self.findings:
             where = f"moved to {f.moved_to}" if f.moved_to else f"COULD NOT be moved ({f.error})"
@@ -493,8 +513,6 @@ class Report:
                 f"- the search for repositories stopped after {self.limit} directories: "
                 "deeper ones were not checked"
             )
-        if not lines:
-            return None
         return (
             "Sandbox: after the command, what it left that would make git run a program or "
             "read configuration outside the sandbox was quarantined:\n" + "\n".join(lines)
