@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
 from anvild.agent.tools.base import Failed, ToolContext
 from anvild.agent.tools.bash import BashTool, SandboxWrapper
@@ -219,3 +220,40 @@ def test_planting_as_an_unprivileged_user(base_dir: Path) -> None:
     results = json.loads(done.stdout.splitlines()[-1])  # after the log lines
     assert set(results) == {v.name for v in planting.VECTORS}
     assert {name: ev for name, ev in results.items() if ev} == {}
+
+
+async def test_the_check_runs_after_a_cancel_too(place: Place) -> None:
+    vector = next(v for v in planting.VECTORS if v.name == "nested_gitlink")
+    planting.set_up(vector, place.ws)
+    give(place.top)
+    ctx = ToolContext(cwd=place.ws, sandbox=WorkspaceWrite())
+    command = planting.plant_script(vector, place.marker) + "\ntouch planted; sleep 60"
+    with trio.move_on_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_bash_tool(place).call, {"command": command}, ctx)
+            while not (place.ws / "planted").exists():  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    assert (place.ws / "planted").exists()
+    assert not (place.ws / "sub" / ".git").exists()
+    assert planting.attack_worked(vector, place.ws, place.marker) == []
+
+
+def test_closing_a_launch_runs_the_check_its_caller_forgot(place: Place) -> None:
+    vector = next(v for v in planting.VECTORS if v.name == "nested_gitlink")
+    planting.set_up(vector, place.ws)
+    give(place.top)
+    sandbox = Sandbox(WorkspaceWrite(), load_role("developer"), place.settings)
+    script = planting.plant_script(vector, place.marker)
+    with sandbox.prepare(("bash", "-c", script), place.ws) as launch:
+        subprocess.run(
+            launch.argv,
+            env=launch.env,
+            pass_fds=launch.pass_fds,
+            cwd=launch.cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+        )
+        assert (place.ws / "sub" / ".git").is_dir()  # planted, not yet checked
+    assert not (place.ws / "sub" / ".git").exists()

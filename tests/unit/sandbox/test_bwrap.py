@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from anvild.sandbox import ReadOnly, SandboxRefused, WorkspaceWrite
-from anvild.sandbox.bwrap import Drop, PathKind, SandboxSpec, bwrap_argv, parse_status, plan
+from anvild.sandbox.bwrap import (
+    Drop,
+    PathKind,
+    SandboxSpec,
+    _Placeholders,
+    bwrap_argv,
+    parse_status,
+    plan,
+)
 from anvild.sandbox.roles import DEFAULT_ROLE, Role, load_role, parse_role
 
 WS = Path("/w")
@@ -347,3 +355,27 @@ def test_hooks_and_included_configuration_in_the_workspace_are_held(husky: PathK
     assert has(argv, "--ro-bind", "/w/team.gitconfig", "/w/team.gitconfig")
     assert has(argv, "--ro-bind", "/dev/null", "/w/more.gitconfig")  # followed, held
     assert "/h/shared.gitconfig" not in argv  # outside every writable root: nothing to do
+
+
+def test_a_seed_is_written_once_and_removed_by_its_last_user(tmp_path: Path) -> None:
+    seed = tmp_path / "commondir"
+    holder = _Placeholders()
+    holder.acquire((), ((seed, b".\n"),))
+    holder.acquire((), ((seed, b".\n"),))
+    assert seed.read_bytes() == b".\n"
+    holder.release((seed,))
+    assert seed.exists()
+    holder.release((seed,))
+    assert not seed.exists()
+    theirs = tmp_path / "theirs"
+    theirs.write_bytes(b".\n")
+    holder.acquire((), ((theirs, b".\n"),))
+    holder.release((theirs,))
+    assert theirs.exists()  # there before: never ours to remove
+
+
+def test_a_seed_that_cannot_be_written_refuses_the_command(tmp_path: Path) -> None:
+    holder = _Placeholders()
+    with pytest.raises(SandboxRefused, match="Cannot write"):
+        holder.acquire((tmp_path / "p",), ((tmp_path / "missing" / "commondir", b".\n"),))
+    assert not holder.holds(tmp_path / "p")  # what it took is released
