@@ -754,7 +754,18 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
         for match in (facts.matching(entry) if _GLOB.search(entry.name) else (entry,))
         if not any(fnmatchcase(str(match), str(u)) for u in role.unhidden)
     ]
-    for hidden in dict.fromkeys((*spec.hidden, *role_hidden)):
+    all_hidden = dict.fromkeys((*spec.hidden, *role_hidden))
+
+    def covered(link: Path) -> bool:
+        """Whether a hidden symlink's target is out of view anyway: hidden itself (a plain file
+        or directory, so masked), or outside everything bound. Then changing the link (it is
+        writable) reaches nothing either, since every other hidden path is masked too."""
+        target = Path(os.path.normpath(link.parent / facts.symlink_target(link)))
+        if target in all_hidden:
+            return facts.kind(target) in (PathKind.FILE, PathKind.DIR, PathKind.MISSING)
+        return not any(_within(target, b) for b in bound)
+
+    for hidden in all_hidden:
         if not any(_within(hidden, b) for b in bound):
             continue
         match facts.kind(hidden):
@@ -763,7 +774,7 @@ def plan(spec: SandboxSpec, facts: HostFacts) -> Plan:
             case PathKind.FILE | PathKind.OTHER:
                 put(Mount(Op.DEV_NULL, hidden))
             case PathKind.SYMLINK:
-                if writable_root_of(hidden) is not None:
+                if writable_root_of(hidden) is not None and not covered(hidden):
                     raise SandboxRefused(
                         f"{hidden} must be hidden from the sandbox but is a symbolic link inside "
                         "a writable directory, where a mount cannot cover it. Remove the link or "

@@ -36,3 +36,13 @@ def test_env_files_are_masked(base_dir: Path, role: Role) -> None:
     assert "TEMPLATE=1" in done.stdout
     assert done.stdout.endswith("end\n")
     assert (ws / ".env.local").read_text().startswith("SECRET")  # masked, not changed
+
+
+def test_a_linked_env_file_is_masked_through_its_target(base_dir: Path) -> None:
+    ws = base_dir / f"envlink-{uuid.uuid4().hex[:8]}"
+    ws.mkdir()
+    (ws / ".env.development").write_text("SECRET_DEV=1\n")
+    (ws / ".env").symlink_to(".env.development")
+    give(ws)
+    done = run_in(WorkspaceWrite(), load_role("developer"), ws, "cat .env; echo end")
+    assert done.stdout == "end\n"

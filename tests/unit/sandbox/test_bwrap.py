@@ -379,3 +379,27 @@ def test_a_seed_that_cannot_be_written_refuses_the_command(tmp_path: Path) -> No
     with pytest.raises(SandboxRefused, match="Cannot write"):
         holder.acquire((tmp_path / "p",), ((tmp_path / "missing" / "commondir", b".\n"),))
     assert not holder.holds(tmp_path / "p")  # what it took is released
+
+
+@pytest.mark.parametrize(
+    ("target", "refused"),
+    [(".env.development", False), ("/elsewhere/app.env", False), ("notes.txt", True)],
+)
+def test_a_hidden_symlink_is_refused_only_when_its_target_is_in_view(
+    target: str, refused: bool
+) -> None:
+    class Links(Facts):
+        def symlink_target(self, path: Path) -> str:
+            return target if path == Path("/w/.env.local") else super().symlink_target(path)
+
+    kinds = {**REPO, "/w/.env.local": L, "/w/.env.development": F, "/w/notes.txt": F}
+    spec = SandboxSpec(
+        WorkspaceWrite(), DEFAULT_ROLE.resolve(cwd=WS, home=Path("/h"), environ={}), WS, Path("/h")
+    )
+    if refused:
+        with pytest.raises(SandboxRefused, match="symbolic link"):
+            plan(spec, Links(kinds))
+    else:
+        the_plan = plan(spec, Links(kinds))
+        masked = {m.dest for m in the_plan.mounts if m.op.value == "dev-null"}
+        assert Path("/w/.env.development") in masked
