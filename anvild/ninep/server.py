@@ -1556,12 +1556,16 @@ class _Connection:
         self._queue(m.Rversion(msg.tag, self.msize, version))
 
     async def _flush(self, msg: m.Tflush) -> m.Message:
+        # A Tflush flushed before its task ran (two Tflushes naming each other, sent in one
+        # write) ends here without a reply and without cancelling the one that flushed it,
+        # which then answers: without this checkpoint each cancelled the other and neither
+        # tag was ever answered.
+        await trio.lowlevel.checkpoint()
         old = self.tags.get(msg.oldtag)
         if old is not None and old.tag != msg.tag:
             old.scope.cancel()
             # The flushed request's reply (if it already took effect) goes out before Rflush.
-            # Not shielded: two Tflushes naming each other must not wait on each other forever;
-            # the one cancelled first ends without a reply and the other then answers.
+            # Not shielded: two Tflushes naming each other must not wait on each other forever.
             await old.done.wait()
         return m.Rflush(msg.tag)
 
