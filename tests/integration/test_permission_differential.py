@@ -615,7 +615,7 @@ def _kind(problems: list[str]) -> str:
     particulars (paths, arguments)."""
     kinds = set()
     for problem in problems:
-        mode = problem.split(":", 1)[0]
+        mode = problem.split(": ", 1)[0]
         if " executed " in problem or ": executed " in problem:
             program = posixpath.basename(problem.split("executed ", 1)[1].split(" ", 1)[0])
             kinds.add(f"{mode}: ran {program}")
@@ -697,6 +697,22 @@ def test_the_tracer_sees_what_a_line_runs_and_changes(scratch: Scratch) -> None:
         == []
     ), clean
     assert not (scratch.ws / "X").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["sed 'r .env' README", "sed -n 'R .env' README", "sed '1r.env' README",
+     "env sed 's/a/b/;1R .env' README"],
+)  # fmt: skip
+def test_found_lines_are_decided_as_they_run(scratch: Scratch, command: str) -> None:
+    """Lines this test found allowed though they did what the rules forbid, each run as the
+    differential test runs it: now none is allowed and does it. (sed's r and R read the file
+    named by the rest of the script line: the path deny rule read_file(.env) did not see it.)"""
+    assert Differential(scratch)._check(command) is None
+    request = resolve_request(
+        "bash", {"command": command}, Effects(subprocess=True, unknown=True), cwd=scratch.ws
+    )
+    assert not isinstance(Differential(scratch).default.decide(request), Allow)
 
 
 def test_what_the_policy_allows_runs_only_what_the_rules_grant(scratch: Scratch) -> None:

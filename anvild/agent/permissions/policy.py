@@ -286,6 +286,8 @@ def named_paths(analysis: shell.ShellAnalysis, cwd: str) -> list[str]:
                     pattern = segment.patterns[segment.globs.index(index)] if glob_word else word
                     words.append((directory, pattern, glob_word))
                 words.extend((directory, r.target, False) for r in segment.redirects)
+                for command in programs.runs(segment.words).commands:
+                    words.extend((directory, f, False) for f in programs.named_files(command))
     else:
         words.extend(
             (".", token, bool(set(token) & set("*?["))) for token in analysis.reading.tokens

@@ -549,6 +549,20 @@ def findings(words: tuple[str, ...]) -> tuple[Finding, ...]:
     return () if inspect is None else tuple(inspect(words))
 
 
+def named_files(words: tuple[str, ...]) -> tuple[str, ...]:
+    """Files a command names inside the text of an argument, for path deny rules: sed's `r`,
+    `R`, `w` and `W` take the rest of the script line as a file name (`sed 'r .env' x` reads
+    .env, `1r.env` too). Over-approximated: the rest of the line after every such letter."""
+    if len(words) < 2 or posixpath.basename(words[0]) not in ("sed", "gsed"):
+        return ()
+    return tuple(
+        rest
+        for word in words[1:]
+        for index, char in enumerate(word)
+        if char in "rRwW" and (rest := word[index + 1 :].split("\n", 1)[0].strip())
+    )
+
+
 # -- every command a command runs ----------------------------------------------------------------
 
 
@@ -752,6 +766,7 @@ __all__ = [
     "findings",
     "hard_deny_reason",
     "mutating_git",
+    "named_files",
     "runs",
     "suggested_rule",
     "unwrap",
