@@ -4,7 +4,7 @@
 #   make test   install everything, then ruff, mypy --strict and pytest
 #
 # Python dependencies come from uv.lock (installed with a pinned uv bootstrapped from PyPI);
-# Debian packages the tests drive for real (bubblewrap, diod, 9base, ripgrep) come from apt.
+# Debian packages the tests drive for real (bubblewrap, diod, 9base, ripgrep, strace) come from apt.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -17,11 +17,11 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl-base \
-	cmake g++ make patch unzip curl
+	cmake g++ make patch unzip curl strace
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
-	llama-server llama-start llama-stop
+	llama-server llama-start llama-stop fuzz-permissions
 
 LLAMA := scripts/llama-server
 
@@ -29,6 +29,7 @@ help:
 	@echo "make run    start anvild in the foreground (sets everything up first)"
 	@echo "make test   ruff, mypy --strict and pytest (sets everything up first)"
 	@echo "make bench  run the benchmarks in bench/ (results go in docs/PERF.md by hand)"
+	@echo "make fuzz-permissions  the permission layer's differential test, 100,000 lines (figures in docs/RELIABILITY.md by hand)"
 	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
 
 setup: system-deps $(STAMP)
@@ -96,6 +97,30 @@ pytest: setup llama-server
 	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: setup lint typecheck pytest
+
+# The permission layer's differential test (tests/integration/test_permission_differential.py;
+# `make test` runs 300 lines of it) with FUZZ_EXAMPLES lines, split over FUZZ_JOBS processes,
+# each with its own workspace and random seed; FUZZ_SECONDS (0: no limit) stops each process
+# after that long. Each process's log and figures go to FUZZ_OUT; the totals are printed last.
+FUZZ_EXAMPLES ?= 100000
+FUZZ_JOBS ?= 2
+FUZZ_SECONDS ?= 0
+FUZZ_OUT ?= $${TMPDIR:-/tmp}/anvil-fuzz-permissions
+fuzz-permissions: setup
+	@out=$(FUZZ_OUT); rm -rf "$$out"; mkdir -p "$$out"; pids=""; \
+	for i in $$(seq 1 $(FUZZ_JOBS)); do \
+	  ANVIL_DIFF_EXAMPLES=$$(( $(FUZZ_EXAMPLES) / $(FUZZ_JOBS) )) ANVIL_DIFF_SECONDS=$(FUZZ_SECONDS) \
+	  ANVIL_DIFF_REPORT="$$out/$$i.json" $(VENV)/bin/pytest -q -s -p no:cacheprovider \
+	    tests/integration/test_permission_differential.py::test_what_the_policy_allows_runs_only_what_the_rules_grant \
+	    > "$$out/$$i.log" 2>&1 & pids="$$pids $$!"; \
+	done; \
+	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	tail -n 40 "$$out"/*.log; \
+	$(PY) -c 'import json, sys; r = [json.load(open(p)) for p in sys.argv[1:]]; \
+	  keys = ("generated", "distinct", "allowed_default", "allowed_bypass", "executed", "timed_out", "failing"); \
+	  print("total:", {k: sum(x[k] for x in r) for k in keys}, "failures:", sum(len(x["failures"]) for x in r), \
+	    "seconds:", max(x["seconds"] for x in r))' "$$out"/*.json; \
+	exit $$status
 
 bench: setup
 	$(PY) bench/sse.py
