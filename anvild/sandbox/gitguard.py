@@ -71,6 +71,7 @@ PROGRAM_KEYS: Final = (
 """Configuration keys (lower case, `*` for a subsection) that name a program git may run, a file
 of further configuration, or a switch that makes git read more configuration."""
 
+TODO: Final = Path("rebase-merge") / "git-rebase-todo"
 BUILTIN_STRATEGIES: Final = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
 CONFIG_FILES: Final = ("config", "config.worktree")
 GIT_TIMEOUT: Final = 10.0
@@ -169,7 +170,7 @@ class Layout:
     def files(self) -> tuple[Path, ...]:
         """The files whose content decides what git runs here: the pointer, `commondir`,
         configuration, and every hook."""
-        found = [self.entry, self.gitdir / "commondir"]
+        found = [self.entry, self.gitdir / "commondir", self.gitdir / TODO]
         for base in dict.fromkeys((self.gitdir, self.commondir)):
             found += [base / name for name in CONFIG_FILES]
         for hooks in self.hooks:
@@ -234,7 +235,7 @@ def take_snapshot(
         truncated = truncated or cut
         for entry in found:
             repos[entry] = _fingerprint(Layout.of(entry, relative_hooks))
-    todos = {g: _identity(g / "rebase-merge" / "git-rebase-todo") for g in names}
+    todos = {g: _identity(g / TODO) for g in names}
     return Snapshot(names, repos, todos, truncated, started_ns)
 
 
@@ -304,6 +305,9 @@ def program_reasons(layout: Layout, suspect: set[Path], git: str | None) -> list
             bad = sorted({k for k, _ in pairs if sets_program(k)})
             if bad:
                 reasons.append(f"{path} sets {', '.join(bad)}")
+    todo = layout.gitdir / TODO
+    if todo in suspect and todo_runs_commands(_read(todo) or ""):
+        reasons.append(f"{todo} runs commands (exec)")
     for hooks in layout.hooks:
         for name in sorted(_names(hooks)):
             if hooks / name in suspect and not name.endswith(".sample"):
@@ -374,7 +378,7 @@ class Guard:
                         if reason:
                             found.append((admin, reason))
         for gitdir in (*self.gitdirs, *self._new_worktrees()):
-            todo = gitdir / "rebase-merge" / "git-rebase-todo"
+            todo = gitdir / TODO
             if _identity(todo) not in (None, self.before.todos.get(gitdir)):
                 strategy = (_read(gitdir / "rebase-merge" / "strategy") or "").strip()
                 if todo_runs_commands(_read(todo) or ""):
@@ -389,6 +393,10 @@ class Guard:
                 if entry in self.placeholders or any(_within(entry, p) for p, _ in found):
                     continue
                 layout = Layout.of(entry, self.relative_hooks)
+                if entry in self.before.repos and layout.gitdir in self.gitdirs:
+                    # Held by the plan's mounts, and judged piece by piece above: a repository
+                    # that was there is never moved as a whole for what lies in its git dir.
+                    continue
                 if self.before.repos.get(entry) == _fingerprint(layout):
                     continue
                 if self.before.truncated and not _changed_since(layout, self.before.started_ns):

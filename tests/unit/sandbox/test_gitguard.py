@@ -195,3 +195,25 @@ def test_guard_quarantines_a_new_worktree_not_made_by_git(tmp_path: Path) -> Non
     report = guard.inspect()
     assert [f.path for f in report.findings] == [admin]
     assert ok.is_dir()
+
+
+@needs_git
+def test_a_rebase_with_exec_moves_its_state_never_the_repository(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _git(ws, "init", "-q")
+    gitdir = ws / ".git"
+    (ws / "sub").mkdir()
+    _git(ws / "sub", "init", "-q")
+    mounts = [(ws, True), (gitdir, True), (gitdir / "config", False), (gitdir / "hooks", False)]
+    guard = Guard.prepare([ws], [gitdir], mounts, [], limit=1000, quarantine=tmp_path / "q")
+    for where in (gitdir, ws / "sub" / ".git"):
+        (where / "rebase-merge").mkdir()
+        (where / "rebase-merge" / "git-rebase-todo").write_text("pick 1234 a\nexec make\n")
+    report = guard.inspect()
+    assert sorted(f.path for f in report.findings) == [
+        gitdir / "rebase-merge",
+        ws / "sub" / ".git",  # not held by the plan here: judged as a whole
+    ]
+    assert gitdir.is_dir()
+    assert not (gitdir / "rebase-merge").exists()
