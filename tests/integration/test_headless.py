@@ -63,7 +63,7 @@ TURNS: list[dict[str, Any]] = [
         "tool_calls": [
             {
                 "name": "bash",
-                "arguments": {"command": "echo started > ready.fifo; exec sleep 127.5"},
+                "arguments": {"command": "echo started > ready.fifo; sleep 127.5"},
             }
         ],
         "repeat": True,

@@ -18,7 +18,6 @@ Everything here is pure and synchronous.
 
 from __future__ import annotations
 
-import codecs
 import functools
 import posixpath
 import re
@@ -92,13 +91,15 @@ class Redirect:
 class Segment:
     """One simple command of an in-subset line, exactly as bash will run it.
     `globs` are the indices of words with unquoted `*`/`?` (their `patterns` in the same order);
-    `dirs` the directories (relative to the start, `.` first) it may run in after `cd`."""
+    `dirs` the directories (relative to the start, `.` first) it may run in after `cd`;
+    `after` the operator that joins it to the segment before (`""` for the first)."""
 
     words: tuple[str, ...]
     redirects: tuple[Redirect, ...] = ()
     globs: tuple[int, ...] = ()
     patterns: tuple[str, ...] = ()
     dirs: tuple[str, ...] = (".",)
+    after: str = ""
     spans: tuple[tuple[int, int], ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
@@ -385,6 +386,7 @@ def _parse(command: str) -> tuple[Segment, ...]:
     words: list[Word] = []
     redirects: list[Redirect] = []
     dirs: tuple[str, ...] = (".",)
+    after = ""  # the operator before the segment being read
     pending: str | None = None  # an operator that still needs a command after it
     index = 0
     while index < len(tokens):
@@ -404,17 +406,17 @@ def _parse(command: str) -> tuple[Segment, ...]:
                 redirects.append(redirect)
             continue
         if words or redirects:
-            segment = _segment(words, redirects, dirs)
+            segment = _segment(words, redirects, dirs, after)
             segments.append(segment)
             dirs = _after(segment, dirs)
-            words, redirects = [], []
+            words, redirects, after = [], [], str(token)
             pending = None if token == "\n" or token == ";" else token
         elif token == "\n" and pending not in (None, ";"):
             continue  # `a &&` followed by a newline: the command comes on the next line
         elif token != "\n":
             raise _Unparsable(f"{token!r} has no command before it")
     if words or redirects:
-        segments.append(_segment(words, redirects, dirs))
+        segments.append(_segment(words, redirects, dirs, after))
     elif pending is not None:
         raise _Unparsable(f"{pending!r} has no command after it")
     return tuple(segments)
@@ -423,6 +425,8 @@ def _parse(command: str) -> tuple[Segment, ...]:
 def _redirect(op: str, fd: int | None, target: Word) -> Redirect | None:
     if target.glob:
         raise _Outside("a redirect target is a glob pattern")
+    if not target.value:
+        raise _Outside("a redirect target is empty")
     if op == ">&" and (target.value.isdigit() or target.value == "-"):
         return None  # duplicating a descriptor: `2>&1`, `>&2`
     if op in (">|", ">&"):
@@ -430,7 +434,9 @@ def _redirect(op: str, fd: int | None, target: Word) -> Redirect | None:
     return Redirect(op, target.value, fd)
 
 
-def _segment(words: list[Word], redirects: list[Redirect], dirs: tuple[str, ...]) -> Segment:
+def _segment(
+    words: list[Word], redirects: list[Redirect], dirs: tuple[str, ...], after: str
+) -> Segment:
     if not words:
         raise _Outside("a redirect with no command truncates or reads a file by itself")
     name = words[0]
@@ -455,6 +461,7 @@ def _segment(words: list[Word], redirects: list[Redirect], dirs: tuple[str, ...]
         globs,
         tuple(words[i].pattern or "" for i in globs),
         dirs,
+        after,
         tuple((w.start, w.end) for w in words),
     )
 
@@ -527,11 +534,38 @@ def read_text(command: str) -> Reading:
     return Reading(tuple(t for t in _TEXT_SPLIT.split(text) if t), opaque)
 
 
+_ANSI_SIMPLE: Final = dict(zip("abeEfnrtv\\'\"?", "\a\b\x1b\x1b\f\n\r\t\v\\'\"?", strict=True))
+_ANSI_NUMERIC: Final = re.compile(
+    r"x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}|[0-7]{1,3}"
+)
+
+
 def _ansi_c(body: str) -> str:
-    try:
-        return " " + codecs.decode(body, "unicode_escape") + " "
-    except UnicodeDecodeError:
-        return " " + body + " "
+    """The text of a `$'...'` string as bash decodes it (bash(1), QUOTING), between blanks."""
+    out: list[str] = []
+    pos = 0
+    while pos < len(body):
+        char = body[pos]
+        if char != "\\" or pos + 1 >= len(body):
+            out.append(char)
+            pos += 1
+            continue
+        nxt = body[pos + 1]
+        if nxt in _ANSI_SIMPLE:
+            out.append(_ANSI_SIMPLE[nxt])
+            pos += 2
+        elif nxt == "c" and pos + 2 < len(body):
+            out.append(chr(ord(body[pos + 2]) & 0x1F))
+            pos += 3
+        elif (found := _ANSI_NUMERIC.match(body, pos + 1)) is not None:
+            digits = found.group(0)
+            value = int(digits, 8) if digits[0] in "01234567" else int(digits[1:], 16)
+            out.append(chr(value) if value <= 0x10FFFF else "\ufffd")
+            pos = found.end()
+        else:
+            out.append("\\" + nxt)
+            pos += 2
+    return " " + "".join(out) + " "
 
 
 __all__ = [
