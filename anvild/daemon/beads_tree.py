@@ -15,7 +15,8 @@
                  and returns that status (at once if it already is)
                  ctl: claim SESSION | complete [RESULT] | fail REASON | approve | reject REASON
                       | release
-                 description and result are writable (the body of one open, at clunk)
+                 description and result are writable (the body of one open, at clunk;
+                 each Twrite is refused at once when the bead's status forbids the change)
     agent/convoys/
       ctl        new "Title" ["Goal"] [coordinator=SESSION]   (read after: the new id)
       list       id status done/total coordinator title
@@ -65,15 +66,11 @@ the blocked read; a clunk ends it with an empty read. No polling: a script waits
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Awaitable, Callable, Sequence
 
 from anvild.beads import (
-    BeadConflict,
     BeadError,
-    BeadNotFound,
     BeadStore,
-    BeadStoreError,
     ConvoyStatus,
     InvalidBeadRequest,
     NewBead,
@@ -82,6 +79,7 @@ from anvild.beads import (
 from anvild.beads.events import BeadOrphaned, encode_event
 from anvild.beads.model import Bead, BeadStatus, Convoy
 from anvild.beads.words import Word, split_words
+from anvild.daemon.refusals import admit_bead_change, fs_error, kind_of
 from anvild.daemon.root import RootTree
 from anvild.fs import (
     Command,
@@ -96,7 +94,7 @@ from anvild.fs import (
     WaitFile,
 )
 from anvild.ninep.backend import Node
-from anvild.ninep.errors import FsError
+from anvild.ninep.errors import InvalidInput
 from anvild.session.events import SessionEvent, SessionStateChanged
 
 __all__ = ["BEAD_FILES", "CONVOY_FILES", "USER", "BeadsTree"]
@@ -160,23 +158,12 @@ class WordTable(CommandTable):
         return self[verb].parse([w.text for w in words], line)
 
 
-def _errno_of(exc: BeadError) -> int:
-    if isinstance(exc, BeadNotFound):
-        return errno.ENOENT
-    if isinstance(exc, BeadConflict):
-        return errno.EBUSY
-    if isinstance(exc, BeadStoreError):
-        return errno.EIO
-    return errno.EINVAL
-
-
 def _text(name: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise FsError(
-            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text",
-            errno.EINVAL,
+        raise InvalidInput(
+            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text"
         ) from exc
 
 
@@ -368,7 +355,7 @@ class BeadsTree:
             )
             bead = await self.store.create(spec, by=USER)
         except BeadError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         return bead.id
 
     def _approver(self, name: str) -> str:
@@ -395,7 +382,7 @@ class BeadsTree:
                     f"unknown dep action {action!r}: write dep add BEAD DEP or dep remove BEAD DEP"
                 )
         except BeadError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         return ""
 
     # -- one bead ------------------------------------------------------------------------------
@@ -421,7 +408,7 @@ class BeadsTree:
             try:
                 await action()
             except BeadError as exc:
-                raise CommandError(str(exc)) from exc
+                raise kind_of(exc)(str(exc)) from exc
             return ""
 
         def rest(command: Command) -> str:
@@ -479,7 +466,7 @@ class BeadsTree:
                 try:
                     await verb(bead_id, _text(name, data))
                 except BeadError as exc:
-                    raise FsError(f"{name}: {exc}", _errno_of(exc)) from exc
+                    raise fs_error(name, exc) from exc
 
             return commit
 
@@ -492,6 +479,11 @@ class BeadsTree:
                 setter("description", lambda i, t: store.set_description(i, t, by=USER)),
                 limit=MAX_TEXT_BYTES,
                 limit_name=TEXT_LIMIT_NAME,
+                admit=admit_bead_change(
+                    "description",
+                    lambda: store.board,
+                    lambda b: b.set_description(bead_id, "", by=USER, now=""),
+                ),
             ),
             SnapshotFile("role", lambda: _line(get().role)),
             SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
@@ -501,6 +493,11 @@ class BeadsTree:
                 setter("result", lambda i, t: store.set_result(i, t, by=USER)),
                 limit=MAX_TEXT_BYTES,
                 limit_name=TEXT_LIMIT_NAME,
+                admit=admit_bead_change(
+                    "result",
+                    lambda: store.board,
+                    lambda b: b.set_result(bead_id, "", by=USER, now=""),
+                ),
             ),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(
@@ -544,7 +541,7 @@ class BeadsTree:
             )
             convoy = await self.store.create_convoy(spec, by=USER)
         except BeadError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         return convoy.id
 
     def _convoy_ids(self) -> list[str]:
@@ -568,7 +565,7 @@ class BeadsTree:
             try:
                 await action()
             except BeadError as exc:
-                raise CommandError(str(exc)) from exc
+                raise kind_of(exc)(str(exc)) from exc
             return ""
 
         async def add_bead(command: Command) -> str:
@@ -608,7 +605,7 @@ class BeadsTree:
             try:
                 await store.set_context(convoy_id, _text("context", data), by=USER)
             except BeadError as exc:
-                raise FsError(f"context: {exc}", _errno_of(exc)) from exc
+                raise fs_error("context", exc) from exc
 
         files: list[Node] = [
             SnapshotFile("title", lambda: _line(get().title)),
@@ -622,6 +619,11 @@ class BeadsTree:
                 set_context,
                 limit=MAX_TEXT_BYTES,
                 limit_name=TEXT_LIMIT_NAME,
+                admit=admit_bead_change(
+                    "context",
+                    lambda: store.board,
+                    lambda b: b.set_context(convoy_id, "", by=USER, now=""),
+                ),
             ),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
             WaitFile("wait", lambda: lambda: _status_of(store.wait_convoy(convoy_id))),
@@ -634,7 +636,7 @@ async def _status_of(waiting: Awaitable[Bead | Convoy]) -> str:
     try:
         value = await waiting
     except BeadError as exc:
-        raise FsError(f"wait: {exc}", _errno_of(exc)) from exc
+        raise fs_error("wait", exc) from exc
     return f"{value.status.value}\n"
 
 

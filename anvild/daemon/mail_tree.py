@@ -22,14 +22,13 @@ aborted, not clunked), or clunks before reading to the end, loses nothing: the m
 unread. Mail delivered after the open is not in the snapshot and stays unread. An empty inbox
 reads `[]`.
 
-`outbox`: a body file (all writes of one open, committed at clunk, since clients split large
-writes). The commit checks the draft (`anvild.mail.message.parse_draft`, JSON read by
-`anvild.mail.strict_json`); a bad one fails the Tclunk with the precise reason, writes nothing
-anywhere, puts a `mail_rejected` event on `agent/events`, and, because plan9port's `9p write`
-does not report a failed clunk, an ERROR_REPORT in the writer's own inbox. A body past the
-buffer (8 messages' worth) fails the Twrite that crosses it, which every client reports. An
-undeliverable message (nobody has that name) is not an error of the write: it is archived in
-`sent` and comes back as an ERROR_REPORT.
+`outbox`: a JSON body file (`anvild.fs.body`, `Framing.JSON`): each Twrite is checked as it
+arrives (size, UTF-8, JSON syntax and depth), and the Twrite that completes the JSON value
+checks the whole draft (`anvild.mail.message.parse_draft`, `anvild.mail.strict_json`), its
+recipient (a live session or `user`, else ENOENT) and delivers it; a refusal fails that Twrite
+with the reason, sends nothing, leaves every inbox as it was and puts a `mail_rejected` event on
+`agent/events`. Only a body that ends (clunk) before its value does is refused at the Tclunk;
+as clients ignore that reply, it also comes back as an ERROR_REPORT in the writer's inbox.
 
 `mail/received/` and `mail/sent/` list the archive directory at each directory read; each file
 is a snapshot of one message (one JSON object and a newline). The listing (and a walk's one
@@ -46,9 +45,9 @@ them.
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
+from anvild.daemon.refusals import fs_error
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import NewKey, SessionExtension, SessionTree
 from anvild.fs import (
@@ -58,6 +57,7 @@ from anvild.fs import (
     CommandSpec,
     Directory,
     DynamicChildren,
+    Framing,
     FsNode,
     SnapshotFile,
 )
@@ -72,13 +72,13 @@ from anvild.mail import (
     Peer,
     PostOffice,
     encode_event,
+    strict_json,
 )
-from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list
+from anvild.mail.errors import UnknownMailbox
+from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list, parse_draft
 from anvild.ninep.backend import Handle, Node, OpenMode
-from anvild.ninep.errors import FsError
+from anvild.ninep.errors import FsError, NotFound, StorageFailed
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
-
-OUTBOX_BUFFER = 8 * MAX_MESSAGE_BYTES
 
 __all__ = [
     "MailTree",
@@ -179,7 +179,7 @@ class _InboxHandle(Handle):
             try:
                 await self._office.mark_read(self._mailbox, self._ids)
             except MailStoreError as exc:
-                raise FsError(f"inbox: {exc}", errno.EIO) from exc
+                raise StorageFailed(f"inbox: {exc}") from exc
 
     async def abort(self) -> None:
         self._ids = []  # a lost connection read nothing for sure: the mail stays unread
@@ -195,7 +195,7 @@ class _InboxFile(FsNode):
         try:
             messages = await self._office.unread(self._mailbox) if mode.read else []
         except MailStoreError as exc:
-            raise FsError(f"inbox: {exc}", errno.EIO) from exc
+            raise StorageFailed(f"inbox: {exc}") from exc
         return _InboxHandle(self._office, self._mailbox, messages)
 
 
@@ -220,7 +220,7 @@ class _Archive(DynamicChildren):
         async def read() -> bytes:
             message = await self._office.get(self._mailbox, self._box, message_id)
             if message is None:
-                raise FsError(f"{message_id}.json: no such message", errno.ENOENT)
+                raise NotFound(f"{message_id}.json: no such message")
             return encode(message)
 
         return read
@@ -229,7 +229,7 @@ class _Archive(DynamicChildren):
         try:
             ids = await self._office.ids(self._mailbox, self._box)
         except MailStoreError as exc:
-            raise FsError(f"mail/{self._box.value}: {exc}", errno.EIO) from exc
+            raise StorageFailed(f"mail/{self._box.value}: {exc}") from exc
         return [self._node(i) for i in ids]
 
     async def lookup(self, name: str) -> Node | None:
@@ -244,22 +244,35 @@ def mailbox_files(office: PostOffice, mailbox: str) -> list[Node]:
 
     async def send(data: bytes) -> None:
         try:
-            await office.send_bytes(mailbox, data)
-        except InvalidMessage as exc:
-            await office.report_rejected(mailbox, str(exc))
-            raise FsError(f"outbox: {exc}", errno.EINVAL) from exc
+            draft = parse_draft(data)
+            if office.resolve(draft.to) is None:
+                raise UnknownMailbox(
+                    f"no live session has the id or alias {draft.to!r} (it never existed or it "
+                    "has exited): nothing was sent; read agent/list for the live sessions, or "
+                    'send to "user" for the human'
+                )
+            await office.send(mailbox, draft)
+        except (InvalidMessage, UnknownMailbox) as exc:
+            raise fs_error("outbox", exc) from exc
         except MailStoreError as exc:
-            raise FsError(f"outbox: the message was not sent: {exc}", errno.EIO) from exc
+            raise StorageFailed(f"outbox: the message was not sent: {exc}") from exc
+
+    async def rejected(exc: FsError, seen: bool) -> None:
+        # An event for each refused open; mail back only a refusal at clunk (the body ended
+        # before its JSON value did): `9p write` and the kernel's clients never show it.
+        error = exc.message.removeprefix("outbox: ")
+        await office.report_rejected(mailbox, error, mail_back=not seen)
 
     return [
         _InboxFile(office, mailbox),
-        # The buffer takes more than a message may be, so an oversized one is refused at clunk
-        # with its size and the limit, not cut at the limit into "malformed JSON".
         BodyFile(
             "outbox",
             send,
-            limit=OUTBOX_BUFFER,
-            limit_name=f"a message is at most {MAX_MESSAGE_BYTES} bytes",
+            limit=MAX_MESSAGE_BYTES,
+            limit_name="the size of one message",
+            framing=Framing.JSON,
+            max_depth=strict_json.MAX_DEPTH,
+            on_reject=rejected,
         ),
         Directory(
             "mail",

@@ -71,12 +71,12 @@ root directory, makes the sessions the root's dynamic children and `manager.list
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 import trio
 
+from anvild.daemon.refusals import admit_context, admit_prompt, fs_error, kind_of
 from anvild.daemon.root import RootTree
 from anvild.fs import (
     BodyFile,
@@ -87,6 +87,7 @@ from anvild.fs import (
     CtlFile,
     Directory,
     DynamicChildren,
+    Framing,
     FsNode,
     SnapshotFile,
     ValueFile,
@@ -95,17 +96,15 @@ from anvild.fs import (
 )
 from anvild.fs.ctl import split_lines
 from anvild.ninep.backend import Handle, Node, OpenMode, StatChange
-from anvild.ninep.errors import FsError
+from anvild.ninep.errors import FsError, InvalidInput
 from anvild.session import (
     InvalidSessionRequest,
     LineReader,
     NewSession,
-    RecordWriteFailed,
     Session,
     SessionError,
     SessionManager,
     SessionNotFound,
-    SessionRefused,
 )
 from anvild.session import roles as session_roles
 from anvild.session.events import SessionEvent, encode_event
@@ -200,27 +199,16 @@ class ModelLine:
         return f"{self.alias}\t{self.provider}\t{self.model}\t{self.window}\t{present}\n"
 
 
-def _errno_of(exc: SessionError) -> int:
-    if isinstance(exc, SessionNotFound):
-        return errno.ENOENT
-    if isinstance(exc, SessionRefused):
-        return errno.EBUSY
-    if isinstance(exc, RecordWriteFailed):
-        return errno.EIO
-    return errno.EINVAL
-
-
 def _fs_error(name: str, exc: SessionError) -> FsError:
-    return FsError(f"{name}: {exc}", _errno_of(exc))
+    return fs_error(name, exc)
 
 
 def _text(name: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FsError(
-            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text",
-            errno.EINVAL,
+    except UnicodeDecodeError as exc:  # checked at each Twrite already; kept as the last word
+        raise InvalidInput(
+            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text"
         ) from exc
 
 
@@ -289,7 +277,7 @@ class _LinesHandle(Handle):
             try:
                 lines = split_lines(data)
             except CommandError as exc:
-                raise FsError(f"{name}: {exc}", errno.EINVAL) from exc
+                raise InvalidInput(f"{name}: {exc}") from exc
             for line in lines:
                 try:
                     await self._node.action(line)
@@ -379,7 +367,7 @@ def _session_directory(
         try:
             s.request_result_approval(rest_of(command), "ctl")
         except SessionError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         return ""
 
     async def answered(gate: PendingResult | None) -> None:
@@ -399,7 +387,7 @@ def _session_directory(
         try:
             s.answer_approval(command.line)
         except SessionError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         await answered(gate)
         return ""
 
@@ -453,7 +441,13 @@ def _session_directory(
 
     files: list[Node] = [
         CtlFile("ctl", ctl, perm=0o644),
-        BodyFile("in", submit, limit=max_prompt_bytes, limit_name=PROMPT_LIMIT_NAME),
+        BodyFile(
+            "in",
+            submit,
+            limit=max_prompt_bytes,
+            limit_name=PROMPT_LIMIT_NAME,
+            admit=admit_prompt(s),
+        ),
         _OutFile(s),
         WaitFile("wait", lambda: _session_wait(s)),
         _LinesFile("queue", s.queue_text, drop),
@@ -461,13 +455,16 @@ def _session_directory(
         SnapshotFile("usage", lambda: _line(s.usage_line())),
         SnapshotFile("cost", s.cost_text),
         _LinesFile("approval", s.approval_text, answer),
-        ValueFile("role", lambda: _line(s.role), set_role, limit=MAX_ROLE_BYTES),
+        ValueFile(
+            "role", lambda: _line(s.role), set_role, limit=MAX_ROLE_BYTES, framing=Framing.LINE
+        ),
         ValueFile(
             "context",
             lambda: s.context,
             set_context,
             limit=max_prompt_bytes,
             limit_name=PROMPT_LIMIT_NAME,
+            admit=admit_context(s),
         ),
         SnapshotFile("alias", lambda: _line(s.alias)),
         SnapshotFile("model", lambda: _line(s.model)),
@@ -485,11 +482,12 @@ def _session_directory(
 
 
 async def _run(action: Awaitable[None]) -> None:
-    """Await a supervisor call from a ctl handler; its refusal becomes the write's error."""
+    """Await a supervisor call from a ctl handler; its refusal becomes the write's error, of
+    the kind (errno) `anvild.daemon.refusals` gives it."""
     try:
         await action
     except SessionError as exc:
-        raise CommandError(str(exc)) from exc
+        raise kind_of(exc)(str(exc)) from exc
 
 
 class _SessionDirectories(DynamicChildren):
@@ -605,7 +603,7 @@ class SessionTree:
         try:
             session = await self.manager.create(NewSession.parse(words))
         except SessionError as exc:
-            raise CommandError(str(exc)) from exc
+            raise kind_of(exc)(str(exc)) from exc
         for key, value in chosen:
             try:
                 await key.apply(session, value)

@@ -5,11 +5,12 @@ never the other way round. Pure parts are separate modules, testable without tri
 
 - `anvild.fs.stream`  line broadcast with per-reader cursors, bounded buffers and lag markers;
 - `anvild.fs.ctl`     ctl command lines: splitting, tokenizing, validating;
-- `anvild.fs.body`    accumulating a body written in many pieces;
+- `anvild.fs.body`    accumulating a body written in many pieces, checked at each write;
+- `anvild.fs.jsonscan` where one JSON value ends in text that arrives in pieces;
 - `anvild.fs.nodes`   the node and handle kinds that use them.
 """
 
-from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge
+from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge, Framing
 from anvild.fs.ctl import Command, CommandError, CommandSpec, CommandTable, Handler
 from anvild.fs.nodes import (
     BodyFile,
@@ -42,6 +43,7 @@ __all__ = [
     "CtlFile",
     "Directory",
     "DynamicChildren",
+    "Framing",
     "FsNode",
     "Generate",
     "Handler",

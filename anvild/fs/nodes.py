@@ -16,11 +16,11 @@ state, so two clients reading the same file never share a cursor or a half-writt
                    offsets are ignored (`9p rdwr` writes at offset = bytes read), an invalid
                    command fails that write with the reason (EINVAL); a read on the same fid
                    returns the answer of the last write, and nothing before any write.
-`BodyFile`         everything written on one open is collected (`anvild.fs.body`) and handed to
-                   the commit callback at clunk; a refusal fails the Tclunk (the server releases
-                   the fid anyway) and an aborted open (connection lost) commits nothing. The
-                   Twrite that crosses the size limit fails, and so does every later write and
-                   the clunk of that open: nothing of it is committed.
+`BodyFile`         the writes of one open are checked at each Twrite (`anvild.fs.body`: size,
+                   UTF-8, the file's `admit`, a line's or JSON value's syntax) and committed
+                   when complete: at clunk, or at the Twrite that ends the line or JSON value.
+                   A refused Twrite refuses the open: later writes and the clunk fail alike,
+                   nothing of it is committed; an aborted open commits nothing.
 `ValueFile`        a `BodyFile` that also reads back the current value.
 `StreamFile`       a blocking line stream (`anvild.fs.stream`): each open has its own cursor,
                    starting with the backlog; a read waits for new lines; clunk, abort or flush
@@ -45,7 +45,6 @@ no-ops, because every open already starts from an empty body.
 
 from __future__ import annotations
 
-import errno
 import functools
 import grp
 import inspect
@@ -58,12 +57,12 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
-from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge
+from anvild.fs.body import DEFAULT_BODY_LIMIT, BodyBuffer, BodyError, BodyTooLarge, Framing
 from anvild.fs.ctl import CommandError, CommandTable
 from anvild.fs.stream import LineStream, StreamReader
 from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode, StatChange
 from anvild.ninep.constants import DMDIR
-from anvild.ninep.errors import FsError
+from anvild.ninep.errors import FsError, InvalidInput, TooLarge
 
 __all__ = [
     "BodyFile",
@@ -73,6 +72,7 @@ __all__ = [
     "DynamicChildren",
     "FsNode",
     "Generate",
+    "OnReject",
     "SnapshotFile",
     "StreamFile",
     "ValueFile",
@@ -335,22 +335,25 @@ class _CtlHandle(Handle):
 
     async def write(self, offset: int, data: bytes) -> int:
         # The offset is ignored on purpose: `9p rdwr` writes at offset = bytes it just read.
+        # A handler's `FsError` keeps its kind (its errno); a `CommandError` is bad input.
         name = self._node.name
         async with self._lock:
             self._answer = b""
             try:
                 commands = self._node.table.parse(data)
             except CommandError as exc:
-                raise FsError(f"{name}: {exc}", errno.EINVAL) from exc
+                raise InvalidInput(f"{name}: {exc}") from exc
             answers: list[str] = []
             for number, command in enumerate(commands, 1):
                 spec = self._node.table[command.verb]
                 try:
                     answer = await spec.handler(command)
-                except CommandError as exc:
+                except (CommandError, FsError) as exc:
                     where = f"line {number}: " if len(commands) > 1 else ""
                     self._answer = _join_answers(answers)
-                    raise FsError(f"{name}: {where}{exc}", errno.EINVAL) from exc
+                    if isinstance(exc, FsError):
+                        raise type(exc)(f"{name}: {where}{exc.message}", exc.errno) from exc
+                    raise InvalidInput(f"{name}: {where}{exc}") from exc
                 answers.append(answer)
             self._answer = _join_answers(answers)
         return len(data)
@@ -381,18 +384,43 @@ class CtlFile(FsNode):
 
 CommitBody = Callable[[bytes], Awaitable[None]]
 """Takes the body written on one open; raise `FsError` (or `ValueError`) to refuse it."""
+Admit = Callable[[], None]
+"""Asked at every Twrite whether this kind of write is accepted now; raises `FsError` if not."""
+OnReject = Callable[[FsError, bool], Awaitable[None]]
+"""Told once about the refusal of an open, and whether the writer saw it on a Twrite (False:
+at clunk, whose reply many clients never show; e.g. mail it back)."""
+
+
+def _body_refusal(name: str, exc: BodyError) -> FsError:
+    if isinstance(exc, BodyTooLarge):
+        return TooLarge(f"{name}: {exc}; nothing written on this open is kept")
+    return InvalidInput(f"{name}: {exc}")
 
 
 class _BodyHandle(Handle):
     read_blocks = False
-    write_blocks = False  # collected in memory; the commit at clunk may wait
 
     def __init__(self, node: BodyFile, mode: OpenMode, snapshot: bytes) -> None:
         self._node = node
-        self._body = BodyBuffer(node.limit, limit_name=node.limit_name) if mode.write else None
+        self._body = (
+            BodyBuffer(
+                node.limit,
+                limit_name=node.limit_name,
+                text=node.text,
+                framing=node.framing,
+                max_depth=node.max_depth,
+            )
+            if mode.write
+            else None
+        )
         self._truncate = mode.truncate
         self._snapshot = snapshot
-        self._too_large = ""  # set by the write that crossed the limit: the open is refused
+        self._refused: FsError | None = None  # a refused write: the open commits nothing
+        self._committed = False
+        # A line or JSON body is committed by the write that completes it, which may wait, and
+        # so may telling `on_reject`.
+        self.write_blocks = node.framing is not Framing.WHOLE or node.on_reject is not None
+        self._lock = trio.Lock() if self.write_blocks else None
 
     async def read(self, offset: int, count: int) -> bytes:
         return self._snapshot[offset : offset + count]  # never blocks: no checkpoint needed
@@ -401,40 +429,73 @@ class _BodyHandle(Handle):
         return self._snapshot[offset : offset + count]
 
     async def write(self, offset: int, data: bytes) -> int:
-        assert self._body is not None, "the server only forwards writes on write opens"
-        if self._too_large:
-            raise FsError(self._too_large, errno.EFBIG)
+        if self._lock is None:
+            return self._write(offset, data)
+        async with self._lock:
+            refused = self._refused
+            try:
+                count = self._write(offset, data)
+            except FsError as exc:
+                if refused is None:
+                    await self._rejected(exc, seen=True)
+                raise
+            body = self._body
+            if body is not None and body.message is not None and not self._committed:
+                self._committed = True
+                await self._commit(body.message, at_clunk=False)
+            return count
+
+    def _write(self, offset: int, data: bytes) -> int:
+        body = self._body
+        assert body is not None, "the server only forwards writes on write opens"
+        if self._refused is not None:
+            raise self._refused
         try:
-            return self._body.write(offset, data)
-        except BodyTooLarge as exc:
-            self._too_large = f"{self._node.name}: {exc}; nothing written on this open is kept"
-            raise FsError(self._too_large, errno.EFBIG) from exc
+            if self._node.admit is not None and body.message is None:
+                self._node.admit()
+            return body.write(offset, data)
         except BodyError as exc:
-            raise FsError(f"{self._node.name}: {exc}", errno.EFBIG) from exc
+            self._refused = _body_refusal(self._node.name, exc)
+            raise self._refused from exc
+        except FsError as exc:
+            self._refused = exc
+            raise
+
+    async def _commit(self, data: bytes, *, at_clunk: bool) -> None:
+        try:
+            try:
+                # Shielded: a Tflush must not leave a message half delivered (or delivered
+                # without this open knowing it, inviting a second one).
+                with trio.CancelScope(shield=True):
+                    await self._node.commit(data)
+            except ValueError as exc:
+                raise InvalidInput(f"{self._node.name}: {exc}") from exc
+        except FsError as exc:
+            self._refused = exc
+            await self._rejected(exc, seen=not at_clunk)
+            raise
+        self._node.touch()
+
+    async def _rejected(self, exc: FsError, *, seen: bool) -> None:
+        if self._node.on_reject is not None:
+            with trio.CancelScope(shield=True):
+                await self._node.on_reject(exc, seen)
 
     async def clunk(self) -> None:
         body, self._body = self._body, None
-        if self._too_large:
-            raise FsError(self._too_large, errno.EFBIG)  # a cut body is never committed
-        if body is None or (body.writes == 0 and not self._truncate):
-            return  # opened for write but nothing written: nothing to commit
-        try:
-            try:
-                await self._node.commit(body.value())
-            except ValueError as exc:
-                raise FsError(f"{self._node.name}: {exc}", errno.EINVAL) from exc
-        except FsError as exc:
-            if self._node.on_reject is not None:
-                self._node.on_reject(exc)  # e.g. an event on `events`, mail back to a sender
-            raise
-        self._node.touch()
+        if self._refused is not None:
+            raise self._refused  # a refused open is never committed
+        if body is None or self._committed or (body.writes == 0 and not self._truncate):
+            return  # nothing written, or committed by the write that completed it
+        await self._commit(body.value(), at_clunk=True)
 
     async def abort(self) -> None:
         self._body = None  # a body is committed only by a clunk, never by a lost connection
 
 
 class BodyFile(FsNode):
-    """A write-only file whose body (all writes of one open) is committed at clunk."""
+    """A write-only file whose body (the writes of one open) is committed when it is complete:
+    at clunk (`Framing.WHOLE`), or at the Twrite that ends its line or JSON value."""
 
     def __init__(
         self,
@@ -444,15 +505,25 @@ class BodyFile(FsNode):
         limit: int = DEFAULT_BODY_LIMIT,
         limit_name: str = "",
         perm: int = 0o222,
-        on_reject: Callable[[FsError], None] | None = None,
+        on_reject: OnReject | None = None,
+        text: bool = True,
+        framing: Framing = Framing.WHOLE,
+        admit: Admit | None = None,
+        max_depth: int | None = None,
     ) -> None:
-        """`on_reject` is told about every body refused at clunk, before the Tclunk fails;
-        `limit_name` says where `limit` is set (it is named in the refusal)."""
+        """`on_reject` is awaited once for an open that is refused, before the reply;
+        `limit_name` says where `limit` is set (it is named in the refusal); `text` checks
+        UTF-8 at each Twrite; `admit` is asked at each Twrite (see `Admit`); `max_depth`
+        bounds a JSON body's nesting."""
         super().__init__(name, perm)
         self.commit = commit
         self.limit = limit
         self.limit_name = limit_name
         self.on_reject = on_reject
+        self.text = text
+        self.framing = framing
+        self.admit = admit
+        self.max_depth = max_depth
         self.open_blocks = False  # no snapshot to make
 
     async def _snapshot(self) -> bytes:
@@ -468,7 +539,7 @@ class BodyFile(FsNode):
 
 
 class ValueFile(BodyFile):
-    """A readable value that a write on one open replaces at clunk (`role`, `context`)."""
+    """A readable value that a write on one open replaces (`role`, `context`)."""
 
     def __init__(
         self,
@@ -479,10 +550,21 @@ class ValueFile(BodyFile):
         limit: int = DEFAULT_BODY_LIMIT,
         limit_name: str = "",
         perm: int = 0o644,
-        on_reject: Callable[[FsError], None] | None = None,
+        on_reject: OnReject | None = None,
+        text: bool = True,
+        framing: Framing = Framing.WHOLE,
+        admit: Admit | None = None,
     ) -> None:
         super().__init__(
-            name, commit, limit=limit, limit_name=limit_name, perm=perm, on_reject=on_reject
+            name,
+            commit,
+            limit=limit,
+            limit_name=limit_name,
+            perm=perm,
+            on_reject=on_reject,
+            text=text,
+            framing=framing,
+            admit=admit,
         )
         self._read = read
         self.open_blocks = inspect.iscoroutinefunction(read)

@@ -15,9 +15,9 @@ Theory of operation.
   kept in the sender's `sent` and comes back to the sender as an ERROR_REPORT from `anvild`,
   `in_reply_to` the message (`mail_undeliverable` event); `send` returns that outcome so a tool
   can also say it directly.
-- Rejections of a write the tree could not accept (`report_rejected`): an outbox body that is
-  not a message fails its Tclunk, and because some clients (plan9port's `9p write`) ignore a
-  failed clunk, the writer also gets an ERROR_REPORT saying what was wrong.
+- Rejections of a write the tree could not accept (`report_rejected`): an event; and when the
+  refusal could only come at Tclunk (a body that ended before its JSON value did), which some
+  clients (plan9port's `9p write`) ignore, an ERROR_REPORT to the writer saying what was wrong.
 - Reading. `unread` lists the inbox; `mark_read` moves messages to `received` (the tree calls
   it when a reader reached the end of `inbox` and clunked; the `read_inbox` tool right after it
   returned them). `take_unread` is both.
@@ -257,9 +257,12 @@ class PostOffice:
         self._delivered(mailbox, message)
         return message
 
-    async def report_rejected(self, mailbox: str, error: str) -> None:
-        """An outbox write of `mailbox` was refused with `error`: event and ERROR_REPORT."""
+    async def report_rejected(self, mailbox: str, error: str, *, mail_back: bool = True) -> None:
+        """An outbox write of `mailbox` was refused with `error`: the event, and an ERROR_REPORT
+        unless `mail_back` is false (the writer saw the refusal on its Twrite)."""
         self._publish(MailRejected(mailbox, error))
+        if not mail_back:
+            return
         await self.report(
             mailbox,
             "Not sent: the message was refused",

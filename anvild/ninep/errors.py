@@ -10,18 +10,49 @@ Hierarchy (httpx `_exceptions.py` style)::
     │   └── UnknownMessageError a well-framed message whose type the dialect does not define;
     │                           the frame boundary is intact, so the server answers it with an
     │                           error reply on the same tag and keeps the connection.
-    └── FsError                 a refusal by the server or by a node/handle: a human-readable
-                                message plus a Linux errno. It becomes Rerror (9P2000: the
-                                message; 9P2000.u: message and errno) or Rlerror (9P2000.L: errno).
+    └── FsError                 a refusal: a message a person can act on plus a Linux errno.
+        ├── InvalidInput        EINVAL   bad input (malformed, unknown name, not UTF-8)
+        ├── NotPermitted        EPERM    never allowed on this file or in this state
+        ├── AccessDenied        EACCES   not allowed for this caller
+        ├── NotFound            ENOENT   no such file, session, bead or recipient
+        ├── Busy                EBUSY    something running or held stands in the way
+        ├── AlreadyExists       EEXIST   the name is taken
+        ├── TooLarge            EFBIG    over a size limit
+        ├── TryAgain            EAGAIN   a limit that passes; retry later
+        ├── NotSupported        EOPNOTSUPP
+        └── StorageFailed       EIO      the disk or the store refused
 
-Random bytes given to the codec never raise anything but `ProtocolError` (and its subclass).
+`ERRNO` is the one table from kind to errno. An `FsError` becomes Rerror (9P2000: the message;
+9P2000.u: message and errno) or Rlerror (9P2000.L: the errno only). Protocol-level refusals of
+the server (a bad fid, msize) pass an errno explicitly. Random bytes given to the codec never
+raise anything but `ProtocolError` (and its subclass).
 """
 
 from __future__ import annotations
 
 import errno as _errno
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
 
-__all__ = ["FsError", "NinepError", "ProtocolError", "UnknownMessageError"]
+__all__ = [
+    "ERRNO",
+    "AccessDenied",
+    "AlreadyExists",
+    "Busy",
+    "FsError",
+    "InvalidInput",
+    "NinepError",
+    "NotFound",
+    "NotPermitted",
+    "NotSupported",
+    "ProtocolError",
+    "StorageFailed",
+    "TooLarge",
+    "TryAgain",
+    "UnknownMessageError",
+    "errno_of",
+]
 
 
 class NinepError(Exception):
@@ -54,10 +85,78 @@ class FsError(NinepError):
     and what 9P2000.u carries next to the message.
     """
 
-    def __init__(self, message: str, errno: int = _errno.EIO) -> None:
+    def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.errno = errno
+        self.errno = errno_of(type(self)) if errno is None else errno
 
     def __repr__(self) -> str:
         return f"FsError({self.message!r}, errno={self.errno})"
+
+
+class InvalidInput(FsError):
+    """What was written or asked for is malformed or names nothing valid."""
+
+
+class NotPermitted(FsError):
+    """Never allowed here (this file, this state): a verb that does not exist for it."""
+
+
+class AccessDenied(FsError):
+    """Allowed to others, not to this caller."""
+
+
+class NotFound(FsError):
+    """No such file, session, bead or recipient."""
+
+
+class Busy(FsError):
+    """Something running or held stands in the way (a turn, a claim, a gate)."""
+
+
+class AlreadyExists(FsError):
+    """The name is taken."""
+
+
+class TooLarge(FsError):
+    """Over a size limit; the message names it."""
+
+
+class TryAgain(FsError):
+    """A limit that passes with time (connections, outstanding requests)."""
+
+
+class NotSupported(FsError):
+    """An operation this server does not implement."""
+
+
+class StorageFailed(FsError):
+    """The disk or a store refused; nothing was changed."""
+
+
+ERRNO: Final[Mapping[type[FsError], int]] = MappingProxyType(
+    {
+        FsError: _errno.EIO,
+        InvalidInput: _errno.EINVAL,
+        NotPermitted: _errno.EPERM,
+        AccessDenied: _errno.EACCES,
+        NotFound: _errno.ENOENT,
+        Busy: _errno.EBUSY,
+        AlreadyExists: _errno.EEXIST,
+        TooLarge: _errno.EFBIG,
+        TryAgain: _errno.EAGAIN,
+        NotSupported: _errno.EOPNOTSUPP,
+        StorageFailed: _errno.EIO,
+    }
+)
+"""The one table: each kind of refusal and the errno 9P2000.u and 9P2000.L clients get."""
+
+_errno_cache: dict[type[FsError], int] = {}
+
+
+def errno_of(kind: type[FsError]) -> int:
+    """The errno of `kind`: its entry in `ERRNO`, else its nearest listed ancestor's."""
+    code = _errno_cache.get(kind)
+    if code is None:
+        code = _errno_cache[kind] = next(ERRNO[b] for b in kind.__mro__ if b in ERRNO)
+    return code

@@ -7,6 +7,7 @@ mounted as the daemon mounts them, driven with raw 9P messages the way `9p read`
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -168,13 +169,14 @@ async def test_a_reader_whose_connection_drops_loses_no_mail(tmp_path: Path) -> 
         assert len(json.loads(await s.client.get("dev/inbox"))) == 1  # still unread
 
 
-async def test_bad_outbox_writes_fail_the_clunk_and_write_nothing(tmp_path: Path) -> None:
+async def test_bad_outbox_writes_fail_the_twrite_and_write_nothing(tmp_path: Path) -> None:
     async with served(tmp_path) as s:
         c = s.client
         dev = await new_session(c, b"alias=dev")
         await new_session(c, b"alias=rev")
+        events = s.root.events.open_reader()
         cases = [
-            (b'{"to": "rev", "type": ', "outbox: malformed JSON at line 1 column 23"),
+            (b'{"to": "rev", "type": x', "outbox: malformed JSON at line 1 column 23"),
             (msg("rev", "GOSSIP"), 'outbox: unknown message type "GOSSIP": the types are'),
             (
                 b'{"type": "QUESTION", "body": "x"}',
@@ -182,34 +184,62 @@ async def test_bad_outbox_writes_fail_the_clunk_and_write_nothing(tmp_path: Path
             ),
         ]
         for data, expected in cases:
-            assert error_text(await c.put("dev/outbox", data)).startswith(expected)
+            fid = await c.open("dev/outbox", OWRITE | OTRUNC)
+            reply = await c.write(fid, data)  # refused on the Twrite, whatever the clunk says
+            assert error_text(reply).startswith(expected), reply
+            assert isinstance(reply, m.Rerror)
+            assert reply.errno == errno.EINVAL
+            await c.clunk(fid)
         big = msg("rev", body="x" * 200_000)
         fid = await c.open("dev/outbox", OWRITE | OTRUNC)
-        for offset in range(0, len(big), 4096):  # as plan9port's 9p write splits it
-            assert await c.write(fid, big[offset : offset + 4096], offset) == m.Rwrite(
-                0, len(big[offset : offset + 4096])
-            )
-        assert error_text(await c.clunk(fid)) == (
-            f"outbox: the message is {len(big)} bytes; the limit is 131072 bytes (put long text "
-            "in a file and send its path)"
+        replies = [
+            await c.write(fid, big[offset : offset + 4096], offset)
+            for offset in range(0, len(big), 4096)  # as plan9port's 9p write splits it
+        ]
+        assert replies[:32] == [m.Rwrite(0, 4096)] * 32
+        assert error_text(replies[32]).startswith(
+            "outbox: body too large: 135168 bytes exceeds the limit of 131072 bytes"
         )
+        assert isinstance(replies[32], m.Rerror)
+        assert replies[32].errno == errno.EFBIG
+        await c.clunk(fid)
         assert await c.get("rev/inbox") == "[]\n"
         assert await dir_names(c, f"{dev}/mail/sent") == []
-        reports = json.loads(await c.get("dev/inbox"))
-        assert [r["type"] for r in reports] == ["ERROR_REPORT"] * 4
-        assert "malformed JSON" in reports[0]["body"]
+        assert await c.get("dev/inbox") == "[]\n"  # seen on the Twrite: no mail about it
+        lines = [json.loads(x) for x in (await events.read(1 << 16)).decode().splitlines()]
+        assert [x["type"] for x in lines if x["type"].startswith("mail")] == ["mail_rejected"] * 4
 
 
-async def test_undeliverable_mail_comes_back_and_events_show_it(tmp_path: Path) -> None:
+async def test_a_body_that_ends_before_its_json_value_is_refused_at_clunk(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path) as s:
+        c = s.client
+        await new_session(c, b"alias=rev")
+        fid = await c.open("user/outbox", OWRITE | OTRUNC)
+        assert await c.write(fid, b'{"to": "rev", "type": ') == m.Rwrite(0, 22)
+        reply = await c.clunk(fid)
+        assert error_text(reply).startswith("outbox: malformed JSON at line 1 column 23")
+        assert await c.get("rev/inbox") == "[]\n"
+        [report] = json.loads(await c.get("user/inbox"))  # the clunk's error, as mail
+        assert report["type"] == "ERROR_REPORT"
+        assert "malformed JSON" in report["body"]
+
+
+async def test_mail_to_nobody_fails_the_twrite(tmp_path: Path) -> None:
     async with served(tmp_path) as s:
         c = s.client
         events = s.root.events.open_reader()
-        assert await c.put("user/outbox", msg("ghost")) == m.Rclunk(0)
-        [report] = json.loads(await c.get("user/inbox"))
-        assert (report["type"], report["from"]) == ("ERROR_REPORT", "anvild")
-        assert "'ghost'" in report["body"]
+        fid = await c.open("user/outbox", OWRITE | OTRUNC)
+        reply = await c.write(fid, msg("ghost"))
+        assert "no live session has the id or alias 'ghost'" in error_text(reply)
+        assert isinstance(reply, m.Rerror)
+        assert reply.errno == errno.ENOENT
+        await c.clunk(fid)
+        assert await c.get("user/inbox") == "[]\n"
+        assert await dir_names(c, "user/mail/sent") == []
         lines = [json.loads(x) for x in (await events.read(1 << 16)).decode().splitlines()]
-        assert [x["type"] for x in lines] == ["mail_undeliverable", "mail_read"]
+        assert [x["type"] for x in lines] == ["mail_rejected"]
 
 
 async def test_automail_prompts_an_idle_session_once(tmp_path: Path) -> None:

@@ -337,7 +337,12 @@ async def test_body_refusal_fails_the_clunk_with_the_reason() -> None:
 async def test_body_refusal_is_reported_to_on_reject() -> None:
     body, _ = make_body()
     rejected: list[FsError] = []
-    body.on_reject = rejected.append
+
+    async def on_reject(exc: FsError, seen: bool) -> None:
+        assert not seen  # refused at clunk
+        rejected.append(exc)
+
+    body.on_reject = on_reject
     handle = await body.open(WRITE)
     await handle.write(0, b"invalid")
     with pytest.raises(FsError) as info:
