@@ -446,6 +446,8 @@ def _segment(
         raise _Outside("the command name is empty")
     if _NAME.match(name.value) and "=" in name.value:
         raise _Outside("a NAME=value assignment changes the environment of what runs")
+    if name.value.startswith("%"):
+        raise _Outside("a command name starting with '%' names a job")
     if name.value in RESERVED:
         raise _Outside(f"{name.value!r} opens a compound command")
     if name.value in SHELL_STATE_BUILTINS:
