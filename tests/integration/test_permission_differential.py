@@ -128,6 +128,32 @@ DANGEROUS = (
 )  # fmt: skip
 """Dangerous arguments of allowed programs (`{c}` a hidden command, `{n}` a hidden name)."""
 
+# Options of the allowed programs, drawn in any order and number before a script or operands
+# (`{c}` a hidden command, `{n}` a hidden name): how each program reads its own command line.
+OPTIONS = {
+    "sed": ("-n", "-s", "-E", "-z", "-u", "--posix", "-l 5", "-l5", "-nl 5", "--line-length 5",
+            "--line-length=5", "--l 5", "--", "--debug", "--sandbox", "--quiet", "--separate",
+            "--follow-symlinks", "--e='1e {c}'", "--ex='1e {c}'", "-e '1e {c}'", "-e 1p",
+            "--expression=1p", "--i", "--in", "-i", "-i.b", "-si", "--f=.env", "-f .env", "-E -n"),
+    "find": ("-H", "-L", "-P", "-O2", "-D tree", "--", "-name '*.py'", "-type f", "-print",
+             "-maxdepth 1", "-exec {c} \\;", "-execdir {c} +", "-delete", "-fls F", "-ok {c} \\;",
+             "-newer README", "-print0", "-quit"),
+    "git": ("--no-pager", "-P", "--literal-pathspecs", "-c core.pager={n}", "--exec-path=tools",
+            "-C src", "--git-dir=.git", "--work-tree=.", "-p", "--paginate", "--bare"),
+    "git log": ("--oneline", "-1", "--stat", "-p", "--ext-diff", "--textconv", "--output=F",
+                "--o=F", "--ou=F", "--outp=F", "--out F", "--format=%s", "--", "-- README",
+                "--no-ext-diff", "--output-indicator-new=x", "--all", "-O README", "--no-walk"),
+    "npm test": ("--silent", "-s", "--if-present", "--script-shell={n}", "--script-shell {n}",
+                 "--scr={n}", "--", "-- a", "-- '$({c})'", "--ignore-scripts", "-d",
+                 "--workspace=src", "--userconfig=.env", "-ws", "--prefix src"),
+    "ls": ("-la", "-R", "--color=never", "-d", "--", "src", "-I x", "--hide=x"),
+    "cat": ("-n", "-A", "--", "-", "README", "src/main.py"),
+    "echo": ("-n", "-e", "-E", "--", "'\\x41'"),
+}  # fmt: skip
+SCRIPTS = ("1p", "s/a/b/", "'1e {c}'", "'s/x/{c}/e'", "'w F'", "'r .env'", "'1R .env'",
+           "'$!{{e {c}\n}}'", "-", "p", "'y/a/b/'", "'s/a/b/w F'", "= README")  # fmt: skip
+OPERANDS = ("README", "src/main.py", "src", ".", "-", "*.py", "X")
+
 WRAPPERS = ("env ", "env A=1 ", "nice ", "nice -n 5 ", "timeout 5 ", "command ", "exec ",
             "sudo ", "A=1 ", "stdbuf -o0 ", "builtin ", "time ", "nohup ")  # fmt: skip
 
@@ -176,19 +202,41 @@ HIDDEN_LINES = st.sampled_from(
      for name in HIDDEN if "{" + name + "}" in template for spelling in _spellings(name)]
 )  # fmt: skip
 HIDDEN_NAMES = st.sampled_from([spelling for name in HIDDEN for spelling in _spellings(name)])
+PLAIN_HIDDEN = st.sampled_from(["touch X", "rm -f README", "tools/mark", "/bin/touch X"])
+HIDDEN_PLAIN_NAMES = ("touch", "rm", "tools/mark", "/usr/bin/touch")
 SAFE = st.sampled_from(SAFE_COMMANDS)
 TABLES = [st.sampled_from(table) for table in (DANGEROUS, EMBEDDINGS, ATTACK_TEMPLATES)]
 ATTACK_LINES = st.sampled_from([command for command, _ in ATTACKS])
 
 
 @st.composite
+def _with_options(draw: st.DrawFn) -> str:
+    """An allowed program with options drawn from its table, then a script and operands."""
+    program = draw(st.sampled_from(sorted(OPTIONS)))
+    words = [program]
+    if program == "git log" and draw(st.booleans()):
+        words = ["git", *draw(st.lists(st.sampled_from(OPTIONS["git"]), max_size=2)), "log"]
+    words += draw(st.lists(st.sampled_from(OPTIONS[program]), max_size=3))
+    if program == "sed":
+        words.append(draw(st.sampled_from(SCRIPTS)))
+    if program in ("sed", "cat", "ls", "find") and draw(st.booleans()):
+        words.append(draw(st.sampled_from(OPERANDS)))
+    return " ".join(words)
+
+
+@st.composite
 def _statement(draw: st.DrawFn, depth: int = 0) -> str:
-    """One command: safe (half of them), hidden, or a construct around another command."""
-    kind = draw(st.integers(0, 11))
-    if kind <= 5:
+    """One command: safe, hidden, an allowed program with options, or a construct around
+    another command."""
+    kind = draw(st.integers(0, 12))
+    if kind <= 3:
         text = draw(SAFE)
-    elif kind == 6:
+    elif kind == 4:
         text = draw(HIDDEN_LINES)
+    elif kind <= 9:
+        # Plain spellings: what is tried here is how each program reads its options.
+        template = draw(_with_options())
+        text = template.format(c=draw(PLAIN_HIDDEN), n=draw(st.sampled_from(HIDDEN_PLAIN_NAMES)))
     else:
         if depth < 2 and draw(st.booleans()):
             inner = draw(_statement(depth + 1))
@@ -211,9 +259,9 @@ def command_lines(draw: st.DrawFn) -> str:
     if draw(st.integers(0, 19)) == 0:
         return draw(ATTACK_LINES)
     line = draw(_statement())
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(max(0, draw(st.integers(-2, 2)))):
         line += draw(st.sampled_from(SEPARATORS)) + draw(_statement())
-    for _ in range(draw(st.integers(0, 3)) if draw(st.booleans()) else 0):
+    for _ in range(draw(st.integers(1, 3)) if draw(st.integers(0, 2)) == 0 else 0):
         position = draw(st.integers(0, len(line)))
         line = line[:position] + draw(st.sampled_from(INSERTS)) + line[position:]
     return line
@@ -702,12 +750,18 @@ def test_the_tracer_sees_what_a_line_runs_and_changes(scratch: Scratch) -> None:
 @pytest.mark.parametrize(
     "command",
     ["sed 'r .env' README", "sed -n 'R .env' README", "sed '1r.env' README",
-     "env sed 's/a/b/;1R .env' README"],
+     "env sed 's/a/b/;1R .env' README", "sed -- '1e touch X' README",
+     "sed -n -- 's/x/touch X/e' README", "sed -l 5 '1e touch X' README",
+     "sed -nl 5 '1e tools/mark' README", "sed --line-length 5 '1e touch X' README",
+     "sed --l 5 '1e touch X' README", "sed -s --e='1e tools/mark' 'y/a/b/' README",
+     "sed --i s/a/b/ README"],
 )  # fmt: skip
 def test_found_lines_are_decided_as_they_run(scratch: Scratch, command: str) -> None:
     """Lines this test found allowed though they did what the rules forbid, each run as the
-    differential test runs it: now none is allowed and does it. (sed's r and R read the file
-    named by the rest of the script line: the path deny rule read_file(.env) did not see it.)"""
+    differential test runs it: now none is allowed and does it. sed's r and R read the file
+    named by the rest of the script line (the path deny rule read_file(.env) did not see it);
+    a script after `--`, after `-l N`, or given with a one-letter abbreviation (`--e=`, `--i`)
+    was not read as one."""
     assert Differential(scratch)._check(command) is None
     request = resolve_request(
         "bash", {"command": command}, Effects(subprocess=True, unknown=True), cwd=scratch.ws

@@ -6,7 +6,7 @@ or write files (`find -exec`, `sed -i`, `git --output`, `npm --script-shell`, `x
 each carries the index of the word that names it, so an allow rule covers it only when the rule
 spells that word out (`bash(sed -i:*)`); otherwise the call asks. `PROGRAMS` is the table, one
 entry per program; README's "Dangerous arguments" lists it. Long options match any prefix of
-two letters or more, as GNU and git accept abbreviations.
+one letter or more, as GNU getopt and git accept any unambiguous abbreviation.
 
 `commands(words)` is every command a command runs: itself, each command a wrapper or an
 argument runs (`env X=1 nice rm`, `find -exec rm`, `xargs rm`, `sh -c '...'`'s text), with
@@ -58,11 +58,11 @@ INTERPRETERS: Final = frozenset(
 
 
 def _long(word: str, *names: str) -> bool:
-    """`--name` or `--name=...`, or an abbreviation of two letters or more."""
-    if not word.startswith("--") or len(word) < 4:
+    """`--name` or `--name=...`, or an abbreviation (`sed --e=SCRIPT` is `--expression`)."""
+    if not word.startswith("--") or len(word) < 3:
         return False
     key = word[2:].split("=", 1)[0]
-    return len(key) >= 2 and any(name.startswith(key) for name in names)
+    return bool(key) and any(name.startswith(key) for name in names)
 
 
 def _short(word: str, letters: str, takes_value: str = "") -> bool:
@@ -199,9 +199,16 @@ def _sed(words: tuple[str, ...]) -> Iterator[Finding]:
     while index < len(words):
         word = words[index]
         if word == "--":
+            if not script_given and index + 1 < len(words):
+                scripts.append((index + 1, words[index + 1]))  # the script may follow `--`
             break
         if _long(word, "in-place") or _short(word, "i", "efl"):
             yield Finding(index, Danger.WRITES, "sed -i rewrites the files it reads")
+        if (_short(word, "l", "efi") and word.endswith("l")) or (
+            _long(word, "line-length") and "=" not in word
+        ):
+            index += 2  # `-l N`: N is the option's value, not the script
+            continue
         if _long(word, "expression") or _short(word, "e", "fl"):
             separate = "=" not in word and word.endswith("e")
             scripts.append((index + separate, _value(words, index)))
