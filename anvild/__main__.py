@@ -20,7 +20,8 @@ Start-up, in order, each refusal printed on stderr with what to do:
    (`anvild.daemon.llama`), and prints one line on stderr saying
    where it listens, its data directory and its log file (`-q` silences it). The process's
    garbage-collector policy (`anvild.daemon.gcpolicy`: a larger young threshold, long-lived
-   objects frozen out of the collector's scans) is set here, for this process only.
+   objects frozen out of the collector's scans) is set here, for this process only, and so is
+   the soft descriptor limit (`anvild.daemon.fdlimit`: raised so `max_connections` fits).
 
 The first SIGTERM or SIGINT asks the daemon to stop (`Daemon.request_shutdown`: stop
 accepting, the shutdown sequence, cancel the nursery, remove the socket and pid file); the lock
@@ -44,6 +45,7 @@ from anvild import __version__
 from anvild.config import ConfigFileError, load, user_config_file, user_data_dir
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
 from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
+from anvild.daemon.fdlimit import raise_nofile
 from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
@@ -203,6 +205,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             else:
                 log_file = logs.path.with_name("llama-server.log")
                 local_model = LlamaServer(paths, log_file=log_file, env=env)
+        nofile = raise_nofile(config.server.max_connections)
+        log.info("daemon.nofile", soft=nofile.soft, hard=nofile.hard, was=nofile.before)
+        if not nofile.enough:
+            log.warning(
+                "daemon.nofile_low",
+                message=f"the descriptor limit ({nofile.soft}, hard limit {nofile.hard}) is "
+                f"below max_connections + {nofile.wanted - config.server.max_connections}: "
+                "raise the hard limit (ulimit -Hn) or lower [server] max_connections",
+            )
         root = RootTree(version=__version__)
         sessions = Sessions.build(
             config,
