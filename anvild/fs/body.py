@@ -149,6 +149,7 @@ class BodyBuffer:
                     "one message per open: the message written before is complete (and was "
                     "taken); open the file again to write another"
                 )
+            self._data[offset:end] = data  # blanks after the message: kept, harmless
         elif offset == len(self._data):
             self._check(bytes(self._data), data)
             self._data += data

@@ -28,8 +28,10 @@ state, so two clients reading the same file never share a cursor or a half-writt
 =================  ===========================================================================
 
 Every node has a qid path from one process-wide counter (stable for the node's life, never
-reused), and a version and mtime that `touch()` bumps when the content changes. Generated files
-report length 0 (DESIGN.md section 3). Owner and group are the daemon's user.
+reused) and an mtime that `touch()` moves when the content changes; a directory's qid.version
+counts its changes, a file's is always 0 and its length 0 (content is made per open), which
+tells page-cached clients to read through (README, "Mounting"). Owner and group are the
+daemon's user.
 
 The kinds that can answer without waiting also implement the synchronous calls of
 `anvild.ninep.backend` (answered by the server's poller, outside the connection's task): a
@@ -129,7 +131,7 @@ class FsNode(Node):
         return self._version
 
     def touch(self) -> None:
-        """Record a change: bump qid.version and set mtime to now."""
+        """Record a change: set mtime to now and, for a directory, bump qid.version."""
         self._version = (self._version + 1) & 0xFFFFFFFF
         self._mtime_ns = time.time_ns()
         self._stat = None
@@ -145,7 +147,9 @@ class FsNode(Node):
                 name=self._name,
                 mode=self._perm,
                 qid_path=self._qid_path,
-                version=self._version,
+                # Files keep qid.version 0: Linux's v9fs (6.6+) reads 0 as "do not cache",
+                # so every read reaches us whatever the mount's cache mode (README, Mounting).
+                version=self._version if self._perm & DMDIR else 0,
                 length=self.length(),
                 mtime_ns=self._mtime_ns,
                 owner=user,
@@ -441,8 +445,8 @@ class _BodyHandle(Handle):
                 raise
             body = self._body
             if body is not None and body.message is not None and not self._committed:
-                self._committed = True
                 await self._commit(body.message, at_clunk=False)
+                self._committed = True
             return count
 
     def _write(self, offset: int, data: bytes) -> int:
@@ -483,10 +487,14 @@ class _BodyHandle(Handle):
 
     async def clunk(self) -> None:
         body, self._body = self._body, None
+        if body is None or self._committed:
+            return  # not opened for writing, or committed by the write that completed it
         if self._refused is not None:
             raise self._refused  # a refused open is never committed
-        if body is None or self._committed or (body.writes == 0 and not self._truncate):
-            return  # nothing written, or committed by the write that completed it
+        if body.writes == 0 and (not self._truncate or self._node.framing is not Framing.WHOLE):
+            # Nothing written. OTRUNC alone empties a text (`: > context`), but is no line or
+            # message: 9pfuse opens OWRITE|OTRUNC and clunks for every shell `>`.
+            return
         await self._commit(body.value(), at_clunk=True)
 
     async def abort(self) -> None:
@@ -602,7 +610,7 @@ class _StreamHandle(Handle):
 
 
 class StreamFile(FsNode):
-    """A blocking stream of lines (`events`, `log`); qid.version counts published lines."""
+    """A blocking stream of lines (`events`, `log`); mtime is the last line's time."""
 
     def __init__(self, name: str, stream: LineStream, *, perm: int = 0o444) -> None:
         super().__init__(name, perm)
@@ -611,11 +619,7 @@ class StreamFile(FsNode):
 
     def stat(self) -> NodeStat:
         st = super().stat()
-        return attrs.evolve(
-            st,
-            version=self.stream.statistics().published & 0xFFFFFFFF,
-            mtime_ns=self.stream.last_publish_ns or st.mtime_ns,
-        )
+        return attrs.evolve(st, mtime_ns=self.stream.last_publish_ns or st.mtime_ns)
 
     async def open(self, mode: OpenMode) -> Handle:
         return _StreamHandle(self.stream.open_reader())
