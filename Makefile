@@ -23,7 +23,7 @@ STAMP := $(VENV)/.synced
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
 	llama-server llama-start llama-stop fuzz-permissions
 
-LLAMA := scripts/llama-server
+LLAMA := anvild/data/llama-server
 
 help:
 	@echo "make run    start anvild in the foreground (sets everything up first)"

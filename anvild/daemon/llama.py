@@ -12,11 +12,12 @@ session layer builds its registry from (provider `local`, alias `local`, `defaul
 
 Finding it
 ----------
-`LlamaPaths.find` asks `scripts/llama-server env` (the recipe that builds the binary, fetches
-the SmolLM2-135M GGUF model and knows the chat template) where they are; each of
-`ANVIL_LLAMA_SERVER`, `ANVIL_LLAMA_MODEL` and `ANVIL_LLAMA_TEMPLATE` in the environment
-overrides its answer (tests put a fake server there). A missing binary or model is a
-`LlamaNotBuilt` whose message says to run `make llama-server`; the daemon starts without it.
+`LlamaPaths.find` asks `llama-server env` (the recipe shipped as package data, `anvild.data`,
+that builds the binary, fetches the SmolLM2-135M GGUF model and knows the chat template) where
+they are; each of `ANVIL_LLAMA_SERVER`, `ANVIL_LLAMA_MODEL` and `ANVIL_LLAMA_TEMPLATE` in the
+environment overrides its answer (tests put a fake server there). A missing binary or model is a
+`LlamaNotBuilt` whose message says to run `make llama-server` (`anvil-llama-server setup` where
+anvild is installed); the daemon starts without it.
 
 Running it
 ----------
@@ -69,6 +70,7 @@ import httpx
 import structlog
 import trio
 
+from anvild import data
 from anvild.config import Config, Trust
 from anvild.llm.registry import Limits, ModelSpec, ProviderSpec
 from anvild.sandbox.secrets import child_env
@@ -76,6 +78,7 @@ from anvild.sandbox.secrets import child_env
 __all__ = [
     "BUILD_COMMAND",
     "CONTEXT",
+    "INSTALLED_BUILD_COMMAND",
     "LOCAL",
     "SCRIPT",
     "LlamaError",
@@ -99,8 +102,11 @@ MAX_OUTPUT: Final = 256
 """Output tokens per response: SmolLM2-135M rarely stops on its own (it rambles up to any
 limit), and on two cores 2048 tokens took minutes; 256 keeps a short answer short."""
 HOST: Final = "127.0.0.1"
-SCRIPT: Final = Path(__file__).resolve().parents[2] / "scripts" / "llama-server"
+SCRIPT: Final = data.path(data.LLAMA_SERVER)
 BUILD_COMMAND: Final = "make llama-server"
+"""What builds it in a checkout; `anvil-llama-server setup` (INSTALLED_BUILD_COMMAND) does the same
+where anvild is installed, and the messages name both."""
+INSTALLED_BUILD_COMMAND: Final = "anvil-llama-server setup"
 _CONFIGURED: Final = frozenset({"providers", "models", "default_model"})
 
 
@@ -157,7 +163,8 @@ class LlamaPaths:
         if not os.access(paths.server, os.X_OK) or not paths.server.is_file():
             raise LlamaNotBuilt(
                 f"the default model is a local llama-server, which is not built yet "
-                f"({paths.server} is missing): run `{BUILD_COMMAND}` (about 10 minutes of "
+                f"({paths.server} is missing): run `{BUILD_COMMAND}` in a checkout, "
+                f"`{INSTALLED_BUILD_COMMAND}` where anvild is installed (about 10 minutes of "
                 "compiling the first time), then restart anvild; or configure a hosted "
                 "provider in the user config file"
             )
@@ -165,7 +172,8 @@ class LlamaPaths:
             if not path.is_file():
                 raise LlamaNotBuilt(
                     f"the local llama-server's {what} {path} is missing: run "
-                    f"`{BUILD_COMMAND}`, then restart anvild"
+                    f"`{BUILD_COMMAND}` (installed: `{INSTALLED_BUILD_COMMAND}`), then restart "
+                    "anvild"
                 )
         return paths
 
@@ -173,13 +181,13 @@ class LlamaPaths:
 def _ask_script(script: Path, env: Mapping[str, str]) -> dict[str, str]:
     if not script.is_file():
         raise LlamaNotBuilt(
-            f"cannot find {script} (anvild installed without its source tree?): set "
+            f"cannot find {script} (anvild installed without its package data?): set "
             "ANVIL_LLAMA_SERVER, ANVIL_LLAMA_MODEL and ANVIL_LLAMA_TEMPLATE to the llama-server "
             "binary, the GGUF model and the chat template, or configure a hosted provider"
         )
     try:
         out = subprocess.run(
-            [str(script), "env"],
+            ["bash", str(script), "env"],  # bash: whatever an installer did to its mode
             capture_output=True,
             text=True,
             timeout=30,
@@ -188,7 +196,10 @@ def _ask_script(script: Path, env: Mapping[str, str]) -> dict[str, str]:
             stdin=subprocess.DEVNULL,
         ).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        raise LlamaNotBuilt(f"`{script} env` failed ({exc}); run `{BUILD_COMMAND}`") from exc
+        raise LlamaNotBuilt(
+            f"`{script} env` failed ({exc}); run `{BUILD_COMMAND}` (installed: "
+            f"`{INSTALLED_BUILD_COMMAND}`)"
+        ) from exc
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 

@@ -146,8 +146,9 @@ class LocalModelProvider:
             base_url = await self._server.wait_ready()
         except LlamaUnavailable as exc:
             raise TransportError(
-                f"{exc}; see {self._server.log_file} (build it with `make llama-server`), "
-                "or configure a hosted provider (README, Configuration)",
+                f"{exc}; see {self._server.log_file} (build it with `make llama-server`, or "
+                "`anvil-llama-server setup` where anvild is installed), or configure a hosted "
+                "provider (README, Configuration)",
                 retryable=False,
             ) from exc
         return self._factory(self._kind, attrs.evolve(self._args, base_url=f"{base_url}/v1"))

@@ -1,4 +1,4 @@
-"""Sandbox roles: what a role's commands may read and write, as `sandbox-roles/<role>.yaml`.
+"""Sandbox roles: what a role's commands may read and write, as `<role>.yaml` files.
 
 A role file (DESIGN section 7):
 
@@ -20,7 +20,7 @@ there when each command starts); one starting with `!` takes its matches back ou
 
 Where roles come from, first match wins: the user config dir
 (`platformdirs.user_config_dir("anvil")/sandbox-roles/`), then the files shipped with anvild
-(`sandbox-roles/` at the top of the source tree). A project's files are never consulted: a
+(package data, `anvild/data/sandbox-roles/`). A project's files are never consulted: a
 repository cannot widen its own sandbox. No key of a role file can ask for `FullAccess`; only the
 user grants that (user config or command line), and the loader says so when a file tries.
 
@@ -43,10 +43,11 @@ import attrs
 import platformdirs
 import yaml
 
+from anvild import data
 from anvild.sandbox import ReadOnly, RoleConfigError, WorkspaceWrite
 
-BUILTIN_DIR: Final = Path(__file__).resolve().parents[2] / "sandbox-roles"
-"""The role files shipped with anvild (`sandbox-roles/` at the top of the source tree)."""
+BUILTIN_DIR: Final = data.path(data.SANDBOX_ROLES)
+"""The role files shipped with anvild (package data: `anvild/data/sandbox-roles/`)."""
 
 BUILTIN_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
 _NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")

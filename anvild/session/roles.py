@@ -2,11 +2,12 @@
 
 A role is three things, all chosen when the session is created (or before its first prompt):
 
-- its text, a prompt layer: `roles/<name>.txt` shipped with anvild, overridden by the user's
+- its text, a prompt layer: `<name>.txt` shipped with anvild (package data in
+  `anvild/data/roles/`), overridden by the user's
   `platformdirs.user_config_dir("anvil")/roles/<name>.txt`. A project can never supply one;
-- its sandbox: the sandbox role file `sandbox-roles/<name>.yaml` (`anvild.sandbox.roles
-  .load_role`, user overrides in the config dir's `sandbox-roles/`), which says what commands
-  may read and write;
+- its sandbox: the sandbox role file `<name>.yaml` (`anvild.sandbox.roles.load_role`: shipped in
+  `anvild/data/sandbox-roles/`, user overrides in the config dir's `sandbox-roles/`), which says
+  what commands may read and write;
 - its permission ceiling (`RoleCeiling`): reviewer, planner and conductor write no files and run
   no mutating git; the tester writes only under test directories. The policy enforces it
   whatever the rules, the mode or the model say, and the native file tools' boundary
@@ -14,8 +15,8 @@ A role is three things, all chosen when the session is created (or before its fi
 
 The roles are the built-in ones (`ROLES`); a user overrides their text and sandbox, but cannot
 invent a role without a ceiling. Every role ships its sandbox file (a test checks); the
-conductor's (`sandbox-roles/conductor.yaml`) says why it reads and never writes. `SANDBOX_OF`
-remains for an installation whose conductor file is missing: it then borrows the planner's.
+conductor's (`conductor.yaml`) says why it reads and never writes. `SANDBOX_OF` remains for an
+installation whose conductor file is missing: it then borrows the planner's.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from typing import Final
 
 import platformdirs
 
+from anvild import data
 from anvild.agent.permissions.policy import CEILINGS, RoleCeiling
 from anvild.sandbox import RoleConfigError
 from anvild.sandbox.files import FileAccess
 from anvild.sandbox.roles import BUILTIN_DIR, Role, load_role, user_roles_dir
 from anvild.session.errors import InvalidSessionRequest
 
-BUILTIN_TEXT_DIR: Final = Path(__file__).resolve().parents[2] / "roles"
-"""The role texts shipped with anvild (`roles/` at the top of the source tree)."""
+BUILTIN_TEXT_DIR: Final = data.path(data.ROLES)
+"""The role texts shipped with anvild (package data: `anvild/data/roles/`)."""
 
 ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
 DEFAULT_ROLE: Final = "developer"
@@ -71,7 +73,7 @@ def role_text(name: str, *, user_dir: Path | None = None, builtin_dir: Path | No
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidSessionRequest(f"role text {path} cannot be read: {exc}") from exc
     raise InvalidSessionRequest(
-        f"role {name!r} has no text file: anvild's roles/ directory is missing "
+        f"role {name!r} has no text file: anvild's built-in role texts are missing "
         f"({BUILTIN_TEXT_DIR}); reinstall anvild or add {user_text_dir()}/{name}.txt"
     )
 

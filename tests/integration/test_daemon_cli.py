@@ -509,8 +509,9 @@ def test_an_unbuilt_llama_server_still_starts_and_says_how_to_build_it(
     note = d.wait_serving("not built")
     assert note == (
         f"anvild: the default model is a local llama-server, which is not built yet ({missing} "
-        "is missing): run `make llama-server` (about 10 minutes of compiling the first time), "
-        "then restart anvild; or configure a hosted provider in the user config file\n"
+        "is missing): run `make llama-server` in a checkout, `anvil-llama-server setup` where "
+        "anvild is installed (about 10 minutes of compiling the first time), then restart "
+        "anvild; or configure a hosted provider in the user config file\n"
     )
     assert anvilctl(namespace, "read", "agent/version").returncode == 0
     code, log = d.stop()

@@ -1,15 +1,15 @@
 """Conformance against the real local model: llama.cpp's llama-server serving SmolLM2-135M.
 
-One server per test session, started on a free loopback port with `scripts/llama-server start
---port P` (which builds nothing: `make test` runs `scripts/llama-server build` and `model`
-first), waited on at /health, and stopped at the end. The same five scenarios as against the
+One server per test session, started on a free loopback port with the shipped recipe's `start
+--port P` (`anvild/data/llama-server`, which builds nothing: `make test` runs its `build` and
+`model` first), waited on at /health, and stopped at the end. The same five scenarios as against the
 fake provider run through the three protocol families llama-server speaks: Chat Completions,
 Anthropic Messages and Responses, each through its real adapter, the registry and Retry.
 
 This model is tiny: its words cannot be relied on, so the scenarios check structure only
 (`Expect(wording=False)`). Tool scenarios force the call with `tool_choice: required`
 (Anthropic: `{"type": "any"}`), which the build's patch makes strict (docs/decisions.md,
-scripts/llama-server.d/tool-choice-required.patch). The canonical request has no tool-choice
+anvild/data/llama-server.d/tool-choice-required.patch). The canonical request has no tool-choice
 field, so a transport in this test adds it to the first request of a tool scenario; follow-ups
 that carry tool results are left unforced, as a real loop would send them.
 
@@ -31,11 +31,11 @@ from typing import Any
 import httpx
 import pytest
 
+from anvild import data
 from anvild.config import load
 from tests.support.conformance import SCENARIOS, TOOL_SCENARIOS, Expect
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "llama-server"
+SCRIPT = data.path(data.LLAMA_SERVER)
 MODEL = "smollm2-135m"
 FAMILIES = ("openai-chat", "anthropic", "openai-responses")
 
@@ -63,7 +63,7 @@ def llama_server() -> Iterator[str]:
     )
     if built.returncode != 0:
         unavailable(
-            f"llama-server is not built: run `scripts/llama-server build` ({built.stderr.strip()})"
+            f"llama-server is not built: run `make llama-server` ({built.stderr.strip()})"
         )
     model = subprocess.run(
         [str(SCRIPT), "model"], capture_output=True, text=True, timeout=300, check=False
@@ -81,7 +81,7 @@ def llama_server() -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         if started.returncode != 0:
-            pytest.fail(f"scripts/llama-server start failed:\n{started.stderr}")
+            pytest.fail(f"anvild/data/llama-server start failed:\n{started.stderr}")
         deadline = time.monotonic() + 60
         with httpx.Client() as client:
             while True:

@@ -59,6 +59,11 @@ def test_beads_import_neither_the_daemon_nor_the_tree_nor_9p() -> None:
     assert (ROOT / "anvild" / "beads" / "store.py").exists()
 
 
+def test_shipped_data_imports_nothing_of_the_project() -> None:
+    """anvild.data (the files shipped in the package) is a leaf every layer may use."""
+    assert violations("anvild.data", ()) == []
+
+
 def test_rule_checker_catches_violations(tmp_path: Path) -> None:
     package = tmp_path / "anvild" / "llm"
     package.mkdir(parents=True)
