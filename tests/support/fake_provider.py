@@ -69,6 +69,13 @@ second, as providers send pings, so an HTTP client's read timeout does not end i
 openai-chat the first event is the empty role delta, so `"hold": 1` holds before any text and
 `"hold": 2` after the first piece.
 
+Faults. A turn with `"fault"` breaks its 200 stream after `"fault_after"` SSE events (default
+0): `reset` closes the connection with a TCP reset, `eof` ends the body cleanly without the
+stream's last events, `truncate` sends half of the next event and then ends the body, `stall`
+sends nothing more (no pings either) until the client hangs up. With `status` >= 400 (a 5xx)
+and `delay` (a server that never answers), they are the provider faults the reliability harness
+injects (tests/chaos/provider_faults.py).
+
 Usage is deterministic: input tokens default to the request body's length / 4, output tokens
 to the reply's length / 4 (at least 1 each), unless the turn gives `usage`.
 """
@@ -77,6 +84,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
+import struct
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,6 +98,8 @@ import h11
 import trio
 
 Protocol: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses", "gemini"]
+Fault: TypeAlias = Literal["reset", "eof", "truncate", "stall"]
+FAULTS: tuple[Fault, ...] = ("reset", "eof", "truncate", "stall")
 Finish: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn"]
 FINISHES: tuple[Finish, ...] = ("end_turn", "tool_use", "max_tokens", "refusal", "pause_turn")
 """`pause_turn` is Anthropic's stop for a server-tool continuation, which the harness does not
@@ -142,6 +153,8 @@ class Turn:
     piece: int = 8  # characters of text (and reasoning) per delta
     hold: int = 0  # > 0: after this many SSE events, wait for a POST /_fake/release
     stamp: str = ""  # replaced by time.monotonic_ns() in each event as it is sent
+    fault: Fault | None = None  # break the stream after `fault_after` events
+    fault_after: int = 0
     # Conditions.
     model: str | None = None
     contains: str | None = None
@@ -187,6 +200,8 @@ class Turn:
             raise ValueError(f"hold must be a count of events, got {values['hold']!r}")
         if not isinstance(values.get("piece", 1), int) or values.get("piece", 1) < 1:
             raise ValueError(f"piece must be a positive integer, got {values['piece']!r}")
+        if values.get("fault") not in (None, *FAULTS):
+            raise ValueError(f"fault must be one of {FAULTS}, got {values['fault']!r}")
         if values.get("finish") not in (None, *FINISHES):
             raise ValueError(f"finish must be one of {FINISHES}, got {values['finish']!r}")
         return cls(**values)
@@ -696,6 +711,10 @@ def error_body(protocol: Protocol | None, status: int, message: str) -> dict[str
 # -- the server --------------------------------------------------------------------------------
 
 
+class _Dropped(Exception):
+    """A scripted fault ended the connection."""
+
+
 class FakeProvider:
     def __init__(self, turns: Sequence[Turn] = (), *, host: str = "127.0.0.1") -> None:
         self.turns: list[Turn] = list(turns)
@@ -763,6 +782,8 @@ class FakeProvider:
         async with stream:
             try:
                 await self._requests(conn, stream)
+            except _Dropped:
+                pass  # a scripted fault closed it
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.hangups += 1
                 self._hung_up.set()
@@ -888,6 +909,9 @@ class FakeProvider:
         )
         stamp = turn.stamp.encode()
         for index, event in enumerate(events):
+            if turn.fault is not None and index == turn.fault_after:
+                await self._fault(conn, stream, turn.fault, event)
+                return
             if turn.hold and index == turn.hold:
                 await self._take_release(conn, stream)
             if index and turn.chunk_delay:
@@ -895,6 +919,23 @@ class FakeProvider:
             if stamp:
                 event = event.replace(stamp, str(time.monotonic_ns()).encode())
             await stream.send_all(conn.send(h11.Data(data=event)) or b"")
+        await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+    async def _fault(
+        self, conn: h11.Connection, stream: trio.SocketStream, fault: Fault, event: bytes
+    ) -> None:
+        """Break a 200 stream as scripted (see "Faults" above)."""
+        if fault == "reset":
+            # SO_LINGER 0: close sends a reset instead of a FIN.
+            stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await stream.aclose()
+            raise _Dropped
+        if fault == "stall":
+            while await stream.receive_some(65536):
+                pass  # until the client hangs up
+            raise _Dropped
+        if fault == "truncate":
+            await stream.send_all(conn.send(h11.Data(data=event[: len(event) // 2])) or b"")
         await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
 
     async def _json(
