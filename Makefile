@@ -21,7 +21,7 @@ DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
-	llama-server llama-start llama-stop fuzz-permissions chaos
+	llama-server llama-start llama-stop fuzz-permissions chaos dist
 
 LLAMA := anvild/data/llama-server
 
@@ -32,6 +32,7 @@ help:
 	@echo "make fuzz-permissions  the permission layer's differential test, 100,000 lines (figures in docs/RELIABILITY.md by hand)"
 	@echo "make chaos  the reliability harness in full: 9P fuzzing, kill -9, disk full, provider faults, 1,000 connections (figures in docs/RELIABILITY.md by hand)"
 	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
+	@echo "make dist  build the sdist and the wheel into dist/ and smoke-test both, installed away from the checkout"
 
 setup: system-deps $(STAMP)
 
@@ -132,6 +133,15 @@ fuzz-permissions: setup
 	    "seconds:", max(x["seconds"] for x in r))' "$$out"/*.json; \
 	exit $$status
 
+# The release files: the sdist and, built from it, the wheel, in dist/. Each is then installed with
+# `uv tool install` into a temporary directory away from the checkout (locked dependency versions,
+# cwd outside the tree, no PYTHONPATH) and runs one session with tool calls against the fake
+# provider (tests/support/wheel_smoke.py).
+dist: setup
+	rm -rf dist
+	$(UV) build --out-dir dist
+	$(PY) -m tests.support.wheel_smoke dist/anvild-*.whl dist/anvild-*.tar.gz
+
 bench: setup
 	$(PY) bench/sse.py
 	$(PY) bench/loop.py
@@ -140,4 +150,4 @@ bench: setup
 	$(PY) bench/sessions.py
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis dist
