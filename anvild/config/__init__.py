@@ -6,6 +6,7 @@ grants between them (DESIGN section 9, review finding 4).
 - `anvild.config.trust`: which keys carry authority, and the digest-bound trust grants.
 - `anvild.config.load`: built-in defaults, user file and project file merged with the source and
   trust level of every key; builds the model registry from trusted values only.
+- `anvild.config.report`: each effective setting with where it came from (a session's `config`).
 
 This package may import `anvild.llm` (it builds the registry); `anvild.llm` never imports it.
 """
@@ -22,6 +23,7 @@ from anvild.config.load import (
     Trust,
     find_project_config,
     load,
+    merge_project,
     user_config_file,
     user_data_dir,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "digest",
     "find_project_config",
     "load",
+    "merge_project",
     "user_config_file",
     "user_data_dir",
 ]

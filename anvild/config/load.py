@@ -15,8 +15,9 @@ unless the user granted that file's current digest. Every merged key records its
 The credential binding is computed here from trusted layers only: a provider's key variable and
 the origin of its base_url as the built-in defaults or the user config say. The registry sends a
 key only there; an endpoint moved by a (granted) project gets no key. The daemon and
-`anvilctl -p` load with `project=False`: no project file takes effect in a running anvild
-(README, "Configuration and trust"); `anvilctl trust` reads project files to review and grant.
+`anvilctl -p` load with `project=False` (their own settings never depend on the directory they
+run in); each session then merges its cwd's project file with `merge_project`
+(`anvild.session.project_config`), re-read when the file or the grants change.
 """
 
 from __future__ import annotations
@@ -221,6 +222,10 @@ class Config:
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
     server: ServerLimits = ServerLimits()  # `[server]`
+    # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
+    # whose trust grants were consulted: `merge_project` re-merges a project onto these.
+    layers: tuple[tuple[Layer, Source], ...] = ()
+    trust_dir: Path | None = None
 
     def source_of(self, key: str) -> Source | None:
         """Provenance by rendered key, e.g. `providers.local.base_url`."""
@@ -307,10 +312,10 @@ def load(
     set XDG_CONFIG_HOME / XDG_DATA_HOME); `project_file` defaults to the one found from `cwd`.
     `project=False` loads the built-in and user layers only: the daemon's own settings at
     startup, which no directory it happens to run in may change (a session's cwd brings its
-    project config).
+    project config: `merge_project`).
     """
     user_path = user_file if user_file is not None else user_config_file()
-    store = TrustStore(data_dir if data_dir is not None else user_data_dir())
+    trust_dir = data_dir if data_dir is not None else user_data_dir()
     if project_file is None and project:
         project_file = find_project_config(cwd if cwd is not None else Path.cwd())
 
@@ -320,33 +325,97 @@ def load(
     user_bytes = _read(user_path)
     if user_bytes is not None:
         layers.append((parse_bytes(user_bytes, user_path), Source(user_path, Trust.USER)))
-
-    warnings: list[ConfigWarning] = []
     found: ProjectFile | None = None
+    warnings: tuple[ConfigWarning, ...] = ()
     if project_file is not None and project:
-        project_bytes = _read(project_file)
-        if project_bytes is not None:
-            path = project_file.resolve()
-            settings = parse_bytes(project_bytes, path)
-            sha = digest(project_bytes)
-            granted = store.is_granted(path, sha)
-            found = ProjectFile(path, sha, granted, settings)
-            stale = not granted and store.find(path) is not None
-            kept: Layer = {}
-            for key, value in settings.items():
-                category = authority_of(key)
-                if key == ("permissions", "full_access"):
-                    warnings.append(_user_only(path, key))
-                    continue
-                if category is None or granted:
-                    kept[key] = value
-                    continue
-                warning = _ignored(path, key, category, stale)
-                warnings.append(warning)
-                log.warning("config.ignored", file=str(path), key=warning.key, category=category)
-            trust = Trust.PROJECT_GRANTED if granted else Trust.PROJECT
-            layers.append((kept, Source(path, trust)))
-    return _build(layers, user_path, found, tuple(warnings))
+        found, warnings = _project_layer(project_file, TrustStore(trust_dir), layers)
+    return _build(layers, user_path, found, warnings, trust_dir)
+
+
+def merge_project(base: Config, project_file: Path | None) -> Config:
+    """`base` (loaded with `project=False`) with `project_file` merged on top by the rules of
+    `load`, the grants read from `base.trust_dir` now. Raises `ConfigFileError` for a bad
+    file; None (or a file that vanished) gives `base` again."""
+    layers = [(layer, source) for layer, source in base.layers if source.trust.trusted]
+    found: ProjectFile | None = None
+    warnings: tuple[ConfigWarning, ...] = ()
+    if project_file is not None:
+        store = TrustStore(base.trust_dir if base.trust_dir is not None else user_data_dir())
+        found, warnings = _project_layer(project_file, store, layers)
+    if found is None and base.project is None:
+        return base
+    return _build(layers, base.user_file, found, warnings, base.trust_dir)
+
+
+def _project_layer(
+    project_file: Path, store: TrustStore, layers: list[tuple[Layer, Source]]
+) -> tuple[ProjectFile | None, tuple[ConfigWarning, ...]]:
+    """Read `project_file` and append what of it may apply to `layers`."""
+    project_bytes = _read(project_file)
+    if project_bytes is None:
+        return None, ()
+    warnings: list[ConfigWarning] = []
+    path = project_file.resolve()
+    settings = parse_bytes(project_bytes, path)
+    sha = digest(project_bytes)
+    granted = store.is_granted(path, sha)
+    found = ProjectFile(path, sha, granted, settings)
+    stale = not granted and store.find(path) is not None
+    kept: Layer = {}
+    for key, value in settings.items():
+        category = authority_of(key)
+        if key == ("permissions", "full_access"):
+            warnings.append(_user_only(path, key))
+            continue
+        if category is None or granted:
+            kept[key] = value
+            continue
+        warning = _ignored(path, key, category, stale)
+        warnings.append(warning)
+        log.warning("config.ignored", file=str(path), key=warning.key, category=category)
+    if not granted:
+        warnings += _orphans(path, settings, kept, layers)
+    trust = Trust.PROJECT_GRANTED if granted else Trust.PROJECT
+    layers.append((kept, Source(path, trust)))
+    return found, tuple(warnings)
+
+
+def _orphans(
+    path: Path, settings: Layer, kept: Layer, layers: list[tuple[Layer, Source]]
+) -> list[ConfigWarning]:
+    """Drop from `kept` the models whose provider exists only in the project's ignored keys,
+    and a `default_model` naming one of them: data that cannot apply without the authority it
+    depends on (each dropped key gets a warning), instead of an unknown-provider error."""
+    known = {k[1] for layer, _ in layers for k in layer if k[0] == "providers"}
+    ignored = {k[1] for k in settings if k[0] == "providers"} - known
+    dropped = {
+        key[1]: value
+        for key, value in kept.items()
+        if key[0] == "models" and key[2:] == ("provider",) and value in ignored
+    }
+    out: list[ConfigWarning] = []
+    for key in [k for k in kept if k[0] == "models" and k[1] in dropped]:
+        del kept[key]
+        out.append(_depends(path, key, f"its provider {dropped[key[1]]!r} is ignored"))
+    default = kept.get(("default_model",))
+    if default is not None and default in dropped:
+        del kept[("default_model",)]
+        out.append(_depends(path, ("default_model",), f"model {default!r} is ignored"))
+    return out
+
+
+def _depends(path: Path, key: Key, why: str) -> ConfigWarning:
+    rendered = render_key(key)
+    where = path.parent.parent
+    return ConfigWarning(
+        file=path,
+        key=rendered,
+        category="depends on authority",
+        message=(
+            f"{path}: ignored {rendered}: {why} (not granted); review it with "
+            f"`anvilctl trust show {where}` and allow it with `anvilctl trust grant {where}`"
+        ),
+    )
 
 
 def _ignored(path: Path, key: Key, category: str, stale: bool) -> ConfigWarning:
@@ -382,6 +451,7 @@ def _build(
     user_file: Path,
     project: ProjectFile | None,
     warnings: tuple[ConfigWarning, ...],
+    trust_dir: Path | None = None,
 ) -> Config:
     merged: dict[Key, Any] = {}
     sources: dict[Key, Source] = {}
@@ -450,6 +520,8 @@ def _build(
         user_file=user_file,
         project=project,
         beads_repo=_path(merged.get(("beads", "repo"))),
+        layers=tuple(layers),
+        trust_dir=trust_dir,
     )
 
 
@@ -583,6 +655,7 @@ __all__ = [
     "Trust",
     "find_project_config",
     "load",
+    "merge_project",
     "user_config_file",
     "user_data_dir",
 ]

@@ -10,15 +10,15 @@ course 06.B):
     endpoint         providers.<name>.kind, .base_url, and provider default limits
     credential       providers.<name>.api_key_env
     env passthrough  env_passthrough
-    permission       permissions.allow, .ask, .mode, .max_mode, .full_access
-                     (permissions.deny only narrows: data; full_access is never taken from a
-                     project file, granted or not)
+    permission       permissions.allow, .mode, .max_mode, .full_access
+                     (permissions.deny and .ask only narrow: data; full_access is never taken
+                     from a project file, granted or not)
     executable       hooks.<name>, mcp_servers.<name>
     budget           models.<alias>.pricing.* (under-priced models defeat budgets), sessions.*
     data location    beads.repo                           (where the daemon writes and commits)
 
 Everything else (`default_model`, `instructions`, `models.<alias>.{provider, model, limits,
-capabilities}`, `permissions.deny`) is instruction or data.
+capabilities}`, `permissions.deny`, `permissions.ask`) is instruction or data.
 
 A grant binds the file's absolute path to the SHA-256 of its bytes. It lives in the user data
 dir (`platformdirs.user_data_dir("anvil")/trust.toml`, written with tomlkit, replaced
@@ -59,7 +59,7 @@ def authority_of(key: Key) -> str | None:
             return "endpoint"
         case ("env_passthrough",):
             return "env passthrough"
-        case ("permissions", "allow" | "ask" | "mode" | "max_mode" | "full_access"):
+        case ("permissions", "allow" | "mode" | "max_mode" | "full_access"):
             return "permission"
         case ("sessions", _):
             return "budget"
