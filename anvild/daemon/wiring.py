@@ -26,6 +26,9 @@ Theory of operation
   sessions with role conductor get them; bound to the manager once it exists; their bead tools
   use the bead store below), the mail tools, and the bead tools (`anvild.beads.tools`:
   list_ready, claim, complete, fail, bound to each session's id);
+- `ProjectConfigs` (`anvild.session.project_config`): each session's cwd brings its
+  `.anvil/config.toml`, merged onto `config` (instructions in the prompt, rules, granted
+  providers and models), shown in the session's `config` file (`anvild.daemon.config_file`);
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -85,6 +88,7 @@ from anvild.daemon.approvers import SessionApprovals
 from anvild.daemon.bead_gates import BeadGates
 from anvild.daemon.beads_tree import BeadsTree
 from anvild.daemon.conductor_tools import ConductorTools
+from anvild.daemon.config_file import config_file
 from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
 from anvild.daemon.mail_tree import (
@@ -98,7 +102,13 @@ from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 from anvild.llm.errors import TransportError
 from anvild.llm.provider import Provider
-from anvild.llm.registry import AdapterArgs, Kind, ProviderFactory, adapter_factory
+from anvild.llm.registry import (
+    AdapterArgs,
+    Kind,
+    ProviderFactory,
+    ResolvedModel,
+    adapter_factory,
+)
 from anvild.llm.stream import StreamEvent
 from anvild.llm.transport import LeanTransport, proxy_configured
 from anvild.llm.types import ChatRequest
@@ -115,6 +125,7 @@ from anvild.session import (
     default_tools,
 )
 from anvild.session.events import SessionEvent, SessionStateChanged
+from anvild.session.project_config import ProjectConfigs
 from anvild.store import SessionStore
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
@@ -267,12 +278,20 @@ class Sessions:
         """`beads_repo` is the bead store's repository (default: the config's `[beads] repo`,
         else `<data_dir>/beads`)."""
         client, transport = provider_client(env)
+
+        def resolver(merged: Config) -> Callable[[str | None], ResolvedModel]:
+            if local_model is None:
+                return merged.registry(client, env=env).resolve
+            merged = with_local_model(merged, LOCAL_HOST_URL)
+            return merged.registry(client, env=env, factory=local_factory(local_model)).resolve
+
+        base, resolve = config, resolver(config)
         if local_model is not None:
             config = with_local_model(config, LOCAL_HOST_URL)
-            registry = config.registry(client, env=env, factory=local_factory(local_model))
-        else:
-            registry = config.registry(client, env=env)
         perms, limits = config.permissions, config.sessions
+        configs = ProjectConfigs(
+            base, resolve=resolve, registry=resolver, max_mode=Mode(perms.max_mode)
+        )
         store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
         beads = BeadsTree(store)
         gates = BeadGates(store)
@@ -290,7 +309,7 @@ class Sessions:
             concurrency={LOCAL: 1},
             sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
             redact=redactor.redact if redactor else None,
-            extra_context=store.context_for,
+            extra_context=configs.extra_context(store.context_for),
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
@@ -311,7 +330,7 @@ class Sessions:
 
         manager = SessionManager(
             SessionStore(data_dir / "sessions"),
-            registry.resolve,
+            resolve,
             settings=settings,
             tools=chain_tools(
                 default_tools,
@@ -321,6 +340,7 @@ class Sessions:
             ),
             default_cwd=default_cwd,
             on_event=on_event,
+            configs=configs,
         )
         conductor.bind(manager)
         peers.bind(manager)
@@ -330,6 +350,7 @@ class Sessions:
         lines = _model_lines(config, env)
         tree = SessionTree(manager, models=lambda: lines, max_prompt_bytes=limits.max_prompt_bytes)
         tree.extend(SessionExtension(answered=gates.settle))
+        tree.extend(config_file(configs))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

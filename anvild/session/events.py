@@ -1,7 +1,7 @@
 """The supervisor's daemon-wide events: typed values, one JSON line each on `agent/events`.
 
     SessionEvent = SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold
-                 | SessionFailed | ResultDecided
+                 | SessionFailed | ResultDecided | ConfigIgnored | ConfigInvalid
 
 Each line carries a stable `type` tag (never a class name) and `ts`, the UTC time in RFC 3339
 with milliseconds, like the daemon's own events (`anvild.daemon.events`), so one `jq` filter
@@ -87,6 +87,29 @@ class ResultDecided:
     by: str = ""
 
 
+@attrs.frozen
+class ConfigIgnored:
+    """The session's project config sets keys that need a trust grant (`keys`): they are
+    ignored until `command` is run. Once per session and version of the file."""
+
+    TAG: ClassVar[str] = "config_ignored"
+    id: str
+    file: str
+    keys: tuple[str, ...]
+    command: str
+
+
+@attrs.frozen
+class ConfigInvalid:
+    """The session's project config cannot be used as it is now (`error` names the file, the
+    key and why); `using` says what applies instead. Once per session and error."""
+
+    TAG: ClassVar[str] = "config_invalid"
+    id: str
+    error: str
+    using: str
+
+
 SessionEvent: TypeAlias = (
     SessionCreated
     | SessionStateChanged
@@ -94,6 +117,8 @@ SessionEvent: TypeAlias = (
     | UsageThreshold
     | SessionFailed
     | ResultDecided
+    | ConfigIgnored
+    | ConfigInvalid
 )
 _TYPES = (
     SessionCreated,
@@ -102,6 +127,8 @@ _TYPES = (
     UsageThreshold,
     SessionFailed,
     ResultDecided,
+    ConfigIgnored,
+    ConfigInvalid,
 )
 
 
@@ -124,6 +151,8 @@ def encode_event(event: SessionEvent, *, now: dt.datetime | None = None) -> str:
 
 
 __all__ = [
+    "ConfigIgnored",
+    "ConfigInvalid",
     "ResultDecided",
     "SessionCreated",
     "SessionEnded",

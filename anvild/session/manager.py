@@ -21,6 +21,9 @@ Theory of operation.
 - Providers. Every request a session makes goes through its provider's `trio.CapacityLimiter`
   (`SessionSettings.concurrency`): a provider with one slot serves one request at a time and
   the others wait, in arrival order, parked (no polling).
+- Project config. With `configs` (`anvild.session.project_config.ProjectConfigs`), a session's
+  model is resolved by the config that applies in its cwd (at creation and restoration), and
+  `configs.before_turn` is applied at creation, restoration and every turn start.
 - Events. Session created/ended, state changes, usage thresholds and failures are typed
   (`anvild.session.events`), published as JSON lines on `manager.events` and handed to
   `on_event` (the daemon bridges them to `agent/events`).
@@ -63,6 +66,7 @@ from anvild.session.errors import (
 )
 from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
 from anvild.session.events import encode_event as encode_session_event
+from anvild.session.project_config import ProjectConfigs
 from anvild.session.session import (
     MODE_ORDER,
     USER,
@@ -258,6 +262,10 @@ def chain_tools(*factories: ToolsFactory) -> ToolsFactory:
     return build
 
 
+def _unconfigured(session: Session) -> None:
+    return None  # no project configs: the daemon's config applies as it is
+
+
 def _new_id() -> str:
     return secrets.token_hex(4)
 
@@ -281,6 +289,7 @@ class SessionManager:
         default_cwd: Path | None = None,
         on_event: Callable[[SessionEvent], None] | None = None,
         new_id: Callable[[], str] = _new_id,
+        configs: ProjectConfigs | None = None,
     ) -> None:
         self.store = store
         self.settings = settings or SessionSettings()
@@ -295,6 +304,9 @@ class SessionManager:
         self._claimed: set[str] = set()  # ids and aliases of sessions being created
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._nursery: trio.Nursery | None = None
+        self._configs = configs
+        if configs is not None:
+            configs.provider_for, configs.publish = self.provider_for, self.publish
         self._services = Services(
             settings=self.settings,
             resolve=self._resolve,
@@ -302,6 +314,7 @@ class SessionManager:
             tools=tools,
             publish=self.publish,
             on_exit=self._exited,
+            before_turn=_unconfigured if configs is None else configs.before_turn,
         )
 
     # -- the task ----------------------------------------------------------------------------
@@ -356,7 +369,7 @@ class SessionManager:
         alias = request.alias
         if alias is not None:
             self._check_alias(alias)
-        target = self._resolve(request.model)
+        target = self._resolve(request.model, cwd)
         sandbox_role = roles.sandbox_role(role, user_dir=self.settings.sandbox_role_dir)
         policy = sandbox_policy(request.sandbox or "", sandbox_role, self.settings)
         roles.role_text(role, user_dir=self.settings.role_text_dir)
@@ -387,6 +400,7 @@ class SessionManager:
             except StoreError as exc:
                 raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
             session = Session(journal, target, self._services)
+            self._services.before_turn(session)
             self._add(session)
         finally:
             self._claimed -= claimed
@@ -423,8 +437,10 @@ class SessionManager:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _resolve(self, name: str | None) -> ResolvedModel:
+    def _resolve(self, name: str | None, cwd: Path | None = None) -> ResolvedModel:
         try:
+            if self._configs is not None and cwd is not None:
+                return self._configs.resolve(cwd, name)
             return self._resolve_model(name)
         except ConfigError as exc:
             raise InvalidSessionRequest(str(exc)) from exc
@@ -597,10 +613,10 @@ class SessionManager:
         for journal, usd in journals:
             state = journal.state
             try:
-                target = self._resolve(state.model)
+                target = self._resolve(state.model, Path(state.cwd))
             except InvalidSessionRequest as exc:
                 try:
-                    target = self._resolve(None)
+                    target = self._resolve(None, Path(state.cwd))
                     why = f"model {state.model} is no longer available ({exc}); now {target.name}"
                     journal.append(Note(why), sync=False)
                     journal.append(ModelChanged(target.name), sync=False)
@@ -610,6 +626,7 @@ class SessionManager:
                     journal.close()
                     continue
             session = Session(journal, target, self._services, usd=usd)
+            self._services.before_turn(session)
             self._add(session)
             await nursery.start(session.run)
             self.publish(

@@ -248,9 +248,14 @@ class ToolSetup:
 ToolsFactory = Callable[[ToolSetup], Iterable[Tool]]
 
 
+def _no_hook(session: Session) -> None:
+    return None
+
+
 @attrs.frozen
 class Services:
-    """What a session needs from its manager."""
+    """What a session needs from its manager. `before_turn` is called at every turn start,
+    before the prompt layers are read (the project config: `anvild.session.project_config`)."""
 
     settings: SessionSettings
     resolve: Callable[[str], ResolvedModel]  # raises InvalidSessionRequest
@@ -258,6 +263,7 @@ class Services:
     tools: ToolsFactory
     publish: Callable[[SessionEvent], None]
     on_exit: Callable[[Session, str, bool], None]  # (session, reason, reap later)
+    before_turn: Callable[[Session], None] = _no_hook
 
 
 MODE_ORDER: Final = (Mode.PLAN, Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.BYPASS)
@@ -1155,6 +1161,7 @@ class Session:
         self._turn_active = True
         self._finished = None
         self._step_text, self._logged = [], 0
+        self._services.before_turn(self)
         self._layers = self._current_layers()
         self._agent.config = attrs.evolve(self._agent.config, system=self._layers.render())
         self._set_status(S.RUNNING)

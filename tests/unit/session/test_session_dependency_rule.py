@@ -1,6 +1,8 @@
 """DESIGN section 2: the tree observes sessions. `anvild.session` imports only the layers below
 it (the agent, the llm layer, the sandbox, the store), never the 9P service, the synthetic tree
-or the daemon. (`anvild.agent` has the same rule in tests/unit/agent.)"""
+or the daemon. (`anvild.agent` has the same rule in tests/unit/agent.) One module may read the
+configuration: `project_config`, whose job is a session's project config; `anvild.config` is
+below the session layer (it never imports it, nor the tree, the 9P service or the daemon)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,15 @@ from tests.unit.test_dependency_rules import ROOT, violations
 ALLOWED = ("anvild.session", "anvild.agent", "anvild.llm", "anvild.sandbox", "anvild.store")
 
 
+CONFIG_READER = "anvild/session/project_config.py"
+
+
 def session_violations(root: Path = ROOT) -> list[str]:
-    return violations("anvild.session", ALLOWED, root)
+    return [
+        found
+        for found in violations("anvild.session", ALLOWED, root)
+        if not (found.startswith(f"{CONFIG_READER}:") and " imports anvild.config" in found)
+    ]
 
 
 def test_the_supervisor_imports_only_the_layers_below_it() -> None:
@@ -20,10 +29,17 @@ def test_the_supervisor_imports_only_the_layers_below_it() -> None:
     assert session_violations() == []
 
 
+def test_the_config_layer_is_below_the_sessions() -> None:
+    allowed = ("anvild.config", "anvild.llm", "anvild.agent.permissions.rules")
+    assert violations("anvild.config", allowed) == []
+
+
 def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
     package = tmp_path / "anvild" / "session"
     package.mkdir(parents=True)
     (package / "ok.py").write_text("from anvild.store import Journal\nfrom . import state\n")
+    (package / "project_config.py").write_text("from anvild.config import load\n")
+    (package / "other.py").write_text("import anvild.config\n")
     (package / "bad.py").write_text(
         "from anvild.fs.stream import LineStream\nfrom .. import daemon\nimport anvild.ninep\n"
     )
@@ -32,4 +48,5 @@ def test_the_rule_catches_a_violation(tmp_path: Path) -> None:
         "anvild/session/bad.py:1 imports anvild.fs.stream.LineStream",
         "anvild/session/bad.py:2 imports anvild.daemon",
         "anvild/session/bad.py:3 imports anvild.ninep",
+        "anvild/session/other.py:1 imports anvild.config",
     ]
