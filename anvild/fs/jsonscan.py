@@ -116,6 +116,8 @@ class JsonScanner:
             elif c in "-0123456789" or c in "tfn":
                 if want not in (_Want.VALUE, _Want.VALUE_OR_END):
                     raise self._error(text, pos, f"expected {want.value}")
+                if text.startswith("-I", pos):
+                    raise _not_a_number("-Infinity")
                 run = (_WORD if c in "tfn" else _NUMBERISH).match(text, pos)
                 assert run is not None  # c itself matches
                 if run.end() == n:  # it may go on in the next piece
@@ -131,6 +133,8 @@ class JsonScanner:
                     raise self._error(text, pos, "a malformed number")
                 pos = run.end()
                 self._value_done()
+            elif c in "NI" and want in (_Want.VALUE, _Want.VALUE_OR_END):
+                raise _not_a_number("NaN" if c == "N" else "Infinity")
             else:
                 raise self._error(text, pos, f"expected {want.value}")
             self._pos = pos
@@ -143,6 +147,14 @@ class JsonScanner:
         return JsonMalformed(
             f"malformed JSON at {_where(text, pos)} (character {pos}): {why}, found {found}"
         )
+
+
+def _not_a_number(name: str) -> JsonMalformed:
+    # Python's own json module writes these; say so rather than "malformed" (RFC 8259 section 6).
+    return JsonMalformed(
+        f"{name} is not a JSON number (RFC 8259 allows only finite numbers); write a finite "
+        'number, or a string such as "NaN"'
+    )
 
 
 def _where(text: str, pos: int) -> str:

@@ -156,6 +156,12 @@ def test_the_scanner_refuses_at_the_first_impossible_character(text: str, where:
         scan(text)
 
 
+@pytest.mark.parametrize("name", ["NaN", "Infinity", "-Infinity"])
+def test_the_scanner_names_what_python_writes_for_non_finite_numbers(name: str) -> None:
+    with pytest.raises(JsonMalformed, match=f"^{name} is not a JSON number"):
+        scan('{"x": [1, ' + name[:2])
+
+
 def test_the_scanner_bounds_nesting() -> None:
     with pytest.raises(JsonMalformed, match="JSON nested deeper than 64 levels"):
         scan("[" * 65, max_depth=64)
