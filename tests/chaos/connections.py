@@ -1,10 +1,11 @@
 """Part e: a thousand 9P connections held open on the Unix socket while another client is served.
 
 Each held connection is versioned and attached (an attached connection is never timed out),
-then left idle. While they are all open, another client must create a session and get a prompt
-answered, within the bound; the daemon's descriptors (/proc/PID/fd) are counted before, with
-every connection open, and after they all close (they must come back to the baseline: no
-descriptor leaks). The default connection cap (1024, `[server] max_connections`) applies.
+then left idle. While they are all open, another client (its session made before) must get a
+prompt answered within the bound; the daemon's descriptors (/proc/PID/fd) are counted before,
+with every connection open, and after they all close (back to the baseline: no descriptor
+leaks). The default connection cap (1024, `[server] max_connections`) applies: `beyond` more
+connections go up to it and past it, and those past it must be refused naming the limit.
 
 `soft_nofile` runs the daemon under that soft RLIMIT_NOFILE instead of the one it inherits
 (1024 is a common default): it shows whether the cap and the descriptor limit fit together.
@@ -116,8 +117,14 @@ def _served(result: Result, namespace: Path, sid: str, bound: float) -> float | 
 
 
 def run(
-    workdir: Path, count: int = 1000, soft_nofile: int | None = None, bound: float = 30.0
+    workdir: Path,
+    count: int = 1000,
+    soft_nofile: int | None = None,
+    beyond: int = 0,
+    bound: float = 30.0,
 ) -> Result:
+    """`count` held connections and another client served; then `beyond` more (past the cap
+    of 1024 when count + beyond > 1024)."""
     label = f"soft RLIMIT_NOFILE {soft_nofile}" if soft_nofile else "inherited RLIMIT_NOFILE"
     result = Result(f"Connections ({label})")
     started = time.monotonic()
@@ -125,7 +132,7 @@ def run(
     if soft < count + 200:  # the harness holds the client ends
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 200), hard))
     work = workdir / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     namespace = workdir / "ns"
     with fake_provider(workdir, [{"text": "pong", "repeat": True}]) as fake:
         with soft_limit(soft_nofile):
@@ -161,6 +168,13 @@ def run(
                 except OSError:
                     pass
             result.add("held connections still answering", still)
+            if beyond:
+                # Up to the cap and past it: held, then refused naming the limit, never hung.
+                more, refused, failed = _hold(namespace, beyond, bound)
+                held += more
+                result.add(f"of {beyond} more connections: held", len(more))
+                result.add("connections refused at the cap, naming max_connections", refused)
+                result.add("connections that failed otherwise (closed, unanswered)", failed)
         finally:
             for s in held:
                 s.close()

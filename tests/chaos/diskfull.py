@@ -145,13 +145,18 @@ def _check_records(result: Result, data: Path, acked: list[str], where: str) -> 
             result.note(f"{where}: acknowledged {prompt} is not in the records")
 
 
-def run(workdir: Path, rounds: int = 1, clear_while_full: bool = False) -> Result:
-    """`rounds` passes over FREE_LEFT; raises MountRefused when tmpfs cannot be mounted.
+def run(
+    workdir: Path,
+    rounds: int = 1,
+    clear_while_full: bool = False,
+    free_left: tuple[int, ...] = FREE_LEFT,
+) -> Result:
+    """`rounds` passes over `free_left` (bytes); raises MountRefused when tmpfs cannot be mounted.
     `clear_while_full`: also write `clear` to the session's ctl while the disk is full."""
     result = Result("Disk full" + (", with `clear` while full" if clear_while_full else ""))
     started = time.monotonic()
     work = workdir / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     namespace = workdir / "ns"
     with (
         tmpfs(workdir / "mnt") as mnt,
@@ -168,7 +173,7 @@ def run(workdir: Path, rounds: int = 1, clear_while_full: bool = False) -> Resul
             acked.append("before")
             wait_state(namespace, sid, ("await", "idle"), 30)
             for round_ in range(rounds):
-                for leave in FREE_LEFT:
+                for leave in free_left:
                     filler = fill(mnt, leave)
                     # A short prompt may fit in the slack of a page the records file already
                     # has; a long one needs new pages.

@@ -98,7 +98,7 @@ def run(workdir: Path, full: bool = False, bound: float = 60.0) -> Result:
         turns += [{**t, "contains": f"case-{number}"} for t in case.turns]
     namespace = workdir / "ns"
     work = workdir / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     with fake_server(workdir, turns) as fake:
         daemon = start(namespace, user_config(workdir, fake.url))
         try:
