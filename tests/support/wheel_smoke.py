@@ -8,8 +8,9 @@ fresh temporary directory away from the checkout:
 1. `uv tool install` puts it in a new tool venv there, with the dependency versions of uv.lock as
    constraints; every command then runs with that directory as its cwd, without PYTHONPATH,
    without the checkout's venv on PATH, with XDG directories of its own;
-2. the installed `anvild` and `anvilctl` are imported from the tool venv (checked), and
-   `anvild --version` names the version;
+2. the installed `anvild` and `anvilctl` are imported from the tool venv (checked),
+   `anvil-llama-server env` and anvild's search for the embedded model use the shipped recipe and
+   the cache under $XDG_CACHE_HOME/anvil/llama-server, and `anvild --version` names the version;
 3. the fake provider (tests/support/fake_provider.py, from the checkout) scripts one turn that
    calls write_file, then bash (`cat`, allowed by a rule, in the developer role's sandbox), then
    answers; `anvild` runs on a private namespace and data directory with a user config naming
@@ -219,6 +220,7 @@ def smoke(dist: Path, version: str) -> str:
         outside = [f for f in found if not Path(f).is_relative_to(venv)]
         if outside:
             raise SmokeFailure(f"imported from outside the tool venv {venv}: {outside}")
+        check_llama_recipe(top, venv, env)
         anvild = str(venv / "bin" / "anvild")
         anvilctl = str(venv / "bin" / "anvilctl")
         said = run([anvild, "--version"], cwd=top, env=env)
@@ -246,6 +248,23 @@ def smoke(dist: Path, version: str) -> str:
         return out
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def check_llama_recipe(top: Path, venv: Path, env: Mapping[str, str]) -> None:
+    """`anvil-llama-server` runs the shipped recipe, which caches under $XDG_CACHE_HOME/anvil, and
+    the installed anvild finds it: with nothing built, it says what to run."""
+    cache = top / "xdg-cache" / "anvil" / "llama-server"
+    paths = run([str(venv / "bin" / "anvil-llama-server"), "env"], cwd=top, env=env)
+    if not all(line.split("=", 1)[1].startswith(f"{cache}/") for line in paths.splitlines()):
+        raise SmokeFailure(f"anvil-llama-server env names paths outside {cache}: {paths}")
+    said = run(
+        [str(venv / "bin" / "python"), "-c",
+         "import os\nfrom anvild.daemon.llama import LlamaNotBuilt, LlamaPaths\n"
+         "try:\n    LlamaPaths.find(os.environ)\nexcept LlamaNotBuilt as e:\n    print(e)"],
+        cwd=top, env=env,
+    )  # fmt: skip
+    if f"{cache}/" not in said or "`anvil-llama-server setup`" not in said:
+        raise SmokeFailure(f"the installed anvild does not find its llama-server recipe: {said}")
 
 
 def version_of(dist: Path) -> str:
