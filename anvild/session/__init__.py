@@ -11,10 +11,12 @@
     checkpoint.py  TextCheckpoint: a streaming answer recorded at most a second behind
     leftovers.py   the temp files of writes a crash interrupted: named per call, removed at start
     events.py      the daemon-wide session events (typed, one JSON line each)
+    project_config.py  ProjectConfigs: the cwd's .anvil/config.toml, merged per session
     errors.py      SessionError and its subclasses
 
-This package imports the agent, the llm layer, the sandbox and the store; never the 9P service,
-the tree or the daemon (a test checks). The tree observes sessions through the API below.
+This package imports the agent, the llm layer, the sandbox and the store (and `project_config`
+the configuration); never the 9P service, the tree or the daemon (a test checks). The tree
+observes sessions through the API below.
 
 Wiring (the daemon)
 -------------------
@@ -95,6 +97,8 @@ For a Session `s`:
   events    `s.events.open_reader()`: stream-json agent events (`anvild.agent.events`), with
             `approval_requested` / `approval_answered` when `approval` opens and closes.
   todos     `s.todos_text()` (`<status>\t<content>` per item).
+  config    `configs.text(s)` (`ProjectConfigs`, added by the daemon as an extension): every
+            setting that applied at the last turn start, with its origin.
 
 Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks
 until there is something and is a plain cancel point for Tflush; `read_nowait`; `close()` at

@@ -17,6 +17,7 @@ again). Ignored keys are reported once per session and file version: `config_ign
 from __future__ import annotations
 
 import os
+import shlex
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -240,8 +241,12 @@ class ProjectConfigs:
         )
 
     def grant_command(self, path: Path, sha256: str) -> str:
-        data = "" if self._trust.parent == user_data_dir() else f" --data-dir {self._trust.parent}"
-        return f"anvilctl trust grant{data} --sha256 {sha256} {path.parent.parent}"
+        """The command that grants this version of the file, where this daemon reads grants."""
+        where = self._trust.parent
+        data = "" if where == user_data_dir() else f" --data-dir {shlex.quote(str(where))}"
+        return (
+            f"anvilctl trust grant{data} --sha256 {sha256} {shlex.quote(str(path.parent.parent))}"
+        )
 
     def _tell(self, session: Session, state: _State, message: str) -> None:
         session.log.publish(f"NOTE: {message}")

@@ -5,9 +5,9 @@
                              root down to the cwd (most general first), each capped at
                              MAX_INSTRUCTION_BYTES with a note saying so
     role                     the role's text (`anvild.session.roles.role_text`)
-    extra                    text the daemon supplies per session, as given (its beads'
-                             convoy context, with its own headers; `SessionSettings.
-                             extra_context`, asked at the start of every turn)
+    extra                    per session, asked at every turn start (`SessionSettings.
+                             extra_context`): the config's `instructions` (user, then project:
+                             `anvild.session.project_config`), then its beads' convoy context
     context                  the session's `context` file
 
 in that order, under clear headers. `PromptLayers` is a frozen value and `render` is a pure
