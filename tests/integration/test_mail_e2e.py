@@ -83,22 +83,27 @@ def test_bad_messages_fail_the_write_precisely_and_write_nothing(
     assert expected in result.stderr
     assert inbox(namespace, "rev") == []
     assert names(namespace, f"agent/{dev}/mail/sent") == []
-    [report] = inbox(namespace, "dev")
-    assert report["type"] == "ERROR_REPORT"
-    assert expected.removeprefix("outbox: ") in report["body"]
+    if text.endswith("}"):
+        assert inbox(namespace, "dev") == []  # refused on a Twrite: every client shows it
+    else:
+        # The body ended before its JSON value: only the clunk knows, and plan9port's `9p write`
+        # never shows a clunk's reply, so the refusal also comes back as mail.
+        [report] = inbox(namespace, "dev")
+        assert report["type"] == "ERROR_REPORT"
+        assert expected.removeprefix("outbox: ") in report["body"]
 
 
-def test_undeliverable_mail_returns_as_an_error_report(
+def test_mail_to_a_session_that_has_exited_fails_the_write(
     daemon: Anvild, namespace: Path, workdir: Path
 ) -> None:
     gone = new(namespace, workdir, "alias=gone")
     ok(anvilctl(namespace, "write", "agent/ctl", stdin=f"kill {gone}\n"))
-    ok(send(namespace, "agent/user/outbox", {"to": gone, "type": "QUESTION", "body": "there?"}))
-    [report] = inbox(namespace, "user")
-    assert (report["from"], report["type"]) == ("anvild", "ERROR_REPORT")
-    assert f"{gone!r}" in report["body"]
-    [sent] = names(namespace, "agent/user/mail/sent")
-    assert report["in_reply_to"] == sent.removesuffix(".json")
+    result = send(namespace, "agent/user/outbox", {"to": gone, "type": "QUESTION", "body": "x"})
+    assert result.returncode == 1
+    assert f"no live session has the id or alias {gone!r}" in result.stderr
+    assert "nothing was sent" in result.stderr
+    assert inbox(namespace, "user") == []
+    assert names(namespace, "agent/user/mail/sent") == []
 
 
 def test_mail_survives_kill_9_and_a_restart(
