@@ -48,9 +48,10 @@ node. A tree implements only what is specific to each file:
   values is a request to sync"). Everything else goes to the node; the default refuses. A file that
   accepts a shell `>` through 9pfuse (Topen OWRITE + Twstat length=0) or v9fs (Tsetattr size=0)
   overrides `wstat` and accepts `change.is_truncate_only()`.
-* Every refusal is an `FsError(message, errno)`; the server turns it into the dialect's error
-  reply. Any other exception from a node is a bug: the server logs it with its traceback and
-  answers EIO "internal error", and the connection keeps working.
+* Every refusal is an `FsError` of the kind whose errno fits (`anvild.ninep.errors` holds the
+  one table from kind to errno; a protocol-level refusal names its errno); the server turns it
+  into the dialect's error reply. Any other exception from a node is a bug: the server logs it
+  with its traceback and answers EIO "internal error", and the connection keeps working.
 
 The server itself (`anvild.ninep.server.Server`) is constructed with a root factory — a callable
 taking the `AttachRequest` and returning the root `Node` — and each `serve(stream, ...)` call takes
@@ -82,7 +83,7 @@ from anvild.ninep.constants import (
     QTFILE,
     QTTMP,
 )
-from anvild.ninep.errors import FsError
+from anvild.ninep.errors import AccessDenied, FsError, NotPermitted
 from anvild.ninep.messages import Qid
 
 __all__ = [
@@ -284,7 +285,7 @@ class Node(abc.ABC):
 
     async def open(self, mode: OpenMode) -> Handle:
         """Files: a new `Handle` for this open. Directories are read by the server instead."""
-        raise FsError(f"{self.stat().name}: cannot be opened", errno.EACCES)
+        raise AccessDenied(f"{self.stat().name}: cannot be opened")
 
     def open_now(self, mode: OpenMode) -> Handle | Later:
         """`open` without waiting (a new handle, or the same error), or `LATER` (the default)
@@ -293,12 +294,12 @@ class Node(abc.ABC):
 
     async def create(self, name: str, perm: int) -> Node:
         """Directories: make a child (Tcreate/Tlcreate/Tmkdir; ``perm`` has DMDIR for a dir)."""
-        raise FsError(f"{self.stat().name}: files cannot be created in this directory", errno.EPERM)
+        raise NotPermitted(f"{self.stat().name}: files cannot be created in this directory")
 
     async def remove(self) -> None:
         """Remove this node (Tremove/Tunlinkat)."""
-        raise FsError(f"{self.stat().name}: cannot be removed", errno.EPERM)
+        raise NotPermitted(f"{self.stat().name}: cannot be removed")
 
     async def wstat(self, change: StatChange) -> None:
         """Apply a Twstat/Tsetattr that changes something (no-ops never get here)."""
-        raise FsError(f"{self.stat().name}: attributes cannot be changed", errno.EPERM)
+        raise NotPermitted(f"{self.stat().name}: attributes cannot be changed")
