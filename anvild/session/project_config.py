@@ -264,7 +264,9 @@ class ProjectConfigs:
         merged = state.merged if state is not None and state.merged else self._base
         config, project = merged.config, merged.config.project
         lines = [f"cwd {session.cwd}"]
-        if project is None:
+        if project is None and merged.error:
+            lines.append("project none applies")
+        elif project is None:
             lines.append("project none (no .anvil/config.toml from the cwd up to the git root)")
         else:
             trust = (

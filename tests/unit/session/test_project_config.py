@@ -159,3 +159,14 @@ def test_a_file_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
     (root / ".anvil" / "config.toml").write_text('instructions = "y, edited"\n')
     assert configs.current(root) is not first
     assert configs.current(tmp_path).config is base
+
+
+def test_a_file_bad_from_the_start_gives_the_users_config_and_says_why(tmp_path: Path) -> None:
+    root = repo(tmp_path, "instructions = 3\n")
+    base = load(user_file=tmp_path / "none.toml", data_dir=tmp_path / "data", project=False)
+    models = Models({})
+    configs = ProjectConfigs(base, resolve=models, registry=lambda config: models)
+    merged = configs.current(root)
+    assert merged.config is base
+    assert "instructions" in merged.error
+    assert str(root / ".anvil" / "config.toml") in merged.error
