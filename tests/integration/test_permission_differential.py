@@ -150,6 +150,20 @@ OPTIONS = {
     "cat": ("-n", "-A", "--", "-", "README", "src/main.py"),
     "echo": ("-n", "-e", "-E", "--", "'\\x41'"),
 }  # fmt: skip
+OPTION_NAMES = ("-e1e {c}", "--e=1e {c}", "-n", "-i", "--output=F", "-exec", "--script-shell={n}",
+                "-fls", "--", "-delete", "-l")  # fmt: skip
+"""Arguments shaped like options that reach a program through data: a file name a glob
+expands to, a word xargs reads from its input."""
+DATA = (
+    "echo x > '{o}'; {p} *", "echo x > '{o}'; {p} *.py", "echo x > '{o}'; {p} ?*",
+    "echo x > ./'{o}' && {p} * README", "echo \"'{o}'\" | xargs {p}",
+    "echo \"'{o}'\" | xargs {p} README", "printf '%s\\n' '{o}' | xargs -d '\\n' {p}",
+    "echo \"'{o}'\" | xargs -I{{{{}}}} {p} {{{{}}}} README", "ls | xargs {p}", "find . | xargs {p}",
+)  # fmt: skip
+"""Lines whose arguments come from data (`{o}` an option-like name, `{p}` an allowed program
+with options)."""
+DATA_PROGRAMS = ("sed -n p", "sed", "find", "git log", "npm test", "cat", "ls", "sed -n 1p")
+
 SCRIPTS = ("1p", "s/a/b/", "'1e {c}'", "'s/x/{c}/e'", "'w F'", "'r .env'", "'1R .env'",
            "'$!{{e {c}\n}}'", "-", "p", "'y/a/b/'", "'s/a/b/w F'", "= README")  # fmt: skip
 OPERANDS = ("README", "src/main.py", "src", ".", "-", "*.py", "X")
@@ -229,14 +243,17 @@ def _statement(draw: st.DrawFn, depth: int = 0) -> str:
     """One command: safe, hidden, an allowed program with options, or a construct around
     another command."""
     kind = draw(st.integers(0, 12))
+    # Plain spellings of hidden commands where what is tried is how programs read arguments.
+    plain = {"c": draw(PLAIN_HIDDEN), "n": draw(st.sampled_from(HIDDEN_PLAIN_NAMES))}
     if kind <= 3:
         text = draw(SAFE)
     elif kind == 4:
         text = draw(HIDDEN_LINES)
-    elif kind <= 9:
-        # Plain spellings: what is tried here is how each program reads its options.
-        template = draw(_with_options())
-        text = template.format(c=draw(PLAIN_HIDDEN), n=draw(st.sampled_from(HIDDEN_PLAIN_NAMES)))
+    elif kind <= 8:
+        text = draw(_with_options()).format(**plain)
+    elif kind == 9:  # an argument from data: a file a glob expands to, xargs's input
+        option, program = draw(st.sampled_from(OPTION_NAMES)), draw(st.sampled_from(DATA_PROGRAMS))
+        text = draw(st.sampled_from(DATA)).format(o=option, p=program).format(**plain)
     else:
         if depth < 2 and draw(st.booleans()):
             inner = draw(_statement(depth + 1))
@@ -580,7 +597,8 @@ class Stats:
     executed: int = 0
     timed_out: int = 0
     failures: list[dict[str, object]] = attrs.Factory(list)  # shrunk, one per kind
-    failing: int = 0  # every failing line seen, shrink steps included
+    failing: int = 0  # failing distinct lines, shrink steps included
+    failing_lines: list[str] = attrs.Factory(list)  # the first 500 of them, as generated
 
 
 class Differential:
@@ -617,10 +635,13 @@ class Differential:
         if command not in self.seen:
             self.stats.distinct += 1
             self.seen[command] = self._check(command)
+            if self.seen[command] is not None:
+                self.stats.failing += 1
+                if len(self.stats.failing_lines) < 500:
+                    self.stats.failing_lines.append(command)
         found = self.seen[command]
         if found is None:
             return
-        self.stats.failing += 1
         kind, failure = found
         if kind in self.known:
             return  # recorded already (shrunk); the search goes on for other kinds
@@ -682,7 +703,7 @@ def campaign(differential: Differential, examples: int, seconds: float | None) -
     while stats.generated < examples and (deadline is None or time.monotonic() < deadline):
 
         @settings(
-            max_examples=min(examples - stats.generated, 2000),
+            max_examples=min(examples - stats.generated, 500),
             database=None,
             deadline=None,
             suppress_health_check=list(HealthCheck),
@@ -754,14 +775,16 @@ def test_the_tracer_sees_what_a_line_runs_and_changes(scratch: Scratch) -> None:
      "sed -n -- 's/x/touch X/e' README", "sed -l 5 '1e touch X' README",
      "sed -nl 5 '1e tools/mark' README", "sed --line-length 5 '1e touch X' README",
      "sed --l 5 '1e touch X' README", "sed -s --e='1e tools/mark' 'y/a/b/' README",
-     "sed --i s/a/b/ README"],
+     "sed --i s/a/b/ README", "echo x > '-e1e touch X'; sed -n p *",
+     "echo \"-e'1e touch X'\" | xargs sed -n p README"],
 )  # fmt: skip
 def test_found_lines_are_decided_as_they_run(scratch: Scratch, command: str) -> None:
     """Lines this test found allowed though they did what the rules forbid, each run as the
     differential test runs it: now none is allowed and does it. sed's r and R read the file
     named by the rest of the script line (the path deny rule read_file(.env) did not see it);
     a script after `--`, after `-l N`, or given with a one-letter abbreviation (`--e=`, `--i`)
-    was not read as one."""
+    was not read as one; in bypass mode a glob or xargs's input gave sed an option that ran a
+    denied program."""
     assert Differential(scratch)._check(command) is None
     request = resolve_request(
         "bash", {"command": command}, Effects(subprocess=True, unknown=True), cwd=scratch.ws
@@ -789,4 +812,8 @@ def test_what_the_policy_allows_runs_only_what_the_rules_grant(scratch: Scratch)
         f"{f['kind']}\n  {f['command']!r}\n  " + "\n  ".join(map(str, f["problems"]))  # type: ignore[call-overload]
         for f in stats.failures
     )
-    assert not stats.failures, f"the policy allowed lines that did what it forbids:\n{failures}"
+    raw = "\n".join(f"  {line!r}" for line in stats.failing_lines[:20])
+    assert not stats.failures, (
+        f"the policy allowed lines that did what it forbids (shrunk, one per kind):\n{failures}"
+        f"\n\n{stats.failing} failing lines in all; the first as generated:\n{raw}"
+    )

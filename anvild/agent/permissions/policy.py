@@ -424,6 +424,13 @@ class Policy:
                     f"so the user's rule deny({rule}) cannot be ruled out. Write it as plain "
                     "commands of literal words."
                 )
+            # Other modes ask about such a glob (`_unnamed_danger`); bypass would allow it.
+            glob = None if request.shell is None else _option_glob(request.shell)
+            if rule.selects(tool) and self.mode is Mode.BYPASS and glob is not None:
+                return Deny(
+                    f"{glob}, which could run a program the user's rule deny({rule}) names. "
+                    "Write the pattern as ./PATTERN."
+                )
             if (path := self._named_denied(rule, request)) is not None:
                 return Deny(
                     f"the command names {path}, which the user's rule deny({rule}) forbids. "
@@ -721,6 +728,19 @@ def _names(rule: Rule, words: tuple[str, ...], index: int) -> bool:
             option = words[index].split("=", 1)[0]
             return any(option in piece.split() for piece in text.split("*"))
     return False
+
+
+def _option_glob(analysis: shell.ShellAnalysis) -> str | None:
+    """A glob that could expand to a file named like an option of a program of the table (a
+    file `-e1e touch X` makes `sed -n p *` run touch), or None."""
+    for segment in analysis.segments:
+        if segment.words[0].rsplit("/", 1)[-1] not in programs.PROGRAMS:
+            continue
+        for index, pattern in zip(segment.globs, segment.patterns, strict=True):
+            if pattern[:1] in ("*", "?"):
+                word = segment.words[index]
+                return f"The pattern {word!r} could expand to an option of {segment.words[0]}"
+    return None
 
 
 def _unnamed_danger(segment: shell.Segment, covering: list[Rule]) -> str | None:

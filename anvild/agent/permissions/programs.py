@@ -513,6 +513,11 @@ def _wrapper(words: tuple[str, ...]) -> Iterator[Finding]:
     if name == "xargs" and inner is not None and any("{}" in w or "%" in w for w in inner[:1]):
         yield Finding(len(words) - len(inner), Danger.RUNS, "xargs builds the command name",
                       opaque=True)  # fmt: skip
+    elif name == "xargs" and inner is not None and posixpath.basename(inner[0]) in PROGRAMS:
+        # Words from the input can be options: a line `-e1e touch X` makes `xargs sed` run it.
+        yield Finding(len(words) - len(inner), Danger.RUNS,
+                      f"xargs gives {inner[0]} words from its input, which can be options",
+                      opaque=True)  # fmt: skip
 
 
 PROGRAMS: Final[dict[str, Inspector]] = {
