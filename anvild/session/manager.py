@@ -400,7 +400,6 @@ class SessionManager:
             except StoreError as exc:
                 raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
             session = Session(journal, target, self._services)
-            self._services.before_turn(session)
             self._add(session)
         finally:
             self._claimed -= claimed
@@ -408,6 +407,7 @@ class SessionManager:
         self.publish(
             SessionCreated(session.id, alias, role, target.name, str(cwd), request.ephemeral)
         )
+        self._services.before_turn(session)  # its config reported now, not at its first turn
         return session
 
     async def kill(self, key: str) -> None:
@@ -626,7 +626,6 @@ class SessionManager:
                     journal.close()
                     continue
             session = Session(journal, target, self._services, usd=usd)
-            self._services.before_turn(session)
             self._add(session)
             await nursery.start(session.run)
             self.publish(
@@ -640,6 +639,7 @@ class SessionManager:
                     restored=True,
                 )
             )
+            self._services.before_turn(session)
 
 
 __all__ = [

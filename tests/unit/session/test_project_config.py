@@ -18,7 +18,7 @@ from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Mode
 from anvild.config import TrustStore, digest, load
 from anvild.llm.testing import ScriptedProvider, script
-from anvild.session.events import ConfigIgnored, ConfigInvalid, SessionEvent
+from anvild.session.events import ConfigIgnored, ConfigInvalid, SessionCreated, SessionEvent
 from anvild.session.manager import NewSession, SessionManager
 from anvild.session.project_config import ProjectConfigs
 from anvild.session.session import Session
@@ -102,10 +102,13 @@ async def test_deny_and_ask_apply_at_once_allow_only_after_a_grant(tmp_path: Pat
     async with manager_for(tmp_path, provider, events) as (manager, configs):
         session = await manager.create(NewSession(cwd=str(root)))
         assert rules(session) == ([], ["read_file(b.txt)"], ["read_file(.secret)"])
+        assert any(isinstance(e, ConfigIgnored) for e in events)  # at creation already
         await ask(session, "hi")
         await ask(session, "hi")
         ignored = [e for e in events if isinstance(e, ConfigIgnored)]
         assert len(ignored) == 1  # once per session, not per turn
+        created = next(e for e in events if isinstance(e, SessionCreated))
+        assert events.index(created) < events.index(ignored[0])  # reported at creation
         assert ignored[0].keys == ("permissions.mode", "permissions.allow")
         assert mode(session) is Mode.DEFAULT
         project = root / ".anvil" / "config.toml"
