@@ -7,22 +7,27 @@ behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`
 word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`;
 `anvilctl --help` lists every command.
 
-Scripts run these commands in loops (`anvilctl read agent/r1/wait` per turn), so they must start
-fast: when the command word is one of them only the 9P client is imported. The other commands'
-modules pull in the provider and sandbox layers and are imported only when one of them (or
-`--help`) is asked for. `anvilctl.headless` itself imports only the 9P client; it imports the
-daemon's modules only when it has to run a turn in process (no daemon answers).
+Scripts run the 9P commands in loops (a conductor polling sessions: `anvilctl read
+agent/r1/status`), so they must start fast: for them only `anvilctl.ninep_cli`, the 9P client and
+its codec `anvilctl.wire` are imported, and a plain command line is parsed without argparse
+(`ninep_cli.parse_args`; bench/anvilctl.py measures it). The session commands' module is imported
+for those commands; the other commands' modules pull in the provider and sandbox layers and are
+imported only when one of them (or `--help`) is asked for. `anvilctl.headless` itself imports
+only the 9P client; it imports the daemon's modules only when it has to run a turn in process (no
+daemon answers).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import sys
-from collections.abc import Sequence
-from types import ModuleType
 
-from anvilctl import ninep_cli, sessions
+from anvilctl import ninep_cli
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from types import ModuleType
 
 # Modules with `add_subcommand(subparsers)` and `run(args) -> int`, and the commands they add.
 _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
@@ -57,6 +62,11 @@ def headless_requested(argv: Sequence[str]) -> bool:
 
 
 def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, list[ModuleType]]:
+    import argparse
+    import importlib
+
+    from anvilctl import sessions
+
     parser = argparse.ArgumentParser(
         prog="anvilctl",
         description="Talk to anvild: plain 9P file commands with plan9port 9p(1) semantics. "
@@ -80,8 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from anvilctl import headless
 
         return headless.main(argv)
+    word = _command_word(argv)
+    if word in ninep_cli.COMMANDS:
+        fast = ninep_cli.parse_args(argv)
+        if fast is not None:
+            return ninep_cli.run(fast)
+    from anvilctl import sessions
+
     light = (*ninep_cli.COMMANDS, *sessions.COMMANDS)
-    parser, others = build_parser(only_9p=_command_word(argv) in light)
+    parser, others = build_parser(only_9p=word in light)
     args = parser.parse_args(argv)
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)

@@ -20,26 +20,30 @@ exits 1.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from types import SimpleNamespace
 
 from anvilctl.ninep_client import CFid, Client, ClientError, dial, service_address
-from anvild.ninep import messages as m
-from anvild.ninep.constants import (
-    DMAPPEND,
-    DMAUTH,
-    DMDIR,
-    DMEXCL,
-    ORDWR,
-    OREAD,
-    OTRUNC,
-    OWRITE,
-)
+from anvilctl.wire import DMAPPEND, DMAUTH, DMDIR, DMEXCL, ORDWR, OREAD, OTRUNC, OWRITE, Stat
 
-__all__ = ["COMMANDS", "add_global_options", "failed", "run", "std_streams"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterator, Sequence
+    from typing import BinaryIO, TypeAlias
+
+    Args: TypeAlias = argparse.Namespace | SimpleNamespace
+
+__all__ = [
+    "COMMANDS",
+    "add_global_options",
+    "add_subcommands",
+    "failed",
+    "parse_args",
+    "run",
+    "std_streams",
+]
 
 COMMANDS = ("ls", "read", "write", "rdwr", "stat")
 _CHUNK = 4096  # plan9port's `9p` buffer: one Twrite per read(2) of at most this much
@@ -73,7 +77,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
 class _Mount:
     """Resolve a command's PATH to (client, root fid, path inside the server)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: Args) -> None:
         self.args = args
 
     def __call__(self, name: str) -> tuple[Client, CFid, str]:
@@ -106,7 +110,7 @@ def _mode_string(mode: int) -> str:
     return kind + excl + rwx
 
 
-def _dir_line(d: m.Stat) -> str:
+def _dir_line(d: Stat) -> str:
     """stat(5) entry in plan9port's %D format (what `9p stat` prints)."""
     return (
         f"'{d.name}' '{d.uid}' '{d.gid}' '{d.muid}' "
@@ -115,7 +119,7 @@ def _dir_line(d: m.Stat) -> str:
     )
 
 
-def _long_line(d: m.Stat) -> str:
+def _long_line(d: Stat) -> str:
     mtime = time.strftime("%b %d %H:%M", time.localtime(d.mtime))
     return f"{_mode_string(d.mode)} M {d.dev} {d.uid} {d.gid} {d.length} {mtime} {d.name}"
 
@@ -131,7 +135,7 @@ def _chunks(stdin: BinaryIO) -> Iterator[bytes]:
         yield chunk
 
 
-def _cmd_ls(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+def _cmd_ls(mount: _Mount, args: Args, out: BinaryIO) -> None:
     for name in args.paths:
         client, root, path = mount(name)
         with client:
@@ -153,7 +157,7 @@ def _cmd_ls(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
                 out.write(line.encode() + b"\n")
 
 
-def _cmd_read(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+def _cmd_read(mount: _Mount, args: Args, out: BinaryIO) -> None:
     client, root, path = mount(args.path)
     with client:
         fid = client.open(root, path, OREAD)
@@ -163,7 +167,7 @@ def _cmd_read(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
         fid.clunk()
 
 
-def _cmd_write(mount: _Mount, args: argparse.Namespace, stdin: BinaryIO) -> None:
+def _cmd_write(mount: _Mount, args: Args, stdin: BinaryIO) -> None:
     client, root, path = mount(args.path)
     with client:
         fid = client.open(root, path, OWRITE | OTRUNC)
@@ -178,9 +182,7 @@ def _cmd_write(mount: _Mount, args: argparse.Namespace, stdin: BinaryIO) -> None
             fid.clunk()
 
 
-def _cmd_rdwr(
-    mount: _Mount, args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: BinaryIO
-) -> bool:
+def _cmd_rdwr(mount: _Mount, args: Args, stdin: BinaryIO, out: BinaryIO, err: BinaryIO) -> bool:
     client, root, path = mount(args.path)
     ok = True
     with client:
@@ -207,7 +209,7 @@ def _cmd_rdwr(
     return ok
 
 
-def _cmd_stat(mount: _Mount, args: argparse.Namespace, out: BinaryIO) -> None:
+def _cmd_stat(mount: _Mount, args: Args, out: BinaryIO) -> None:
     client, root, path = mount(args.path)
     with client:
         fid = client.walk(root, path)
@@ -233,8 +235,42 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("path", metavar="PATH")
 
 
+def parse_args(argv: Sequence[str]) -> SimpleNamespace | None:
+    """``argv`` parsed exactly as `anvilctl.__main__.build_parser` would parse it, for the plain
+    forms a script writes: ``[-a ADDR] [-A ANAME] [-n] COMMAND [-l] PATH...``. Anything else
+    (``-h``, an option glued to its value, an argument starting with "-" in another place, a
+    missing or extra PATH) gives None, and the caller parses with argparse, which also reports
+    the errors. Scripts call these commands in loops; argparse is a measurable part of a run."""
+    global_options = {"address": None, "aname": "", "noauth": False}
+    i = 0
+    while i < len(argv) and argv[i] in ("-a", "-A", "-n"):
+        if argv[i] == "-n":
+            global_options["noauth"] = True
+            i += 1
+            continue
+        if i + 1 == len(argv) or argv[i + 1].startswith("-"):
+            return None
+        global_options["address" if argv[i] == "-a" else "aname"] = argv[i + 1]
+        i += 2
+    if i == len(argv) or argv[i] not in COMMANDS:
+        return None
+    command, rest = argv[i], list(argv[i + 1 :])
+    flag = command in ("ls", "write") and rest[:1] == ["-l"]
+    if flag:
+        del rest[0]
+    if not rest or any(arg.startswith("-") for arg in rest):
+        return None
+    if command == "ls":
+        return SimpleNamespace(**global_options, command=command, long=flag, paths=rest)
+    if len(rest) != 1:
+        return None
+    if command == "write":
+        return SimpleNamespace(**global_options, command=command, lines=flag, path=rest[0])
+    return SimpleNamespace(**global_options, command=command, path=rest[0])
+
+
 def run(
-    args: argparse.Namespace,
+    args: Args,
     *,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,

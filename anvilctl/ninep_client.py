@@ -4,8 +4,10 @@ What it owns: finding a service (plan9port's namespace rules), dialing (`unix!pa
 `tcp!host!port`), and the request sequences of plan9port's lib9pclient as recorded in
 `fixtures/9p/plan9port-9p-client-traces.txt`: Tversion "9P2000" msize 8192 on NOTAG, Tauth with
 afid 0 (its error is ignored), Tattach fid 0 with afid NOFID, then one request at a time on tag
-0; files are walked to fid 1 from the root fid. The codec is `anvild.ninep.messages` (shared with
-the server); this module adds only blocking socket I/O, which is all a one-shot CLI needs.
+0; files are walked to fid 1 from the root fid. This module adds only blocking socket I/O, which
+is all a one-shot CLI needs. Its requests and the replies it expects go through `anvilctl.wire`,
+and everything else (any malformed or unexpected reply, `Client.rpc`) through the reference codec
+`anvild.ninep.messages`, imported only then: `anvilctl read` starts without attrs.
 
 Errors: `ClientError` (the root), with `ServerError` for an Rerror/Rlerror (its message is the
 server's, so the CLI prints it unchanged) and `ConnectError` when the service cannot be reached.
@@ -13,16 +15,21 @@ server's, so the CLI prints it unchanged) and `ConnectError` when the service ca
 
 from __future__ import annotations
 
+import _socket
 import errno as _errno
-import getpass
 import os
-import socket
-from collections.abc import Iterator
 
-from anvild.ninep import messages as m
-from anvild.ninep.constants import IOHDRSZ, MAXWELEM, NOFID, NOTAG, Dialect
-from anvild.ninep.errors import ProtocolError
-from anvild.ninep.framing import FrameReader
+from anvilctl import wire
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import NoReturn, TypeVar
+
+    from anvild.ninep import messages as m
+    from anvild.ninep.constants import Dialect
+
+    T = TypeVar("T")
 
 __all__ = [
     "CFid",
@@ -63,7 +70,7 @@ def namespace_dir() -> str:
     ns = os.environ.get("NAMESPACE")
     if ns:
         return ns
-    user = os.environ.get("USER") or getpass.getuser()
+    user = os.environ.get("USER") or _login_name()
     display = os.environ.get("DISPLAY") or ":0"
     colon = display.rfind(":")
     if colon >= 0 and display.endswith(".0") and "." in display[colon:]:
@@ -71,12 +78,28 @@ def namespace_dir() -> str:
     return f"/tmp/ns.{user}.{display}"
 
 
-def dial(address: str) -> socket.socket:
-    """Connect to a plan9port dial string: ``unix!/path``, ``tcp!host!port`` or ``/path``."""
+def _login_name() -> str:
+    """`getpass.getuser()` (Python 3.11), without importing getpass, which costs start-up time."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if user := os.environ.get(name):
+            return user
+    import pwd
+
+    return pwd.getpwuid(os.getuid())[0]
+
+
+def dial(address: str) -> _socket.socket:
+    """Connect to a plan9port dial string: ``unix!/path``, ``tcp!host!port`` or ``/path``.
+
+    The socket is the C type `_socket.socket` (the base of `socket.socket`, with the same
+    methods but no context manager or `makefile`): importing the `socket` module, which builds
+    an enum of each family of constants, costs about as much as the rest of a 9P command's
+    start-up. It is imported for TCP only (`socket.create_connection`).
+    """
     parts = address.split("!")
     try:
         if parts[0] == "unix" and len(parts) == 2:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             try:
                 sock.connect(parts[1])
             except BaseException:
@@ -86,6 +109,8 @@ def dial(address: str) -> socket.socket:
         if len(parts) == 1 and address.startswith("/"):
             return dial(f"unix!{address}")
         if parts[0] in ("tcp", "net") and len(parts) in (2, 3):
+            import socket
+
             port = int(parts[2]) if len(parts) == 3 else DEFAULT_TCP_PORT
             sock = socket.create_connection((parts[1], port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -105,13 +130,19 @@ def service_address(service: str) -> str:
 class Client:
     """One 9P2000 connection; one request at a time on tag 0, like plan9port's lib9pclient."""
 
-    def __init__(self, sock: socket.socket, *, msize: int = DEFAULT_MSIZE) -> None:
+    def __init__(self, sock: _socket.socket, *, msize: int = DEFAULT_MSIZE) -> None:
         self.sock = sock
         self.msize = msize
-        self.dialect = Dialect.P9P2000
-        self._reader = FrameReader(1 << 24)
+        self._buf = bytearray()
         self._next_fid = 0
         self._free_fids: list[int] = []
+
+    @property
+    def dialect(self) -> Dialect:
+        """Always 9P2000 (for callers that encode with `anvild.ninep.messages`)."""
+        from anvild.ninep.constants import Dialect
+
+        return Dialect.P9P2000
 
     def close(self) -> None:
         self.sock.close()
@@ -124,35 +155,66 @@ class Client:
 
     # --- transport ------------------------------------------------------------------------------
 
-    def _send(self, msg: m.Message) -> None:
+    def _send_frame(self, frame: bytes) -> None:
         try:
-            self.sock.sendall(m.encode(msg, self.dialect))
+            self.sock.sendall(frame)
         except OSError as exc:
             raise ConnectError(f"connection lost: {exc}") from exc
 
-    def _receive(self) -> m.Message:
+    def _frame(self) -> bytes:
+        """The next whole frame from the server (intro(5) framing: size[4] first)."""
+        buf = self._buf
         while True:
-            try:
-                frame = self._reader.next_frame()
-            except ProtocolError as exc:
-                raise ClientError(f"bad reply from the server: {exc}") from exc
-            if frame is not None:
-                try:
-                    return m.decode(frame, self.dialect)
-                except ProtocolError as exc:
-                    raise ClientError(f"bad reply from the server: {exc}") from exc
+            if len(buf) >= 4:
+                size = int.from_bytes(buf[:4], "little")
+                if not wire.HEADER_SIZE <= size <= MAX_REPLY:
+                    _bad_framing(buf)
+                if len(buf) >= size:
+                    frame = bytes(buf[:size])
+                    del buf[:size]
+                    return frame
             try:
                 data = self.sock.recv(65536)
             except OSError as exc:
                 raise ConnectError(f"connection lost: {exc}") from exc
             if not data:
                 raise ConnectError("the server closed the connection")
-            self._reader.feed(data)
+            buf += data
 
-    def rpc(self, msg: m.Message) -> m.Message:
-        """Send one request and return its reply; an error reply raises `ServerError`."""
-        self._send(msg)
-        reply = self._receive()
+    def _call(self, request: str, decode: Callable[[bytes], T], tag: int, *fields: object) -> T:
+        """Send one of `anvilctl.wire`'s requests; return its reply's fields.
+
+        A well-formed reply of the expected type and tag, or an Rerror, is decoded here; any
+        other reply goes to `_refuse`, which has the reference codec say what is wrong with it.
+        """
+        fields = (tag, *fields)
+        try:
+            frame: bytes | None = wire.ENCODERS[request](*fields)
+        except wire.Unhandled:
+            frame = None
+        if frame is None:  # outside the handler: a traceback shows only the reference's error
+            frame = _reference_encode(request, fields)
+        self._send_frame(frame)
+        reply = self._frame()
+        type_ = reply[4]
+        try:
+            if type_ == wire.RERROR:
+                raise ServerError(wire.rerror(reply))
+            expected = wire.REQUEST_TYPES[request] + 1
+            if type_ == expected and int.from_bytes(reply[5:7], "little") == tag:
+                return decode(reply)
+        except wire.Unhandled:
+            pass
+        self._refuse(reply, request, fields)
+
+    def _refuse(self, frame: bytes, request: str, fields: tuple[object, ...]) -> NoReturn:
+        self._check(_reference_decode(frame), _reference_message(request, fields))
+        raise AssertionError(f"anvilctl.wire refused a reply the reference accepts: {frame!r}")
+
+    @staticmethod
+    def _check(reply: m.Message, msg: m.Message) -> None:
+        from anvild.ninep import messages as m
+
         if isinstance(reply, m.Rerror):
             raise ServerError(reply.ename, reply.errno)
         if isinstance(reply, m.Rlerror):
@@ -161,18 +223,26 @@ class Client:
             raise ClientError(f"reply tag {reply.tag} does not match request tag {msg.tag}")
         if type(reply).TYPE != type(msg).TYPE + 1:
             raise ClientError(f"unexpected {type(reply).__name__} for {type(msg).__name__}")
+
+    def rpc(self, msg: m.Message) -> m.Message:
+        """Send any message with the reference codec and return its reply; an error reply raises
+        `ServerError`."""
+        from anvild.ninep import messages as m
+
+        self._send_frame(m.encode(msg, self.dialect))
+        reply = _reference_decode(self._frame())
+        self._check(reply, msg)
         return reply
 
     # --- session ------------------------------------------------------------------------------
 
     def version(self) -> None:
-        reply = self.rpc(m.Tversion(NOTAG, self.msize, Dialect.P9P2000.value))
-        assert isinstance(reply, m.Rversion)
-        if reply.version != Dialect.P9P2000.value:
-            raise ClientError(f"server speaks {reply.version!r}, not 9P2000")
-        if reply.msize < 256 or reply.msize > self.msize:
-            raise ClientError(f"server offered a bad msize {reply.msize}")
-        self.msize = reply.msize
+        msize, version = self._call("Tversion", wire.rversion, wire.NOTAG, self.msize, wire.VERSION)
+        if version != wire.VERSION:
+            raise ClientError(f"server speaks {version!r}, not 9P2000")
+        if msize < 256 or msize > self.msize:
+            raise ClientError(f"server offered a bad msize {msize}")
+        self.msize = msize
 
     def _alloc_fid(self) -> int:
         # lib9pclient reuses freed fid numbers (most recently freed first): `9p ls` walks fid 1,
@@ -188,20 +258,19 @@ class Client:
 
     def mount(self, *, aname: str = "", uname: str | None = None, auth: bool = True) -> CFid:
         """Tversion, Tauth (error ignored, as plan9port does), Tattach: the root fid."""
-        user = uname if uname is not None else (os.environ.get("USER") or getpass.getuser())
+        user = uname if uname is not None else (os.environ.get("USER") or _login_name())
         self.version()
         if auth:
             afid = self._alloc_fid()
             try:
-                self.rpc(m.Tauth(0, afid, user, aname))
+                self._call("Tauth", wire.rqid, 0, afid, user, aname)
                 raise ClientError("the server requires authentication, which anvilctl lacks")
             except ServerError:
                 pass  # "authentication not required": the expected answer
             self._release_fid(afid)  # the auth fid was never created; reuse its number
         fid = self._alloc_fid()
-        reply = self.rpc(m.Tattach(0, fid, NOFID, user, aname))
-        assert isinstance(reply, m.Rattach)
-        return CFid(self, fid, reply.qid)
+        qid = self._call("Tattach", wire.rqid, 0, fid, wire.NOFID, user, aname)
+        return CFid(self, fid, qid)
 
     def walk(self, root: CFid, path: str) -> CFid:
         """Walk ``path`` (slash-separated, empty elements ignored) from ``root`` to a new fid."""
@@ -210,27 +279,27 @@ class Client:
         qid = root.qid
         first = True
         # walk(5): at most MAXWELEM names per Twalk; later steps continue from newfid.
-        chunks = [names[i : i + MAXWELEM] for i in range(0, len(names), MAXWELEM)] or [[]]
+        step = wire.MAXWELEM
+        chunks = [names[i : i + step] for i in range(0, len(names), step)] or [[]]
         for chunk in chunks:
             source = root.fid if first else newfid
             try:
-                reply = self.rpc(m.Twalk(0, source, newfid, tuple(chunk)))
+                qids = self._call("Twalk", wire.rwalk, 0, source, newfid, tuple(chunk))
             except ServerError:
                 self._abandon_walk(newfid, created=not first)
                 raise
-            assert isinstance(reply, m.Rwalk)
-            if len(reply.qids) != len(chunk):
+            if len(qids) != len(chunk):
                 self._abandon_walk(newfid, created=not first)
-                missing = chunk[len(reply.qids)]
+                missing = chunk[len(qids)]
                 raise ServerError(f"file '{missing}' not found", _errno.ENOENT)
-            if reply.qids:
-                qid = reply.qids[-1]
+            if qids:
+                qid = qids[-1]
             first = False
         return CFid(self, newfid, qid)
 
     def _abandon_walk(self, newfid: int, *, created: bool) -> None:
         if created:
-            self.rpc(m.Tclunk(0, newfid))
+            self._call("Tclunk", wire.rempty, 0, newfid)
         self._release_fid(newfid)
 
     def open(self, root: CFid, path: str, mode: int) -> CFid:
@@ -243,10 +312,52 @@ class Client:
         return fid
 
 
+# A reply larger than this is a framing error (the client never offers an msize above 8192).
+MAX_REPLY = 1 << 24
+
+
+def _bad_framing(buf: bytearray) -> NoReturn:
+    from anvild.ninep.errors import ProtocolError
+    from anvild.ninep.framing import FrameReader
+
+    reader = FrameReader(MAX_REPLY)
+    reader.feed(buf)
+    try:
+        reader.next_frame()
+    except ProtocolError as exc:
+        raise ClientError(f"bad reply from the server: {exc}") from exc
+    raise AssertionError(f"FrameReader accepted a frame size anvilctl refused: {bytes(buf[:4])!r}")
+
+
+def _reference_message(request: str, fields: tuple[object, ...]) -> m.Message:
+    from anvild.ninep import messages as m
+
+    cls: type[m.Message] = getattr(m, request)
+    return cls(*fields)
+
+
+def _reference_encode(request: str, fields: tuple[object, ...]) -> bytes:
+    from anvild.ninep import messages as m
+    from anvild.ninep.constants import Dialect
+
+    return m.encode(_reference_message(request, fields), Dialect.P9P2000)
+
+
+def _reference_decode(frame: bytes) -> m.Message:
+    from anvild.ninep import messages as m
+    from anvild.ninep.constants import Dialect
+    from anvild.ninep.errors import ProtocolError
+
+    try:
+        return m.decode(frame, Dialect.P9P2000)
+    except ProtocolError as exc:
+        raise ClientError(f"bad reply from the server: {exc}") from exc
+
+
 class CFid:
     """A client fid with plan9port's per-fid offset (shared by reads and writes)."""
 
-    def __init__(self, client: Client, fid: int, qid: m.Qid) -> None:
+    def __init__(self, client: Client, fid: int, qid: wire.Qid) -> None:
         self.client = client
         self.fid = fid
         self.qid = qid
@@ -254,19 +365,15 @@ class CFid:
         self.iounit = 0
 
     def _max_io(self) -> int:
-        limit = self.client.msize - IOHDRSZ
+        limit = self.client.msize - wire.IOHDRSZ
         return min(self.iounit, limit) if self.iounit else limit
 
     def open(self, mode: int) -> None:
-        reply = self.client.rpc(m.Topen(0, self.fid, mode))
-        assert isinstance(reply, m.Ropen)
-        self.qid = reply.qid
-        self.iounit = reply.iounit
+        self.qid, self.iounit = self.client._call("Topen", wire.ropen, 0, self.fid, mode)
 
     def pread(self, count: int, offset: int) -> bytes:
-        reply = self.client.rpc(m.Tread(0, self.fid, offset, min(count, self._max_io())))
-        assert isinstance(reply, m.Rread)
-        return reply.data
+        count = min(count, self._max_io())
+        return self.client._call("Tread", wire.rread, 0, self.fid, offset, count)
 
     def read(self, count: int) -> bytes:
         data = self.pread(count, self.offset)
@@ -282,29 +389,36 @@ class CFid:
         done = 0
         while True:
             chunk = data[done : done + self._max_io()]
-            reply = self.client.rpc(m.Twrite(0, self.fid, self.offset, chunk))
-            assert isinstance(reply, m.Rwrite)
-            if reply.count > len(chunk):
-                raise ClientError(f"server claims {reply.count} bytes written of {len(chunk)}")
-            self.offset += reply.count
-            done += reply.count
+            count = self.client._call("Twrite", wire.rwrite, 0, self.fid, self.offset, chunk)
+            if count > len(chunk):
+                raise ClientError(f"server claims {count} bytes written of {len(chunk)}")
+            self.offset += count
+            done += count
             if done >= len(data):
                 return done
-            if reply.count == 0:
+            if count == 0:
                 raise ServerError("the server accepted none of the data written", _errno.EIO)
 
-    def stat(self) -> m.Stat:
-        reply = self.client.rpc(m.Tstat(0, self.fid))
-        assert isinstance(reply, m.Rstat)
-        return reply.stat
+    def stat(self) -> wire.Stat:
+        return self.client._call("Tstat", wire.rstat, 0, self.fid)
 
-    def read_dir(self) -> Iterator[m.Stat]:
+    def read_dir(self) -> Iterator[wire.Stat]:
         """Read a whole directory with count msize-IOHDRSZ until a zero-length Rread."""
-        while data := self.read(self.client.msize - IOHDRSZ):
-            yield from m.decode_stats(data, self.client.dialect)
+        while data := self.read(self.client.msize - wire.IOHDRSZ):
+            try:
+                entries: list[wire.Stat] | None = wire.stats(data)
+            except wire.Unhandled:
+                entries = None
+            if entries is None:
+                from anvild.ninep import messages as m
+                from anvild.ninep.constants import Dialect
+
+                m.decode_stats(data, Dialect.P9P2000)  # raises what it always raised
+                raise AssertionError("anvilctl.wire refused a directory the reference reads")
+            yield from entries
 
     def clunk(self) -> None:
         try:
-            self.client.rpc(m.Tclunk(0, self.fid))
+            self.client._call("Tclunk", wire.rempty, 0, self.fid)
         finally:
             self.client._release_fid(self.fid)  # clunk(5): the fid is gone even on error
