@@ -110,7 +110,7 @@ chaos: setup
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 # The permission layer's differential test (tests/integration/test_permission_differential.py;
-# `make test` runs 300 lines of it) with FUZZ_EXAMPLES lines, split over FUZZ_JOBS processes,
+# `make test` runs 200 lines of it) with FUZZ_EXAMPLES lines, split over FUZZ_JOBS processes,
 # each with its own workspace and random seed; FUZZ_SECONDS (0: no limit) stops each process
 # after that long. Each process's log and figures go to FUZZ_OUT; the totals are printed last.
 FUZZ_EXAMPLES ?= 100000

@@ -47,7 +47,7 @@ from anvild.agent.tools.base import Effects
 from anvild.sandbox import WorkspaceWrite
 from tests.unit.permissions.test_attacks import ALLOW, ATTACKS, DENY
 
-EXAMPLES = int(os.environ.get("ANVIL_DIFF_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("ANVIL_DIFF_EXAMPLES", "200"))
 SECONDS = float(os.environ.get("ANVIL_DIFF_SECONDS", "0")) or None  # stop after this long
 REPORT = os.environ.get("ANVIL_DIFF_REPORT")
 TIMEOUT = 15.0  # seconds for one traced line; npm under strace on a loaded machine needs ~2
