@@ -21,7 +21,7 @@ import shlex
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
 import structlog
@@ -35,9 +35,7 @@ from anvild.config.trust import TRUST_FILE
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.session.events import ConfigIgnored, ConfigInvalid, SessionEvent
-
-if TYPE_CHECKING:
-    from anvild.session.session import Session
+from anvild.session.session import Session, wider
 
 log = structlog.get_logger(__name__)
 
@@ -45,13 +43,12 @@ Resolver = Callable[[str | None], ResolvedModel]
 Stamp = tuple[object, ...]
 
 _MODELS: Final = frozenset({"providers", "models", "default_model"})
-DAEMON_WIDE: Final = frozenset({"env_passthrough", "sessions", "server", "beads", "hooks"}) | {
-    "mcp_servers"
-}
+DAEMON_WIDE: Final = frozenset(
+    {"env_passthrough", "sessions", "server", "beads", "hooks", "mcp_servers"}
+)
 """Top-level keys a project may set that a session does not apply (daemon-wide, or unused)."""
 _NOT_APPLIED: Final = ("permissions.max_mode", "permissions.full_access")
 HEADER: Final = "# Instructions from the config (user, then project)"
-MODE_ORDER: Final = (Mode.PLAN, Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.BYPASS)
 
 
 @attrs.frozen
@@ -196,9 +193,7 @@ class ProjectConfigs:
         if source.trust is not Trust.PROJECT_GRANTED:
             return session.mode
         mode = Mode(merged.config.permissions.mode)
-        return (
-            mode if MODE_ORDER.index(mode) <= MODE_ORDER.index(self._max_mode) else self._max_mode
-        )
+        return self._max_mode if wider(mode, self._max_mode) else mode
 
     def _retarget(self, session: Session, merged: Merged, state: _State) -> None:
         """The session's model as `merged` resolves it now (a granted project may move it)."""
