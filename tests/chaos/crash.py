@@ -52,9 +52,12 @@ TURN_BOUND = 60.0  # seconds a step or a recovery may take before it counts as n
 
 def script(steps: int) -> list[dict[str, object]]:
     """The fake provider's turns for steps 1..steps (and the follow-ups, `after-N`). Every
-    prompt turn comes before every tool-result turn: a request's last user-side text holds the
-    step's marker only (the `contains` rule takes the first turn that matches)."""
-    turns: list[dict[str, object]] = []
+    prompt turn comes before every tool-result turn (the `contains` rule takes the first turn
+    that matches): after a kill, the next prompt's request also carries the interrupted step's
+    tool results, and it must start the next step, not finish the interrupted one."""
+    # The follow-up first: after a kill its request also carries the interrupted step's tool
+    # results (`ran-K`), and the model must answer the follow-up, not carry on with step K.
+    turns: list[dict[str, object]] = [{"contains": "after-", "repeat": True, "text": "alive"}]
     for k in range(1, steps + 1):
         mark = f"{k:03d}"
         turns.append(
@@ -96,7 +99,6 @@ def script(steps: int) -> list[dict[str, object]]:
     for k in range(1, steps + 1):
         mark = f"{k:03d}"
         turns.append({"contains": f"edited-{mark}", "repeat": True, "text": f"done-{mark}"})
-    turns.append({"contains": "after-", "repeat": True, "text": "alive"})
     return turns
 
 
