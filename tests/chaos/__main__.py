@@ -2,11 +2,11 @@
 
     python -m tests.chaos [--short] [--only fuzz,crash,disk,provider,connections] [--out FILE]
 
-Runs each part with its full counts (--short: small counts, about those of the pytest tests in
-tests/chaos, which run the short mode in `make test`) and prints every part's figures as Markdown tables, with the findings under each; --out also
-writes them to FILE. Exit status 1 when a target is missed: a crash, a hang, a record lost, a
-repeated side effect, an internal error for client input. The figures in docs/RELIABILITY.md
-come from this command.
+Runs each part with its full counts (--short: small counts, about those of the pytest tests
+in tests/chaos, which run the short mode in `make test`) and prints every part's figures as
+Markdown tables, with the findings under each; --out also writes them to FILE. Exit status 1
+when a target is missed: a crash, a hang, a record lost, a repeated side effect, an internal
+error for client input. The figures in docs/RELIABILITY.md come from this command.
 """
 
 from __future__ import annotations
