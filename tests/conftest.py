@@ -60,10 +60,10 @@ def one_llama_at_a_time() -> Iterator[None]:
 # the end. Longest-first is the classic fix: each run records every file's seconds in pytest's
 # cache, and the next run sorts the files by them, longest first (within a file, the tests
 # marked `slow` first); files without a record (a fresh clone) are weighed by where they live,
-# since integration and sandbox tests start daemons, servers and sandboxes.
+# since chaos, integration and sandbox tests start daemons, servers and sandboxes.
 
 _FILE_SECONDS = "anvil/file-seconds"
-_UNRECORDED_SECONDS = {"tests/integration/": 20.0, "tests/sandbox/": 5.0}
+_UNRECORDED_SECONDS = {"tests/chaos/": 30.0, "tests/integration/": 20.0, "tests/sandbox/": 5.0}
 
 
 def _file_of(nodeid: str) -> str:
