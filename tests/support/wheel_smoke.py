@@ -93,7 +93,8 @@ def clean_env(top: Path) -> dict[str, str]:
         # PYTHONDONTWRITEBYTECODE: the first command compiles what the next ones import
         if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV")
         and k not in ("NAMESPACE", *PROVIDER_KEYS)
-        and not k.startswith(("ANVIL_", "UV_", "XDG_"))
+        and k not in ("UV_PYTHON", "UV_PROJECT_ENVIRONMENT", "UV_TOOL_DIR", "UV_TOOL_BIN_DIR")
+        and not k.startswith(("ANVIL_", "XDG_"))  # uv's index and cache settings stay
     }
     venv_bin = str(REPO / ".venv" / "bin")
     path = [p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != venv_bin]
@@ -113,7 +114,14 @@ def install(dist: Path, top: Path, env: Mapping[str, str]) -> Path:
         cwd=REPO, env=os.environ,
     )  # fmt: skip
     python = os.path.realpath(sys.executable)  # the base interpreter, not the checkout's venv
-    tool_env = {**env, "UV_TOOL_DIR": str(top / "tools"), "UV_TOOL_BIN_DIR": str(top / "bin")}
+    # uv's own cache, not one under the smoke test's XDG_CACHE_HOME: nothing is downloaded again
+    cache = run([uv(), "cache", "dir"], cwd=REPO, env=os.environ).strip()
+    tool_env = {
+        **env,
+        "UV_CACHE_DIR": cache,
+        "UV_TOOL_DIR": str(top / "tools"),
+        "UV_TOOL_BIN_DIR": str(top / "bin"),
+    }
     run(
         [uv(), "tool", "install", "--quiet", "--python", python, "-c", str(constraints),
          str(dist)],
