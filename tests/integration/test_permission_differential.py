@@ -177,7 +177,9 @@ SCRIPTS = ("1p", "s/a/b/", "'1e {c}'", "'s/x/{c}/e'", "'w F'", "'r .env'", "'1R 
 OPERANDS = ("README", "src/main.py", "src", ".", "-", "*.py", "X")
 
 WRAPPERS = ("env ", "env A=1 ", "nice ", "nice -n 5 ", "timeout 5 ", "command ", "exec ",
-            "sudo ", "A=1 ", "stdbuf -o0 ", "builtin ", "time ", "nohup ")  # fmt: skip
+            "sudo ", "A=1 ", "stdbuf -o0 ", "builtin ", "time ", "nohup ", "chrt -o 0 ",
+            "prlimit --nofile=100 ", "setarch x86_64 ", "setarch x86_64 -R ", "linux64 ",
+            "env -- ", "nice -- ", "timeout -k 1 5 ")  # fmt: skip
 
 EMBEDDINGS = (
     "echo $({c})", "echo `{c}`", 'echo "$({c})"', "echo $(echo $({c}))",
@@ -199,6 +201,7 @@ EMBEDDINGS = (
     "echo hi # \n{c}", "echo '\n'{c}", "echo \"\n\"; {c}", "echo >(\n{c})", "cat <({c})",
     "echo {{a,b}} && {c}", "echo x |& {c}", "! {c}", "{c} >&2", "{c} > /dev/null",
     "echo $'\\x27'; {c}", "echo \\\"; {c}", "echo '\\''; {c}",
+    "script -qc '{c}' /dev/null", "script -c \"{c}\" /dev/null",
 )  # fmt: skip
 """Constructs around a command `{c}` (brace pairs doubled: this is a format string)."""
 
@@ -786,7 +789,9 @@ def test_the_tracer_sees_what_a_line_runs_and_changes(scratch: Scratch) -> None:
      "sed -nl 5 '1e tools/mark' README", "sed --line-length 5 '1e touch X' README",
      "sed --l 5 '1e touch X' README", "sed -s --e='1e tools/mark' 'y/a/b/' README",
      "sed --i s/a/b/ README", "echo x > '-e1e touch X'; sed -n p *",
-     "echo \"-e'1e touch X'\" | xargs sed -n p README"],
+     "echo \"-e'1e touch X'\" | xargs sed -n p README", "chrt -o 0 touch X",
+     "prlimit --nofile=100 touch X", "setarch x86_64 -R touch X", "linux64 tools/mark",
+     "script -qc 'touch X' /dev/null"],
 )  # fmt: skip
 def test_found_lines_are_decided_as_they_run(scratch: Scratch, command: str) -> None:
     """Lines this test found allowed though they did what the rules forbid, each run as the
@@ -794,7 +799,8 @@ def test_found_lines_are_decided_as_they_run(scratch: Scratch, command: str) -> 
     named by the rest of the script line (the path deny rule read_file(.env) did not see it);
     a script after `--`, after `-l N`, or given with a one-letter abbreviation (`--e=`, `--i`)
     was not read as one; in bypass mode a glob or xargs's input gave sed an option that ran a
-    denied program."""
+    denied program, and so did wrappers the table did not know (chrt, prlimit, setarch,
+    linux64, script -c)."""
     assert Differential(scratch)._check(command) is None
     request = resolve_request(
         "bash", {"command": command}, Effects(subprocess=True, unknown=True), cwd=scratch.ws

@@ -144,6 +144,11 @@ WRAPPERS: Final[dict[str, Wrapper]] = {
     "runuser": Wrapper("ugc", ("user", "group", "command")),
     "firejail": Wrapper(),
     "parallel": Wrapper("jS", ("jobs",)),
+    "chrt": Wrapper("TPD", ("sched-runtime", "sched-period", "sched-deadline"), operands=1),
+    "prlimit": Wrapper("po", ("pid", "output")),
+    "setarch": Wrapper(operands=1),
+    "linux32": Wrapper(),
+    "linux64": Wrapper(),
 }
 """Programs that run the command given in their arguments (beyond options and operands)."""
 
@@ -491,11 +496,25 @@ def _make(words: tuple[str, ...]) -> Iterator[Finding]:
             yield Finding(index, Danger.RUNS, f"make {word} runs another makefile's recipes")
 
 
+def _script(words: tuple[str, ...]) -> Iterator[Finding]:
+    for index, word in enumerate(words[1:], 1):
+        if _long(word, "command"):
+            yield Finding(index, Danger.CODE, "script --command runs shell code",
+                          code=_value(words, index))  # fmt: skip
+        elif _short(word, "c", "BEIOTmo"):
+            rest = word[word.index("c") + 1 :]
+            following = words[index + 1] if index + 1 < len(words) else ""
+            yield Finding(index, Danger.CODE, "script -c runs shell code", code=rest or following)
+
+
 def _wrapper(words: tuple[str, ...]) -> Iterator[Finding]:
     name = posixpath.basename(words[0])
     inner = unwrap(words)
     if inner is not None:
         yield Finding(len(words) - len(inner), Danger.RUNS, f"{name} runs {inner[0]}", inner)
+    if inner is not None and inner[0].startswith("-"):  # `setarch ARCH -R CMD`: options after
+        yield Finding(len(words) - len(inner), Danger.RUNS,
+                      f"{name} takes options the table does not know", opaque=True)  # fmt: skip
     for index, word in enumerate(words[1 : len(words) - len(inner or ())], 1):
         if name in ("env",) and (_short(word, "S") or _long(word, "split-string")):
             yield Finding(index, Danger.CODE, "env -S splits a string into a command",
@@ -546,6 +565,7 @@ PROGRAMS: Final[dict[str, Inspector]] = {
     "sort": _sort,
     "uniq": _uniq,
     "make": _make,
+    "script": _script,
     **dict.fromkeys(SHELLS, _shell),
     **dict.fromkeys(INTERPRETERS, _interpreter),
     **dict.fromkeys(WRAPPERS, _wrapper),
