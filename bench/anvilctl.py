@@ -18,8 +18,10 @@ the same way: `ours` is this checkout; `baseline` (with ``--baseline DIR``, anot
 ``git worktree add /tmp/anvilctl-base COMMIT``) the previous one, with the same venv. The anchor
 is `python3 -c pass` from the same venv. A round runs every command once for each row, rows
 interleaved, so a burst of load on the machine hits all of them; the figures are medians over the
-rounds, and the ratios are taken within this run. The machine's load average is printed before
-and after: compare ratios, not milliseconds across runs. Both checkouts are byte-compiled first
+rounds, and the ratios are taken within this run. Wall time is what a script waits; the CPU time
+of each process (user + system, from getrusage of the children) moves less with the machine's
+other load. The load average is printed before and after: compare ratios, not milliseconds
+across runs. Both checkouts are byte-compiled first
 (`python -m compileall anvild anvilctl`, as `make test` does; with PYTHONDONTWRITEBYTECODE set a
 stale .pyc would otherwise be compiled anew by every run).
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -93,13 +96,36 @@ def console_script() -> Path:
     return script
 
 
-def timed(argv: list[str], stdin: bytes, env: dict[str, str]) -> float:
+def timed(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run, in seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     result = subprocess.run(argv, input=stdin, env=env, capture_output=True, check=False)
     elapsed = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode != 0:
         raise BenchError(f"{argv} exited {result.returncode}: {result.stderr.decode()}")
-    return elapsed
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return elapsed, cpu
+
+
+def table(title: str, labels: list[str], runs: dict[tuple[str, str], list[float]]) -> None:
+    """Medians per command and over all commands, and the ratios of the `all` column."""
+    print(f"| {title} | " + " | ".join(verb for verb, _, _ in COMMANDS) + " | all |")
+    print("|---" * (len(COMMANDS) + 2) + "|")
+    medians: dict[str, float] = {}
+    for label in labels:
+        per_verb = [statistics.median(runs[label, verb]) * 1e3 for verb, _, _ in COMMANDS]
+        every = [t for verb, _, _ in COMMANDS for t in runs[label, verb]]
+        medians[label] = statistics.median(every) * 1e3
+        cells = " | ".join(f"{ms:.1f}" for ms in per_verb)
+        print(f"| {label} | {cells} | {medians[label]:.1f} |")
+    print()
+    for label in labels[1:]:
+        print(f"  {label} / {labels[0]}: {medians[label] / medians[labels[0]]:.2f}x")
+    if "baseline" in medians:
+        print(f"  baseline / ours (speed-up): {medians['baseline'] / medians['ours']:.2f}x")
+    print()
 
 
 def main() -> int:
@@ -122,34 +148,25 @@ def main() -> int:
         f"# anvilctl cold start  {time.strftime('%Y-%m-%d %H:%M')}  cores={os.cpu_count()}  "
         f"load={os.getloadavg()[0]:.2f}  python={sys.version.split()[0]}  runs={args.runs}"
     )
-    times: dict[tuple[str, str], list[float]] = {}
+    wall: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
+    anchor = "python -c pass"
     with tempfile.TemporaryDirectory(prefix="anvilctl-bench-") as tmp, daemon(Path(tmp)) as ns:
         base_env = {**os.environ, "NAMESPACE": str(ns)}
         envs = {label: {**base_env, "PYTHONPATH": str(path)} for label, path in rows.items()}
         for _ in range(args.runs):
             for verb, argv, stdin in COMMANDS:
-                anchor = [sys.executable, "-c", "pass"]
-                times.setdefault(("python -c pass", verb), []).append(timed(anchor, b"", base_env))
-                for label, env in envs.items():
-                    run = [sys.executable, script, *argv]
-                    times.setdefault((label, verb), []).append(timed(run, stdin, env))
+                runs = [(anchor, [sys.executable, "-c", "pass"], b"", base_env)]
+                runs += [
+                    (label, [sys.executable, script, *argv], stdin, envs[label]) for label in rows
+                ]
+                for label, run, data, env in runs:
+                    seconds, cpu_seconds = timed(run, data, env)
+                    wall.setdefault((label, verb), []).append(seconds)
+                    cpu.setdefault((label, verb), []).append(cpu_seconds)
     print(f"# load after={os.getloadavg()[0]:.2f}\n")
-    labels = ["python -c pass", *rows]
-    print("| ms (median) | " + " | ".join(verb for verb, _, _ in COMMANDS) + " | all |")
-    print("|---" * (len(COMMANDS) + 2) + "|")
-    medians: dict[str, float] = {}
-    for label in labels:
-        per_verb = [statistics.median(times[label, verb]) * 1e3 for verb, _, _ in COMMANDS]
-        every = [t for verb, _, _ in COMMANDS for t in times[label, verb]]
-        medians[label] = statistics.median(every) * 1e3
-        cells = " | ".join(f"{ms:.1f}" for ms in per_verb)
-        print(f"| {label} | {cells} | {medians[label]:.1f} |")
-    print()
-    for label in rows:
-        print(f"{label} / python -c pass: {medians[label] / medians['python -c pass']:.2f}x")
-    if "baseline" in rows:
-        print(f"ours / baseline: {medians['ours'] / medians['baseline']:.2f}x")
-        print(f"baseline / ours (speed-up): {medians['baseline'] / medians['ours']:.2f}x")
+    table("wall ms (median)", [anchor, *rows], wall)
+    table("CPU ms (user+sys, median)", [anchor, *rows], cpu)
     return 0
 
 
