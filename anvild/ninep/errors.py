@@ -20,12 +20,15 @@ Hierarchy (httpx `_exceptions.py` style)::
         ├── TooLarge            EFBIG    over a size limit
         ├── TryAgain            EAGAIN   a limit that passes; retry later
         ├── NotSupported        EOPNOTSUPP
-        └── StorageFailed       EIO      the disk or the store refused
+        ├── StorageFailed       EIO      the disk or the store refused
+        └── the protocol's own: BadFid EBADF, TooManyFids EMFILE, NotADirectory ENOTDIR,
+            IsADirectory EISDIR, CrossDirectory EXDEV, MessageTooLarge EMSGSIZE,
+            NotInProtocol EPROTO, TagInUse EBADMSG, TimedOut ETIMEDOUT
 
 `ERRNO` is the one table from kind to errno. An `FsError` becomes Rerror (9P2000: the message;
-9P2000.u: message and errno) or Rlerror (9P2000.L: the errno only). Protocol-level refusals of
-the server (a bad fid, msize) pass an errno explicitly. Random bytes given to the codec never
-raise anything but `ProtocolError` (and its subclass).
+9P2000.u: message and errno) or Rlerror (9P2000.L: the errno only); `FsError(message, errno)`
+still takes an explicit errno. Random bytes given to the codec never raise anything but
+`ProtocolError` (and its subclass).
 """
 
 from __future__ import annotations
@@ -39,16 +42,25 @@ __all__ = [
     "ERRNO",
     "AccessDenied",
     "AlreadyExists",
+    "BadFid",
     "Busy",
+    "CrossDirectory",
     "FsError",
     "InvalidInput",
+    "IsADirectory",
+    "MessageTooLarge",
     "NinepError",
+    "NotADirectory",
     "NotFound",
+    "NotInProtocol",
     "NotPermitted",
     "NotSupported",
     "ProtocolError",
     "StorageFailed",
+    "TagInUse",
+    "TimedOut",
     "TooLarge",
+    "TooManyFids",
     "TryAgain",
     "UnknownMessageError",
     "errno_of",
@@ -134,6 +146,42 @@ class StorageFailed(FsError):
     """The disk or a store refused; nothing was changed."""
 
 
+class BadFid(FsError):
+    """An unknown or unusable fid, or one not open for this."""
+
+
+class TooManyFids(FsError):
+    """The connection holds as many fids as it may."""
+
+
+class NotADirectory(FsError):
+    """A walk or directory operation on a file."""
+
+
+class IsADirectory(FsError):
+    """A file operation on a directory."""
+
+
+class CrossDirectory(FsError):
+    """A rename out of a file's directory."""
+
+
+class MessageTooLarge(FsError):
+    """A reply that cannot fit the negotiated msize."""
+
+
+class NotInProtocol(FsError):
+    """A message out of place (before Tversion, an R-message from a client)."""
+
+
+class TagInUse(FsError):
+    """A tag that names a request still outstanding."""
+
+
+class TimedOut(FsError):
+    """Something that did not finish in time."""
+
+
 ERRNO: Final[Mapping[type[FsError], int]] = MappingProxyType(
     {
         FsError: _errno.EIO,
@@ -147,6 +195,15 @@ ERRNO: Final[Mapping[type[FsError], int]] = MappingProxyType(
         TryAgain: _errno.EAGAIN,
         NotSupported: _errno.EOPNOTSUPP,
         StorageFailed: _errno.EIO,
+        BadFid: _errno.EBADF,
+        TooManyFids: _errno.EMFILE,
+        NotADirectory: _errno.ENOTDIR,
+        IsADirectory: _errno.EISDIR,
+        CrossDirectory: _errno.EXDEV,
+        MessageTooLarge: _errno.EMSGSIZE,
+        NotInProtocol: _errno.EPROTO,
+        TagInUse: _errno.EBADMSG,
+        TimedOut: _errno.ETIMEDOUT,
     }
 )
 """The one table: each kind of refusal and the errno 9P2000.u and 9P2000.L clients get."""

@@ -81,9 +81,10 @@ answered with 0 (plan9port's `9p` loops forever on that). Directory reads are do
 `Node.list()`; a read never splits an entry.
 
 Dialects: 9P2000 errors are Rerror(message); 9P2000.u adds the errno; 9P2000.L sends
-Rlerror(errno). Tauth always fails ("authentication not required"; 9P2000.L: ENOENT, which diod's
-tools require). Walks from an open fid are refused in 9P2000/.u (walk(5)) and allowed in .L,
-where diod's tools walk `.` and `..` from an open directory. `.` and `..` are resolved here from
+Rlerror(errno); each refusal is a kind whose errno is in `anvild.ninep.errors.ERRNO`. Tauth
+always fails ("authentication not required"; 9P2000.L: ENOENT, which diod's tools require).
+Walks from an open fid are refused in 9P2000/.u (walk(5)) and allowed in .L, where diod's tools
+walk `.` and `..` from an open directory. `.` and `..` are resolved here from
 the fid's path; `..` of the root is the root (intro(5)).
 
 Teardown: at EOF (plan9port's `9p` never clunks its root fid), after a protocol error, or on a
@@ -171,7 +172,29 @@ from anvild.ninep.constants import (
     VERSION_UNKNOWN,
     Dialect,
 )
-from anvild.ninep.errors import FsError, ProtocolError, UnknownMessageError
+from anvild.ninep.errors import (
+    AccessDenied,
+    AlreadyExists,
+    BadFid,
+    Busy,
+    CrossDirectory,
+    FsError,
+    InvalidInput,
+    IsADirectory,
+    MessageTooLarge,
+    NotADirectory,
+    NotFound,
+    NotInProtocol,
+    NotPermitted,
+    NotSupported,
+    ProtocolError,
+    TagInUse,
+    TimedOut,
+    TooManyFids,
+    TryAgain,
+    UnknownMessageError,
+    errno_of,
+)
 from anvild.ninep.framing import FrameReader
 
 __all__ = [
@@ -325,7 +348,7 @@ def _open_mode(read: bool, write: bool, truncate: bool, append: bool = False) ->
 
 def _check_name(name: str) -> None:
     if name in ("", ".", "..") or "/" in name or "\0" in name:
-        raise FsError(f"invalid file name {name!r}", errno.EINVAL)
+        raise InvalidInput(f"invalid file name {name!r}")
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -479,9 +502,9 @@ def _busy_reply(tversion: m.Tversion, limit: int) -> bytes:
     version = tversion.version
     dialect = Dialect.P9P2000_U if version == Dialect.P9P2000_U.value else Dialect.P9P2000
     if version == Dialect.P9P2000_L.value:
-        return m.encode(m.Rlerror(tversion.tag, errno.EAGAIN), Dialect.P9P2000_L)
+        return m.encode(m.Rlerror(tversion.tag, errno_of(TryAgain)), Dialect.P9P2000_L)
     ename = m.fit_ename(text, tversion.msize, dialect)
-    return m.encode(m.Rerror(tversion.tag, ename, errno.EAGAIN), dialect)
+    return m.encode(m.Rerror(tversion.tag, ename, errno_of(TryAgain)), dialect)
 
 
 class _ConnectionLost(Exception):
@@ -905,7 +928,7 @@ class _Connection:
         try:
             msg = m.decode(frame, self.dialect or Dialect.P9P2000)
         except UnknownMessageError as exc:
-            self._fail(exc.tag, str(exc), errno.EOPNOTSUPP)
+            self._fail(exc.tag, str(exc), NotSupported)
             return
         cls = type(msg)
         if cls is m.Tversion:
@@ -913,15 +936,15 @@ class _Connection:
             return
         tag = msg.tag
         if self.dialect is None:
-            self._fail(tag, "the first message must be Tversion", errno.EPROTO)
+            self._fail(tag, "the first message must be Tversion", NotInProtocol)
             return
         handler = self._handlers.get(cls)
         if handler is None and not cls.__name__.startswith("T"):
             name = cls.__name__
-            self._fail(tag, f"{name} is a reply; a client sends T-messages", errno.EPROTO)
+            self._fail(tag, f"{name} is a reply; a client sends T-messages", NotInProtocol)
             return
         if tag in self.tags or tag == NOTAG:
-            self._fail(tag, f"tag {tag} is already in use by an outstanding request", errno.EBADMSG)
+            self._fail(tag, f"tag {tag} is already in use by an outstanding request", TagInUse)
             return
         limit = self.server.max_outstanding
         # A client at the limit must still be able to flush (the refusal tells it to): Tflush
@@ -931,7 +954,7 @@ class _Connection:
                 tag,
                 f"too many outstanding requests on this connection (limit {limit}, "
                 "max_outstanding); wait for replies or flush some",
-                errno.EAGAIN,
+                TryAgain,
             )
             return
         may_block = self._may_block.get(cls)
@@ -960,9 +983,7 @@ class _Connection:
     ) -> m.Message:
         try:
             if handler is None:
-                raise FsError(
-                    f"{type(msg).__name__} is not supported by this server", errno.EOPNOTSUPP
-                )
+                raise NotSupported(f"{type(msg).__name__} is not supported by this server")
             return await handler(msg)
         except FsError as exc:
             return self._error_reply(msg.tag, exc)
@@ -1357,9 +1378,7 @@ class _Connection:
             log.error("9p %s: cannot encode %r: %s", self.peer, type(msg).__name__, exc)
             frame = m.encode(
                 self._fit_error(
-                    self._error_reply(
-                        msg.tag, FsError(f"reply could not be encoded: {exc}", errno.EIO)
-                    ),
+                    self._error_reply(msg.tag, FsError(f"reply could not be encoded: {exc}")),
                     dialect,
                 ),
                 dialect,
@@ -1377,7 +1396,7 @@ class _Connection:
             problem = f"the reply ({len(frame)} bytes) is larger than the negotiated msize"
             frame = m.encode(
                 self._fit_error(
-                    self._error_reply(msg.tag, FsError(f"{problem} {self.msize}", errno.EMSGSIZE)),
+                    self._error_reply(msg.tag, MessageTooLarge(f"{problem} {self.msize}")),
                     dialect,
                 ),
                 dialect,
@@ -1433,8 +1452,8 @@ class _Connection:
         )
         return m.Rerror(msg.tag, ename, msg.errno)
 
-    def _fail(self, tag: int, message: str, code: int) -> None:
-        self._queue(self._error_reply(tag, FsError(message, code)))
+    def _fail(self, tag: int, message: str, kind: type[FsError]) -> None:
+        self._queue(self._error_reply(tag, kind(message)))
 
     def _error_reply(self, tag: int, exc: FsError) -> m.Message:
         if self.dialect is Dialect.P9P2000_L:
@@ -1449,18 +1468,17 @@ class _Connection:
         try:
             return self.fids[fid]
         except KeyError:
-            raise FsError(f"unknown fid {fid}", errno.EBADF) from None
+            raise BadFid(f"unknown fid {fid}") from None
 
     def _new_fid(self, fid: int, entry: _Fid) -> None:
         if fid in self.fids:
-            raise FsError(f"fid {fid} is already in use", errno.EBADF)
+            raise BadFid(f"fid {fid} is already in use")
         if fid == NOFID:
-            raise FsError("NOFID cannot name a file", errno.EBADF)
+            raise BadFid("NOFID cannot name a file")
         if len(self.fids) >= self.server.max_fids:
-            raise FsError(
+            raise TooManyFids(
                 f"too many fids on this connection (limit {self.server.max_fids}, max_fids); "
-                "clunk the fids you no longer use",
-                errno.EMFILE,
+                "clunk the fids you no longer use"
             )
         self.fids[fid] = entry
         self.server._fids += 1
@@ -1571,13 +1589,13 @@ class _Connection:
 
     async def _auth(self, msg: m.Tauth) -> m.Message:
         # diod's clients need ENOENT here; plan9port's `9p` accepts any error and carries on.
-        raise FsError("authentication not required", errno.ENOENT)
+        raise NotFound("authentication not required")
 
     async def _attach(self, msg: m.Tattach) -> m.Message:
         if msg.afid != NOFID:
-            raise FsError("authentication not required: attach with afid NOFID", errno.EINVAL)
+            raise InvalidInput("authentication not required: attach with afid NOFID")
         if msg.fid in self.fids:
-            raise FsError(f"fid {msg.fid} is already in use", errno.EBADF)
+            raise BadFid(f"fid {msg.fid} is already in use")
         assert self.dialect is not None
         request = AttachRequest(
             uname=msg.uname,
@@ -1643,7 +1661,7 @@ class _Connection:
         if newfid == fid:
             entry_now = self._fid(fid)
             if entry_now.is_open or entry_now.opening:
-                raise FsError(f"fid {fid} was opened during the walk", errno.EBUSY)
+                raise Busy(f"fid {fid} was opened during the walk")
             entry_now.path = path
         else:
             self._new_fid(newfid, _Fid(newfid, path=path, uname=entry.uname))
@@ -1652,11 +1670,11 @@ class _Connection:
     def _walk_check(self, fid: int, newfid: int) -> _Fid:
         entry = self._fid(fid)
         if entry.is_open and self.dialect is not Dialect.P9P2000_L:
-            raise FsError(f"cannot walk from fid {fid}: it is open (walk(5))", errno.EBUSY)
+            raise Busy(f"cannot walk from fid {fid}: it is open (walk(5))")
         if newfid != fid and newfid in self.fids:
-            raise FsError(f"newfid {newfid} is already in use", errno.EBADF)
+            raise BadFid(f"newfid {newfid} is already in use")
         if newfid == NOFID:
-            raise FsError("NOFID cannot name a file", errno.EBADF)
+            raise BadFid("NOFID cannot name a file")
         return entry
 
     async def _step(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...]:
@@ -1665,7 +1683,7 @@ class _Connection:
             return local
         child = await path[-1].walk(name)
         if child is None:
-            raise FsError(f"{name}: file does not exist", errno.ENOENT)
+            raise NotFound(f"{name}: file does not exist")
         return (*path, child)
 
     def _step_now(self, path: tuple[Node, ...], name: str) -> tuple[Node, ...] | Later:
@@ -1676,7 +1694,7 @@ class _Connection:
         if child is LATER:
             return LATER
         if child is None:
-            raise FsError(f"{name}: file does not exist", errno.ENOENT)
+            raise NotFound(f"{name}: file does not exist")
         return (*path, child)
 
     @staticmethod
@@ -1684,13 +1702,13 @@ class _Connection:
         """The checks of a walk step and `.`/`..`; None when the node must be asked."""
         st = path[-1].stat()
         if not st.is_dir:
-            raise FsError(f"cannot walk to {name!r}: {st.name} is not a directory", errno.ENOTDIR)
+            raise NotADirectory(f"cannot walk to {name!r}: {st.name} is not a directory")
         if name == "..":
             return path[:-1] if len(path) > 1 else path
         if name == ".":
             return path
         if not name or "/" in name:
-            raise FsError(f"invalid file name {name!r}", errno.ENOENT)
+            raise NotFound(f"invalid file name {name!r}")
         return None
 
     # --- open and create ----------------------------------------------------------------------
@@ -1706,7 +1724,7 @@ class _Connection:
             # Clunked (or reset) while the node was opening: release what we got.
             if handle is not None:
                 await handle.abort()
-            raise FsError("the fid was clunked while it was being opened", errno.EBADF)
+            raise BadFid("the fid was clunked while it was being opened")
         return self._opened(entry, mode, handle, rclose)
 
     def _open_now(self, entry: _Fid, mode: OpenMode, rclose: bool) -> m.Qid | Later:
@@ -1720,18 +1738,16 @@ class _Connection:
     @staticmethod
     def _open_check(entry: _Fid, mode: OpenMode) -> NodeStat:
         if entry.is_open or entry.opening:
-            raise FsError("the fid is already open; walk a new fid to open again", errno.EBUSY)
+            raise Busy("the fid is already open; walk a new fid to open again")
         st = entry.node.stat()
         if st.is_dir:
             if mode.write or mode.truncate:
-                raise FsError(f"{st.name} is a directory; open it for reading only", errno.EISDIR)
+                raise IsADirectory(f"{st.name} is a directory; open it for reading only")
         else:
             if mode.read and not st.mode & 0o444:
-                raise FsError(
-                    f"{st.name}: permission denied: the file is not readable", errno.EACCES
-                )
+                raise AccessDenied(f"{st.name}: permission denied: the file is not readable")
             if (mode.write or mode.truncate) and not st.mode & 0o222:
-                raise FsError(f"{st.name}: permission denied: the file is read-only", errno.EACCES)
+                raise AccessDenied(f"{st.name}: permission denied: the file is read-only")
         return st
 
     def _opened(self, entry: _Fid, mode: OpenMode, handle: Handle | None, rclose: bool) -> m.Qid:
@@ -1753,21 +1769,19 @@ class _Connection:
     def _omode(entry: _Fid, mode_byte: int) -> OpenMode:
         access = mode_byte & 3
         if mode_byte & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
-            raise FsError(f"bad open mode {mode_byte:#x} (open(5))", errno.EINVAL)
+            raise InvalidInput(f"bad open mode {mode_byte:#x} (open(5))")
         mode = _open_mode(
             access in (OREAD, ORDWR, OEXEC), access in (OWRITE, ORDWR), bool(mode_byte & OTRUNC)
         )
         if access == OEXEC and not entry.node.stat().mode & 0o111:
-            raise FsError(
-                f"{entry.node.stat().name}: permission denied: not executable", errno.EACCES
-            )
+            raise AccessDenied(f"{entry.node.stat().name}: permission denied: not executable")
         return mode
 
     @staticmethod
     def _lmode(flags: int) -> OpenMode:
         access = flags & L_O_ACCMODE
         if access not in (L_O_RDONLY, L_O_WRONLY, L_O_RDWR):
-            raise FsError(f"bad open flags {flags:#o}", errno.EINVAL)
+            raise InvalidInput(f"bad open flags {flags:#o}")
         return _open_mode(
             access in (L_O_RDONLY, L_O_RDWR),
             access in (L_O_WRONLY, L_O_RDWR),
@@ -1784,24 +1798,24 @@ class _Connection:
 
     def _lopen_mode(self, entry: _Fid, flags: int) -> OpenMode:
         if flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
-            raise FsError(f"{entry.node.stat().name} is not a directory", errno.ENOTDIR)
+            raise NotADirectory(f"{entry.node.stat().name} is not a directory")
         return self._lmode(flags)
 
     async def _create_child(self, entry: _Fid, name: str, perm: int) -> Node:
         _check_name(name)
         st = entry.node.stat()
         if not st.is_dir:
-            raise FsError(f"cannot create {name!r}: {st.name} is not a directory", errno.ENOTDIR)
+            raise NotADirectory(f"cannot create {name!r}: {st.name} is not a directory")
         if await entry.node.walk(name) is not None:
-            raise FsError(f"{name}: file already exists", errno.EEXIST)
+            raise AlreadyExists(f"{name}: file already exists")
         return await entry.node.create(name, perm)
 
     async def _create(self, msg: m.Tcreate) -> m.Message:
         entry = self._fid(msg.fid)
         if entry.is_open:
-            raise FsError("cannot create from an open fid (open(5))", errno.EBUSY)
+            raise Busy("cannot create from an open fid (open(5))")
         if msg.mode & ~(3 | OTRUNC | OCEXEC | ORCLOSE):
-            raise FsError(f"bad open mode {msg.mode:#x} (open(5))", errno.EINVAL)
+            raise InvalidInput(f"bad open mode {msg.mode:#x} (open(5))")
         child = await self._create_child(entry, msg.name, msg.perm)
         # open(5): the fid now represents the new file, opened with mode.
         entry.path = (*entry.path, child)
@@ -1817,7 +1831,7 @@ class _Connection:
     async def _lcreate(self, msg: m.Tlcreate) -> m.Message:
         entry = self._fid(msg.fid)
         if entry.is_open:
-            raise FsError("cannot create from an open fid", errno.EBUSY)
+            raise Busy("cannot create from an open fid")
         mode = self._lmode(msg.flags)
         child = await self._create_child(entry, msg.name, msg.mode & 0o777)
         entry.path = (*entry.path, child)
@@ -1834,11 +1848,11 @@ class _Connection:
     async def _read(self, msg: m.Tread) -> m.Message:
         entry = self._fid(msg.fid)
         if entry.open_mode is None or not entry.open_mode.read:
-            raise FsError(f"fid {msg.fid} is not open for reading", errno.EBADF)
+            raise BadFid(f"fid {msg.fid} is not open for reading")
         count = min(msg.count, self._iounit())  # read(5) allows fewer bytes; lib9p clamps too
         if entry.handle is None:
             if self.dialect is Dialect.P9P2000_L:
-                raise FsError("use Treaddir to read a directory in 9P2000.L", errno.EISDIR)
+                raise IsADirectory("use Treaddir to read a directory in 9P2000.L")
             return m.Rread(msg.tag, await self._read_dir(entry, msg.offset, count))
         data = await entry.handle.read(msg.offset, count)
         if len(data) > count:
@@ -1867,10 +1881,9 @@ class _Connection:
             entry.dir_index = 0
             entry.dir_offset = 0
         elif entry.dir_entries is None or offset != entry.dir_offset:
-            raise FsError(
+            raise InvalidInput(
                 f"bad offset {offset} in a directory read: read from 0, or continue at the "
-                f"end of the previous read ({entry.dir_offset})",
-                errno.EINVAL,
+                f"end of the previous read ({entry.dir_offset})"
             )
         entries = entry.dir_entries
         assert entries is not None
@@ -1880,10 +1893,9 @@ class _Connection:
             out += entries[i]
             i += 1
         if not out and i < len(entries):
-            raise FsError(
+            raise InvalidInput(
                 f"read count {count} is too small for the next directory entry "
-                f"({len(entries[i])} bytes)",
-                errno.EINVAL,
+                f"({len(entries[i])} bytes)"
             )
         entry.dir_index = i
         entry.dir_offset += len(out)
@@ -1893,9 +1905,9 @@ class _Connection:
         entry = self._fid(msg.fid)
         st = entry.node.stat()
         if not st.is_dir:
-            raise FsError(f"{st.name} is not a directory", errno.ENOTDIR)
+            raise NotADirectory(f"{st.name} is not a directory")
         if entry.open_mode is None:
-            raise FsError(f"fid {msg.fid} is not open; Tlopen it first", errno.EBADF)
+            raise BadFid(f"fid {msg.fid} is not open; Tlopen it first")
         count = min(msg.count, self._iounit())
         # The offset of an entry is its index + 1 in the listing taken at offset 0, so a
         # reader resumes exactly where it stopped (9P2000.L readdir).
@@ -1914,9 +1926,7 @@ class _Connection:
             encoded = m.encode_dirent(m.Dirent(qid, i + 1, dtype, name))
             if len(out) + len(encoded) > count:
                 if not out:
-                    raise FsError(
-                        f"readdir count {count} is too small for the next entry", errno.EINVAL
-                    )
+                    raise InvalidInput(f"readdir count {count} is too small for the next entry")
                 break
             out += encoded
             i += 1
@@ -1925,11 +1935,11 @@ class _Connection:
     async def _write(self, msg: m.Twrite) -> m.Message:
         entry = self._fid(msg.fid)
         if entry.open_mode is None or not entry.open_mode.write or entry.handle is None:
-            raise FsError(f"fid {msg.fid} is not open for writing", errno.EBADF)
+            raise BadFid(f"fid {msg.fid} is not open for writing")
         n = await entry.handle.write(msg.offset, msg.data)
         if msg.data and n == 0:
             # plan9port's `9p` resends forever after Rwrite count=0; never answer that.
-            raise FsError(f"{entry.node.stat().name}: the write was not accepted", errno.EIO)
+            raise FsError(f"{entry.node.stat().name}: the write was not accepted")
         if not 0 <= n <= len(msg.data):
             log.error("9p %s: %r took %d of %d bytes", self.peer, entry.handle, n, len(msg.data))
             raise _internal_error()
@@ -1948,7 +1958,7 @@ class _Connection:
                 with trio.move_on_after(self.server.clunk_timeout) as scope:
                     await entry.handle.clunk()
                 if scope.cancelled_caught:
-                    raise FsError("the file did not finish closing in time", errno.ETIMEDOUT)
+                    raise TimedOut("the file did not finish closing in time")
         return entry
 
     async def _clunk(self, msg: m.Tclunk) -> m.Message:
@@ -1990,9 +2000,7 @@ class _Connection:
         st = entry.node.stat()
         mode = None if s.mode == 0xFFFFFFFF else s.mode
         if mode is not None and (mode & DMDIR) != (st.mode & DMDIR):
-            raise FsError(
-                "wstat cannot change whether a file is a directory (stat(5))", errno.EINVAL
-            )
+            raise InvalidInput("wstat cannot change whether a file is a directory (stat(5))")
         change = StatChange(
             name=s.name or None if s.name != st.name else None,
             mode=None if mode is None or mode == st.mode else mode,
@@ -2065,21 +2073,21 @@ class _Connection:
     # --- the rest of 9P2000.L ------------------------------------------------------------------
 
     async def _refuse_link(self, msg: m.Message) -> m.Message:
-        raise FsError(_EPERM_LINKS, errno.EPERM)
+        raise NotPermitted(_EPERM_LINKS)
 
     async def _readlink(self, msg: m.Treadlink) -> m.Message:
         entry = self._fid(msg.fid)
-        raise FsError(f"{entry.node.stat().name} is not a symbolic link", errno.EINVAL)
+        raise InvalidInput(f"{entry.node.stat().name} is not a symbolic link")
 
     async def _xattr(self, msg: m.Txattrwalk | m.Txattrcreate) -> m.Message:
         self._fid(msg.fid)
-        raise FsError("extended attributes are not supported", errno.EOPNOTSUPP)
+        raise NotSupported("extended attributes are not supported")
 
     async def _rename(self, msg: m.Trename) -> m.Message:
         entry = self._fid(msg.fid)
         target = self._fid(msg.dfid)
         if len(entry.path) < 2 or entry.path[-2] is not target.node:
-            raise FsError("files can only be renamed within their directory", errno.EXDEV)
+            raise CrossDirectory("files can only be renamed within their directory")
         _check_name(msg.name)
         await self._apply(entry.node, StatChange(name=msg.name))
         return m.Rrename(msg.tag)
@@ -2088,7 +2096,7 @@ class _Connection:
         old = self._fid(msg.olddirfid)
         new = self._fid(msg.newdirfid)
         if old.node is not new.node:
-            raise FsError("files can only be renamed within their directory", errno.EXDEV)
+            raise CrossDirectory("files can only be renamed within their directory")
         _check_name(msg.oldname)
         _check_name(msg.newname)
         path = await self._step(old.path, msg.oldname)
@@ -2112,4 +2120,4 @@ class _Connection:
 
 
 def _internal_error() -> FsError:
-    return FsError("internal error in the file server (see the daemon log)", errno.EIO)
+    return FsError("internal error in the file server (see the daemon log)")
