@@ -15,7 +15,8 @@ the attach name (for anvild's TCP listener: the token). ``-n`` skips Tauth (like
 The wire sequences match plan9port's; see `anvilctl.ninep_client`.
 
 Errors print the server's message to stderr, prefixed by the command and path, and the command
-exits 1.
+exits 1. Scripts run these commands in loops, so this module imports no more than the client and
+`anvilctl.wire`, and `parse_args` reads the plain command lines without argparse.
 """
 
 from __future__ import annotations

@@ -187,13 +187,13 @@ class Client:
         A well-formed reply of the expected type and tag, or an Rerror, is decoded here; any
         other reply goes to `_refuse`, which has the reference codec say what is wrong with it.
         """
-        fields = (tag, *fields)
+        values = (tag, *fields)
         try:
-            frame: bytes | None = wire.ENCODERS[request](*fields)
+            frame: bytes | None = wire.ENCODERS[request](*values)
         except wire.Unhandled:
             frame = None
         if frame is None:  # outside the handler: a traceback shows only the reference's error
-            frame = _reference_encode(request, fields)
+            frame = _reference_encode(request, values)
         self._send_frame(frame)
         reply = self._frame()
         type_ = reply[4]
@@ -205,7 +205,7 @@ class Client:
                 return decode(reply)
         except wire.Unhandled:
             pass
-        self._refuse(reply, request, fields)
+        self._refuse(reply, request, values)
 
     def _refuse(self, frame: bytes, request: str, fields: tuple[object, ...]) -> NoReturn:
         self._check(_reference_decode(frame), _reference_message(request, fields))
