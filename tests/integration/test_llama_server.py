@@ -62,9 +62,7 @@ def llama_server() -> Iterator[str]:
         [str(SCRIPT), "path"], capture_output=True, text=True, timeout=30, check=False
     )
     if built.returncode != 0:
-        unavailable(
-            f"llama-server is not built: run `make llama-server` ({built.stderr.strip()})"
-        )
+        unavailable(f"llama-server is not built: run `make llama-server` ({built.stderr.strip()})")
     model = subprocess.run(
         [str(SCRIPT), "model"], capture_output=True, text=True, timeout=300, check=False
     )
