@@ -178,7 +178,9 @@ def _check(
                 result.note(f"{where}: {name} holds {path.read_text()!r}")
         else:
             result.add("files left behind")
-            result.note(f"{where}: {name} was left in the workspace")
+            inside = sorted(str(p.relative_to(work)) for p in path.rglob("*"))[:8]
+            kind = "directory" if path.is_dir() else "file"
+            result.note(f"{where}: {kind} {name} was left in the workspace {inside}")
     with connect(daemon.namespace) as c:
         out = c.read_file(f"{sid}/out").decode()
     for line in out.splitlines():
