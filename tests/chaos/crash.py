@@ -169,8 +169,15 @@ def _check(
         name = path.name
         if name in ("ledger.txt", "notes.txt"):
             continue
-        if name in (".git", ".anvil") and not (path.is_dir() and any(path.iterdir())):
-            continue  # the sandbox's empty placeholders over protected names
+        if name in (".git", ".anvil") and not (path / "HEAD").exists():
+            # The sandbox's placeholders over the names it protects (e.g. `.git/commondir`),
+            # made on the host for the command's mounts: a killed daemon never removes them.
+            # No repository (no HEAD); reported apart, as the sandbox's finding.
+            if path.is_dir() and any(path.iterdir()):
+                inside = sorted(str(p.relative_to(work)) for p in path.rglob("*"))[:8]
+                result.add("sandbox placeholders left in the workspace (no repository)")
+                result.note(f"{where}: the sandbox's placeholder {inside} stayed")
+            continue
         mark = name[1:4]
         if name == f"f{mark}.txt" and mark.isdigit():
             if path.read_text() != f"content {mark}\n":
