@@ -34,10 +34,8 @@ class _Want(enum.Enum):
 
 
 _WS: Final = re.compile(r"[ \t\n\r]*")
-_STRING: Final = re.compile(r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"')
-_STRING_START: Final = re.compile(
-    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z'
-)
+_STRING_BODY: Final = re.compile(r'(?:[^"\\\x00-\x1f]+|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_PARTIAL_ESCAPE: Final = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _NUMBERISH: Final = re.compile(r"[-+0-9.eE]+")
 _NUMBER: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _WORD: Final = re.compile(r"[a-zA-Z]+")
@@ -47,11 +45,12 @@ _LITERALS: Final = ("true", "false", "null")
 class JsonScanner:
     """One JSON value's end, found incrementally (see the module docstring)."""
 
-    __slots__ = ("_depth_limit", "_pos", "_stack", "_want")
+    __slots__ = ("_depth_limit", "_pos", "_resume", "_stack", "_want")
 
     def __init__(self, *, max_depth: int | None = None) -> None:
         self._depth_limit = max_depth
         self._pos = 0  # where the next token starts
+        self._resume = 0  # inside a string that starts at _pos: how far it is valid
         self._stack: list[str] = []  # "{" or "[" per open container
         self._want = _Want.VALUE
 
@@ -68,19 +67,22 @@ class JsonScanner:
             c = text[pos]
             want = self._want
             if c == '"':
-                match = _STRING.match(text, pos)
-                if match is None:
-                    if _STRING_START.match(text, pos):
-                        self._pos = pos
-                        return None  # a string still being written
-                    raise self._error(text, pos, "a string has a control character or bad escape")
+                # A long string cut by pieces resumes where its valid part ended.
+                start = self._resume if pos == self._pos and self._resume else pos + 1
+                end = _STRING_BODY.match(text, start).end()  # type: ignore[union-attr]
+                if end >= n or _PARTIAL_ESCAPE.match(text, end):
+                    self._pos, self._resume = pos, end
+                    return None  # a string still being written
+                self._resume = 0
+                if text[end] != '"':
+                    raise self._error(text, end, "a string has a control character or bad escape")
                 if want in (_Want.KEY, _Want.KEY_OR_END):
                     self._want = _Want.COLON
                 elif want in (_Want.VALUE, _Want.VALUE_OR_END):
                     self._value_done()
                 else:
                     raise self._error(text, pos, f"expected {want.value}")
-                pos = match.end()
+                pos = end + 1
             elif c in "{[":
                 if want not in (_Want.VALUE, _Want.VALUE_OR_END):
                     raise self._error(text, pos, f"expected {want.value}")

@@ -210,7 +210,7 @@ CASES = {
     "outbox-nan": Case(
         "outbox",
         lambda w: _msg(w.rev_alias)[:-1] + b', "metadata": {"x": NaN}}',
-        "malformed JSON",
+        "NaN is not a JSON number",
         errno.EINVAL,
     ),
     "outbox-urandom": Case("outbox", fixed(URANDOM), "outbox: not valid UTF-8", errno.EINVAL),

@@ -147,7 +147,7 @@ def test_the_scanner_finds_where_the_value_ends(parts: list[str], end: int | Non
         ("[1 2]", "line 1 column 4"),
         ('{"a": 01}', "line 1 column 7"),
         ('{"a": trux}', "line 1 column 7"),
-        ('{\n "a": "\x01"}', "line 2 column 7"),
+        ('{\n "a": "\x01"}', "line 2 column 8"),
         ("]", "line 1 column 1"),
     ],
 )
