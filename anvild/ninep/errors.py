@@ -1,34 +1,18 @@
-"""The exceptions of `anvild.ninep`.
+"""The exceptions of `anvild.ninep`, drawn httpx `_exceptions.py` style::
 
-Hierarchy (httpx `_exceptions.py` style)::
+    NinepError              root of everything this package raises
+    ├── ProtocolError       malformed input (framing, lengths, UTF-8, over msize): the server
+    │   │                   closes the connection with a logged reason (intro(5))
+    │   └── UnknownMessageError  a well-framed unknown type: answered on its tag, kept open
+    └── FsError             a refusal: a message a person can act on, and an errno
+        ├── InvalidInput, NotPermitted, AccessDenied, NotFound, Busy, AlreadyExists,
+        │   TooLarge, TryAgain, NotSupported, StorageFailed        (what a request asks)
+        └── BadFid, TooManyFids, NotADirectory, IsADirectory, CrossDirectory,
+            MessageTooLarge, NotInProtocol, TagInUse, TimedOut    (the protocol's own)
 
-    NinepError                  root of everything this package raises
-    ├── ProtocolError           malformed input from the peer: bad framing, bad lengths,
-    │   │                       invalid UTF-8, trailing bytes, a frame larger than msize.
-    │   │                       The server closes the connection with a logged reason
-    │   │                       (intro(5): a peer that breaks framing cannot be resynchronised).
-    │   └── UnknownMessageError a well-framed message whose type the dialect does not define;
-    │                           the frame boundary is intact, so the server answers it with an
-    │                           error reply on the same tag and keeps the connection.
-    └── FsError                 a refusal: a message a person can act on plus a Linux errno.
-        ├── InvalidInput        EINVAL   bad input (malformed, unknown name, not UTF-8)
-        ├── NotPermitted        EPERM    never allowed on this file or in this state
-        ├── AccessDenied        EACCES   not allowed for this caller
-        ├── NotFound            ENOENT   no such file, session, bead or recipient
-        ├── Busy                EBUSY    something running or held stands in the way
-        ├── AlreadyExists       EEXIST   the name is taken
-        ├── TooLarge            EFBIG    over a size limit
-        ├── TryAgain            EAGAIN   a limit that passes; retry later
-        ├── NotSupported        EOPNOTSUPP
-        ├── StorageFailed       EIO      the disk or the store refused
-        └── the protocol's own: BadFid EBADF, TooManyFids EMFILE, NotADirectory ENOTDIR,
-            IsADirectory EISDIR, CrossDirectory EXDEV, MessageTooLarge EMSGSIZE,
-            NotInProtocol EPROTO, TagInUse EBADMSG, TimedOut ETIMEDOUT
-
-`ERRNO` is the one table from kind to errno. An `FsError` becomes Rerror (9P2000: the message;
-9P2000.u: message and errno) or Rlerror (9P2000.L: the errno only); `FsError(message, errno)`
-still takes an explicit errno. Random bytes given to the codec never raise anything but
-`ProtocolError` (and its subclass).
+`ERRNO` is the one table from kind to errno (a subclass takes its nearest listed ancestor's).
+An `FsError` becomes Rerror (9P2000: the message; 9P2000.u: and the errno) or Rlerror (9P2000.L:
+the errno). Random bytes given to the codec raise nothing but `ProtocolError`.
 """
 
 from __future__ import annotations
