@@ -24,7 +24,15 @@ import attrs
 import pytest
 
 from anvild.ninep import messages as m
-from anvild.ninep.constants import L_O_TRUNC, L_O_WRONLY, NOFID, OTRUNC, OWRITE, Dialect
+from anvild.ninep.constants import (
+    L_O_TRUNC,
+    L_O_WRONLY,
+    NOFID,
+    OTRUNC,
+    OWRITE,
+    SETATTR_MODE,
+    Dialect,
+)
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_hostile_input_e2e import Daemon, rdwr, read, write
 from tests.integration.test_sessions_e2e import FakeServer, start_daemon, user_config
@@ -455,3 +463,18 @@ def test_what_only_a_clunk_can_know_is_still_refused_there(served: Served) -> No
     assert "malformed JSON" in report["body"]
     assert "the prompt is empty" in (write(served.d, f"{w.dev}/in", b"  \n") or "")
     assert read(served.d, f"{w.dev}/first_prompt") == "-\n"
+
+
+def test_the_other_kinds_reach_a_9p2000_l_client_with_their_errno(served: Served) -> None:
+    """The rest of README's errno table that a client can cause: EACCES (a read-only file
+    opened for writing), EPERM (an attribute other than a truncation), ENOENT (a walk)."""
+    w = make_world(served, "")
+    client = Raw(served, Dialect.P9P2000_L)
+    try:
+        client.check(client.rpc(m.Twalk(0, 0, 1, [w.dev, "state"])))
+        assert client.rpc(m.Tlopen(0, 1, L_O_WRONLY)) == m.Rlerror(0, errno.EACCES)
+        chmod = m.Tsetattr(0, 1, SETATTR_MODE, 0o777, 0, 0, 0, 0, 0, 0, 0)
+        assert client.rpc(chmod) == m.Rlerror(0, errno.EPERM)
+        assert client.rpc(m.Twalk(0, 0, 2, ["nosuch"])) == m.Rlerror(0, errno.ENOENT)
+    finally:
+        client.close()
