@@ -150,9 +150,11 @@ def run(
     rounds: int = 1,
     clear_while_full: bool = False,
     free_left: tuple[int, ...] = FREE_LEFT,
+    then_clear: tuple[int, ...] = (),
 ) -> Result:
     """`rounds` passes over `free_left` (bytes); raises MountRefused when tmpfs cannot be mounted.
-    `clear_while_full`: also write `clear` to the session's ctl while the disk is full."""
+    `clear_while_full`: also write `clear` to the session's ctl while the disk is full;
+    `then_clear`: after those, the same with `clear` at these sizes (one daemon for both)."""
     result = Result("Disk full" + (", with `clear` while full" if clear_while_full else ""))
     started = time.monotonic()
     work = workdir / "work"
@@ -172,8 +174,10 @@ def run(
                 c.write_file(f"{sid}/in", b"before")
             acked.append("before")
             wait_state(namespace, sid, ("await", "idle"), 30)
+            plan = [(leave, clear_while_full) for leave in free_left]
+            plan += [(leave, True) for leave in then_clear]
             for round_ in range(rounds):
-                for leave in free_left:
+                for leave, clear in plan:
                     filler = fill(mnt, leave)
                     # A short prompt may fit in the slack of a page the records file already
                     # has; a long one needs new pages.
@@ -200,7 +204,7 @@ def run(
                         with connect(namespace) as c:
                             c.write_file(f"{sid}/ctl", b"clear\n")
 
-                    if clear_while_full:
+                    if clear:
                         _attempt(result, "session ctl (clear)", leave, ctl)
                     if not alive(daemon):
                         result.add("crashes (daemon died)")
@@ -219,6 +223,7 @@ def run(
                         try:
                             with connect(namespace) as c:
                                 c.write_file(f"{sid}/ctl", b"start\n")
+                            result.add("sessions started again by `start`")
                         except OSError as exc:
                             result.add("sessions that `start` cannot recover once space is back")
                             result.note(f"`start` after {leave} bytes free: {exc}")
