@@ -726,12 +726,15 @@ def campaign(differential: Differential, examples: int, seconds: float | None) -
         def search(command: str) -> None:
             differential.check(command)
 
+        before = stats.generated
         try:
             search()
         except Bypass:
             assert differential.last is not None
             stats.failures.append(differential.last)  # the last raise is the shrunk example
             differential.known.add(str(differential.last["kind"]))
+        if stats.generated == before:
+            break  # hypothesis found nothing new to try
     return stats
 
 
