@@ -77,7 +77,8 @@ def cases(full: bool) -> list[Case]:
             [
                 Case(
                     "stall before the headers",
-                    ({"text": "never", "delay": 100_000.0},),
+                    # Every attempt stalls: the retries too (a timeout is retried).
+                    ({"text": "never", "delay": 100_000.0, "repeat": True},),
                     ("[turn ended: error:",),
                     stall=True,
                 )
