@@ -1094,9 +1094,9 @@ class Session:
             if why is not None:
                 text = handoff_text(messages, old.name, target.name)
                 handed = (Message.user_text(text),)
-                self._agent.reset(handed)
                 if not self._append(ContextReplaced(handed, ReplaceReason.HANDOFF)):
                     raise RecordWriteFailed(f"the model was not changed: {self._detail}")
+                self._agent.reset(handed)
                 self._append(Note(f"model {old.name} -> {target.name}: {why}; text handoff"))
                 self._log_lines([f"NOTE: model {old.name} -> {target.name}: handoff ({why})"])
             if not self._append(ModelChanged(target.name)):
@@ -1425,12 +1425,13 @@ class Session:
         await self._wait_turn_end()
 
     def _replace_context(self, reason: ReplaceReason) -> None:
-        self._agent.reset()
-        self._agent.context.state.todos = ()
+        # Recorded first, then done: a refused write (disk full) leaves the transcript and the
+        # todos as the records have them, so `start` has nothing to catch up but appends.
         if not self._append(ContextReplaced((), reason)):
             raise RecordWriteFailed(f"the context was not replaced: {self._detail}")
-        if self._journal.state.todos:
-            self._append(TodosChanged(()))
+        self._agent.reset()
+        if not self._journal.state.todos or self._append(TodosChanged(())):
+            self._agent.context.state.todos = ()
         self._used_before = None
         self._log_lines([f"CONTEXT: {reason.value}"])
         self._notify()
