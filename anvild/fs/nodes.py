@@ -486,6 +486,12 @@ class _BodyHandle(Handle):
                 await self._node.on_reject(exc, seen)
 
     async def clunk(self) -> None:
+        if self._lock is None:
+            return await self._clunk()
+        async with self._lock:  # after a write still committing: never a second delivery
+            return await self._clunk()
+
+    async def _clunk(self) -> None:
         body, self._body = self._body, None
         if body is None or self._committed:
             return  # not opened for writing, or committed by the write that completed it

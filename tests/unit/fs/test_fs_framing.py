@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,3 +300,22 @@ async def test_invalid_utf8_fails_the_write_with_einval() -> None:
     with pytest.raises(InvalidInput):
         await handle.clunk()
     assert committed == []
+
+
+async def test_a_clunk_pipelined_behind_the_completing_write_delivers_nothing_twice() -> None:
+    gate = trio.Event()
+    committed: list[bytes] = []
+
+    async def commit(data: bytes) -> None:
+        await gate.wait()  # the delivery takes a while (a disk write)
+        committed.append(data)
+
+    node = BodyFile("outbox", commit, framing=Framing.JSON)
+    handle = await node.open(WRITE)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(handle.write, 0, b'{"a": 1}')
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(handle.clunk)  # sent before the Rwrite came back
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert committed == [b'{"a": 1}']
