@@ -33,8 +33,10 @@ Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a
      the mount point), so it cannot be created; an empty directory rather than /dev/null because
      git walks past an empty `.git` directory to the enclosing repository, where a stray file
      would break it, and a leftover one is harmless. The daemon removes those mount points after
-     the last sandbox using them ends (`_PLACEHOLDERS`). A protected path that is a symlink is
-     refused: a mount follows the link, so it cannot be protected where it stands;
+     the last sandbox using them ends (`_PLACEHOLDERS`), and lists them under the data dir
+     first, so the next start removes what a crash left (`anvild.sandbox.litter`). A protected
+     path that is a symlink is refused: a mount follows the link, so it cannot be protected
+     where it stands;
    - hidden paths (credentials such as ~/.ssh, the daemon's own config, data and namespace
      directories, the role's `hidden` list) inside anything bound are masked with an empty
      read-only tmpfs or /dev/null.
@@ -78,7 +80,6 @@ confined to the pid namespace and die with it; CPU and memory are not limited.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import os
@@ -101,6 +102,7 @@ from anvild.sandbox import (
     SandboxRefused,
     SandboxUnavailable,
     WorkspaceWrite,
+    litter,
     policy_name,
 )
 from anvild.sandbox.gitguard import Guard, config_pairs
@@ -955,21 +957,6 @@ def check_access(the_plan: Plan, drop: Drop | None) -> None:
 # -- placeholders ------------------------------------------------------------------------------
 
 
-def _remove_placeholder(path: Path, seed: bytes | None) -> None:
-    """Remove a mount point we caused, if it is still what we left: an empty directory, an
-    empty file (bwrap's mount point for a file placeholder), or a seed with its content."""
-    with contextlib.suppress(OSError):
-        st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode):
-            os.rmdir(path)  # fails (and stays) unless it is still empty
-        elif (
-            stat.S_ISREG(st.st_mode)
-            and st.st_size == len(seed or b"")
-            and (seed is None or path.read_bytes() == seed)
-        ):
-            os.unlink(path)
-
-
 class _Placeholders:
     """Mount points this process asked bwrap to create, and seed files it wrote, counted across
     concurrent sandboxes. Removing one while another sandbox still has it mounted would detach
@@ -1028,9 +1015,9 @@ class _Placeholders:
             if path in self._seeds:
                 seed = self._seeds.pop(path)
                 if seed is not None:
-                    _remove_placeholder(path, seed)
+                    litter.remove_if_left(path, seed)
             else:
-                _remove_placeholder(path, None)
+                litter.remove_if_left(path, None)
 
 
 _PLACEHOLDERS: Final = _Placeholders()
@@ -1114,15 +1101,20 @@ class Launch:
         # the launch is closed.
         self._lifeline_read: int | None = lifeline_read
         self._lifeline_write: int | None = lifeline_write
-        self._placeholders = (*plan.placeholders, *(path for path, _ in plan.seeds))
+        settings = settings or SandboxSettings()
+        self._placeholders: tuple[Path, ...] = ()
+        self._listed: Path | None = None
         try:
+            # Listed under the data dir before anything is created in the workspace, so that
+            # the next start removes what a crash left (`anvild.sandbox.litter`).
+            self._listed = litter.record(settings.litter_directory(), plan.placeholders, plan.seeds)
+            self._placeholders = (*plan.placeholders, *(path for path, _ in plan.seeds))
             _PLACEHOLDERS.acquire(plan.placeholders, plan.seeds)
         except BaseException:
             self._placeholders = ()
             self.close()
             raise
         if plan.writable:
-            settings = settings or SandboxSettings()
             self._guard = Guard.prepare(
                 plan.writable,
                 plan.gitdirs,
@@ -1199,6 +1191,8 @@ class Launch:
         if self._placeholders:
             placeholders, self._placeholders = self._placeholders, ()
             _PLACEHOLDERS.release(placeholders)
+        listed, self._listed = self._listed, None
+        litter.forget(listed)
 
     def __enter__(self) -> Launch:
         return self
@@ -1219,6 +1213,11 @@ class SandboxSettings:
     passthrough: tuple[str, ...] = ()
     nested_git_limit: int = NESTED_GIT_LIMIT
     quarantine: Path | None = None  # where `gitguard` moves what it finds; None: the data dir
+    litter_dir: Path | None = None  # where launches list what they create; None: the data dir
+
+    def litter_directory(self) -> Path:
+        """Where launches list the seeds and mount points they create (`anvild.sandbox.litter`)."""
+        return self.litter_dir if self.litter_dir is not None else litter.default_directory()
 
     def drop(self) -> Drop | None:
         """The drop to apply: only when the daemon runs as root."""

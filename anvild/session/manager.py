@@ -17,7 +17,8 @@ Theory of operation.
   outcome is unknown and is never re-run, naming the temporary file of an unfinished write,
   removed first (`anvild.session.leftovers`); the session is idle with a note). A file that cannot
   be loaded is left untouched and reported (`SessionFailed` on `events`, and the log). Sessions
-  come back in creation order.
+  come back in creation order. Before them, what sandboxes of a killed daemon left in
+  workspaces (placeholders, seeds) is removed (`anvild.sandbox.litter.sweep`).
 - Providers. Every request a session makes goes through its provider's `trio.CapacityLimiter`
   (`SessionSettings.concurrency`): a provider with one slot serves one request at a time and
   the others wait, in arrival order, parked (no polling).
@@ -55,7 +56,7 @@ from anvild.llm.provider import Provider
 from anvild.llm.registry import Pricing, ResolvedModel
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
-from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite
+from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite, litter
 from anvild.sandbox.bwrap import Sandbox
 from anvild.session import accounting, leftovers, roles
 from anvild.session.errors import (
@@ -324,6 +325,9 @@ class SessionManager:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                # What killed sandboxes left in workspaces goes before any session runs again.
+                litter_dir = self.settings.sandbox_settings.litter_directory()
+                await trio.to_thread.run_sync(litter.sweep, litter_dir)
                 await self._restore()
                 task_status.started()
                 await trio.sleep_forever()
