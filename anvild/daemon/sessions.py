@@ -1,9 +1,9 @@
 """The session part of the `agent/` tree (DESIGN.md section 4), served from a `SessionManager`.
 
     agent/
-      ctl        + `new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N]
-                 [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] [ephemeral]
-                 [headless]`, `kill ID`
+      ctl        + `new [MODEL] [/DIR] [ROLE] [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
+                 [max_steps=N] [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user]
+                 [ephemeral] [headless]`, `kill ID` (positional words: `new_args`)
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any)
@@ -76,6 +76,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
+from anvild.daemon import new_args
 from anvild.daemon.refusals import admit_context, admit_prompt, fs_error, kind_of
 from anvild.daemon.root import RootTree
 from anvild.fs import (
@@ -571,8 +572,9 @@ class SessionTree:
     def _new_spec(self) -> CommandSpec:
         extra = self._new_keys()
         usage = (
-            "new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] [max_steps=N] "
-            "[permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] [ephemeral] [headless]"
+            "new [MODEL] [/DIR] [ROLE] [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] "
+            "[max_steps=N] [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] "
+            "[ephemeral] [headless]"
         )
         usage += "".join(f" [{name}=...]" for name in extra)
         return CommandSpec(
@@ -581,6 +583,7 @@ class SessionTree:
             usage=usage,
             options=frozenset({*NEW_KEYS, *NEW_FLAGS, *extra}),
             flags=frozenset(NEW_FLAGS),
+            max_args=new_args.MAX_POSITIONAL,
         )
 
     def mount(self, root: RootTree) -> None:
@@ -595,7 +598,9 @@ class SessionTree:
 
     async def _new(self, command: Command) -> str:
         extra = self._new_keys()
-        words = [f"{key}={value}" for key, value in command.options.items() if key not in extra]
+        vocab = new_args.Vocabulary.from_lines(self._models(), session_roles.ROLES)
+        given = {**new_args.positional_options(command, vocab), **command.options}
+        words = [f"{key}={value}" for key, value in given.items() if key not in extra]
         words += sorted(command.flags)
         chosen = [(extra[key], value) for key, value in command.options.items() if key in extra]
         for key, value in chosen:
