@@ -734,7 +734,7 @@ def _option_glob(analysis: shell.ShellAnalysis) -> str | None:
     """A glob that could expand to a file named like an option of a program of the table (a
     file `-e1e touch X` makes `sed -n p *` run touch), or None."""
     for segment in analysis.segments:
-        if segment.words[0].rsplit("/", 1)[-1] not in programs.PROGRAMS:
+        if programs.program_name(segment.words[0]) not in programs.PROGRAMS:
             continue
         for index, pattern in zip(segment.globs, segment.patterns, strict=True):
             if pattern[:1] in ("*", "?"):
@@ -755,7 +755,7 @@ def _unnamed_danger(segment: shell.Segment, covering: list[Rule]) -> str | None:
                 f"{shown!r}. Approve it, or add a rule that spells it out such as "
                 f"{programs.suggested_rule(words)}."
             )
-    if words and words[0].rsplit("/", 1)[-1] in programs.PROGRAMS:
+    if words and programs.program_name(words[0]) in programs.PROGRAMS:
         for index, pattern in zip(segment.globs, segment.patterns, strict=True):
             if pattern[:1] in ("*", "?") and not any(_names(r, words, index) for r in covering):
                 return (

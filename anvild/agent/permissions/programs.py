@@ -88,6 +88,16 @@ def _value(words: tuple[str, ...], index: int) -> str:
     return words[index + 1] if index + 1 < len(words) else ""
 
 
+_LOADER: Final = re.compile(r"ld(-linux[\w.-]*|64)?\.so(\.\d+)*")
+
+
+def program_name(word: str) -> str:
+    """The program a command word names: its base name, with the dynamic loader (which runs
+    the program in its arguments: `/lib64/ld-linux-x86-64.so.2 /usr/bin/rm`) as `ld.so`."""
+    name = posixpath.basename(word)
+    return "ld.so" if _LOADER.fullmatch(name) else name
+
+
 # -- wrappers: programs that run the command in their arguments ----------------------------------
 
 
@@ -144,6 +154,7 @@ WRAPPERS: Final[dict[str, Wrapper]] = {
     "runuser": Wrapper("ugc", ("user", "group", "command")),
     "firejail": Wrapper(),
     "parallel": Wrapper("jS", ("jobs",)),
+    "ld.so": Wrapper("", ("library-path", "inhibit-rpath", "audit", "preload", "argv0")),
     "chrt": Wrapper("TPD", ("sched-runtime", "sched-period", "sched-deadline"), operands=1),
     "prlimit": Wrapper("po", ("pid", "output")),
     "setarch": Wrapper(operands=1),
@@ -156,7 +167,7 @@ WRAPPERS: Final[dict[str, Wrapper]] = {
 def unwrap(words: tuple[str, ...]) -> tuple[str, ...] | None:
     """The command a wrapper runs (`timeout 5 npm test` -> `npm test`), or None when `words`
     is not a wrapper or names no command (`env` alone prints the environment)."""
-    spec = WRAPPERS.get(posixpath.basename(words[0])) if words else None
+    spec = WRAPPERS.get(program_name(words[0])) if words else None
     if spec is None:
         return None
     index = 1
@@ -392,7 +403,7 @@ _NPM_SAFE: Final = frozenset(
 
 
 def _npm(words: tuple[str, ...]) -> Iterator[Finding]:
-    name = posixpath.basename(words[0])
+    name = program_name(words[0])
     for index, word in enumerate(words[1:], 1):
         if word == "--" or (name == "npx" and not word.startswith("-")):
             return  # what follows goes to the project's script, or to the package npx runs
@@ -431,7 +442,7 @@ def _option_runs(program: str, shorts: tuple[str, ...], longs: tuple[str, ...]) 
 
 
 def _pager(words: tuple[str, ...]) -> Iterator[Finding]:
-    name = posixpath.basename(words[0])
+    name = program_name(words[0])
     for index, word in enumerate(words[1:], 1):
         if word.startswith("+"):
             yield Finding(index, Danger.CODE, f"{name} {word} runs a pager command",
@@ -458,7 +469,7 @@ def _uniq(words: tuple[str, ...]) -> Iterator[Finding]:
 
 
 def _shell(words: tuple[str, ...]) -> Iterator[Finding]:
-    name = posixpath.basename(words[0])
+    name = program_name(words[0])
     for index, word in enumerate(words[1:], 1):
         if _short(word, "c") and not word.startswith("+"):
             code = words[index + 1] if index + 1 < len(words) else ""
@@ -473,7 +484,7 @@ def _shell(words: tuple[str, ...]) -> Iterator[Finding]:
 
 
 def _interpreter(words: tuple[str, ...]) -> Iterator[Finding]:
-    name = posixpath.basename(words[0])
+    name = program_name(words[0])
     for index, word in enumerate(words[1:], 1):
         if word in ("-c", "-e", "-E", "-r", "-p", "--eval", "--print") or _short(word, "ce"):
             code = words[index + 1] if index + 1 < len(words) else ""
@@ -508,7 +519,7 @@ def _script(words: tuple[str, ...]) -> Iterator[Finding]:
 
 
 def _wrapper(words: tuple[str, ...]) -> Iterator[Finding]:
-    name = posixpath.basename(words[0])
+    name = program_name(words[0])
     inner = unwrap(words)
     if inner is not None:
         yield Finding(len(words) - len(inner), Danger.RUNS, f"{name} runs {inner[0]}", inner)
@@ -532,7 +543,7 @@ def _wrapper(words: tuple[str, ...]) -> Iterator[Finding]:
     if name == "xargs" and inner is not None and any("{}" in w or "%" in w for w in inner[:1]):
         yield Finding(len(words) - len(inner), Danger.RUNS, "xargs builds the command name",
                       opaque=True)  # fmt: skip
-    elif name == "xargs" and inner is not None and posixpath.basename(inner[0]) in PROGRAMS:
+    elif name == "xargs" and inner is not None and program_name(inner[0]) in PROGRAMS:
         # Words from the input can be options: a line `-e1e touch X` makes `xargs sed` run it.
         yield Finding(len(words) - len(inner), Danger.RUNS,
                       f"xargs gives {inner[0]} words from its input, which can be options",
@@ -577,7 +588,7 @@ def findings(words: tuple[str, ...]) -> tuple[Finding, ...]:
     """The dangerous arguments of one command (see the module docstring)."""
     if not words:
         return ()
-    inspect = PROGRAMS.get(posixpath.basename(words[0]))
+    inspect = PROGRAMS.get(program_name(words[0]))
     return () if inspect is None else tuple(inspect(words))
 
 
@@ -585,7 +596,7 @@ def named_files(words: tuple[str, ...]) -> tuple[str, ...]:
     """Files a command names inside the text of an argument, for path deny rules: sed's `r`,
     `R`, `w` and `W` take the rest of the script line as a file name (`sed 'r .env' x` reads
     .env, `1r.env` too). Over-approximated: the rest of the line after every such letter."""
-    if len(words) < 2 or posixpath.basename(words[0]) not in ("sed", "gsed"):
+    if len(words) < 2 or program_name(words[0]) not in ("sed", "gsed"):
         return ()
     return tuple(
         rest
@@ -613,7 +624,7 @@ def runs(words: tuple[str, ...], depth: int = 0) -> Runs:
     """Every command `words` runs, itself first (see `Runs`)."""
     if not words or depth > 8:
         return Runs(opaque="it nests commands too deeply to follow" if words else None)
-    commands = [(posixpath.basename(words[0]), *words[1:])]
+    commands = [(program_name(words[0]), *words[1:])]
     texts: list[str] = []
     opaque: str | None = None
     for finding in findings(words):
@@ -667,7 +678,7 @@ def hard_deny_reason(words: tuple[str, ...]) -> str | None:
     `words` is one command as `runs` gives it (wrappers are separate commands there)."""
     if not words:
         return None
-    name, args = posixpath.basename(words[0]), words[1:]
+    name, args = program_name(words[0]), words[1:]
     text = shlex.join(words)
     if name == "rm":
         if "--no-preserve-root" in args:
@@ -732,7 +743,7 @@ _TAG_CHANGES: Final = frozenset({"-d", "--delete", "-a", "-s", "-f", "-m"})
 def mutating_git(words: tuple[str, ...]) -> str | None:
     """`git SUB` when this git command may change a repository (commit, add, push, reset,
     branch -d, config without --get, ...); None for read-only ones and for other programs."""
-    if not words or posixpath.basename(words[0]) != "git":
+    if not words or program_name(words[0]) != "git":
         return None
     args = list(words[1:])
     while args and args[0].startswith("-"):
@@ -799,6 +810,7 @@ __all__ = [
     "hard_deny_reason",
     "mutating_git",
     "named_files",
+    "program_name",
     "runs",
     "suggested_rule",
     "unwrap",

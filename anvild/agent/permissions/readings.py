@@ -81,7 +81,7 @@ def readings(analysis: shell.ShellAnalysis) -> Readings:
 
 
 def _basename_first(tokens: tuple[str, ...]) -> tuple[str, ...]:
-    return (tokens[0].rsplit("/", 1)[-1], *tokens[1:]) if tokens else tokens
+    return (programs.program_name(tokens[0]), *tokens[1:]) if tokens else tokens
 
 
 def _pattern(word: str) -> bool:

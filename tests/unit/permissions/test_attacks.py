@@ -78,6 +78,7 @@ ATTACKS: list[tuple[str, str]] = [
     ("printf 'r\\155 src' | bash", "rm"),
     ("echo x | sh -c 'rm -r src'", "rm"),
     ("/bin/r? -r src", "rm"),
+    ("/lib64/ld-linux-x86-64.so.2 /usr/bin/touch X", "touch"),
 ]
 
 WORKSPACE = PurePosixPath("/work/repo")

@@ -125,6 +125,13 @@ def test_unwrap(words: tuple[str, ...], inner: tuple[str, ...] | None) -> None:
     assert unwrap(words) == inner
 
 
+def test_the_dynamic_loader_is_a_wrapper() -> None:
+    for loader in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux.so.2", "ld.so", "ld64.so.1"):
+        found = runs((loader, "--library-path", "/x", "/usr/bin/touch", "X"))
+        assert ("touch", "X") in found.commands, loader
+    assert runs(("libc.so.6",)).commands == (("libc.so.6",),)
+
+
 def test_runs_lists_every_command_with_program_names_reduced() -> None:
     found = runs(("/usr/bin/env", "X=1", "/usr/bin/nice", "find", ".", "-exec", "/bin/rm", ";"))
     names = [c[0] for c in found.commands]
