@@ -2,8 +2,9 @@
 
 Runs a command exactly as the bash tool would (the same `anvild.sandbox.bwrap.Sandbox.prepare`:
 probe, layout, privilege drop, seccomp, environment, status stream), with the terminal's stdin
-and stdout, and prints the policy in force and the filesystem layout on stderr first. Users debug
-their sandbox role files with it. It never runs the command unsandboxed: a sandbox that cannot be
+and stdout, and prints the policy in force, the role as read (a file in AnviLLM's schema shows
+here in anvil's keys) and the filesystem layout on stderr first. Users debug their sandbox role
+files with it. It never runs the command unsandboxed: a sandbox that cannot be
 set up is reported and the exit status is 125. `full-access` is not offered: there is nothing to
 debug without a sandbox.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from anvild.sandbox import ReadOnly, SandboxError, WorkspaceWrite, policy_name
 from anvild.sandbox.bwrap import Sandbox, describe_plan
-from anvild.sandbox.roles import DEFAULT_ROLE, load_role
+from anvild.sandbox.roles import DEFAULT_ROLE, Role, load_role
 
 SANDBOX_FAILED = 125
 
@@ -36,6 +37,21 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument("--cwd", type=Path, default=Path.cwd(), help="the workspace (default .)")
     parser.add_argument("--network", action="store_true", help="allow the network")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+
+def describe_role(role: Role) -> str:
+    """The role as the loader read it, in anvil's keys, whatever schema its file used."""
+    source = role.source or "built in"
+    return "\n".join(
+        [
+            f"role {role.name} ({source}):",
+            f"  network: {'true' if role.network else 'false'}",
+            f"  git: {role.git.value}",
+            f"  filesystem.read_only: {list(role.read_only)}",
+            f"  filesystem.read_write: {list(role.read_write)}",
+            f"  filesystem.hidden: {list(role.hidden)}",
+        ]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             policy = WorkspaceWrite(network=args.network)
         sandbox = Sandbox(policy, role)
         print(f"policy: {policy_name(policy)}; role: {role.name}", file=sys.stderr)
+        print(describe_role(role), file=sys.stderr)
         print(describe_plan(sandbox.plan_for(args.cwd)), file=sys.stderr)
         launch = sandbox.prepare(("bash", "-c", 'exec "$@"', "sandbox", *argv), args.cwd)
     except SandboxError as exc:

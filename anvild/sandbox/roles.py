@@ -44,7 +44,7 @@ import platformdirs
 import yaml
 
 from anvild import data
-from anvild.sandbox import ReadOnly, RoleConfigError, WorkspaceWrite
+from anvild.sandbox import ReadOnly, RoleConfigError, WorkspaceWrite, anvillm
 
 BUILTIN_DIR: Final = data.path(data.SANDBOX_ROLES)
 """The role files shipped with anvild (package data: `anvild/data/sandbox-roles/`)."""
@@ -181,8 +181,8 @@ def _path_list(where: str, key: str, value: Any) -> tuple[str, ...]:
 
 
 def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
-    """Parse one role file. Raises `RoleConfigError` naming the file, the key and what was
-    expected."""
+    """Parse one role file, in anvil's schema or AnviLLM's (`anvild.sandbox.anvillm`). Raises
+    `RoleConfigError` naming the file, the key and what was expected."""
     where = str(source) if source else f"sandbox role {name!r}"
     try:
         doc = yaml.safe_load(text)
@@ -198,6 +198,7 @@ def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
             f"{where}: {sorted(authority)[0]!r} is not a role setting. A role cannot turn the "
             "sandbox off: only the user grants full access (user config or command line)."
         )
+    doc = anvillm.to_native(doc, where)
     unknown = set(doc) - _TOP_KEYS
     if unknown:
         raise RoleConfigError(
@@ -222,7 +223,8 @@ def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
     unknown = set(fs) - _FS_KEYS
     if unknown:
         raise RoleConfigError(
-            f"{where}: unknown key filesystem.{sorted(unknown)[0]}; expected {sorted(_FS_KEYS)}."
+            f"{where}: unknown key filesystem.{sorted(unknown)[0]}; expected {sorted(_FS_KEYS)} "
+            "(or AnviLLM's ro and rw)."
         )
     return Role(
         name=name,
