@@ -21,11 +21,11 @@ What each does on the `agent/` tree (DESIGN section 4):
 - `out` reads `agent/ID/out`, the last answer; reading it to the end moves `await` to `idle`.
 - `models` reads `agent/models`: alias, provider, model, window, whether its key is present.
 - `sessions` reads `agent/list` and keeps the sessions whose cwd is the current directory (all
-  of them with `--all`); for each it reads `agent/ID/created` and `agent/ID/first_prompt`, all
-  on one connection, and prints a table: id, alias, state, role, model, age (`42s`, `3m`, `2h`,
-  `5d`), with `--all` the cwd, and the first prompt's first line, cut to fit. A session that
-  ends between the listing and its reads is left out. The per-session files are read
-  pipelined (`read_small_files`): one round trip per 32 files, not four per file.
+  of them with `--all`); for each it reads `agent/ID/created`, `first_prompt` and `usage`, all
+  on one connection, and prints a table: id, alias, state, role, model, usage (context tokens
+  used / window and %, `17.4k/200k 8.7%`), age (`42s`, `3m`, `2h`, `5d`), with `--all` the
+  cwd, and the first prompt's first line, cut to fit. A session that ends between the listing
+  and its reads is left out. The per-session files are read pipelined (`read_small_files`).
 - `attach` is interactive (prompts, streamed turns, approvals); it lives in `anvilctl.attach`,
   imported only for it.
 
@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from typing import BinaryIO, NamedTuple
@@ -164,6 +165,7 @@ class SessionRow(NamedTuple):
     cwd: str
     created: dt.datetime | None
     first_prompt: str
+    usage: str = "-"  # as `usage_text` shows it
 
 
 def age_text(seconds: float) -> str:
@@ -184,6 +186,26 @@ def parse_created(text: str) -> dt.datetime | None:
     return stamp if stamp.tzinfo is not None else None
 
 
+_USAGE_RE = re.compile(r"(\d+)/(\d+) \(([0-9.]+)%\)")
+
+
+def _tokens(count: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1000)):
+        if count >= size:
+            return f"{count / size:.1f}".removesuffix(".0") + unit
+    return str(count)
+
+
+def usage_text(text: str | None) -> str:
+    """The `usage` file (`17426/200000 (8.7%)`, `-` before any turn) as the table shows it:
+    `17.4k/200k 8.7%`; `-` when there is none."""
+    match = _USAGE_RE.fullmatch((text or "").strip())
+    if match is None:
+        return "-"
+    used, window, percent = match.groups()
+    return f"{_tokens(int(used))}/{_tokens(int(window))} {percent}%"
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -193,11 +215,12 @@ def format_sessions(
 ) -> str:
     """The `anvilctl sessions` table: a header, then one aligned line per session; the prompt
     column takes what is left of `width` (at least 20 characters)."""
-    header = ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "AGE", *(["CWD"] if show_cwd else [])]
+    header = ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE"]
+    header += ["CWD"] if show_cwd else []
     table = [header]
     for row in rows:
         age = "-" if row.created is None else age_text((now - row.created).total_seconds())
-        cells = [row.id, row.alias, row.state, row.role, row.model, age]
+        cells = [row.id, row.alias, row.state, row.role, row.model, row.usage, age]
         table.append([*cells, *([row.cwd] if show_cwd else [])])
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     used = sum(widths) + 2 * len(widths)
@@ -284,17 +307,20 @@ def _sessions(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> None:
             fields = [("" if f == "-" else f) for f in line.split("\t")]
             if len(fields) >= 6 and fields[0] and (args.all or _same_dir(fields[5], here)):
                 chosen.append(fields[:6])
-        paths = [f"{fields[0]}/{name}" for fields in chosen for name in ("created", "first_prompt")]
+        names = ("created", "first_prompt", "usage")
+        paths = [f"{fields[0]}/{name}" for fields in chosen for name in names]
         texts = read_small_files(client, root, paths)
     rows = []
-    for (sid, alias, state, role, model, cwd), created, first in zip(
-        chosen, texts[0::2], texts[1::2], strict=True
+    for (sid, alias, state, role, model, cwd), created, first, usage in zip(
+        chosen, texts[0::3], texts[1::3], texts[2::3], strict=True
     ):
         if created is None and first is None:
             continue  # it ended since the listing
         prompt = (first or "").strip()
         stamp = None if created is None else parse_created(created)
-        row = SessionRow(sid, alias or "-", state, role, model, cwd, stamp, prompt or "-")
+        row = SessionRow(
+            sid, alias or "-", state, role, model, cwd, stamp, prompt or "-", usage_text(usage)
+        )
         rows.append(row)
     if not rows:
         where = "the daemon" if args.all else here

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from anvilctl.sessions import SessionRow, age_text, format_sessions, parse_created
+from anvilctl.sessions import SessionRow, age_text, format_sessions, parse_created, usage_text
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -39,23 +39,27 @@ def test_parse_created_takes_rfc3339_utc_only() -> None:
     assert parse_created("") is None
 
 
-def row(sid: str, alias: str, minutes: float | None, prompt: str, cwd: str = "/w") -> SessionRow:
+def row(
+    sid: str, alias: str, minutes: float | None, prompt: str, cwd: str = "/w", usage: str = "-"
+) -> SessionRow:
     created = None if minutes is None else NOW - dt.timedelta(minutes=minutes)
-    return SessionRow(sid, alias, "idle", "developer", "fake", cwd, created, prompt)
+    return SessionRow(sid, alias, "idle", "developer", "fake", cwd, created, prompt, usage)
 
 
 def test_the_table_aligns_columns_and_cuts_the_prompt_to_the_width() -> None:
     rows = [
-        row("a1b2c3", "dev", 3, "fix the parser " * 10),
+        row("a1b2c3", "dev", 3, "fix the parser " * 10, usage="17.4k/200k 8.7%"),
         row("d4e5f6", "-", None, "-"),
     ]
-    text = format_sessions(rows, NOW, width=70)
+    text = format_sessions(rows, NOW, width=90)
     lines = text.splitlines()
-    assert lines[0].split() == ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "AGE", "PROMPT"]
-    assert lines[1].startswith("a1b2c3  dev    idle   developer  fake   3m   fix the parser")
+    assert lines[0].split() == ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "PROMPT"]
+    assert lines[1].startswith(
+        "a1b2c3  dev    idle   developer  fake   17.4k/200k 8.7%  3m   fix the parser"
+    )
     assert lines[1].endswith("…")
-    assert len(lines[1]) == 70
-    assert lines[2] == "d4e5f6  -      idle   developer  fake   -    -"
+    assert len(lines[1]) == 90
+    assert lines[2] == "d4e5f6  -      idle   developer  fake   -                -    -"
     assert lines[0].index("PROMPT") == lines[1].index("fix")
 
 
@@ -67,7 +71,7 @@ def test_the_prompt_column_keeps_twenty_characters_on_a_narrow_terminal() -> Non
 def test_all_adds_the_cwd_column() -> None:
     text = format_sessions([row("a1", "-", 90 * 24 * 60, "hi", cwd="/src/app")], NOW, show_cwd=True)
     assert text.splitlines()[0].split() == [
-        "ID", "ALIAS", "STATE", "ROLE", "MODEL", "AGE", "CWD", "PROMPT"
+        "ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "CWD", "PROMPT"
     ]  # fmt: skip
     assert text.splitlines()[1].split() == [
         "a1",
@@ -75,7 +79,25 @@ def test_all_adds_the_cwd_column() -> None:
         "idle",
         "developer",
         "fake",
+        "-",
         "90d",
         "/src/app",
         "hi",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("17426/200000 (8.7%)\n", "17.4k/200k 8.7%"),
+        ("512/8192 (6.2%)\n", "512/8.2k 6.2%"),
+        ("1000/1000000 (0.1%)", "1k/1M 0.1%"),
+        ("1234567/2000000 (61.7%)", "1.2M/2M 61.7%"),
+        ("-\n", "-"),
+        ("N/A\n", "-"),  # what AnviLLM writes for a backend without a context query
+        ("", "-"),
+        (None, "-"),  # the file could not be read
+    ],
+)
+def test_usage_text_shows_used_over_window_and_the_percentage(text: str | None, shown: str) -> None:
+    assert usage_text(text) == shown
