@@ -307,7 +307,11 @@ class Sessions:
             turn_deadline=limits.turn_deadline,
             reap_delay=limits.reap_delay,
             concurrency={LOCAL: 1},
-            sandbox_settings=SandboxSettings(passthrough=tuple(config.env_passthrough)),
+            sandbox_settings=SandboxSettings(
+                passthrough=tuple(config.env_passthrough),
+                quarantine=data_dir / "quarantine",
+                litter_dir=data_dir / "sandbox-mounts",
+            ),
             redact=redactor.redact if redactor else None,
             extra_context=configs.extra_context(store.context_for),
         )
