@@ -105,7 +105,7 @@ from anvild.sandbox import (
     litter,
     policy_name,
 )
-from anvild.sandbox.gitguard import Guard, config_pairs
+from anvild.sandbox.gitguard import Guard, config_pairs, find_repositories
 from anvild.sandbox.roles import DEFAULT_ROLE, GitAccess, ResolvedRole, Role
 from anvild.sandbox.secrets import child_env
 
@@ -405,25 +405,9 @@ class LiveFacts:
         return tuple(sorted(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)))
 
     def nested_dotgits(self, root: Path, limit: int) -> tuple[tuple[Path, ...], bool]:
-        found: list[Path] = []
-        pending = [root]
-        visited = 0
-        while pending:
-            if visited >= limit:
-                return tuple(sorted(found)), True
-            here = pending.pop()
-            visited += 1
-            try:
-                entries = list(os.scandir(here))
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.name == ".git":
-                    if here != root:
-                        found.append(Path(entry.path))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(Path(entry.path))
-        return tuple(sorted(found)), False
+        # The after-command check's walk, so the two never disagree on what is a repository.
+        found, truncated = find_repositories(root, limit)
+        return tuple(p for p in found if p.name == ".git" and p.parent != root), truncated
 
     def enclosing_dotgit(self, path: Path) -> Path | None:
         for parent in path.parents:
