@@ -29,33 +29,9 @@ from tests.integration.test_sessions_e2e import (
     start_daemon,
     user_config,
 )
+from tests.unit.sandbox.test_anvillm_roles import ANVILLM_DEVELOPER, ANVILLM_REVIEWER
 
 pytestmark = pytest.mark.slow
-
-ANVILLM_REVIEWER = """\
-# sandbox-roles/reviewer.yaml
-filesystem:
-  ro:
-    - "{CWD}"
-    - "/usr"
-    - "/lib"
-  rw: []  # No write access
-network:
-  enabled: false
-"""
-
-ANVILLM_DEVELOPER = """\
-# sandbox-roles/developer.yaml
-filesystem:
-  ro:
-    - "/usr"
-    - "/lib"
-  rw:
-    - "{CWD}"
-    - "{TMPDIR}"
-network:
-  enabled: true
-"""
 
 
 def roles_dir(tmp_path: Path) -> Path:
