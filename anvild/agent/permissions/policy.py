@@ -730,16 +730,21 @@ def _names(rule: Rule, words: tuple[str, ...], index: int) -> bool:
     return False
 
 
+def _option_globs(segment: shell.Segment) -> list[int]:
+    """The indices of globs that could expand to a file named like an option of a program of
+    the table (a file `-e1e touch X` makes `sed -n p *` run touch)."""
+    if programs.program_name(segment.words[0]) not in programs.PROGRAMS:
+        return []
+    pairs = zip(segment.globs, segment.patterns, strict=True)
+    return [index for index, pattern in pairs if pattern[:1] in ("*", "?")]
+
+
 def _option_glob(analysis: shell.ShellAnalysis) -> str | None:
-    """A glob that could expand to a file named like an option of a program of the table (a
-    file `-e1e touch X` makes `sed -n p *` run touch), or None."""
+    """Why a line gives such a glob to a program of the table, or None."""
     for segment in analysis.segments:
-        if programs.program_name(segment.words[0]) not in programs.PROGRAMS:
-            continue
-        for index, pattern in zip(segment.globs, segment.patterns, strict=True):
-            if pattern[:1] in ("*", "?"):
-                word = segment.words[index]
-                return f"The pattern {word!r} could expand to an option of {segment.words[0]}"
+        for index in _option_globs(segment):
+            word = segment.words[index]
+            return f"The pattern {word!r} could expand to an option of {segment.words[0]}"
     return None
 
 
@@ -755,13 +760,12 @@ def _unnamed_danger(segment: shell.Segment, covering: list[Rule]) -> str | None:
                 f"{shown!r}. Approve it, or add a rule that spells it out such as "
                 f"{programs.suggested_rule(words)}."
             )
-    if words and programs.program_name(words[0]) in programs.PROGRAMS:
-        for index, pattern in zip(segment.globs, segment.patterns, strict=True):
-            if pattern[:1] in ("*", "?") and not any(_names(r, words, index) for r in covering):
-                return (
-                    f"{_quote(segment.text)}: the pattern {words[index]!r} could expand to a "
-                    f"file named like an option of {words[0]}. Use ./{words[index]} instead."
-                )
+    for index in _option_globs(segment):
+        if not any(_names(r, words, index) for r in covering):
+            return (
+                f"{_quote(segment.text)}: the pattern {words[index]!r} could expand to a "
+                f"file named like an option of {words[0]}. Use ./{words[index]} instead."
+            )
     return None
 
 
