@@ -4,13 +4,16 @@
      ├── HttpError          non-2xx status: status, body (bounded), retry_after seconds
      ├── TransportError     connect/read/write failures and deadlines (stalled bodies included)
      ├── ApiError           the provider reported an error in a 2xx body: kind, message
+     ├── ContextOverflow    the request is larger than the model's context window: message,
+     │                      requested and limit tokens when the provider says them
      ├── DecodeError        bytes or events that break the protocol (bad SSE, bad sequencing)
      ├── UnexpectedEof      the stream ended before its Finish
      └── ConfigError        the request cannot be made as configured (missing key, bad alias)
 
 Lower-layer exceptions (httpx, json) are converted at the boundary with `raise ... from exc`.
 `is_retryable` follows the course (2.1): 408, 429 and 5xx (Anthropic's 529 included), transport
-timeouts and connection failures, and the overloaded/rate-limit API kinds.
+timeouts and connection failures, and the overloaded/rate-limit API kinds. A ContextOverflow is
+never retryable: the same request overflows again; only a smaller one can succeed.
 """
 
 from __future__ import annotations
@@ -75,6 +78,30 @@ class ApiError(LlmError):
     @property
     def is_retryable(self) -> bool:
         return self.kind in RETRYABLE_API_KINDS
+
+
+class ContextOverflow(LlmError):
+    """The provider refused the request because it does not fit the model's context window.
+
+    `message` is the provider's own text; `requested` and `limit` are the request's size and the
+    window in tokens, each None when the provider did not say it. Adapters map every provider's
+    shape of this refusal (an HTTP 400 body, or an error event inside a 2xx stream) to this one
+    type, so the caller can shrink the conversation instead of failing the turn."""
+
+    def __init__(self, message: str, *, requested: int | None = None, limit: int | None = None):
+        self.message = message
+        self.requested = requested
+        self.limit = limit
+        counts = [
+            text
+            for value, text in (
+                (requested, f"{requested} tokens requested"),
+                (limit, f"{limit} allowed"),
+            )
+            if value is not None
+        ]
+        detail = f" ({', '.join(counts)})" if counts else ""
+        super().__init__(f"the request did not fit the model's context window{detail}: {message}")
 
 
 class DecodeError(LlmError):

@@ -7,6 +7,7 @@ import pytest
 from anvild.llm.errors import (
     ApiError,
     ConfigError,
+    ContextOverflow,
     DecodeError,
     HttpError,
     LlmError,
@@ -63,6 +64,7 @@ def test_finish_reason_cleanliness() -> None:
         (DecodeError("bad"), False),
         (UnexpectedEof(), False),
         (ConfigError("ANTHROPIC_API_KEY is not set"), False),
+        (ContextOverflow("prompt is too long", requested=9, limit=8), False),
     ],
 )
 def test_is_retryable(error: LlmError, retryable: bool) -> None:
@@ -75,3 +77,30 @@ def test_http_error_message_and_fields() -> None:
     assert (error.status, error.retry_after) == (429, 1.5)
     assert str(error) == 'HTTP 429: {"error": "rate"}'
     assert len(str(HttpError(500, "x" * 5000))) < 600
+
+
+def test_context_overflow_says_it_did_not_fit_with_the_counts_it_knows() -> None:
+    error = ContextOverflow(
+        "prompt is too long: 208310 tokens > 200000 maximum", requested=208310, limit=200000
+    )
+    assert (error.message, error.requested, error.limit) == (
+        "prompt is too long: 208310 tokens > 200000 maximum",
+        208310,
+        200000,
+    )
+    assert str(error) == (
+        "the request did not fit the model's context window (208310 tokens requested, "
+        "200000 allowed): prompt is too long: 208310 tokens > 200000 maximum"
+    )
+    assert str(ContextOverflow("too big", limit=4096)) == (
+        "the request did not fit the model's context window (4096 allowed): too big"
+    )
+    assert str(ContextOverflow("too big", requested=5000)) == (
+        "the request did not fit the model's context window (5000 tokens requested): too big"
+    )
+    unknown = ContextOverflow("Your input exceeds the context window of this model.")
+    assert (unknown.requested, unknown.limit) == (None, None)
+    assert str(unknown) == (
+        "the request did not fit the model's context window: "
+        "Your input exceeds the context window of this model."
+    )
