@@ -16,7 +16,9 @@ body directly (`SseStream`: every payload byte one socket read brought goes to t
 one push, the idle deadline is the body's); any other response (httpx's own transport, a mock
 transport in tests) through `aiter_bytes`, with the same events, errors and deadlines.
 
-Errors from httpx are converted to `LlmError`s here (`raise ... from exc`).
+Errors from httpx are converted to `LlmError`s here (`raise ... from exc`). A non-2xx status is an
+`HttpError`, unless the caller's `on_http_error` recognises it as something more precise (an
+adapter's context-overflow shape).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import collections
 import email.utils
 import math
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -34,7 +36,7 @@ import httpx
 import structlog
 import trio
 
-from anvild.llm.errors import HttpError, TransportError
+from anvild.llm.errors import HttpError, LlmError, TransportError
 from anvild.llm.sse import SseDecoder, SseEvent
 from anvild.llm.transport import LeanBody, lean_body
 
@@ -241,8 +243,10 @@ async def open_event_stream(
     *,
     timeouts: Timeouts = Timeouts(),
     decoder: SseDecoder | None = None,
+    on_http_error: Callable[[HttpError], LlmError] | None = None,
 ) -> AsyncIterator[SseStream]:
-    """Send `request`, check its status, and yield its body as SSE events."""
+    """Send `request`, check its status, and yield its body as SSE events. A non-2xx status
+    raises `on_http_error(HttpError)` when given (the HttpError itself when it returns that)."""
     try:
         with trio.fail_after(timeouts.request):
             response = await _send(client, request)
@@ -254,7 +258,13 @@ async def open_event_stream(
     except httpx.HTTPError as exc:
         raise transport_error(exc, f"request to {request.url.host} failed") from exc
     try:
-        await check_status(response)
+        try:
+            await check_status(response)
+        except HttpError as exc:
+            error = exc if on_http_error is None else on_http_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
         events = SseStream(response, idle=timeouts.idle, decoder=decoder or SseDecoder())
         try:
             yield events

@@ -6,6 +6,9 @@ right after the `Finish` without reading further, so a server that keeps the con
 after its terminal event (`message_stop`, `[DONE]`, `response.completed`) cannot hold the turn
 until the idle deadline. It is a plain async iterator, not an async generator, so leaving the
 provider's context manager early never leaves a generator to be finalised later.
+
+A non-2xx response goes through the adapter's `http_error`, which may turn the `HttpError` into
+a more precise error (a `ContextOverflow`); by default it stays an `HttpError`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Protocol
 import httpx
 
 from anvild.llm.capabilities import Capabilities
+from anvild.llm.errors import HttpError, LlmError
 from anvild.llm.http import Timeouts, open_event_stream
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import Finish, StreamEvent
@@ -95,8 +99,15 @@ class SseProvider(abc.ABC):
     def new_state(self) -> WireState:
         """A fresh stream state machine for one response."""
 
+    def http_error(self, error: HttpError) -> LlmError:
+        """The error a non-2xx response raises: `error` itself unless the adapter recognises its
+        body (say, as a context overflow)."""
+        return error
+
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
         http_request = self.build_request(request)
-        async with open_event_stream(self._client, http_request, timeouts=self._timeouts) as sse:
+        async with open_event_stream(
+            self._client, http_request, timeouts=self._timeouts, on_http_error=self.http_error
+        ) as sse:
             yield ProviderEvents(sse, self.new_state())

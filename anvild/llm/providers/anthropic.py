@@ -45,7 +45,8 @@ The content-block `index` is used as the StreamEvent block, so interleaved block
     message_delta                               UsageReport; the stop reason is remembered
     message_stop                                Finish, exactly once
     ping, unknown events, unknown deltas        ignored (Anthropic's versioning policy)
-    error                                       ApiError(error.type, error.message)
+    error                                       ApiError(error.type, error.message), or
+                                                ContextOverflow as below
 
 Stop reasons: end_turn, tool_use, max_tokens, stop_sequence and refusal map to their
 FinishReason; model_context_window_exceeded is MAX_TOKENS (the answer was cut short); pause_turn
@@ -59,19 +60,34 @@ missing and `on_end` emits the Finish for that stop reason. (anthropic-sdk-pytho
 streams end exactly so: their last event, `message_stop`, has no closing blank line, and a
 WHATWG decoder rightly discards it.) A body that ends before any stop reason was sent is
 truncated, and `on_end` raises UnexpectedEof.
+
+Context overflow. The API refuses a request larger than the window with HTTP 400
+`{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long:
+208310 tokens > 200000 maximum"}}`; that (in a 400 body or an `error` event) is a
+`ContextOverflow` with both counts, and so is llama-server's own shape (`_overflow`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import httpx
 
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
-from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.errors import (
+    ApiError,
+    ConfigError,
+    ContextOverflow,
+    DecodeError,
+    HttpError,
+    LlmError,
+    UnexpectedEof,
+)
 from anvild.llm.http import Timeouts
+from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
@@ -111,6 +127,10 @@ _EPHEMERAL: Final = {"type": "ephemeral"}
 _DEFAULT_TIMEOUTS: Final = Timeouts()
 # Blocks the API does not let carry cache_control.
 _NOT_CACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
+
+_PROMPT_TOO_LONG: Final = re.compile(
+    r"prompt is too long:\s*(\d+) tokens\s*>\s*(\d+) maximum", re.IGNORECASE
+)
 
 _STOP_REASONS: Final = {
     "end_turn": FinishReason.END_TURN,
@@ -237,6 +257,21 @@ def _place_cache_breakpoints(body: dict[str, Any]) -> None:
 # -- response ------------------------------------------------------------------------------------
 
 
+def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
+    """The error object as a ContextOverflow, if it is one (see the module doc), else None."""
+    message = _overflow.message_of(error)
+    if error.get("type") == "invalid_request_error" and message.lower().startswith(
+        "prompt is too long"
+    ):
+        found = _PROMPT_TOO_LONG.match(message)
+        return ContextOverflow(
+            message,
+            requested=int(found.group(1)) if found else None,
+            limit=int(found.group(2)) if found else None,
+        )
+    return _overflow.llama_server(error)
+
+
 def _int(data: Any, key: str) -> int | None:
     value = data.get(key) if isinstance(data, Mapping) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -300,6 +335,8 @@ class StreamState:
                 error = payload.get("error")
                 if not isinstance(error, Mapping):
                     error = payload
+                if (overflow := context_overflow(error)) is not None:
+                    raise overflow
                 raise ApiError(
                     str(error.get("type") or "error"),
                     str(error.get("message") or "the provider reported an error mid-stream"),
@@ -490,3 +527,8 @@ class AnthropicProvider(SseProvider):
 
     def new_state(self) -> StreamState:
         return StreamState()
+
+    def http_error(self, error: HttpError) -> LlmError:
+        body = _overflow.error_object(error.body) if error.status == 400 else None
+        overflow = context_overflow(body) if body is not None else None
+        return error if overflow is None else overflow

@@ -56,6 +56,11 @@ by `on_end`: STOP -> TOOL_USE when a call was made, else END_TURN; MAX_TOKENS ->
 SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII (and their image variants) and a blocked
 prompt -> REFUSAL; anything else -> UNSUPPORTED with the reason. An `{"error": ...}` payload
 inside the stream is an `ApiError` with its status and message.
+
+Context overflow: Gemini refuses a request larger than the window with HTTP 400
+`{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "The input token count (N)
+exceeds the maximum number of tokens allowed (M)."}}`; that body (also wrapped in a one-element
+list, or as an error payload inside the stream) is a `ContextOverflow` with both counts.
 """
 
 from __future__ import annotations
@@ -63,15 +68,24 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
 import httpx
 
 from anvild.llm.capabilities import Capabilities, Replay, SchemaDialect
-from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.errors import (
+    ApiError,
+    ConfigError,
+    ContextOverflow,
+    DecodeError,
+    HttpError,
+    LlmError,
+    UnexpectedEof,
+)
 from anvild.llm.http import Timeouts
+from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
 from anvild.llm.sse import SseEvent
@@ -103,6 +117,11 @@ from anvild.llm.types import (
 
 KIND: Final = "gemini"
 PROVIDER_META: Final = "gemini"
+
+_TOKEN_COUNT: Final = re.compile(
+    r"input token count \((\d+)\) exceeds the maximum number of tokens allowed \((\d+)\)",
+    re.IGNORECASE,
+)
 
 REFUSAL_REASONS: Final = frozenset(
     {
@@ -388,6 +407,8 @@ class StreamState:
         if not isinstance(data, dict):
             raise DecodeError(f"Gemini chunk is not a JSON object: {event.data[:200]!r}")
         if isinstance(error := data.get("error"), dict):
+            if (overflow := context_overflow(error)) is not None:
+                raise overflow
             kind = error.get("status") or error.get("code") or "error"
             raise ApiError(str(kind), str(error.get("message") or json.dumps(error)))
 
@@ -559,6 +580,17 @@ class StreamState:
         return [ToolCallDelta(current.block, json.dumps(current.args, ensure_ascii=False))]
 
 
+def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
+    """The error object as a ContextOverflow (see the module doc), else None."""
+    if error.get("status") != "INVALID_ARGUMENT" and error.get("code") != 400:
+        return None
+    message = _overflow.message_of(error)
+    found = _TOKEN_COUNT.search(message)
+    if found is None:
+        return None
+    return ContextOverflow(message, requested=int(found.group(1)), limit=int(found.group(2)))
+
+
 def _first_candidate(candidates: object) -> dict[str, Any] | None:
     """Candidate 0: this harness asks for one candidate."""
     if not isinstance(candidates, list):
@@ -629,3 +661,8 @@ class GeminiProvider(SseProvider):
 
     def new_state(self) -> StreamState:
         return StreamState()
+
+    def http_error(self, error: HttpError) -> LlmError:
+        body = _overflow.error_object(error.body) if error.status == 400 else None
+        overflow = context_overflow(body) if body is not None else None
+        return error if overflow is None else overflow

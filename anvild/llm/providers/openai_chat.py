@@ -48,6 +48,10 @@ prompt_tokens - prompt_tokens_details.cached_tokens, cache_read = cached_tokens,
 not report cached_tokens (Ollama) leaves cache_read unknown and input = prompt_tokens. An error
 sent inside the 200 stream (`event: error`, or a `data:` object with an `error` key, as Groq and
 Ollama do) raises ApiError with the provider's code (else type) and message.
+
+Context overflow: an error object with code `context_length_exceeded` (OpenAI, in an HTTP 400
+body or inside the stream) or llama-server's `exceed_context_size_error` is a `ContextOverflow`,
+with the counts the provider gave (`_overflow`); any other error stays what it was.
 """
 
 from __future__ import annotations
@@ -61,8 +65,17 @@ import attrs
 import httpx
 
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
-from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.errors import (
+    ApiError,
+    ConfigError,
+    ContextOverflow,
+    DecodeError,
+    HttpError,
+    LlmError,
+    UnexpectedEof,
+)
 from anvild.llm.http import Timeouts
+from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
@@ -401,8 +414,15 @@ def _text(delta: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _api_error(error: Any) -> ApiError:
+def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
+    """The error object as a ContextOverflow (OpenAI's or llama-server's shape), else None."""
+    return _overflow.openai(error) or _overflow.llama_server(error)
+
+
+def _api_error(error: Any) -> ApiError | ContextOverflow:
     if isinstance(error, Mapping):
+        if (overflow := context_overflow(error)) is not None:
+            return overflow
         # Groq's `code` names the failure ("tool_use_failed"); llama.cpp's is the HTTP status
         # it would have sent, and its `type` ("server_error") says more.
         code, kind = error.get("code"), error.get("type")
@@ -446,3 +466,8 @@ class OpenAiChatProvider(SseProvider):
 
     def new_state(self) -> StreamState:
         return StreamState()
+
+    def http_error(self, error: HttpError) -> LlmError:
+        body = _overflow.error_object(error.body) if error.status == 400 else None
+        overflow = context_overflow(body) if body is not None else None
+        return error if overflow is None else overflow

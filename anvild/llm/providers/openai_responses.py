@@ -42,25 +42,39 @@ of the completion, in order of first appearance:
                                                   made, REFUSAL after a refusal, else END_TURN)
     response.incomplete                           UsageReport, Finish(MAX_TOKENS for
                                                   max_output_tokens, REFUSAL for content_filter)
-    response.failed, error                        ApiError(code, message)
+    response.failed, error                        ApiError(code, message); ContextOverflow
+                                                  for code `context_length_exceeded`
 
 Usage follows anvil's meaning: `input` = input_tokens - input_tokens_details.cached_tokens,
 `cache_read` = cached_tokens. Unknown event types are ignored. The provider stops reading at the
 terminal event (a server that keeps the connection open must not hold the turn until the idle
 deadline), and the state machine ignores anything after it.
+
+Context overflow: code `context_length_exceeded` (an HTTP 400 body, a `response.failed` or an
+`error` event) and llama-server's `exceed_context_size_error` are `ContextOverflow` (`_overflow`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
 import httpx
 
 from anvild.llm.capabilities import Capabilities, Replay
-from anvild.llm.errors import ApiError, ConfigError, DecodeError, UnexpectedEof
+from anvild.llm.errors import (
+    ApiError,
+    ConfigError,
+    ContextOverflow,
+    DecodeError,
+    HttpError,
+    LlmError,
+    UnexpectedEof,
+)
 from anvild.llm.http import Timeouts
+from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import (
@@ -492,9 +506,18 @@ class StreamState:
         return item
 
 
-def _api_error(error: object, default_kind: str, default_message: str) -> ApiError:
+def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
+    """The error object as a ContextOverflow (OpenAI's or llama-server's shape), else None."""
+    return _overflow.openai(error) or _overflow.llama_server(error)
+
+
+def _api_error(
+    error: object, default_kind: str, default_message: str
+) -> ApiError | ContextOverflow:
     if not isinstance(error, dict):
         return ApiError(default_kind, default_message or "the provider reported an error")
+    if (overflow := context_overflow(error)) is not None:
+        return overflow
     kind = error.get("code") or error.get("type") or default_kind
     message = error.get("message") or default_message or json.dumps(error)
     return ApiError(str(kind), str(message))
@@ -528,3 +551,8 @@ class OpenAIResponsesProvider(SseProvider):
 
     def new_state(self) -> StreamState:
         return StreamState()
+
+    def http_error(self, error: HttpError) -> LlmError:
+        body = _overflow.error_object(error.body) if error.status == 400 else None
+        overflow = context_overflow(body) if body is not None else None
+        return error if overflow is None else overflow
