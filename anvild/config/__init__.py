@@ -14,6 +14,7 @@ This package may import `anvild.llm` (it builds the registry); `anvild.llm` neve
 from anvild.config.load import (
     Config,
     ConfigWarning,
+    ContextLimits,
     Instruction,
     Permissions,
     ProjectFile,
@@ -34,6 +35,7 @@ __all__ = [
     "Config",
     "ConfigFileError",
     "ConfigWarning",
+    "ContextLimits",
     "Grant",
     "Instruction",
     "Permissions",

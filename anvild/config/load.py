@@ -179,6 +179,19 @@ class SessionLimits:
 
 
 @attrs.frozen
+class ContextLimits:
+    """`[context]`: the shares of a session's window (percent; 0: off) at which old tool results
+    are cleared from requests (`clear_at`) and the history is compacted (`auto_compact`), the
+    model that writes compaction summaries (None: the session's), and how many recent tool
+    results are never cleared."""
+
+    auto_compact: float = 85.0
+    clear_at: float = 60.0
+    compaction_model: str | None = None
+    keep_tool_results: int = 3
+
+
+@attrs.frozen
 class ServerLimits:
     """`[server]`: the 9P server's limits (`anvild.ninep.server.Server`): seconds a connection
     has to finish Tversion (and, over TCP, a Tattach with the token); connections at once; fids
@@ -221,6 +234,7 @@ class Config:
     project: ProjectFile | None
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
+    context: ContextLimits = ContextLimits()  # `[context]`
     server: ServerLimits = ServerLimits()  # `[server]`
     # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
     # whose trust grants were consulted: `merge_project` re-merges a project onto these.
@@ -512,6 +526,7 @@ def _build(
                 ("sessions", "max_prompt_bytes"), SessionLimits().max_prompt_bytes
             ),
         ),
+        context=ContextLimits(**{k[1]: v for k, v in merged.items() if k[0] == "context"}),
         server=ServerLimits(**{k[1]: v for k, v in merged.items() if k[0] == "server"}),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},

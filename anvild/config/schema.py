@@ -45,6 +45,7 @@ TOP_KEYS: Final = (
     "models",
     "permissions",
     "sessions",
+    "context",
     "hooks",
     "mcp_servers",
     "beads",
@@ -82,6 +83,9 @@ SESSION_KEYS: Final = (
     "max_prompt_bytes",
 )
 MAX_STEPS_LIMIT: Final = 1000
+CONTEXT_KEYS: Final = ("auto_compact", "clear_at", "compaction_model", "keep_tool_results")
+"""`[context]`: `auto_compact` and `clear_at` are percentages of the window (0: off),
+`compaction_model` a model name, `keep_tool_results` how many recent results are never cleared."""
 SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_outstanding": 65535}
 """`[server]` integer keys and their largest values (65535: every tag but NOTAG)."""
 SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
@@ -274,6 +278,23 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     c.set(sub, c.bounded_int(sub, item, MAX_PROMPT_BYTES_LIMIT))
                 else:
                     c.set(sub, c.seconds(sub, item, zero="at once"))
+        elif top == "context":
+            table = c.table(key, value)
+            c.known(key, table, CONTEXT_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "compaction_model":
+                    c.set(sub, c.string(sub, item))
+                elif name == "keep_tool_results":
+                    if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item <= 1000:
+                        raise c.fail(sub, "an integer from 0 to 1000", item)
+                    c.set(sub, item)
+                elif (
+                    isinstance(item, int | float) and not isinstance(item, bool) and 0 <= item < 100
+                ):
+                    c.set(sub, float(item))
+                else:
+                    raise c.fail(sub, "a percentage of the window, from 0 (off) to below 100", item)
         elif top == "server":
             table = c.table(key, value)
             c.known(key, table, SERVER_KEYS)
@@ -294,6 +315,10 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))
     return c.layer
+
+
+def _percent(item: object) -> bool:
+    return isinstance(item, int | float) and not isinstance(item, bool) and 0 <= item < 100
 
 
 def _check_provider(c: _Checker, key: Key, value: object) -> None:

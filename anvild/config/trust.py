@@ -14,7 +14,8 @@ course 06.B):
                      (permissions.deny and .ask only narrow: data; full_access is never taken
                      from a project file, granted or not)
     executable       hooks.<name>, mcp_servers.<name>
-    budget           models.<alias>.pricing.* (under-priced models defeat budgets), sessions.*
+    budget           models.<alias>.pricing.* (under-priced models defeat budgets), sessions.*,
+                     context.* (what compaction costs, and which model reads the history)
     data location    beads.repo                           (where the daemon writes and commits)
 
 Everything else (`default_model`, `instructions`, `models.<alias>.{provider, model, limits,
@@ -61,7 +62,7 @@ def authority_of(key: Key) -> str | None:
             return "env passthrough"
         case ("permissions", "allow" | "mode" | "max_mode" | "full_access"):
             return "permission"
-        case ("sessions", _):
+        case ("sessions" | "context", _):
             return "budget"
         case ("hooks" | "mcp_servers", *_):
             return "executable"
