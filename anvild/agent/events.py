@@ -2,7 +2,7 @@
 
     AgentEvent = StepStarted | TextDelta | ReasoningDelta | ToolCallStarted | ToolCallFinished
                | Usage | StepFailed | TodosUpdated | Lagged | TurnFinished
-               | ApprovalRequested | ApprovalAnswered
+               | ApprovalRequested | ApprovalAnswered | CompactionStarted | CompactionFinished
 
 Every turn emits exactly one `TurnFinished`, last, whatever ended it: its `outcome` is the turn's
 end as a value (done, max_steps, max_tokens, refused, cancelled, protocol_stopped,
@@ -11,7 +11,8 @@ budget_exceeded, error). `Lagged` is not emitted by the loop: the bounded event 
 Nor are `ApprovalRequested` and `ApprovalAnswered`: the session (`anvild.session`) puts them on
 its `events` when it starts waiting on its `approval` file (a tool call, during a turn; or its
 result, after one) and when that wait ends, so a client follows approvals from the stream
-instead of polling `approval`.
+instead of polling `approval`. `CompactionStarted` and `CompactionFinished` frame a compaction
+(`anvild.agent.context`), during a turn or on the `compact` verb.
 
 The JSON form (stream-json on a session's `events` file, session records) goes through the one
 converter here, `event_converter`: each object carries a stable `type` tag (the `TAG` of its
@@ -42,6 +43,8 @@ __all__ = [
     "AgentEvent",
     "ApprovalAnswered",
     "ApprovalRequested",
+    "CompactionFinished",
+    "CompactionStarted",
     "Lagged",
     "ReasoningDelta",
     "StepFailed",
@@ -219,6 +222,32 @@ class ApprovalAnswered:
     by: str = ""
 
 
+@attrs.frozen
+class CompactionStarted:
+    """A summary is being written to replace the history. `trigger`: auto (the window reached
+    `[context] auto_compact`), overflow (the provider refused the request as too long) or
+    manual (`compact` on ctl); `tokens` the request's estimated size before."""
+
+    TAG: ClassVar[str] = "compaction_started"
+    trigger: str
+    tokens: int
+    focus: str = ""
+
+
+@attrs.frozen
+class CompactionFinished:
+    """How the compaction ended: `ok` with the size `before` and `after` and the messages it
+    replaced (`dropped`), or not (`detail` says why; the history is unchanged)."""
+
+    TAG: ClassVar[str] = "compaction_finished"
+    trigger: str
+    ok: bool
+    before: int
+    after: int = 0
+    dropped: int = 0
+    detail: str = ""
+
+
 AgentEvent: TypeAlias = (
     StepStarted
     | TextDelta
@@ -232,6 +261,8 @@ AgentEvent: TypeAlias = (
     | TurnFinished
     | ApprovalRequested
     | ApprovalAnswered
+    | CompactionStarted
+    | CompactionFinished
 )
 
 EVENT_TYPES: Final[tuple[type, ...]] = (
@@ -247,6 +278,8 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     TurnFinished,
     ApprovalRequested,
     ApprovalAnswered,
+    CompactionStarted,
+    CompactionFinished,
 )
 
 
