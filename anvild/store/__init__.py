@@ -37,6 +37,7 @@ from anvild.store.records import (
     AliasChanged,
     ApprovalAnswered,
     ApprovalRequested,
+    Compacted,
     ContextFileChanged,
     ContextReplaced,
     FileSeen,
@@ -69,6 +70,7 @@ from anvild.store.records import (
 from anvild.store.recovery import Recovery, recover
 from anvild.store.reducer import apply, message_records, replay
 from anvild.store.state import (
+    CompactionInfo,
     DecidedResult,
     PendingApproval,
     PendingResult,
@@ -84,6 +86,8 @@ __all__ = [
     "AliasChanged",
     "ApprovalAnswered",
     "ApprovalRequested",
+    "Compacted",
+    "CompactionInfo",
     "ContextFileChanged",
     "ContextReplaced",
     "CorruptJournalError",

@@ -12,7 +12,7 @@ sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type
            | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
            | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
            | PermissionsRemembered | ResultApprovalRequested | ResultApprovalAnswered | Note
-           | FileSeen | TextStreamed | SessionEnded
+           | FileSeen | TextStreamed | Compacted | SessionEnded
 
 Tags are the `TAG` of each class (never a class name) and must never change: files written
 today are read by every later version. Messages and blocks inside records go through
@@ -20,8 +20,9 @@ today are read by every later version. Messages and blocks inside records go thr
 such as a Gemini thought signature round-trips unchanged.
 
 Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
-is `SCHEMA_VERSION` (3). `upgrade_lines` turns an older file's decoded lines into current ones:
+is `SCHEMA_VERSION` (4). `upgrade_lines` turns an older file's decoded lines into current ones:
 
+- Schema 3 is schema 4 without `compacted` records (a summary that replaced the history).
 - Schema 2 is schema 3 without `text_streamed` records (an answer's text while it streams, so
   a crash does not lose what `out` showed) and without `turn_ended.interrupted`. Schema 1 is
   schema 2 without `file_seen` records (what the file tools saw, for freshness after a
@@ -61,7 +62,7 @@ from anvild.llm.types import ContentBlock, Json, Message, ToolResult
 from anvild.llm.types import converter as llm_converter
 from anvild.store.errors import RecordError
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this version writes. Files with a lower version are upgraded, higher refused."""
 
 OLDEST_SCHEMA: Final = 0
@@ -393,6 +394,28 @@ class TextStreamed:
 
 
 @attrs.frozen
+class Compacted:
+    """A compaction: `messages` (a summary, the kept user messages, the unfinished step)
+    replaced the transcript, in this one record, so a crash leaves the whole old or the whole
+    new one. `summary` is the model's text, `dropped` how many messages it replaced, `before`
+    and `after` the estimated request sizes in tokens, `model` who wrote it, `trigger` auto,
+    overflow or manual, `focus` what `compact FOCUS` asked for, `usage` what the summary
+    requests cost. The records before it keep the full history. Schema 4."""
+
+    TAG: ClassVar[str] = "compacted"
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+    summary: str
+    dropped: int
+    before: int
+    after: int
+    model: str
+    trigger: str
+    at: dt.datetime = attrs.field(validator=_aware)
+    focus: str = ""
+    usage: stream.Usage = attrs.field(factory=lambda: stream.Usage(0, 0, 0, 0))
+
+
+@attrs.frozen
 class SessionEnded:
     """`kill`, or an ephemeral session reaped: the last record of a file."""
 
@@ -426,6 +449,7 @@ Record: TypeAlias = (
     | Note
     | FileSeen
     | TextStreamed
+    | Compacted
     | SessionEnded
 )
 
@@ -455,6 +479,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     Note,
     FileSeen,
     TextStreamed,
+    Compacted,
     SessionEnded,
 )
 
@@ -567,7 +592,7 @@ def upgrade_lines(lines: list[Json], schema: int) -> list[Json]:
     if schema == 0:
         lines = [_upgrade_0_to_1(index, line) for index, line in enumerate(lines)]
     if schema < SCHEMA_VERSION and lines:
-        # 1 -> 2 -> 3 only added record types and optional fields: the header's number changes
+        # 1 -> 2 -> 3 -> 4 only added record types and optional fields: the header's number changes
         lines = [_renumbered(lines[0]), *lines[1:]]
     return lines
 

@@ -28,6 +28,9 @@ record is never written. The rules it enforces:
   of the session, across clear, restart and daemon restarts).
 - The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
   `PromptDropped` names queued prompts.
+- `Compacted` replaces the transcript as `ContextReplaced` does (with its preconditions), adds
+  its summary requests' usage, lists the compaction, and sets the usage baseline to its
+  estimated size after (what the context holds until the next response says better).
 - `TextStreamed` adds to `streamed` (display only, never the transcript); an assistant
   `MessageAppended` (the step's answer, now in the transcript), `PromptTaken` (a new turn)
   and `ContextReplaced` clear it.
@@ -43,6 +46,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from anvild.llm import stream
 from anvild.llm.types import Message, Role
 from anvild.store.errors import RecordError
 from anvild.store.records import (
@@ -50,6 +54,7 @@ from anvild.store.records import (
     AliasChanged,
     ApprovalAnswered,
     ApprovalRequested,
+    Compacted,
     ContextFileChanged,
     ContextReplaced,
     FileSeen,
@@ -79,6 +84,7 @@ from anvild.store.records import (
     Verdict,
 )
 from anvild.store.state import (
+    CompactionInfo,
     DecidedResult,
     PendingApproval,
     PendingResult,
@@ -129,6 +135,22 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             if state.tools:
                 raise RecordError("context_replaced while tool calls are in flight")
             return attrs.evolve(state, messages=messages, baseline=None, streamed="")
+        case Compacted(messages=messages, usage=usage):
+            _no_approval(state, record)
+            if state.tools:
+                raise RecordError("compacted while tool calls are in flight")
+            info = CompactionInfo(
+                record.at, record.before, record.after, record.trigger, record.model, record.dropped
+            )
+            after = UsageBaseline(stream.Usage(record.after, 0, 0, 0), len(messages))
+            return attrs.evolve(
+                state,
+                messages=messages,
+                baseline=after,
+                streamed="",
+                usage=state.usage.plus(usage),
+                compactions=(*state.compactions, info),
+            )
         case ModelChanged(model=model):
             return attrs.evolve(state, model=model, baseline=None)
         case StateChanged(status=status, detail=detail):

@@ -79,6 +79,18 @@ class UsageBaseline:
 ZERO_USAGE = stream.Usage(0, 0, 0, 0)
 
 
+@attrs.frozen
+class CompactionInfo:
+    """One compaction as `agent/ID/compactions` lists it (`Compacted`, without the texts)."""
+
+    at: dt.datetime
+    before: int
+    after: int
+    trigger: str
+    model: str
+    dropped: int
+
+
 def _merged(old: tuple[str, ...], new: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*old, *new)))
 
@@ -119,6 +131,7 @@ class SessionState:
     not in the transcript (`TextStreamed`; display only, never sent to a provider): cleared
     when the step's assistant message is appended, a prompt is taken or the context replaced,
     so after a crash (or a cancel) it is what `out` showed of the unfinished answer.
+    `compactions` lists every `Compacted`, oldest first.
     """
 
     id: str
@@ -154,6 +167,7 @@ class SessionState:
     ended: str | None = None
     files_seen: tuple[tuple[str, str], ...] = ()  # (canonical path, sha256), sorted by path
     streamed: str = ""
+    compactions: tuple[CompactionInfo, ...] = ()
 
     def seen_files(self) -> dict[str, str]:
         """What the file tools last saw per canonical path (`FileSeen`): its sha256."""

@@ -54,6 +54,7 @@ EXPECTED_TAGS = {
     "Note": "note",
     "FileSeen": "file_seen",
     "TextStreamed": "text_streamed",
+    "Compacted": "compacted",
     "SessionEnded": "session_ended",
 }
 
@@ -78,7 +79,7 @@ def test_line_format_puts_seq_and_type_first_and_the_header_carries_the_schema()
     assert line == (
         b'{"seq":1,"type":"session_started","id":"s1","alias":"r1","role":"developer",'
         b'"model":"sonnet","cwd":"/src/app","sandbox":"workspace-write",'
-        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":3}\n'
+        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":4}\n'
     )
     assert schema_of(json.loads(line)) == SCHEMA_VERSION
 
@@ -195,14 +196,14 @@ def test_current_schema_lines_pass_through_and_unknown_versions_are_not_upgraded
         upgrade_lines(lines, SCHEMA_VERSION + 1)
 
 
-@pytest.mark.parametrize("schema", [1, 2])
-def test_a_schema_1_or_2_file_is_schema_3_without_the_later_records(schema: int) -> None:
+@pytest.mark.parametrize("schema", [1, 2, 3])
+def test_a_schema_1_2_or_3_file_is_schema_4_without_the_later_records(schema: int) -> None:
     header = json.loads(encode(1, started()))
     header["schema"] = schema
     note = {"seq": 2, "type": "note", "text": "x"}
     ended = {"seq": 3, "type": "turn_ended", "outcome": "error", "detail": "d"}
     upgraded = upgrade_lines([header, note, ended], schema)
-    assert upgraded == [{**header, "schema": 3}, note, ended]
+    assert upgraded == [{**header, "schema": SCHEMA_VERSION}, note, ended]
     assert decode(upgraded[2]) == (3, TurnEnded("error", "d", interrupted=False))
     with pytest.raises(RecordError, match="not session_started"):
         upgrade_lines([note], schema)

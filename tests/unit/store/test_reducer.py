@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+
 import attrs
 import pytest
 from hypothesis import given, settings
@@ -13,6 +16,7 @@ from anvild.store import (
     AliasChanged,
     ApprovalAnswered,
     ApprovalRequested,
+    Compacted,
     ContextFileChanged,
     ContextReplaced,
     MessageAppended,
@@ -42,6 +46,7 @@ from anvild.store import (
     message_records,
     replay,
 )
+from anvild.store.records import decode, encode
 from anvild.store.state import UsageBaseline
 from tests.unit.store.support import assistant, results, started, user, valid_records
 
@@ -267,3 +272,50 @@ def test_message_records_turn_any_transcript_into_any_other(
     for record in records:
         state = apply(state, record)
     assert state.messages == new_messages
+
+
+def _compacted(messages: tuple[Message, ...] = (user("[Compacted history: S]"),)) -> Compacted:
+    return Compacted(
+        messages,
+        "S",
+        dropped=4,
+        before=5200,
+        after=900,
+        model="m",
+        trigger="auto",
+        at=dt.datetime(2026, 12, 2, tzinfo=dt.UTC),
+        focus="the parser",
+        usage=stream.Usage(3000, 200, 0, 0),
+    )
+
+
+def test_a_compaction_replaces_the_transcript_lists_itself_and_sets_the_baseline() -> None:
+    before = state_of(
+        MessageAppended(user("a")),
+        MessageAppended(assistant("b")),
+        UsageReported(stream.Usage(10, 5, 0, 0)),
+    )
+    after = apply(before, _compacted())
+    assert after.messages == (user("[Compacted history: S]"),)
+    assert after.usage == stream.Usage(3010, 205, 0, 0)  # the summary requests are paid for
+    assert after.baseline == UsageBaseline(stream.Usage(900, 0, 0, 0), 1)
+    assert [(c.before, c.after, c.trigger, c.model, c.dropped) for c in after.compactions] == [
+        (5200, 900, "auto", "m", 4)
+    ]
+    assert replay([started(), MessageAppended(user("a")), _compacted()]).compactions == (
+        after.compactions
+    )
+
+
+@pytest.mark.parametrize("prior", [(*TOOL_TAIL, ToolStarted("c1", "bash")), PENDING])
+def test_a_compaction_waits_for_the_calls_in_flight_and_approvals(
+    prior: tuple[Record, ...],
+) -> None:
+    with pytest.raises(RecordError):
+        apply(state_of(*prior), _compacted())
+
+
+def test_a_compaction_round_trips_through_json() -> None:
+    record = _compacted()
+    seq, decoded = decode(json.loads(encode(7, record)))
+    assert (seq, decoded) == (7, record)
