@@ -2,6 +2,7 @@
 
     manager.py     SessionManager: create, look up, kill, restore; provider caps; daemon events
     session.py     Session: one agent, its queue, verbs, out, wait, usage, approvals, records
+    settings.py    SessionSettings, Services, ToolSetup: the manager's; mode and sandbox helpers
     state.py       the lifecycle states and the one transition table
     prompt.py      the layered system prompt (base, AGENTS.md chain, role, context)
     roles.py       roles: text (user overrides), sandbox file, permission ceiling
@@ -117,7 +118,8 @@ from anvild.session.errors import (
     SessionRefused,
 )
 from anvild.session.manager import NewSession, SessionManager, chain_tools, default_tools
-from anvild.session.session import Session, SessionSettings, ToolSetup
+from anvild.session.session import Session
+from anvild.session.settings import SessionSettings, ToolSetup
 from anvild.session.state import TRANSITIONS, SessionStatus
 from anvild.session.stream import BroadcastLimits, LineBroadcast, LineReader
 

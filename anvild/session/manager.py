@@ -68,11 +68,10 @@ from anvild.session.errors import (
 from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
 from anvild.session.events import encode_event as encode_session_event
 from anvild.session.project_config import ProjectConfigs
-from anvild.session.session import (
+from anvild.session.session import USER, Session
+from anvild.session.settings import (
     MODE_ORDER,
-    USER,
     Services,
-    Session,
     SessionSettings,
     ToolSetup,
     ToolsFactory,

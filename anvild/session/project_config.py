@@ -35,7 +35,8 @@ from anvild.config.trust import TRUST_FILE
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.session.events import ConfigIgnored, ConfigInvalid, SessionEvent
-from anvild.session.session import Session, wider
+from anvild.session.session import Session
+from anvild.session.settings import wider
 
 log = structlog.get_logger(__name__)
 
