@@ -37,6 +37,13 @@ Theory of operation.
   not zero: the turn stops too, saying why. It is a soft ceiling, checked between requests.
 - Secrets. With `redact` set (a `Redactor.redact`), every tool result, denials included, is
   redacted before the model, the events or the transcript see it.
+- Context. With a `ContextWindow`, every request is sized first: past `clear_at` the oldest
+  tool results are stubbed in the request (never in the transcript); past `auto_compact` the
+  history is compacted at the step boundary (no call in flight) and the turn goes on. A
+  provider's `ContextOverflow` clears every old result, then compacts once, then retries; only
+  then does the turn end, saying what to do. A prompt that cannot fit the window even alone
+  ends the turn before any request. A compaction is adopted only after `on_compaction` (the
+  session's record) accepted it; otherwise the transcript is unchanged.
 - Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
   turn emits exactly one `TurnFinished`, last.
 """
@@ -50,12 +57,15 @@ import attrs
 import trio
 
 from anvild.agent import events as ev
+from anvild.agent.context import Compaction, ContextWindow, SummaryFailed
+from anvild.agent.context.compaction import facts, is_compacted, plan, rebuild, summary_block
+from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm import stream
 from anvild.llm.builder import Completion, MessageBuilder
-from anvild.llm.errors import LlmError
+from anvild.llm.errors import ContextOverflow, LlmError
 from anvild.llm.integrity import TranscriptError, validate_transcript
 from anvild.llm.provider import Provider
 from anvild.llm.types import (
@@ -109,6 +119,10 @@ async def allow_all(call: ToolCall) -> Decision:
     return Allow()
 
 
+async def _adopt(compaction: Compaction) -> bool:
+    return True
+
+
 def _discard(event: AgentEvent) -> None:
     return None
 
@@ -134,6 +148,8 @@ class AgentConfig:
     temperature: float | None = None
     token_budget: int | None = attrs.field(default=None, validator=_optional_positive)
     compact_tools: bool = False  # brief tool definitions, for a small context window
+    cache_key: str = ""  # a stable key for the provider's prompt cache (the session's id)
+    compaction_model: str = ""  # who writes compaction summaries ("": the session's model)
 
 
 @attrs.define
@@ -156,6 +172,7 @@ class _Turn:
     step: int = 0
     usage: stream.Usage = attrs.Factory(lambda: stream.Usage(0, 0, 0, 0))
     batch: _Batch | None = None  # the calls in flight, until their results are committed
+    start: int = 0  # the index of the turn's prompt message in the transcript
 
     def finished(self, outcome: TurnOutcome, detail: str = "") -> TurnFinished:
         return TurnFinished(outcome, self.step, self.usage, detail)
@@ -195,6 +212,9 @@ class Agent:
         decide: Decide = allow_all,
         redact: Callable[[str], str] | None = None,
         messages: Iterable[Message] = (),
+        window: ContextWindow | None = None,
+        on_compaction: Callable[[Compaction], Awaitable[bool]] = _adopt,
+        summariser: Provider | None = None,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -207,6 +227,10 @@ class Agent:
         self._commit(*messages)  # a resumed transcript must be valid too
         self.usage = stream.Usage(0, 0, 0, 0)  # every request of the session; None = unknown
         self._turn: _Turn | None = None
+        self.window = window  # None: no context management (the window is the provider's)
+        self.on_compaction = on_compaction  # records a compaction; False: not adopted
+        self.summariser = summariser  # the provider of `compaction_model` ("": `provider`)
+        self._compact_asked: str | None = None  # a `compact` asked during a turn: its focus
 
     @property
     def todos(self) -> tuple[ev.Todo, ...]:
@@ -229,6 +253,16 @@ class Agent:
             raise RuntimeError("cannot replace the transcript while a turn is running")
         self.messages = ()
         self._commit(*messages)
+
+    def request_compaction(self, focus: str = "") -> None:
+        """Compact before the running turn's next request (a `compact` verb during a turn)."""
+        self._compact_asked = focus
+
+    async def compact(self, focus: str = "", trigger: str = "manual") -> str:
+        """Compact the history now, between turns. Returns "" when done, else why not."""
+        if self._turn is not None:
+            raise RuntimeError("a turn is running: use request_compaction")
+        return await self._compact(None, trigger, focus)
 
     async def run_turn(self, prompt: str | Sequence[ContentBlock]) -> TurnFinished:
         """Run one turn for `prompt` and return how it ended (also emitted, last)."""
@@ -265,15 +299,18 @@ class Agent:
     async def _steps(
         self, turn: _Turn, prompt: tuple[ContentBlock, ...]
     ) -> tuple[TurnOutcome, str]:
-        self._commit(Message(Role.USER, prompt))
         specs = self.tools.specs(compact=self.config.compact_tools)
+        if (too_large := self._too_large(prompt, specs)) is not None:
+            return TurnOutcome.ERROR, too_large
+        self._commit(Message(Role.USER, prompt))
+        turn.start = len(self.messages) - 1
         for step in range(1, self.config.max_steps + 1):
             if (over := self._over_budget(turn)) is not None:
                 return TurnOutcome.BUDGET_EXCEEDED, over
             turn.step = step
             self._emit(ev.StepStarted(step))
             validate_transcript(self.messages)
-            completion = await self._sample(turn, specs)
+            completion = await self._sample_fitting(turn, specs)
             if not completion.executable:
                 outcome, why = _ABNORMAL[completion.finish]
                 self._commit(Message(Role.ASSISTANT, _text_of(completion.message)))
@@ -286,14 +323,117 @@ class Agent:
             self._commit_results(turn)
         return TurnOutcome.MAX_STEPS, f"stopped after {self.config.max_steps} steps"
 
-    async def _sample(self, turn: _Turn, specs: Sequence[ToolSpec]) -> Completion:
+    async def _sample_fitting(self, turn: _Turn, specs: Sequence[ToolSpec]) -> Completion:
+        """Sample with the context managed: compact when due, clear old results, and on an
+        overflow clear everything clearable, then compact once, then give up saying why."""
+        window = self.window
+        if window is None:
+            return await self._sample(turn, specs, self.messages)
+        system = self.config.system
+        asked, self._compact_asked = self._compact_asked, None
+        if asked is not None:
+            await self._compact(turn, "manual", asked)
+        elif window.wants_compaction(window.size(system, specs, self.messages)):
+            await self._compact(turn, "auto")
+        overflow: ContextOverflow | None = None
+        for stage in ("", "clear", "compact"):
+            if stage == "compact" and await self._compact(turn, "overflow"):
+                continue  # it said why it could not compact: nothing new to try
+            cleared = window.for_request(system, specs, self.messages, force=stage == "clear")
+            if stage == "clear" and not cleared.count:
+                continue
+            try:
+                return await self._sample(turn, specs, cleared.messages)
+            except ContextOverflow as exc:
+                overflow = exc
+        assert overflow is not None
+        size = window.size(system, specs, self.messages)
+        raise ContextOverflow(
+            f"{overflow.message}; still too long after clearing old tool results and compacting "
+            f"(about {size} tokens of a {window.settings.window}-token window): write `compact` "
+            "or `clear` to the session's ctl, or ask for less at once",
+            requested=overflow.requested,
+            limit=overflow.limit,
+        ) from overflow
+
+    async def _compact(self, turn: _Turn | None, trigger: str, focus: str = "") -> str:
+        """Replace the history before the current step by a summary. "" when done, else why
+        not (emitted too); the transcript is unchanged then."""
+        window = self.window
+        if window is None:
+            return "this session has no context management"
+        system, specs = self.config.system, self.tools.specs(compact=self.config.compact_tools)
+        before = window.size(system, specs, self.messages)
+        self._emit(ev.CompactionStarted(trigger, before, focus))
+        chosen = plan(
+            self.messages,
+            turn_start=None if turn is None else turn.start,
+            keep_user_bytes=window.keep_user_bytes(),
+        )
+        why = ""
+        if not chosen.dropped or all(not m.content for m in chosen.dropped):
+            why = "nothing before the current step to summarise"
+        if is_compacted(chosen.dropped) and len(chosen.dropped) == 1:
+            why = "the history is already one summary"
+        if why:
+            self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
+            return why
+        todos = [(t.content, t.status.value) for t in self.todos]
+        found = facts(chosen.dropped, todos, self.tools.effects)
+        model = self.config.compaction_model or self.config.model
+        try:
+            summary, usage = await window.summarise(
+                self.summariser or self.provider, model, chosen, found, focus
+            )
+        except (LlmError, SummaryFailed) as exc:
+            why = f"the summary could not be written: {type(exc).__name__}: {exc}"
+            self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
+            return why
+        messages = rebuild(summary_block(summary, found, model=model), chosen)
+        validate_transcript(messages)
+        after = window.size(system, specs, messages)
+        compaction = Compaction(
+            messages, summary, len(chosen.dropped), before, after, model, trigger, focus, usage
+        )
+        if not await self.on_compaction(compaction):
+            why = "the compaction could not be recorded"
+            self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
+            return why
+        self.messages = messages
+        if turn is not None:
+            turn.start = 0
+        self._emit(ev.CompactionFinished(trigger, True, before, after, len(chosen.dropped)))
+        return ""
+
+    def _too_large(self, prompt: tuple[ContentBlock, ...], specs: Sequence[ToolSpec]) -> str | None:
+        """Why `prompt` cannot fit the window even with no history at all, or None."""
+        window = self.window
+        if window is None:
+            return None
+        alone = (Message(Role.USER, prompt),)
+        size = window.size(self.config.system, specs, alone) + self.config.max_tokens
+        if size <= window.settings.window:
+            return None
+        return (
+            f"the prompt does not fit the model's context window: with the system prompt, the "
+            f"tools and room for the answer it needs about {size} tokens of "
+            f"{window.settings.window}, even with no history; split it, or put the text in a "
+            "file and ask the agent to read it"
+        )
+
+    async def _sample(
+        self, turn: _Turn, specs: Sequence[ToolSpec], messages: Sequence[Message]
+    ) -> Completion:
         request = ChatRequest(
             model=self.config.model,
-            messages=self.messages,
+            messages=tuple(messages),
             system=self.config.system,
             tools=specs,
             max_tokens=self.config.max_tokens,
             temperature=self.config.temperature,
+            cache=True,
+            cache_key=self.config.cache_key,
+            stable_prefix=1 if is_compacted(messages) else 0,
         )
         builder = MessageBuilder()
         async with self.provider.stream(request) as events:
@@ -304,6 +444,10 @@ class Agent:
                 elif isinstance(event, stream.ReasoningDelta) and event.text:
                     self._emit(ev.ReasoningDelta(turn.step, event.text))
         completion = builder.finish()
+        if self.window is not None:
+            self.window.meter.measured(
+                request_bytes(request.system, specs, messages), completion.usage
+            )
         turn.usage = turn.usage.plus(completion.usage)
         self.usage = self.usage.plus(completion.usage)
         self._emit(ev.Usage(turn.step, completion.usage, turn.usage))

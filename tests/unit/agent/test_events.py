@@ -63,6 +63,15 @@ ALL_EVENTS: list[tuple[ev.AgentEvent, str]] = [
         '"call_id":"","by":"user"}',
     ),
     (
+        ev.CompactionStarted("auto", 5200, "the parser"),
+        '{"type":"compaction_started","trigger":"auto","tokens":5200,"focus":"the parser"}',
+    ),
+    (
+        ev.CompactionFinished("overflow", True, 5200, 900, 12),
+        '{"type":"compaction_finished","trigger":"overflow","ok":true,"before":5200,'
+        '"after":900,"dropped":12,"detail":""}',
+    ),
+    (
         FINISHED,
         '{"type":"turn_finished","outcome":"done","steps":2,'
         '"usage":{"input":10,"output":5,"cache_read":null,"cache_write":0},"detail":""}',
