@@ -2,8 +2,10 @@
 
 Adapters consult a `Capabilities` value instead of hard-coding provider names: whether images
 may be sent, which tool-schema dialect the target accepts, whether signed reasoning can be
-replayed, which field caps the output, and whether temperature is accepted. The registry picks
-the entry for a configured model (`for_target`), and a user's config may override fields.
+replayed, which field caps the output, whether temperature is accepted, and whether the target
+takes OpenAI's `prompt_cache_key` (OpenAI's own endpoints only: other compatible servers may
+refuse a field they do not know). The registry picks the entry for a configured model
+(`for_target`), and a user's config may override fields.
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ class Capabilities:
     max_tokens_field: str = "max_tokens"
     temperature: bool = True
     replay: Replay = Replay.NONE
+    prompt_cache_key: bool = False
 
 
 ANTHROPIC: Final = Capabilities(
     signed_reasoning=True, max_tokens_field="max_tokens", replay=Replay.SIGNED_BLOCKS
 )
-OPENAI_CHAT: Final = Capabilities(max_tokens_field="max_completion_tokens")
+OPENAI_CHAT: Final = Capabilities(max_tokens_field="max_completion_tokens", prompt_cache_key=True)
 # Ollama, llama.cpp, vLLM and most compatible servers still only read the legacy field.
 OPENAI_CHAT_COMPAT: Final = Capabilities(max_tokens_field="max_tokens")
 OPENAI_RESPONSES: Final = Capabilities(
@@ -68,9 +71,12 @@ DEFAULTS: Final = {
 def for_target(kind: str, base_url: str | None = None) -> Capabilities:
     """The default capabilities for a provider kind. OpenAI's own Chat endpoint takes
     `max_completion_tokens` (required by its reasoning models); compatible servers get
-    `max_tokens`."""
-    if kind == "openai-chat" and base_url is not None and "api.openai.com" in base_url:
+    `max_tokens`. OpenAI's own endpoints (both kinds) take `prompt_cache_key`."""
+    openai = base_url is not None and "api.openai.com" in base_url
+    if kind == "openai-chat" and openai:
         return OPENAI_CHAT
+    if kind == "openai-responses" and openai:
+        return attrs.evolve(OPENAI_RESPONSES, prompt_cache_key=True)
     try:
         return DEFAULTS[kind]
     except KeyError:

@@ -145,8 +145,14 @@ def _to_specs(specs: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
 class ChatRequest:
     """One sampling request, provider-neutral.
 
-    `cache` asks providers that take explicit cache hints (Anthropic) to mark the stable prefix;
-    providers with automatic caching ignore it.
+    Prompt-cache hints, each ignored by providers that cannot use it:
+
+    - `cache` asks providers that take explicit cache breakpoints (Anthropic) to mark the stable
+      prefix and the conversation so far;
+    - `stable_prefix` is how many leading messages stay the same from request to request (a
+      compaction summary, say; 0: none), which such a provider also marks;
+    - `cache_key` is a stable key for the conversation (the session id), for providers that route
+      requests to a cache by key (OpenAI's `prompt_cache_key`); "" sends none.
     """
 
     model: str
@@ -156,6 +162,8 @@ class ChatRequest:
     max_tokens: int = 4096
     temperature: float | None = None
     cache: bool = False
+    stable_prefix: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    cache_key: str = ""
 
 
 def _make_converter() -> cattrs.Converter:

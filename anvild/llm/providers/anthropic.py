@@ -17,15 +17,17 @@ Request (`to_wire`, pure):
   rejected, and foreign state cannot be signed (review finding 9).
 - A message left with no blocks (say, an assistant turn that produced nothing) is dropped and its
   neighbours of the same role are merged, so the request stays well formed.
-- `cache=True` places exactly two `cache_control: {"type": "ephemeral"}` breakpoints, the
-  prompt-caching guide's "stable prefix + moving tail" pattern. The API renders tools, then
-  system, then messages, and a breakpoint caches everything before and including its block:
-    1. the end of the stable prefix: the system text block when there is a system prompt
-       (caching tools and system together), otherwise the last tool;
-    2. the last block of the last message that may carry one (thinking blocks may not), so the
-       conversation so far is cached for the next turn.
-  With neither a system prompt nor tools there is no prefix, and only the tail breakpoint is set.
-  Two of the four breakpoints the API allows are left for callers that need them.
+- `cache=True` places `cache_control: {"type": "ephemeral"}` breakpoints, the prompt-caching
+  guide's "stable prefix + moving tail" pattern. The API renders tools, then system, then
+  messages, and a breakpoint caches everything before and including its block. One on each of:
+    1. the last tool (the tools alone stay cached when the system prompt changes);
+    2. the system text block;
+    3. with `stable_prefix` n > 0, the last block of the rendered prefix made only of the first
+       n messages (a compaction summary stays cached while the turns after it change);
+    4. the last block of the last message, so the conversation so far is cached for the next turn.
+  Each lands on the last block of its part that may carry one (thinking blocks may not); a part
+  that is absent, or a breakpoint that falls on a block already marked, is skipped, so there
+  are never more than the four the API allows.
 
 Response (`StreamState`, sans-IO). Theory of operation: the stream is
 `message_start`, then per content block `content_block_start`, `content_block_delta`*,
@@ -127,6 +129,8 @@ _EPHEMERAL: Final = {"type": "ephemeral"}
 _DEFAULT_TIMEOUTS: Final = Timeouts()
 # Blocks the API does not let carry cache_control.
 _NOT_CACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
+# The API refuses a request with more cache_control breakpoints than this.
+MAX_BREAKPOINTS: Final = 4
 
 _PROMPT_TOO_LONG: Final = re.compile(
     r"prompt is too long:\s*(\d+) tokens\s*>\s*(\d+) maximum", re.IGNORECASE
@@ -147,7 +151,7 @@ _STOP_REASONS: Final = {
 
 def to_wire(request: ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dict[str, Any]:
     """The JSON body of a streaming Messages request."""
-    messages = _messages(request.messages, capabilities)
+    messages, origins = _messages(request.messages, capabilities)
     body: dict[str, Any] = {"model": request.model}
     if request.system:
         body["system"] = (
@@ -168,13 +172,18 @@ def to_wire(request: ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dic
         body["temperature"] = request.temperature
     body["stream"] = True
     if request.cache:
-        _place_cache_breakpoints(body)
+        _place_cache_breakpoints(body, origins, request.stable_prefix)
     return body
 
 
-def _messages(messages: tuple[Message, ...], capabilities: Capabilities) -> list[dict[str, Any]]:
+def _messages(
+    messages: tuple[Message, ...], capabilities: Capabilities
+) -> tuple[list[dict[str, Any]], list[list[int]]]:
+    """The wire messages, and for each of their blocks the index of the canonical message it
+    came from (merging and reordering move blocks; the stable-prefix breakpoint needs to know)."""
     out: list[dict[str, Any]] = []
-    for message in messages:
+    origins: list[list[int]] = []
+    for index, message in enumerate(messages):
         blocks = [
             wire for block in message.content if (wire := _block(block, capabilities)) is not None
         ]
@@ -182,15 +191,20 @@ def _messages(messages: tuple[Message, ...], capabilities: Capabilities) -> list
             continue
         if out and out[-1]["role"] == message.role.value:
             out[-1]["content"].extend(blocks)
+            origins[-1].extend([index] * len(blocks))
         else:
             out.append({"role": message.role.value, "content": blocks})
-    for wire_message in out:
+            origins.append([index] * len(blocks))
+    for wire_message, origin in zip(out, origins, strict=True):
         if wire_message["role"] == Role.USER.value:
             # tool_result blocks must come first in a user message; sorted() is stable.
-            wire_message["content"] = sorted(
-                wire_message["content"], key=lambda block: block["type"] != "tool_result"
+            pairs = sorted(
+                zip(origin, wire_message["content"], strict=True),
+                key=lambda pair: pair[1]["type"] != "tool_result",
             )
-    return out
+            origin[:] = [index for index, _ in pairs]
+            wire_message["content"] = [block for _, block in pairs]
+    return out, origins
 
 
 def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | None:
@@ -241,17 +255,46 @@ def _thinking(text: str, meta: ProviderMeta | None) -> dict[str, Any] | None:
     return None
 
 
-def _place_cache_breakpoints(body: dict[str, Any]) -> None:
-    system = body.get("system")
-    if isinstance(system, list) and system:
-        system[-1]["cache_control"] = dict(_EPHEMERAL)
-    elif body.get("tools"):
-        body["tools"][-1]["cache_control"] = dict(_EPHEMERAL)
-    if body["messages"]:
-        for block in reversed(body["messages"][-1]["content"]):
+def _place_cache_breakpoints(
+    body: dict[str, Any], origins: list[list[int]], stable_prefix: int
+) -> None:
+    """Mark the blocks the module doc lists: tools, system, stable prefix, tail."""
+    marked: list[dict[str, Any]] = []
+
+    def mark(block: dict[str, Any] | None) -> None:
+        if block is not None and not any(block is seen for seen in marked):
+            marked.append(block)
+
+    if tools := body.get("tools"):
+        mark(tools[-1])
+    if isinstance(system := body.get("system"), list) and system:
+        mark(system[-1])
+    messages: list[dict[str, Any]] = body["messages"]
+    if stable_prefix > 0:
+        mark(_stable_end(messages, origins, stable_prefix))
+    if messages:
+        mark(_last_cacheable(messages[-1]["content"]))
+    for block in marked[:MAX_BREAKPOINTS]:
+        block["cache_control"] = dict(_EPHEMERAL)
+
+
+def _last_cacheable(blocks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((block for block in reversed(blocks) if block["type"] not in _NOT_CACHEABLE), None)
+
+
+def _stable_end(
+    messages: list[dict[str, Any]], origins: list[list[int]], stable_prefix: int
+) -> dict[str, Any] | None:
+    """The last block that may carry a breakpoint in the longest rendered prefix made only of
+    blocks from the first `stable_prefix` canonical messages, or None."""
+    end: dict[str, Any] | None = None
+    for message, origin in zip(messages, origins, strict=True):
+        for block, index in zip(message["content"], origin, strict=True):
+            if index >= stable_prefix:
+                return end
             if block["type"] not in _NOT_CACHEABLE:
-                block["cache_control"] = dict(_EPHEMERAL)
-                break
+                end = block
+    return end
 
 
 # -- response ------------------------------------------------------------------------------------

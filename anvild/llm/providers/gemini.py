@@ -24,6 +24,10 @@ else in `parameters`, compiled by `anvild.llm.schema.gemini_schema` (a tool with
 then declares none: the legacy dialect refuses an empty OBJECT); `generationConfig` carries the
 token cap and the temperature.
 
+Prompt caching: nothing is sent for `cache`, `stable_prefix` or `cache_key`. Gemini caches a
+repeated prefix implicitly and reports it as `cachedContentTokenCount`; explicit
+`cachedContents` are not used.
+
 Thought signatures. Gemini returns opaque `thoughtSignature`s on parts and wants each one back
 on the same part of the same turn. A signature on a function call lives in that call's meta
 (`{"thoughtSignature": ...}`, with `"id"` when Gemini named the call). Any other signature is a

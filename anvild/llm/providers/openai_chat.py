@@ -20,6 +20,12 @@ Request (`to_wire`, pure):
 - reasoning is dropped: Chat Completions has no way to replay it;
 - `stream: true` with `stream_options.include_usage`, and the output cap in the field the
   target reads (`max_completion_tokens` on OpenAI, `max_tokens` on compatible servers).
+- `prompt_cache_key` is the request's `cache_key` (OpenAI routes requests with one key to the
+  same prompt cache), only when the target's capabilities say `prompt_cache_key`: OpenAI's own
+  endpoint (`for_target`). llama-server would tolerate it (it copies body fields it does not know
+  into its sampling parameters, which ignore unknown names), but it does not use it, and other
+  compatible servers may refuse a field they do not know. `cache` and `stable_prefix` are not
+  sent: these servers cache a repeated prefix by themselves.
 
 Response (`StreamState`, sans-IO). Theory of operation: only choice 0 is read. Blocks are
 numbered in order of first appearance: one reasoning block, one text block, and one per tool
@@ -143,6 +149,8 @@ def to_wire(
     body[capabilities.max_tokens_field] = request.max_tokens
     if capabilities.temperature and request.temperature is not None:
         body["temperature"] = request.temperature
+    if request.cache_key and capabilities.prompt_cache_key:
+        body["prompt_cache_key"] = request.cache_key
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     return body

@@ -23,6 +23,10 @@ and is replayed with it on the next request. Both depend on the target's capabil
 `replay = none` gets neither. Tools are flat `{"type": "function", name,
 description, parameters, strict: false}` entries (strict mode would reject ordinary schemas that
 do not list every property as required).
+`prompt_cache_key` is the request's `cache_key`, sent only when the target's capabilities say
+`prompt_cache_key` (OpenAI's own endpoint, `for_target`; compatible servers, llama-server's
+included, get none, as in the Chat Completions adapter). `cache` and `stable_prefix` are not
+sent: the API caches a repeated prefix by itself.
 
 Stream (`StreamState`, sans-IO). Events are JSON objects with a `type`. Output items are told
 apart by `output_index`, or by item id for servers that omit the index (llama.cpp omits
@@ -133,6 +137,8 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
     body[capabilities.max_tokens_field] = request.max_tokens
     if request.temperature is not None and capabilities.temperature:
         body["temperature"] = request.temperature
+    if request.cache_key and capabilities.prompt_cache_key:
+        body["prompt_cache_key"] = request.cache_key
     body["stream"] = True
     return body
 

@@ -118,7 +118,10 @@ def test_chat_request_round_trips_with_cache_hint() -> None:
         max_tokens=100,
         temperature=0.2,
         cache=True,
+        stable_prefix=1,
+        cache_key="session-1",
     )
     back = converter.structure(json.loads(json.dumps(converter.unstructure(request))), ChatRequest)
     assert back == request
-    assert ChatRequest(model="m").cache is False
+    plain = ChatRequest(model="m")
+    assert (plain.cache, plain.stable_prefix, plain.cache_key) == (False, 0, "")

@@ -712,16 +712,15 @@ def cache_controls(value: Any, path: str = "") -> list[str]:
     return []
 
 
-def test_cache_places_exactly_two_breakpoints_system_and_last_message() -> None:
+def test_cache_places_breakpoints_on_tools_system_and_last_message() -> None:
     request = ChatRequest(
         model="m", system="sys", messages=conversation(), tools=(WEATHER,), cache=True
     )
     body = anthropic.to_wire(request)
-    assert sorted(cache_controls(body)) == [".messages[2].content[0]", ".system[0]"]
+    assert sorted(cache_controls(body)) == [".messages[2].content[0]", ".system[0]", ".tools[0]"]
     assert body["system"] == [
         {"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}
     ]
-    assert "cache_control" not in body["tools"][0]  # cached as part of the prefix before system
 
 
 def test_cache_without_a_system_prompt_marks_the_last_tool() -> None:
