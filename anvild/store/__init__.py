@@ -78,6 +78,7 @@ from anvild.store.state import (
     Remembered,
     SessionState,
     ToolRun,
+    TurnUsage,
     UsageBaseline,
 )
 
@@ -131,6 +132,7 @@ __all__ = [
     "ToolRun",
     "ToolStarted",
     "TurnEnded",
+    "TurnUsage",
     "UsageBaseline",
     "UsageReported",
     "Verdict",

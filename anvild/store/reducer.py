@@ -31,6 +31,8 @@ record is never written. The rules it enforces:
 - `Compacted` replaces the transcript as `ContextReplaced` does (with its preconditions), adds
   its summary requests' usage, lists the compaction, and sets the usage baseline to its
   estimated size after (what the context holds until the next response says better).
+- `PromptTaken` starts a turn (`turn_count`); `UsageReported` adds to the turn's usage too, and
+  `TurnEnded` files it in `turns` (the last `RECENT_TURNS`), for `cost`'s per-turn lines.
 - `TextStreamed` adds to `streamed` (display only, never the transcript); an assistant
   `MessageAppended` (the step's answer, now in the transcript), `PromptTaken` (a new turn)
   and `ContextReplaced` clear it.
@@ -84,6 +86,8 @@ from anvild.store.records import (
     Verdict,
 )
 from anvild.store.state import (
+    RECENT_TURNS,
+    ZERO_USAGE,
     CompactionInfo,
     DecidedResult,
     PendingApproval,
@@ -92,6 +96,7 @@ from anvild.store.state import (
     Remembered,
     SessionState,
     ToolRun,
+    TurnUsage,
     UsageBaseline,
 )
 
@@ -172,9 +177,15 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
             return attrs.evolve(state, tools=tuple(done if r is run else r for r in state.tools))
         case UsageReported(usage=usage):
             baseline = UsageBaseline(usage, len(state.messages))
-            return attrs.evolve(state, usage=state.usage.plus(usage), baseline=baseline)
+            return attrs.evolve(
+                state,
+                usage=state.usage.plus(usage),
+                baseline=baseline,
+                turn_usage=state.turn_usage.plus(usage),
+            )
         case TurnEnded():
-            return attrs.evolve(state, last_turn=record)
+            turns = (*state.turns, TurnUsage(state.turn_count, state.turn_usage))
+            return attrs.evolve(state, last_turn=record, turns=turns[-RECENT_TURNS:])
         case ContextFileChanged(text=text):
             return attrs.evolve(state, context=text)
         case RoleChanged(role=role):
@@ -188,7 +199,13 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
         case PromptTaken(prompt_id=prompt_id):
             if not state.queue or state.queue[0].prompt_id != prompt_id:
                 raise RecordError(f"prompt {prompt_id!r} is not at the head of the queue")
-            return attrs.evolve(state, queue=state.queue[1:], streamed="")
+            return attrs.evolve(
+                state,
+                queue=state.queue[1:],
+                streamed="",
+                turn_count=state.turn_count + 1,
+                turn_usage=ZERO_USAGE,
+            )
         case PromptDropped(prompt_ids=ids):
             queued = {p.prompt_id for p in state.queue}
             if missing := [i for i in ids if i not in queued]:

@@ -79,6 +79,18 @@ class UsageBaseline:
 ZERO_USAGE = stream.Usage(0, 0, 0, 0)
 
 
+RECENT_TURNS = 20
+"""How many finished turns' usage the state keeps (`SessionState.turns`)."""
+
+
+@attrs.frozen
+class TurnUsage:
+    """What one turn's requests reported: the turn's number (1 for the first prompt taken)."""
+
+    turn: int
+    usage: stream.Usage
+
+
 @attrs.frozen
 class CompactionInfo:
     """One compaction as `agent/ID/compactions` lists it (`Compacted`, without the texts)."""
@@ -131,7 +143,8 @@ class SessionState:
     not in the transcript (`TextStreamed`; display only, never sent to a provider): cleared
     when the step's assistant message is appended, a prompt is taken or the context replaced,
     so after a crash (or a cancel) it is what `out` showed of the unfinished answer.
-    `compactions` lists every `Compacted`, oldest first.
+    `compactions` lists every `Compacted`, oldest first; `turns` the usage of the recent
+    finished turns (a turn is a prompt taken, ended by its `TurnEnded`).
     """
 
     id: str
@@ -168,6 +181,9 @@ class SessionState:
     files_seen: tuple[tuple[str, str], ...] = ()  # (canonical path, sha256), sorted by path
     streamed: str = ""
     compactions: tuple[CompactionInfo, ...] = ()
+    turn_count: int = 0  # prompts taken so far: the running or last turn's number
+    turn_usage: stream.Usage = ZERO_USAGE  # the running (or last) turn's requests
+    turns: tuple[TurnUsage, ...] = ()  # the last RECENT_TURNS finished turns
 
     def seen_files(self) -> dict[str, str]:
         """What the file tools last saw per canonical path (`FileSeen`): its sha256."""

@@ -40,6 +40,7 @@ from anvild.store import (
     ToolRun,
     ToolStarted,
     TurnEnded,
+    TurnUsage,
     UsageReported,
     Verdict,
     apply,
@@ -319,3 +320,20 @@ def test_a_compaction_round_trips_through_json() -> None:
     record = _compacted()
     seq, decoded = decode(json.loads(encode(7, record)))
     assert (seq, decoded) == (7, record)
+
+
+def test_each_finished_turn_keeps_its_own_usage() -> None:
+    records: list[Record] = []
+    for turn in range(1, 24):
+        records += [
+            PromptQueued(f"p{turn}", "go"),
+            PromptTaken(f"p{turn}"),
+            UsageReported(stream.Usage(turn, 1, 0, 0)),
+            UsageReported(stream.Usage(turn, 1, 5, 0)),
+            TurnEnded("done"),
+        ]
+    state = state_of(*records)
+    assert state.turn_count == 23
+    assert len(state.turns) == 20  # the recent ones only
+    assert state.turns[-1] == TurnUsage(23, stream.Usage(46, 2, 5, 0))
+    assert state.turns[0].turn == 4
