@@ -148,6 +148,7 @@ bench: setup
 	$(PY) bench/grep.py
 	$(PY) bench/ninep.py
 	$(PY) bench/sessions.py
+	$(PY) bench/compaction.py
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .mypy_cache .pytest_cache .ruff_cache .hypothesis dist
