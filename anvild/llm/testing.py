@@ -1,31 +1,31 @@
 """Test doubles for the llm layer. Nothing in production imports this module (a test checks).
 
-`ScriptedProvider` plays back one script per request, in order, and records every request it
-was given:
+`ScriptedProvider([script.tool_call("c1", "read_file", {...}), script.text("done")])` plays one
+script per request, in order, and records every request in `requests`. A script is a list of
+steps: `StreamEvent`s are yielded, a `Pause` sleeps (trio time: instant under `autojump_clock`),
+an `LlmError` is raised at that point. An `LlmError` instead of a script is raised when the
+stream opens (like an HTTP error); running out of scripts raises `ConfigError("script
+exhausted ...")`, so a test that makes more requests than it planned fails loudly.
 
-    provider = ScriptedProvider([
-        script.tool_call("c1", "read_file", {"file_path": "a.txt"}),
-        script.text("done"),
-    ])
-
-A script is a list of steps: `StreamEvent`s are yielded, a `Pause` sleeps (trio time, so tests
-with `autojump_clock` stay instant), and an `LlmError` is raised at that point of the stream.
-An `LlmError` given instead of a script is raised when the stream is opened (like an HTTP error).
-Running out of scripts raises `ConfigError("script exhausted ...")`, so a test that makes more
-requests than it planned fails loudly.
+With `window=N` it acts like a model with an N-token context window: each request is measured
+(`measure`, default `estimate_tokens`: UTF-8 bytes of system, tool specs JSON and message
+content, over 4, rounded up). A larger one raises `ContextOverflow(requested, limit)` and
+consumes no script; otherwise a script whose usage leaves out input (or output) reports it
+before its Finish: input = the measured size, output = the same estimate of what it streamed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+import math
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, TypeAlias
 
 import attrs
 import trio
 
-from anvild.llm.errors import ConfigError, LlmError
+from anvild.llm.errors import ConfigError, ContextOverflow, LlmError
 from anvild.llm.stream import (
     Finish,
     FinishReason,
@@ -37,7 +37,16 @@ from anvild.llm.stream import (
     Usage,
     UsageReport,
 )
-from anvild.llm.types import ChatRequest
+from anvild.llm.types import (
+    ChatRequest,
+    Image,
+    Message,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    converter,
+)
 
 
 @attrs.frozen
@@ -49,10 +58,48 @@ Step: TypeAlias = StreamEvent | Pause | LlmError
 Script: TypeAlias = Sequence[Step] | LlmError
 
 
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _message_bytes(message: Message) -> int:
+    size = 0
+    for block in message.content:
+        match block:
+            case Text(text=text) | Reasoning(text=text):
+                size += _utf8(text)
+            case ToolCall(name=name, arguments=arguments):
+                size += _utf8(name) + _utf8(json.dumps(arguments, ensure_ascii=False))
+            case ToolResult(content=content):
+                size += _utf8(content)
+            case Image(data=data):
+                size += len(data)
+    return size
+
+
+def estimate_tokens(request: ChatRequest) -> int:
+    """The request's size in tokens, estimated at one token per 4 UTF-8 bytes of the system
+    prompt, the tool specs' JSON and every message's content."""
+    size = _utf8(request.system)
+    if request.tools:
+        size += _utf8(json.dumps([converter.unstructure(spec) for spec in request.tools]))
+    size += sum(_message_bytes(message) for message in request.messages)
+    return math.ceil(size / 4)
+
+
 class ScriptedProvider:
-    def __init__(self, scripts: Iterable[Script], *, name: str = "scripted") -> None:
+    def __init__(
+        self,
+        scripts: Iterable[Script],
+        *,
+        name: str = "scripted",
+        window: int | None = None,
+        measure: Callable[[ChatRequest], int] = estimate_tokens,
+    ) -> None:
         self._scripts = list(scripts)
         self._name = name
+        self._window = window
+        self._measure = measure
         self.requests: list[ChatRequest] = []
 
     @property
@@ -66,6 +113,16 @@ class ScriptedProvider:
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
         self.requests.append(request)
+        size: int | None = None
+        if self._window is not None:
+            size = self._measure(request)
+            if size > self._window:
+                # Refused before any script is played, as a provider refuses before sampling.
+                raise ContextOverflow(
+                    f"scripted provider: the request is {size} tokens, the window {self._window}",
+                    requested=size,
+                    limit=self._window,
+                )
         if not self._scripts:
             raise ConfigError(
                 f"script exhausted: request {len(self.requests)} has no scripted response"
@@ -73,10 +130,36 @@ class ScriptedProvider:
         script = self._scripts.pop(0)
         if isinstance(script, LlmError):
             raise script
+        steps = script if size is None else _with_usage(script, size)
         # aclosing: leaving the block early (an error, a cancel) finalises the generator at once,
         # as a real provider's context manager closes its response.
-        async with aclosing(_play(script)) as events:
+        async with aclosing(_play(steps)) as events:
             yield events
+
+
+def _with_usage(steps: Sequence[Step], size: int) -> Sequence[Step]:
+    """`steps` with the usage a provider with a window would report: input = the request's
+    measured size, output = an estimate of the streamed content, for each the script omits."""
+    reported = [step.usage for step in steps if isinstance(step, UsageReport)]
+    has_input = any(usage.input is not None for usage in reported)
+    has_output = any(usage.output is not None for usage in reported)
+    finish = next((i for i, step in enumerate(steps) if isinstance(step, Finish)), None)
+    if (has_input and has_output) or finish is None:
+        return steps
+    streamed = 0
+    for step in steps[:finish]:
+        match step:
+            case TextDelta(text=text) | ReasoningDelta(text=text):
+                streamed += _utf8(text)
+            case ToolCallStart(name=name):
+                streamed += _utf8(name)
+            case ToolCallDelta(arguments=arguments):
+                streamed += _utf8(arguments)
+    usage = Usage(
+        input=None if has_input else size,
+        output=None if has_output else math.ceil(streamed / 4),
+    )
+    return [*steps[:finish], UsageReport(usage), *steps[finish:]]
 
 
 async def _play(steps: Sequence[Step]) -> AsyncGenerator[StreamEvent, None]:

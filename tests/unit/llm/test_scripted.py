@@ -1,4 +1,5 @@
-"""ScriptedProvider: plays scripts in order, records requests, fails loudly when exhausted."""
+"""ScriptedProvider: plays scripts in order, records requests, fails loudly when exhausted, and
+with a window refuses requests that do not fit and reports the usage of those that do."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ import pytest
 import trio
 
 from anvild.llm.builder import collect
-from anvild.llm.errors import ConfigError, HttpError, TransportError
+from anvild.llm.errors import ConfigError, ContextOverflow, HttpError, TransportError
 from anvild.llm.provider import Provider
-from anvild.llm.stream import FinishReason, TextDelta
-from anvild.llm.testing import Pause, ScriptedProvider, script
-from anvild.llm.types import ChatRequest, Message, ToolCall
+from anvild.llm.stream import FinishReason, TextDelta, Usage
+from anvild.llm.testing import Pause, ScriptedProvider, estimate_tokens, script
+from anvild.llm.types import ChatRequest, Message, Role, ToolCall, ToolResult, ToolSpec
 
 
 async def test_plays_scripts_in_order_and_records_requests() -> None:
@@ -56,3 +57,91 @@ async def test_pause_uses_trio_time(autojump_clock: trio.testing.MockClock) -> N
         done = await collect(events)
     assert done.message.text() == "late"
     assert trio.current_time() - start == pytest.approx(30)
+
+
+# -- a provider with a context window ----------------------------------------------------------
+
+# system 8 bytes + "é" (2) + "yyyyy" (5) = 15 bytes: 4 tokens.
+FOUR = ChatRequest(model="m", system="x" * 8, messages=[Message.user_text("éyyyyy")])
+
+
+def test_estimate_counts_utf8_bytes_of_system_tools_and_content() -> None:
+    assert estimate_tokens(ChatRequest(model="m")) == 0
+    assert estimate_tokens(FOUR) == 4
+    spec = ToolSpec("t", "", {})
+    tools = ChatRequest(model="m", tools=[spec])
+    # [{"name": "t", "description": "", "input_schema": {}}] is 54 bytes.
+    assert estimate_tokens(tools) == 14
+    calls = ChatRequest(
+        model="m",
+        messages=[
+            Message(Role.ASSISTANT, [ToolCall("c1", "read", {"a": 1})]),  # 4 + 8 bytes
+            Message(Role.USER, [ToolResult("c1", "done")]),  # 4 bytes
+        ],
+    )
+    assert estimate_tokens(calls) == 4
+
+
+async def test_a_request_over_the_window_overflows_and_consumes_no_script() -> None:
+    provider = ScriptedProvider([script.text("fits")], window=3)
+    with pytest.raises(ContextOverflow) as info:
+        async with provider.stream(FOUR):
+            pytest.fail("an overflowing request opens no stream")
+    assert (info.value.requested, info.value.limit) == (4, 3)
+    assert not info.value.is_retryable
+    assert provider.remaining == 1
+    assert provider.requests == [FOUR]
+    # A request that fits (exactly) is answered by the script that was kept.
+    async with provider.stream(ChatRequest(model="m", system="x" * 12)) as events:
+        assert (await collect(events)).message.text() == "fits"
+
+
+async def test_overflow_comes_before_exhaustion() -> None:
+    provider = ScriptedProvider([], window=1)
+    with pytest.raises(ContextOverflow):
+        async with provider.stream(FOUR):
+            pass
+    with pytest.raises(ConfigError, match="script exhausted"):
+        async with provider.stream(ChatRequest(model="m")):
+            pass
+
+
+async def test_a_script_without_usage_reports_the_estimates() -> None:
+    provider = ScriptedProvider(
+        [script.text("abcdefghi"), script.tool_call("c1", "read", {"path": "a"})], window=4
+    )
+    async with provider.stream(FOUR) as events:
+        done = await collect(events)
+    assert done.usage == Usage(input=4, output=3)  # 9 bytes streamed
+    async with provider.stream(FOUR) as events:
+        done = await collect(events)
+    assert done.usage == Usage(input=4, output=5)  # "read" + '{"path": "a"}': 17 bytes
+    assert done.finish is FinishReason.TOOL_USE
+
+
+async def test_usage_the_script_reports_wins() -> None:
+    reported = Usage(input=100, output=7, cache_read=50, cache_write=0)
+    provider = ScriptedProvider(
+        [script.text("hi", usage=reported), script.text("hi", usage=Usage(output=9))], window=10
+    )
+    async with provider.stream(FOUR) as events:
+        assert (await collect(events)).usage == reported
+    async with provider.stream(FOUR) as events:
+        assert (await collect(events)).usage == Usage(input=4, output=9)
+
+
+async def test_a_custom_measure_decides() -> None:
+    provider = ScriptedProvider([script.text("a")], window=99, measure=lambda request: 100)
+    with pytest.raises(ContextOverflow) as info:
+        async with provider.stream(ChatRequest(model="m")):
+            pass
+    assert (info.value.requested, info.value.limit) == (100, 99)
+
+
+async def test_without_a_window_nothing_is_measured_or_reported() -> None:
+    def measure(request: ChatRequest) -> int:
+        raise AssertionError("no window: nothing to measure")
+
+    provider = ScriptedProvider([script.text("a")], measure=measure)
+    async with provider.stream(FOUR) as events:
+        assert (await collect(events)).usage == Usage()
