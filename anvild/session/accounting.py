@@ -11,7 +11,8 @@ cache to report on).
 
 `cost` lists the session's tokens by kind, the cache hit rate (cache reads over all input
 tokens) and the USD cost from the model's pricing, or "n/a" when a price or a count it needs is
-unknown.
+unknown; then, for the recent turns it is given, one line each with that turn's input, cache
+reads and writes and hit rate.
 """
 
 from __future__ import annotations
@@ -100,19 +101,29 @@ def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def cost_text(usage: Usage, usd: float | None) -> str:
-    """The `cost` file: one `key value` line per item."""
-    hit = "-"
-    if usage.input is not None and usage.cache_read is not None:
-        denominator = usage.input + usage.cache_read + (usage.cache_write or 0)
-        hit = f"{usage.cache_read * 100 / denominator:.1f}%" if denominator else "-"
+def _hit_rate(usage: Usage) -> str:
+    """Cache reads over all input tokens (uncached, read, written); "-" when unknown."""
+    if usage.input is None or usage.cache_read is None:
+        return "-"
+    denominator = usage.input + usage.cache_read + (usage.cache_write or 0)
+    return f"{usage.cache_read * 100 / denominator:.1f}%" if denominator else "-"
+
+
+def cost_text(usage: Usage, usd: float | None, turns: Sequence[tuple[int, Usage]] = ()) -> str:
+    """The `cost` file: one `key value` line per item, then one line per recent turn, given as
+    (turn number, that turn's summed usage)."""
     lines = [
         f"input {_count(usage.input)}",
         f"output {_count(usage.output)}",
         f"cache_read {_count(usage.cache_read)}",
         f"cache_write {_count(usage.cache_write)}",
-        f"cache_hit_rate {hit}",
+        f"cache_hit_rate {_hit_rate(usage)}",
         f"usd {'n/a' if usd is None else f'{usd:.6f}'}",
+    ]
+    lines += [
+        f"turn {number} input {_count(turn.input)} cache_read {_count(turn.cache_read)} "
+        f"cache_write {_count(turn.cache_write)} cache_hit_rate {_hit_rate(turn)}"
+        for number, turn in turns
     ]
     return "\n".join(lines) + "\n"
 

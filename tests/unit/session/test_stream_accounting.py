@@ -112,6 +112,30 @@ def test_cost_prices_each_request_with_the_model_it_used() -> None:
     )
 
 
+def test_cost_lists_each_recent_turn_with_its_cache_hit_rate() -> None:
+    session = stream.Usage(input=300, output=40, cache_read=900, cache_write=300)
+    head = (
+        "input 300\noutput 40\ncache_read 900\ncache_write 300\n"
+        "cache_hit_rate 60.0%\nusd 0.001000\n"
+    )
+    assert accounting.cost_text(session, 0.001) == head
+    assert accounting.cost_text(session, 0.001, ()) == head
+    turns = [
+        (3, stream.Usage(input=200, output=10, cache_read=0, cache_write=300)),
+        (4, stream.Usage(input=100, output=30, cache_read=900, cache_write=0)),
+        (5, stream.Usage(input=50, output=5)),  # a provider that reports no cache counts
+        (6, stream.Usage(input=0, output=0, cache_read=0, cache_write=0)),
+        (7, stream.Usage()),
+    ]
+    assert accounting.cost_text(session, 0.001, turns) == head + (
+        "turn 3 input 200 cache_read 0 cache_write 300 cache_hit_rate 0.0%\n"
+        "turn 4 input 100 cache_read 900 cache_write 0 cache_hit_rate 90.0%\n"
+        "turn 5 input 50 cache_read - cache_write - cache_hit_rate -\n"
+        "turn 6 input 0 cache_read 0 cache_write 0 cache_hit_rate -\n"
+        "turn 7 input - cache_read - cache_write - cache_hit_rate -\n"
+    )
+
+
 async def test_a_restored_session_keeps_its_usage_and_cost(tmp_path: Path) -> None:
     pricing = Pricing(input=1.0, output=2.0, cache_read=0.0, cache_write=0.0)
     provider = ScriptedProvider([script.text("a", usage=stream.Usage(1000, 500, 0, 0))])
