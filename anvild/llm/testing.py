@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from anvild.llm.errors import ConfigError, ContextOverflow, LlmError
+from anvild.llm.size import request_bytes, utf8
 from anvild.llm.stream import (
     Finish,
     FinishReason,
@@ -39,13 +40,6 @@ from anvild.llm.stream import (
 )
 from anvild.llm.types import (
     ChatRequest,
-    Image,
-    Message,
-    Reasoning,
-    Text,
-    ToolCall,
-    ToolResult,
-    converter,
 )
 
 
@@ -58,33 +52,10 @@ Step: TypeAlias = StreamEvent | Pause | LlmError
 Script: TypeAlias = Sequence[Step] | LlmError
 
 
-def _utf8(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _message_bytes(message: Message) -> int:
-    size = 0
-    for block in message.content:
-        match block:
-            case Text(text=text) | Reasoning(text=text):
-                size += _utf8(text)
-            case ToolCall(name=name, arguments=arguments):
-                size += _utf8(name) + _utf8(json.dumps(arguments, ensure_ascii=False))
-            case ToolResult(content=content):
-                size += _utf8(content)
-            case Image(data=data):
-                size += len(data)
-    return size
-
-
 def estimate_tokens(request: ChatRequest) -> int:
     """The request's size in tokens, estimated at one token per 4 UTF-8 bytes of the system
-    prompt, the tool specs' JSON and every message's content."""
-    size = _utf8(request.system)
-    if request.tools:
-        size += _utf8(json.dumps([converter.unstructure(spec) for spec in request.tools]))
-    size += sum(_message_bytes(message) for message in request.messages)
-    return math.ceil(size / 4)
+    prompt, the tool specs' JSON and every message's content (`anvild.llm.size`)."""
+    return math.ceil(request_bytes(request.system, request.tools, request.messages) / 4)
 
 
 class ScriptedProvider:
@@ -150,11 +121,11 @@ def _with_usage(steps: Sequence[Step], size: int) -> Sequence[Step]:
     for step in steps[:finish]:
         match step:
             case TextDelta(text=text) | ReasoningDelta(text=text):
-                streamed += _utf8(text)
+                streamed += utf8(text)
             case ToolCallStart(name=name):
-                streamed += _utf8(name)
+                streamed += utf8(name)
             case ToolCallDelta(arguments=arguments):
-                streamed += _utf8(arguments)
+                streamed += utf8(arguments)
     usage = Usage(
         input=None if has_input else size,
         output=None if has_output else math.ceil(streamed / 4),

@@ -17,38 +17,17 @@ reads and writes and hit rate.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+from anvild.agent.context.tokens import estimate_tokens
 from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
-from anvild.llm.types import Image, Message, Reasoning, Role, Text, ToolCall, ToolResult
+from anvild.llm.types import Message, Role
 from anvild.store import ModelChanged, Record, SessionStarted, UsageBaseline, UsageReported
 
 THRESHOLDS: Final = (80, 90)
 """Percentages of the window whose upward crossing is announced on the daemon's events."""
-
-
-def message_bytes(message: Message) -> int:
-    """The size of what a message adds to the context, in UTF-8 bytes."""
-    size = 0
-    for block in message.content:
-        match block:
-            case Text(text=text) | Reasoning(text=text):
-                size += len(text.encode("utf-8", "surrogatepass"))
-            case ToolCall(name=name, arguments=arguments):
-                size += len(name) + len(json.dumps(arguments, ensure_ascii=False).encode())
-            case ToolResult(content=content):
-                size += len(content.encode("utf-8", "surrogatepass"))
-            case Image(data=data):
-                size += len(data)
-    return size
-
-
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    return math.ceil(sum(message_bytes(m) for m in messages) / 4)
 
 
 def context_used(baseline: UsageBaseline | None, messages: Sequence[Message]) -> int | None:
@@ -133,8 +112,6 @@ __all__ = [
     "context_used",
     "cost_text",
     "crossed",
-    "estimate_tokens",
-    "message_bytes",
     "priced",
     "usage_line",
 ]

@@ -1,0 +1,54 @@
+"""What a request sends, in UTF-8 bytes: the one measure every token estimate starts from.
+
+A provider's tokenizer is not at hand, so sizes are bytes of what an adapter puts on the wire for
+each part (text, reasoning, a call's name and JSON arguments, a result's content, an image's
+base64, the system prompt, the tool definitions' JSON); framing is left out. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from anvild.llm.types import (
+    ContentBlock,
+    Image,
+    Message,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    converter,
+)
+
+
+def utf8(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def block_bytes(block: ContentBlock) -> int:
+    match block:
+        case Text(text=text) | Reasoning(text=text):
+            return utf8(text)
+        case ToolCall(name=name, arguments=arguments):
+            return utf8(name) + utf8(json.dumps(arguments, ensure_ascii=False))
+        case ToolResult(content=content):
+            return utf8(content)
+        case Image(data=data):
+            return len(data)
+
+
+def message_bytes(message: Message) -> int:
+    return sum(block_bytes(block) for block in message.content)
+
+
+def specs_bytes(specs: Sequence[ToolSpec]) -> int:
+    return utf8(json.dumps([converter.unstructure(spec) for spec in specs])) if specs else 0
+
+
+def request_bytes(system: str, specs: Sequence[ToolSpec], messages: Iterable[Message]) -> int:
+    return utf8(system) + specs_bytes(specs) + sum(message_bytes(m) for m in messages)
+
+
+__all__ = ["block_bytes", "message_bytes", "request_bytes", "specs_bytes", "utf8"]
