@@ -66,8 +66,7 @@ import contextlib
 import datetime as dt
 import json
 import math
-from collections.abc import Iterable, Mapping
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
@@ -75,7 +74,7 @@ import structlog
 import trio
 
 from anvild.agent import events as ev
-from anvild.agent.loop import Agent, AgentConfig
+from anvild.agent.loop import Agent
 from anvild.agent.permissions.approval import (
     ApprovalAnswer,
     ApprovalBroker,
@@ -87,15 +86,14 @@ from anvild.agent.permissions.approval import (
 )
 from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Allow as PolicyAllow
-from anvild.agent.permissions.policy import Grants, Mode, Policy, Remember
-from anvild.agent.permissions.rules import Rule, RuleKind, RuleSyntaxError, parse_rule
-from anvild.agent.tools.base import FileTracker, Tool, ToolContext
+from anvild.agent.permissions.policy import Mode, Policy, Remember
+from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role, Text, ToolCall, ToolResult
-from anvild.session import accounting, leftovers, roles
-from anvild.session.checkpoint import TextCheckpoint
+from anvild.session import accounting, roles
+from anvild.session.agent_builder import build_agent, current_layers, load_layers
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -109,7 +107,8 @@ from anvild.session.events import (
     UsageThreshold,
 )
 from anvild.session.handoff import handoff_text, replayable
-from anvild.session.prompt import PromptLayers, discover_instructions
+from anvild.session.prompt import PromptLayers
+from anvild.session.recorder import Recorder
 from anvild.session.settings import (
     MODE_ORDER,
     SANDBOXES,
@@ -136,9 +135,7 @@ from anvild.store import (
     ContextFileChanged,
     ContextReplaced,
     DecidedResult,
-    FileSeen,
     Journal,
-    MessageAppended,
     ModelChanged,
     Note,
     PendingResult,
@@ -146,8 +143,6 @@ from anvild.store import (
     PromptDropped,
     PromptQueued,
     PromptTaken,
-    Record,
-    RecordError,
     ReplaceReason,
     ResultApprovalAnswered,
     ResultApprovalRequested,
@@ -156,16 +151,11 @@ from anvild.store import (
     SessionState,
     SessionStatus,
     StateChanged,
-    StoreError,
-    TextStreamed,
     TodoItem,
     TodosChanged,
-    ToolFinished,
-    ToolStarted,
     TurnEnded,
     UsageReported,
     Verdict,
-    message_records,
 )
 
 log = structlog.get_logger(__name__)
@@ -196,68 +186,6 @@ INTERRUPTED_MARK: Final = "[interrupted]"
 # -- the recording pieces ----------------------------------------------------------------------
 
 
-class _RecordingRegistry(ToolRegistry):
-    """The session's tools, with `ToolStarted` synced before each call runs and `ToolFinished`
-    synced after (the store's durability policy)."""
-
-    def __init__(self, tools: Iterable[Tool], session: Session) -> None:
-        super().__init__(tools)
-        self._session = session
-
-    async def dispatch(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
-        session = self._session
-        if not await session._append_synced(ToolStarted(call.id, call.name)):
-            return ToolResult(
-                call.id,
-                f"Not run: the session's record could not be written ({session.status_detail}); "
-                "the session is in error.",
-                is_error=True,
-            )
-        seen = _CallTracker(ctx.tracker)
-        # A temp-file tag derived from the ids: recovery can find what a crash mid-write left.
-        call_ctx = attrs.evolve(ctx, tracker=seen, temp_tag=leftovers.tag(session.id, call.id))
-        result = await super().dispatch(call, call_ctx)
-        if await session._append_synced(ToolFinished(session._redacted(result))):
-            # What this call's file tools saw, now that its result is durably in the transcript
-            # (a crash before this leaves the file to be read again: never the other way).
-            for path, digest in seen.recorded.items():
-                session._append(FileSeen(str(path), digest))
-        return result
-
-
-class _CallTracker(FileTracker):
-    """One call's view of the session's freshness tracker: everything goes to the shared one,
-    and what this call `record`s is also kept here (`recorded`), so the session can write it to
-    its records once the call finished (concurrent read-only calls each get their own)."""
-
-    def __init__(self, shared: FileTracker) -> None:
-        super().__init__()
-        self._shared = shared
-        self.recorded: dict[Path, str] = {}
-
-    def record(self, canonical: Path, content: bytes) -> None:
-        self._shared.record(canonical, content)
-        digest = self._shared.digest(canonical)
-        if digest is not None:
-            self.recorded[canonical] = digest
-
-    def forget(self, canonical: Path) -> None:
-        self._shared.forget(canonical)
-        self.recorded.pop(canonical, None)
-
-    def has_seen(self, canonical: Path) -> bool:
-        return self._shared.has_seen(canonical)
-
-    def check_fresh(self, canonical: Path, current: bytes) -> None:
-        self._shared.check_fresh(canonical, current)
-
-    def digest(self, canonical: Path) -> str | None:
-        return self._shared.digest(canonical)
-
-    def restore(self, seen: Mapping[Path, str]) -> None:
-        self._shared.restore(seen)
-
-
 class _Approver:
     """The session's `Approver`: records the request, waits on the broker, records the answer."""
 
@@ -268,13 +196,13 @@ class _Approver:
         session = self._session
         arguments = dict(request.arguments)
         asked = ApprovalRequested(request.id, request.tool, arguments, request.reason)
-        if not session._append(asked):
+        if not session._recorder.append(asked):
             return Unavailable(
                 f"the session's record could not be written: {session.status_detail}"
             )
         if session.headless:  # nobody watches `approval`: refuse now, saying what would allow it
             why = await session._headless_refusal(request)
-            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
+            session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
             return Unavailable(why)
         session._set_status(S.AWAIT_APPROVAL)
         session._publish_event(
@@ -292,7 +220,7 @@ class _Approver:
         except BaseException:
             # cancel, stop, kill, shutdown: nobody answered, and nothing is approved
             why = "the turn ended"
-            session._append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
+            session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
             session._publish_event(ev.ApprovalAnswered("tool", "cancelled", why, request.id))
             raise
         match answer:
@@ -304,23 +232,11 @@ class _Approver:
                 verdict, reason = Verdict.REJECT, feedback
             case Unavailable(reason=why):
                 verdict, reason = Verdict.CANCELLED, why
-        session._append(ApprovalAnswered(request.id, verdict, reason))
+        session._recorder.append(ApprovalAnswered(request.id, verdict, reason))
         session._publish_event(ev.ApprovalAnswered("tool", verdict.value, reason, request.id))
         if session.status is S.AWAIT_APPROVAL:
             session._set_status(S.RUNNING)
         return answer
-
-
-def _parse_remembered(session_id: str, texts: Iterable[str]) -> tuple[Rule, ...]:
-    """The recorded `always` rules as allow rules; one that no longer parses is left out (it
-    can only ask again, never allow more)."""
-    rules = []
-    for text in texts:
-        try:
-            rules.append(parse_rule(text, RuleKind.ALLOW))
-        except RuleSyntaxError as exc:
-            log.warning("session.remembered_rule_dropped", session=session_id, error=str(exc))
-    return tuple(rules)
 
 
 def _asker(asked_by: str) -> str:
@@ -371,7 +287,14 @@ class Session:
         )
         self._status = state.status
         self._detail = state.status_detail
-        self._broken: str | None = None
+        self._recorder = Recorder(
+            journal,
+            transcript=lambda: self._agent.messages,
+            ended=lambda: self._status is S.EXITED,
+            on_failure=self._record_failed,
+            redact=settings.redact,
+            text_interval=settings.text_interval,
+        )
         self._scope = trio.CancelScope()
         self._verbs = trio.Lock()
         self._changed = trio.Event()
@@ -381,7 +304,6 @@ class Session:
         self._turn_scope: trio.CancelScope | None = None
         self._finished: ev.TurnFinished | None = None
         self._step_text: list[str] = []  # the current step's answer text, for `out`
-        self._checkpoint = TextCheckpoint(self._record_text, settings.text_interval)
         self._logged = 0  # how much of it is in the log already
         self._accepted = len(state.queue)  # restored queued prompts were accepted
         self._handled = 0
@@ -392,8 +314,7 @@ class Session:
         self._broker = ApprovalBroker(on_change=self._notify)
         self._result: PendingResult | None = state.result_approval  # a result gate
         self._result_request: PendingResult | None = None  # asked during a turn: at its end
-        self._layers = self._load_layers(state.context)
-        self._synced: tuple[object, object] = (None, None)  # transcripts at the last sync
+        self._layers = self._layers_for(state.context)
         self._agent = self._build_agent(state.messages)
         self._agent.context.state.todos = tuple(
             ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
@@ -626,7 +547,7 @@ class Session:
             raise SessionRefused(
                 f"session {self.id} is ephemeral: it runs one prompt; create another session"
             )
-        if not self._append(PromptQueued(f"p{self._journal.seq + 1}", text)):
+        if not self._recorder.append(PromptQueued(f"p{self._journal.seq + 1}", text)):
             raise RecordWriteFailed(f"the prompt was not accepted: {self._detail}")
         self._accepted += 1
         self._notify()
@@ -637,7 +558,7 @@ class Session:
         ids = tuple(p.prompt_id for p in self._journal.state.queue)
         if not ids:
             return 0
-        if not self._append(PromptDropped(ids)):
+        if not self._recorder.append(PromptDropped(ids)):
             raise RecordWriteFailed(f"the queue was not dropped: {self._detail}")
         self._handled += len(ids)
         self._log_lines([f"DROPPED: {len(ids)} queued prompt(s)"])
@@ -776,7 +697,7 @@ class Session:
         return True
 
     def _open_result_gate(self, pending: PendingResult) -> None:
-        if not self._append(
+        if not self._recorder.append(
             ResultApprovalRequested(
                 pending.summary, pending.asked_by, pending.ref, pending.approver
             )
@@ -826,7 +747,7 @@ class Session:
         pending = self._result
         if pending is None:
             return
-        if not self._append(ResultApprovalAnswered(verdict, reason, by)):
+        if not self._recorder.append(ResultApprovalAnswered(verdict, reason, by)):
             raise RecordWriteFailed(f"the answer was not recorded: {self._detail}")
         self._result = None
         said = f"result {verdict.value}" + (f": {reason}" if reason else "")
@@ -851,7 +772,7 @@ class Session:
         """The `context` file: recorded now, in the prompt from the next turn."""
         if self._status is S.EXITED:
             raise SessionRefused(f"session {self.id} has exited")
-        if not self._append(ContextFileChanged(text)):
+        if not self._recorder.append(ContextFileChanged(text)):
             raise RecordWriteFailed(f"the context was not changed: {self._detail}")
         self._layers = attrs.evolve(self._layers, context=text)
         self._notify()
@@ -867,9 +788,9 @@ class Session:
         roles.check_name(name)
         if name == self.role:
             return
-        if not self._append(RoleChanged(name)):
+        if not self._recorder.append(RoleChanged(name)):
             raise RecordWriteFailed(f"the role was not changed: {self._detail}")
-        self._layers = self._load_layers(self.context)
+        self._layers = self._layers_for(self.context)
         self._agent = self._build_agent(())
         self._notify()
 
@@ -930,7 +851,7 @@ class Session:
                     f"session {self.id} is {self._status.value}: start resumes a stopped session "
                     "or one in error"
                 )
-            self._retry_records()
+            self._recorder.retry()
             self._set_status(S.IDLE)
 
     async def restart(self) -> None:
@@ -939,9 +860,9 @@ class Session:
             self._refuse_exited()
             await self._end_turn()
             if self._status is S.ERROR:
-                self._retry_records()
+                self._recorder.retry()
             self._replace_context(ReplaceReason.RESTART)
-            self._layers = self._load_layers(self.context)
+            self._layers = self._layers_for(self.context)
             self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
             if self._status is not S.IDLE:
                 self._set_status(S.IDLE, "restarted with a fresh context")
@@ -966,12 +887,14 @@ class Session:
             if why is not None:
                 text = handoff_text(messages, old.name, target.name)
                 handed = (Message.user_text(text),)
-                if not self._append(ContextReplaced(handed, ReplaceReason.HANDOFF)):
+                if not self._recorder.append(ContextReplaced(handed, ReplaceReason.HANDOFF)):
                     raise RecordWriteFailed(f"the model was not changed: {self._detail}")
                 self._agent.reset(handed)
-                self._append(Note(f"model {old.name} -> {target.name}: {why}; text handoff"))
+                self._recorder.append(
+                    Note(f"model {old.name} -> {target.name}: {why}; text handoff")
+                )
                 self._log_lines([f"NOTE: model {old.name} -> {target.name}: handoff ({why})"])
-            if not self._append(ModelChanged(target.name)):
+            if not self._recorder.append(ModelChanged(target.name)):
                 raise RecordWriteFailed(f"the model was not changed: {self._detail}")
             self._target = target
             self._agent.provider = self._services.provider_for(target)
@@ -1001,7 +924,7 @@ class Session:
                 if self._status is S.STARTING:
                     self._set_status(S.IDLE)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._checkpoint.run)
+                    nursery.start_soon(self._recorder.checkpoint.run)
                     task_status.started()
                     await self._work()
                     nursery.cancel_scope.cancel()
@@ -1025,7 +948,7 @@ class Session:
             queue = self._journal.state.queue
             if queue and not self._hold and self._status in (S.IDLE, S.AWAIT):
                 head = queue[0]
-                if self._append(PromptTaken(head.prompt_id)):
+                if self._recorder.append(PromptTaken(head.prompt_id)):
                     return head.text
             await self._changed.wait()
 
@@ -1083,14 +1006,14 @@ class Session:
     # -- agent events ------------------------------------------------------------------------
 
     def _on_event(self, event: ev.AgentEvent) -> None:
-        self._sync_messages()
+        self._recorder.sync()
         match event:
             case ev.StepStarted():
                 self._flush_text()
                 self._step_text, self._logged = [], 0
             case ev.TextDelta(text=text):
                 self._step_text.append(text)
-                self._checkpoint.add(text)
+                self._recorder.checkpoint.add(text)
             case ev.ToolCallStarted(name=name, arguments=arguments):
                 self._flush_text()
                 args = json.dumps(arguments, ensure_ascii=False)
@@ -1098,11 +1021,11 @@ class Session:
             case ev.ToolCallFinished(is_error=is_error, preview=preview):
                 self._log_lines(_indented("ERROR:" if is_error else "RESULT:", preview))
             case ev.Usage(usage=usage):
-                self._append(UsageReported(usage))
+                self._recorder.append(UsageReported(usage))
                 self._add_cost(usage)
             case ev.TodosUpdated(todos=todos):
                 items = tuple(TodoItem(t.content, t.status.value) for t in todos)
-                self._append(TodosChanged(items))
+                self._recorder.append(TodosChanged(items))
             case ev.StepFailed(error_type=kind, message=message):
                 self._log_lines(_indented("ERROR:", f"{kind}: {message}"))
             case ev.TurnFinished(outcome=outcome, detail=detail):
@@ -1117,8 +1040,9 @@ class Session:
                     event = attrs.evolve(event, detail=detail)
                 self._flush_text()
                 self._finished = event
-                self._checkpoint.flush()  # an answer the turn did not commit: all of it shown
-                self._append(TurnEnded(outcome.value, detail))
+                # an answer the turn did not commit: all of it shown
+                self._recorder.checkpoint.flush()
+                self._recorder.append(TurnEnded(outcome.value, detail))
                 self._log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
         self.events.publish(event_line(event))
         if isinstance(event, ev.Usage | ev.TurnFinished):
@@ -1160,84 +1084,38 @@ class Session:
         cost = None if pricing is None else pricing.cost(usage)
         self._usd = None if cost is None or self._usd is None else self._usd + cost
 
-    # -- records -----------------------------------------------------------------------------
+    # -- records ---------------------------------------------------------------------------
 
-    def _append(self, record: Record) -> bool:
-        """Record `record` now (a write, no fsync). False if the session cannot record."""
-        if self._broken is not None:
-            return False
-        try:
-            self._journal.append(record, sync=False)
-        except StoreError as exc:  # a write failed, a record did not fit, the file closed
-            self._fail(exc)
-            return False
-        return True
-
-    async def _append_synced(self, record: Record) -> bool:
-        """Record `record` and fsync, in a worker thread (ToolStarted, ToolFinished, ...)."""
-        if self._broken is not None:
-            return False
-        try:
-            await trio.to_thread.run_sync(self._journal.append, record)
-        except StoreError as exc:  # a write failed, a record did not fit, the file closed
-            self._fail(exc)
-            return False
-        return True
-
-    def _sync_messages(self) -> None:
-        if self._broken is not None:
-            return
-        # Called for every agent event, text deltas included. The agent's transcript and the
-        # record state's are immutable tuples, replaced on change: when neither object
-        # changed since the last sync there is nothing to compare (the comparison is linear
-        # in the history's length, per delta).
-        messages, recorded = self._agent.messages, self._journal.state.messages
-        if messages is self._synced[0] and recorded is self._synced[1]:
-            return
-        try:
-            records = message_records(recorded, messages)
-        except RecordError as exc:
-            self._fail(exc)
-            return
-        for record in records:
-            if not self._append(record):
-                return
-            if isinstance(record, MessageAppended) and record.message.role is Role.ASSISTANT:
-                self._checkpoint.discard()  # the step's answer is recorded whole
-        self._synced = (messages, self._journal.state.messages)
-
-    def _record_text(self, text: str) -> bool:
-        return self._append(TextStreamed(text))
-
-    def _fail(self, exc: Exception) -> None:
-        """A record could not be written: the session goes to error, its turn is cancelled."""
-        if self._broken is not None or self._status is S.EXITED:
-            return
-        self._broken = str(exc)
-        log.error("session.record_failed", session=self.id, error=str(exc))
-        self._services.publish(SessionFailed(self.id, str(exc)))
-        self._set_status(S.ERROR, f"the session's record could not be written: {exc}")
+    def _record_failed(self, reason: str) -> None:
+        """A record could not be written (`Recorder`): error, and the turn is cancelled."""
+        self._services.publish(SessionFailed(self.id, reason))
+        self._set_status(S.ERROR, f"the session's record could not be written: {reason}")
         self._agent.cancel()
 
-    def _retry_records(self) -> None:
-        """Leave error: write what the records are missing, or stay in error."""
-        if self._broken is None:
-            return
-        self._broken = None
-        self._sync_messages()
-        if (still := self._broken_reason()) is not None:
-            raise RecordWriteFailed(
-                f"session {self.id} still cannot record: {still}; free space and retry"
-            )
+    def _build_agent(self, messages: Iterable[Message]) -> Agent:
+        return build_agent(
+            self,
+            messages,
+            services=self._services,
+            recorder=self._recorder,
+            gate=self._make_gate,
+            system=self._layers.render(),
+            emit=self._on_event,
+        )
 
-    def _broken_reason(self) -> str | None:
-        return self._broken
+    def _make_gate(
+        self, policy: Policy, tools: ToolRegistry, context: ToolContext
+    ) -> PermissionGate:
+        gate = self._gate = PermissionGate(
+            policy, _Approver(self), tools, context, on_remember=self._record_remembered
+        )
+        return gate
 
-    def _redacted(self, result: ToolResult) -> ToolResult:
-        redact = self._services.settings.redact
-        if redact is None:
-            return result
-        return ToolResult(result.call_id, redact(result.content), result.is_error)
+    def _layers_for(self, context: str) -> PromptLayers:
+        return load_layers(self.cwd, self.role, context, self._services.settings)
+
+    def _current_layers(self) -> PromptLayers:
+        return current_layers(self._layers, self.id, self._services.settings)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -1250,7 +1128,7 @@ class Session:
             self._cancel_result_gate(detail or new.value)  # stop, restart, error: nobody decided
         self._status, self._detail = new, detail
         if new is not S.EXITED:  # SessionEnded is the record of the end
-            self._append(StateChanged(new, detail))
+            self._recorder.append(StateChanged(new, detail))
         self._services.publish(SessionStateChanged(self.id, new.value, detail))
         self._log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
         self._notify()
@@ -1299,10 +1177,10 @@ class Session:
     def _replace_context(self, reason: ReplaceReason) -> None:
         # Recorded first, then done: a refused write (disk full) leaves the transcript and the
         # todos as the records have them, so `start` has nothing to catch up but appends.
-        if not self._append(ContextReplaced((), reason)):
+        if not self._recorder.append(ContextReplaced((), reason)):
             raise RecordWriteFailed(f"the context was not replaced: {self._detail}")
         self._agent.reset()
-        if not self._journal.state.todos or self._append(TodosChanged(())):
+        if not self._journal.state.todos or self._recorder.append(TodosChanged(())):
             self._agent.context.state.todos = ()
         self._used_before = None
         self._log_lines([f"CONTEXT: {reason.value}"])
@@ -1311,7 +1189,7 @@ class Session:
     async def _exit(self, reason: str) -> None:
         if self._result is not None:
             self._cancel_result_gate(reason)
-        if not await self._append_synced(SessionEnded(reason)):
+        if not await self._recorder.append_synced(SessionEnded(reason)):
             raise RecordWriteFailed(f"session {self.id} could not record its end: {self._detail}")
         self._set_status(S.EXITED, reason)
         self._broker.close("the session ended before the approval was answered")
@@ -1321,7 +1199,7 @@ class Session:
     def _record_remembered(self, remember: Remember) -> None:
         """An `always` answer: record what it added, so a daemon restart restores it."""
         grants = remember.grants
-        self._append(
+        self._recorder.append(
             PermissionsRemembered(
                 rules=tuple(str(rule) for rule in remember.rules),
                 read_roots=tuple(str(path) for path in grants.read_roots),
@@ -1329,92 +1207,6 @@ class Session:
                 network=grants.network,
                 full_access=grants.full_access,
             )
-        )
-
-    def _current_layers(self) -> PromptLayers:
-        """The layers with the extra context (`SessionSettings.extra_context`) as it is now."""
-        hook = self._services.settings.extra_context
-        if hook is None:
-            return self._layers
-        try:
-            extra = hook(self.id)
-        except Exception:  # a broken hook must not stop the session: keep the last text
-            log.exception("session.extra_context_failed", session=self.id)
-            return self._layers
-        if extra == self._layers.extra:
-            return self._layers
-        return attrs.evolve(self._layers, extra=extra)
-
-    def _load_layers(self, context: str) -> PromptLayers:
-        settings = self._services.settings
-        return PromptLayers(
-            instructions=discover_instructions(Path(self.cwd), settings.user_config_dir),
-            role=self.role,
-            role_text=roles.role_text(self.role, user_dir=settings.role_text_dir),
-            context=context,
-        )
-
-    def _build_agent(self, messages: Iterable[Message]) -> Agent:
-        settings = self._services.settings
-        cwd = Path(self.cwd)
-        sandbox_role = roles.sandbox_role(self.role, user_dir=settings.sandbox_role_dir)
-        policy = sandbox_policy(self.sandbox, sandbox_role, settings)
-        ceiling = roles.ceiling(self.role)
-        files = roles.file_access(self.role, cwd)
-        context = ToolContext(cwd=cwd, files=files, sandbox=policy)
-        # Freshness survives a daemon restart: what the file tools saw, from the records.
-        context.tracker.restore({Path(p): h for p, h in self._journal.state.files_seen})
-        tools = _RecordingRegistry(
-            self._services.tools(
-                ToolSetup(
-                    cwd,
-                    self.role,
-                    policy,
-                    sandbox_role,
-                    settings.sandbox_settings,
-                    session_id=self.id,
-                )
-            ),
-            self,
-        )
-        remembered = self._journal.state.remembered
-        permission = Policy(
-            workspace=PurePosixPath(cwd.resolve()),
-            mode=self.mode,
-            rules=settings.rules,
-            session_rules=_parse_remembered(self.id, remembered.rules),
-            grants=settings.grants.plus(
-                Grants(
-                    remembered.network,
-                    remembered.full_access,
-                    remembered.read_roots,
-                    remembered.write_roots,
-                )
-            ),
-            ceiling=ceiling,
-            sandbox=policy,
-            home=PurePosixPath(settings.home.resolve()),
-        )
-        gate = self._gate = PermissionGate(
-            permission, _Approver(self), tools, context, on_remember=self._record_remembered
-        )
-        config = AgentConfig(
-            model=self._target.model,
-            system=self._layers.render(),
-            max_steps=self.max_steps,
-            max_tokens=self._target.limits.max_output_tokens,
-            token_budget=self.token_budget,
-            compact_tools=compact_tools(self._target),
-        )
-        return Agent(
-            self._services.provider_for(self._target),
-            tools,
-            config,
-            context,
-            emit=self._on_event,
-            decide=gate,
-            redact=settings.redact,
-            messages=messages,
         )
 
     async def _headless_refusal(self, request: ApprovalRequest) -> str:

@@ -1,0 +1,226 @@
+"""The agent a session runs, built from its records, its settings and its collaborators.
+
+`build_agent` assembles the agent loop of one session: its tools (the manager's factory, for
+the session's cwd, role, sandbox and id) wrapped so each call is recorded (`ToolStarted`
+synced before it runs, `ToolFinished` after; a tool whose start could not be recorded is not
+run), its permission gate (the policy from the session's mode, the daemon's rules and grants,
+and what `always` answers added, from the records), the file tools' freshness tracker
+restored from the records (`FileSeen`: a file read before a daemon restart can be edited after
+it, and one changed meanwhile is still refused as stale), and the model's config.
+`load_layers` and `current_layers` give the system prompt's layers (`anvild.session.prompt`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import attrs
+import structlog
+
+from anvild.agent import events as ev
+from anvild.agent.loop import Agent, AgentConfig
+from anvild.agent.permissions.gate import PermissionGate
+from anvild.agent.permissions.policy import Grants, Policy
+from anvild.agent.permissions.rules import Rule, RuleKind, RuleSyntaxError, parse_rule
+from anvild.agent.tools.base import FileTracker, Tool, ToolContext
+from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.types import Message, ToolCall, ToolResult
+from anvild.session import leftovers, roles
+from anvild.session.prompt import PromptLayers, discover_instructions
+from anvild.session.recorder import Recorder
+from anvild.session.settings import (
+    Services,
+    SessionSettings,
+    ToolSetup,
+    compact_tools,
+    sandbox_policy,
+)
+from anvild.store import FileSeen, ToolFinished, ToolStarted
+
+if TYPE_CHECKING:
+    from anvild.session.session import Session
+
+log = structlog.get_logger(__name__)
+
+GateFactory = Callable[[Policy, ToolRegistry, ToolContext], PermissionGate]
+"""Makes the permission gate for a policy, the session's tools and their context."""
+
+
+def build_agent(
+    session: Session,
+    messages: Iterable[Message],
+    *,
+    services: Services,
+    recorder: Recorder,
+    gate: GateFactory,
+    system: str,
+    emit: Callable[[ev.AgentEvent], None],
+) -> Agent:
+    """The agent of `session` (read through its public properties and records), starting
+    from `messages`, with the system prompt `system` and its events sent to `emit`."""
+    settings = services.settings
+    cwd = Path(session.cwd)
+    state = session.record
+    sandbox_role = roles.sandbox_role(session.role, user_dir=settings.sandbox_role_dir)
+    policy = sandbox_policy(session.sandbox, sandbox_role, settings)
+    ceiling = roles.ceiling(session.role)
+    files = roles.file_access(session.role, cwd)
+    context = ToolContext(cwd=cwd, files=files, sandbox=policy)
+    # Freshness survives a daemon restart: what the file tools saw, from the records.
+    context.tracker.restore({Path(p): h for p, h in state.files_seen})
+    tools = _RecordingRegistry(
+        services.tools(
+            ToolSetup(
+                cwd,
+                session.role,
+                policy,
+                sandbox_role,
+                settings.sandbox_settings,
+                session_id=session.id,
+            )
+        ),
+        session,
+        recorder,
+    )
+    remembered = state.remembered
+    permission = Policy(
+        workspace=PurePosixPath(cwd.resolve()),
+        mode=session.mode,
+        rules=settings.rules,
+        session_rules=parse_remembered(session.id, remembered.rules),
+        grants=settings.grants.plus(
+            Grants(
+                remembered.network,
+                remembered.full_access,
+                remembered.read_roots,
+                remembered.write_roots,
+            )
+        ),
+        ceiling=ceiling,
+        sandbox=policy,
+        home=PurePosixPath(settings.home.resolve()),
+    )
+    decide = gate(permission, tools, context)
+    target = session.target
+    config = AgentConfig(
+        model=target.model,
+        system=system,
+        max_steps=session.max_steps,
+        max_tokens=target.limits.max_output_tokens,
+        token_budget=session.token_budget,
+        compact_tools=compact_tools(target),
+    )
+    return Agent(
+        services.provider_for(target),
+        tools,
+        config,
+        context,
+        emit=emit,
+        decide=decide,
+        redact=settings.redact,
+        messages=messages,
+    )
+
+
+def parse_remembered(session_id: str, texts: Iterable[str]) -> tuple[Rule, ...]:
+    """The recorded `always` rules as allow rules; one that no longer parses is left out (it
+    can only ask again, never allow more)."""
+    rules = []
+    for text in texts:
+        try:
+            rules.append(parse_rule(text, RuleKind.ALLOW))
+        except RuleSyntaxError as exc:
+            log.warning("session.remembered_rule_dropped", session=session_id, error=str(exc))
+    return tuple(rules)
+
+
+def load_layers(cwd: str, role: str, context: str, settings: SessionSettings) -> PromptLayers:
+    """The prompt layers of a session in `cwd` with `role` and the `context` file's text."""
+    return PromptLayers(
+        instructions=discover_instructions(Path(cwd), settings.user_config_dir),
+        role=role,
+        role_text=roles.role_text(role, user_dir=settings.role_text_dir),
+        context=context,
+    )
+
+
+def current_layers(
+    layers: PromptLayers, session_id: str, settings: SessionSettings
+) -> PromptLayers:
+    """`layers` with the extra context (`SessionSettings.extra_context`) as it is now."""
+    hook = settings.extra_context
+    if hook is None:
+        return layers
+    try:
+        extra = hook(session_id)
+    except Exception:  # a broken hook must not stop the session: keep the last text
+        log.exception("session.extra_context_failed", session=session_id)
+        return layers
+    if extra == layers.extra:
+        return layers
+    return attrs.evolve(layers, extra=extra)
+
+
+class _RecordingRegistry(ToolRegistry):
+    """The session's tools, with `ToolStarted` synced before each call runs and `ToolFinished`
+    synced after (the store's durability policy)."""
+
+    def __init__(self, tools: Iterable[Tool], session: Session, recorder: Recorder) -> None:
+        super().__init__(tools)
+        self._session = session
+        self._recorder = recorder
+
+    async def dispatch(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        session, recorder = self._session, self._recorder
+        if not await recorder.append_synced(ToolStarted(call.id, call.name)):
+            return ToolResult(
+                call.id,
+                f"Not run: the session's record could not be written ({session.status_detail}); "
+                "the session is in error.",
+                is_error=True,
+            )
+        seen = _CallTracker(ctx.tracker)
+        # A temp-file tag derived from the ids: recovery can find what a crash mid-write left.
+        call_ctx = attrs.evolve(ctx, tracker=seen, temp_tag=leftovers.tag(session.id, call.id))
+        result = await super().dispatch(call, call_ctx)
+        if await recorder.append_synced(ToolFinished(recorder.redacted(result))):
+            # What this call's file tools saw, now that its result is durably in the transcript
+            # (a crash before this leaves the file to be read again: never the other way).
+            for path, digest in seen.recorded.items():
+                recorder.append(FileSeen(str(path), digest))
+        return result
+
+
+class _CallTracker(FileTracker):
+    """One call's view of the session's freshness tracker: everything goes to the shared one,
+    and what this call `record`s is also kept here (`recorded`), so the session can write it to
+    its records once the call finished (concurrent read-only calls each get their own)."""
+
+    def __init__(self, shared: FileTracker) -> None:
+        super().__init__()
+        self._shared = shared
+        self.recorded: dict[Path, str] = {}
+
+    def record(self, canonical: Path, content: bytes) -> None:
+        self._shared.record(canonical, content)
+        digest = self._shared.digest(canonical)
+        if digest is not None:
+            self.recorded[canonical] = digest
+
+    def forget(self, canonical: Path) -> None:
+        self._shared.forget(canonical)
+        self.recorded.pop(canonical, None)
+
+    def has_seen(self, canonical: Path) -> bool:
+        return self._shared.has_seen(canonical)
+
+    def check_fresh(self, canonical: Path, current: bytes) -> None:
+        self._shared.check_fresh(canonical, current)
+
+    def digest(self, canonical: Path) -> str | None:
+        return self._shared.digest(canonical)
+
+    def restore(self, seen: Mapping[Path, str]) -> None:
+        self._shared.restore(seen)
