@@ -91,7 +91,7 @@ from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
-from anvild.llm.types import Message, Role, Text, ToolCall, ToolResult
+from anvild.llm.types import Message, ToolCall
 from anvild.session import accounting, roles
 from anvild.session.agent_builder import build_agent, current_layers, load_layers
 from anvild.session.errors import (
@@ -107,6 +107,7 @@ from anvild.session.events import (
     UsageThreshold,
 )
 from anvild.session.handoff import handoff_text, replayable
+from anvild.session.output import Output, first_line, indented, restored_out
 from anvild.session.prompt import PromptLayers
 from anvild.session.recorder import Recorder
 from anvild.session.settings import (
@@ -123,12 +124,6 @@ from anvild.session.settings import (
     wider,
 )
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
-from anvild.session.stream import (
-    LineBroadcast,
-    coalesce_text_deltas,
-    event_line,
-    is_turn_finished,
-)
 from anvild.store import (
     ApprovalAnswered,
     ApprovalRequested,
@@ -151,10 +146,7 @@ from anvild.store import (
     SessionState,
     SessionStatus,
     StateChanged,
-    TodoItem,
     TodosChanged,
-    TurnEnded,
-    UsageReported,
     Verdict,
 )
 
@@ -205,7 +197,7 @@ class _Approver:
             session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
             return Unavailable(why)
         session._set_status(S.AWAIT_APPROVAL)
-        session._publish_event(
+        session._output.show(
             ev.ApprovalRequested(
                 "tool",
                 call_id=request.id,
@@ -221,7 +213,7 @@ class _Approver:
             # cancel, stop, kill, shutdown: nobody answered, and nothing is approved
             why = "the turn ended"
             session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
-            session._publish_event(ev.ApprovalAnswered("tool", "cancelled", why, request.id))
+            session._output.show(ev.ApprovalAnswered("tool", "cancelled", why, request.id))
             raise
         match answer:
             case ApproveOnce():
@@ -233,7 +225,7 @@ class _Approver:
             case Unavailable(reason=why):
                 verdict, reason = Verdict.CANCELLED, why
         session._recorder.append(ApprovalAnswered(request.id, verdict, reason))
-        session._publish_event(ev.ApprovalAnswered("tool", verdict.value, reason, request.id))
+        session._output.show(ev.ApprovalAnswered("tool", verdict.value, reason, request.id))
         if session.status is S.AWAIT_APPROVAL:
             session._set_status(S.RUNNING)
         return answer
@@ -242,16 +234,6 @@ class _Approver:
 def _asker(asked_by: str) -> str:
     """What named the approver of a gate asked by `asked_by`: a bead, or the session."""
     return asked_by if asked_by.startswith("bead ") else "session"
-
-
-def _first_line(text: str, limit: int = PREVIEW_CHARS) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _indented(prefix: str, text: str) -> list[str]:
-    lines = text.rstrip("\n").splitlines() or [""]
-    return [f"{prefix} {lines[0]}", *(f"  {line}" for line in lines[1:])]
 
 
 # -- the session -------------------------------------------------------------------------------
@@ -281,10 +263,6 @@ class Session:
         self._services = services
         settings = services.settings
         state = journal.state
-        self.log = LineBroadcast(settings.stream_limits)
-        self.events = LineBroadcast(
-            settings.stream_limits, coalesce=coalesce_text_deltas, terminal=is_turn_finished
-        )
         self._status = state.status
         self._detail = state.status_detail
         self._recorder = Recorder(
@@ -295,21 +273,25 @@ class Session:
             redact=settings.redact,
             text_interval=settings.text_interval,
         )
+        self._output = Output(
+            settings.stream_limits,
+            self._recorder,
+            notify=self._notify,
+            out=restored_out(state),
+            turn_deadline=settings.turn_deadline,
+        )
+        self.log = self._output.log
+        self.events = self._output.events
         self._scope = trio.CancelScope()
         self._verbs = trio.Lock()
         self._changed = trio.Event()
         self._version = 0
         self._hold = 0  # verbs in progress: the worker takes no prompt meanwhile
         self._turn_active = False
-        self._turn_scope: trio.CancelScope | None = None
-        self._finished: ev.TurnFinished | None = None
-        self._step_text: list[str] = []  # the current step's answer text, for `out`
-        self._logged = 0  # how much of it is in the log already
         self._accepted = len(state.queue)  # restored queued prompts were accepted
         self._handled = 0
         self._used_before: int | None = None
         self._usd = usd  # the cost so far (a restored session's is priced from its records)
-        self._out = self._restored_out(state)
         self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
         self._broker = ApprovalBroker(on_change=self._notify)
         self._result: PendingResult | None = state.result_approval  # a result gate
@@ -319,9 +301,9 @@ class Session:
         self._agent.context.state.todos = tuple(
             ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
         )
-        self._log_transcript(state.messages)  # a restored session's log starts with its past
+        self._output.log_transcript(state.messages)  # a restored session's log starts with its past
         for note in state.notes:
-            self._log_lines(_indented("NOTE:", note))
+            self._output.log_lines(indented("NOTE:", note))
 
     # -- read side ---------------------------------------------------------------------------
 
@@ -362,7 +344,7 @@ class Session:
     @property
     def first_prompt(self) -> str:
         """The first line of the session's first prompt (at most 200 characters), or ""."""
-        return _first_line(self._journal.state.first_prompt or "")
+        return first_line(self._journal.state.first_prompt or "")
 
     @property
     def ephemeral(self) -> bool:
@@ -432,7 +414,7 @@ class Session:
     @property
     def out(self) -> str:
         """The last final answer, or the partial text and the reason after an abnormal end."""
-        return self._out
+        return self._output.out
 
     @property
     def version(self) -> int:
@@ -456,7 +438,7 @@ class Session:
 
     def queue_text(self) -> str:
         return "".join(
-            f"{p.prompt_id}\t{_first_line(p.text) or '-'}\n" for p in self._journal.state.queue
+            f"{p.prompt_id}\t{first_line(p.text) or '-'}\n" for p in self._journal.state.queue
         )
 
     def usage_used(self) -> int | None:
@@ -478,7 +460,7 @@ class Session:
                         "kind result",
                         f"asked_by {result.asked_by or '-'}",
                         f"approver {result.approver or USER}",
-                        *_indented("summary", result.summary),
+                        *indented("summary", result.summary),
                         "answer approve | reject REASON",
                     ]
                 )
@@ -561,7 +543,7 @@ class Session:
         if not self._recorder.append(PromptDropped(ids)):
             raise RecordWriteFailed(f"the queue was not dropped: {self._detail}")
         self._handled += len(ids)
-        self._log_lines([f"DROPPED: {len(ids)} queued prompt(s)"])
+        self._output.log_lines([f"DROPPED: {len(ids)} queued prompt(s)"])
         self._notify()
         return len(ids)
 
@@ -657,7 +639,7 @@ class Session:
                 "await_approval until a human or approver writes approve or reject REASON. "
                 "End your turn now with a short summary of the result."
             )
-        text = summary or self._out.strip()[:MAX_SUMMARY_CHARS]
+        text = summary or self._output.out.strip()[:MAX_SUMMARY_CHARS]
         if not text:
             raise InvalidSessionRequest(
                 f"nothing to approve: session {self.id} has no answer in out; give a summary: "
@@ -688,7 +670,7 @@ class Session:
         request = self._result_request
         if request is not None and request.asked_by == asked_by:
             self._result_request = None
-            self._log_lines([f"NOTE: approval request dropped: {why}"])
+            self._output.log_lines([f"NOTE: approval request dropped: {why}"])
             return True
         if self._result is None or self._result.asked_by != asked_by:
             return False
@@ -705,9 +687,9 @@ class Session:
             raise RecordWriteFailed(f"the approval was not requested: {self._detail}")
         self._result = pending
         asked_by = pending.asked_by
-        self._log_lines(_indented("APPROVAL:", f"result approval requested by {asked_by}"))
+        self._output.log_lines(indented("APPROVAL:", f"result approval requested by {asked_by}"))
         self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
-        self._publish_event(
+        self._output.show(
             ev.ApprovalRequested(
                 "result",
                 asked_by=asked_by,
@@ -752,16 +734,11 @@ class Session:
         self._result = None
         said = f"result {verdict.value}" + (f": {reason}" if reason else "")
         said += f" (by {by})" if by else ""
-        self._log_lines(_indented("APPROVAL:", said))
-        self._publish_event(ev.ApprovalAnswered("result", verdict.value, reason, by=by))
+        self._output.log_lines(indented("APPROVAL:", said))
+        self._output.show(ev.ApprovalAnswered("result", verdict.value, reason, by=by))
         self._services.publish(
             ResultDecided(self.id, verdict.value, reason, pending.asked_by, pending.ref, by)
         )
-
-    def _publish_event(self, event: ev.AgentEvent) -> None:
-        """An event of the session itself (not of the loop) on its `events` stream."""
-        self.events.publish(event_line(event))
-        self._notify()
 
     def mark_out_read(self) -> None:
         """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""
@@ -893,7 +870,9 @@ class Session:
                 self._recorder.append(
                     Note(f"model {old.name} -> {target.name}: {why}; text handoff")
                 )
-                self._log_lines([f"NOTE: model {old.name} -> {target.name}: handoff ({why})"])
+                self._output.log_lines(
+                    [f"NOTE: model {old.name} -> {target.name}: handoff ({why})"]
+                )
             if not self._recorder.append(ModelChanged(target.name)):
                 raise RecordWriteFailed(f"the model was not changed: {self._detail}")
             self._target = target
@@ -905,7 +884,9 @@ class Session:
                 compact_tools=compact_tools(target),
             )
             self._used_before = None
-            self._log_lines([f"MODEL: {target.name}" + (" (replayed)" if why is None else "")])
+            self._output.log_lines(
+                [f"MODEL: {target.name}" + (" (replayed)" if why is None else "")]
+            )
             self._notify()
 
     async def kill(self) -> None:
@@ -930,8 +911,7 @@ class Session:
                     nursery.cancel_scope.cancel()
             finally:
                 self._broker.close("the session ended before the approval was answered")
-                self.log.close()
-                self.events.close()
+                self._output.close()
 
     async def _work(self) -> None:
         while True:
@@ -954,22 +934,19 @@ class Session:
 
     async def _run_turn(self, text: str) -> None:
         self._turn_active = True
-        self._finished = None
-        self._step_text, self._logged = [], 0
         self._services.before_turn(self)
         self._layers = self._current_layers()
         self._agent.config = attrs.evolve(self._agent.config, system=self._layers.render())
         self._set_status(S.RUNNING)
-        self._log_lines(_indented("USER:", text))
         deadline = self._services.settings.turn_deadline
-        scope = self._turn_scope = trio.CancelScope(
+        scope = trio.CancelScope(
             deadline=math.inf if deadline is None else trio.current_time() + deadline
         )
+        self._output.start_turn(text, scope.deadline)
         try:
             with scope:
                 await self._agent.run_turn(text)
         finally:
-            self._turn_scope = None
             self._turn_active = False
             self._handled += 1
             self._finish_turn()
@@ -977,98 +954,36 @@ class Session:
     def _finish_turn(self) -> None:
         """Set `out` from how the turn ended, and leave running (synchronously: this also runs
         while the daemon shuts down)."""
-        finished = self._finished
-        last = self._agent.messages[-1] if self._agent.messages else None
-        answer = last.text() if last is not None and last.role is Role.ASSISTANT else ""
-        if finished is not None and finished.outcome is ev.TurnOutcome.DONE:
-            self._out = answer if answer.endswith("\n") or not answer else answer + "\n"
-        else:
-            partial = "".join(self._step_text) or answer
-            outcome = finished.outcome.value if finished else "error"
-            detail = finished.detail if finished else "the turn ended without a report"
-            reason = f"[turn ended: {outcome}" + (f": {detail}]" if detail else "]")
-            self._out = (partial.rstrip("\n") + "\n\n" if partial.strip() else "") + reason + "\n"
+        finished = self._output.end_turn(self._agent.messages)
         request, self._result_request = self._result_request, None
         # An ephemeral session goes from running straight to exited (the worker ends it next).
         if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
             done = finished is not None and finished.outcome is ev.TurnOutcome.DONE
             if request is not None and done and self._status is S.RUNNING:
-                text = request.summary or self._out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
+                text = (
+                    request.summary or self._output.out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
+                )
                 with contextlib.suppress(RecordWriteFailed):  # then it is in error: no gate
                     self._open_result_gate(attrs.evolve(request, summary=text))
             else:
                 if request is not None:
                     outcome = finished.outcome.value if finished else "error"
-                    self._log_lines([f"NOTE: approval request dropped: the turn ended {outcome}"])
+                    self._output.log_lines(
+                        [f"NOTE: approval request dropped: the turn ended {outcome}"]
+                    )
                 self._set_status(S.AWAIT)
         self._notify()
 
     # -- agent events ------------------------------------------------------------------------
 
     def _on_event(self, event: ev.AgentEvent) -> None:
-        self._recorder.sync()
-        match event:
-            case ev.StepStarted():
-                self._flush_text()
-                self._step_text, self._logged = [], 0
-            case ev.TextDelta(text=text):
-                self._step_text.append(text)
-                self._recorder.checkpoint.add(text)
-            case ev.ToolCallStarted(name=name, arguments=arguments):
-                self._flush_text()
-                args = json.dumps(arguments, ensure_ascii=False)
-                self._log_lines([f"TOOL: {name} {_first_line(args)}"])
-            case ev.ToolCallFinished(is_error=is_error, preview=preview):
-                self._log_lines(_indented("ERROR:" if is_error else "RESULT:", preview))
-            case ev.Usage(usage=usage):
-                self._recorder.append(UsageReported(usage))
-                self._add_cost(usage)
-            case ev.TodosUpdated(todos=todos):
-                items = tuple(TodoItem(t.content, t.status.value) for t in todos)
-                self._recorder.append(TodosChanged(items))
-            case ev.StepFailed(error_type=kind, message=message):
-                self._log_lines(_indented("ERROR:", f"{kind}: {message}"))
-            case ev.TurnFinished(outcome=outcome, detail=detail):
-                scope = self._turn_scope
-                if (
-                    outcome is ev.TurnOutcome.CANCELLED
-                    and scope is not None
-                    and trio.current_time() >= scope.deadline
-                ):
-                    deadline = self._services.settings.turn_deadline
-                    detail = f"the turn's deadline of {deadline:g} s passed"
-                    event = attrs.evolve(event, detail=detail)
-                self._flush_text()
-                self._finished = event
-                # an answer the turn did not commit: all of it shown
-                self._recorder.checkpoint.flush()
-                self._recorder.append(TurnEnded(outcome.value, detail))
-                self._log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
-        self.events.publish(event_line(event))
-        if isinstance(event, ev.Usage | ev.TurnFinished):
+        """The agent's events: shown (`Output`), then the session's own accounting."""
+        shown = self._output.on_event(event)
+        if isinstance(shown, ev.Usage):
+            self._add_cost(shown.usage)
+        if isinstance(shown, ev.Usage | ev.TurnFinished):
             self._check_thresholds()
         self._notify()
-
-    def _log_transcript(self, messages: Iterable[Message]) -> None:
-        for message in messages:
-            for block in message.content:
-                match block:
-                    case Text(text=text) if text.strip():
-                        who = "USER:" if message.role is Role.USER else "ASSISTANT:"
-                        self._log_lines(_indented(who, text.strip()))
-                    case ToolCall(name=name, arguments=arguments):
-                        args = json.dumps(arguments, ensure_ascii=False)
-                        self._log_lines([f"TOOL: {name} {_first_line(args)}"])
-                    case ToolResult(content=content, is_error=is_error):
-                        label = "ERROR:" if is_error else "RESULT:"
-                        self._log_lines([f"{label} {_first_line(content)}"])
-
-    def _flush_text(self) -> None:
-        """Log the step's text not logged yet (it stays in `_step_text` for `out`)."""
-        text = "".join(self._step_text[self._logged :]).strip()
-        self._logged = len(self._step_text)
-        if text:
-            self._log_lines(_indented("ASSISTANT:", text))
 
     def _check_thresholds(self) -> None:
         used = self.usage_used()
@@ -1076,7 +991,7 @@ class Session:
         for percent in accounting.crossed(self._used_before, used, window):
             assert used is not None
             self._services.publish(UsageThreshold(self.id, percent, used, window))
-            self._log_lines([f"NOTE: context {percent}% full ({used}/{window} tokens)"])
+            self._output.log_lines([f"NOTE: context {percent}% full ({used}/{window} tokens)"])
         self._used_before = used
 
     def _add_cost(self, usage: Usage) -> None:
@@ -1130,7 +1045,7 @@ class Session:
         if new is not S.EXITED:  # SessionEnded is the record of the end
             self._recorder.append(StateChanged(new, detail))
         self._services.publish(SessionStateChanged(self.id, new.value, detail))
-        self._log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
+        self._output.log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
         self._notify()
 
     def _cancel_result_gate(self, why: str) -> None:
@@ -1143,10 +1058,6 @@ class Session:
         self._version += 1
         self._changed.set()
         self._changed = trio.Event()
-
-    def _log_lines(self, lines: list[str]) -> None:
-        for line in lines:
-            self.log.publish(line)
 
     def _held(self) -> _Held:
         return _Held(self)
@@ -1183,7 +1094,7 @@ class Session:
         if not self._journal.state.todos or self._recorder.append(TodosChanged(())):
             self._agent.context.state.todos = ()
         self._used_before = None
-        self._log_lines([f"CONTEXT: {reason.value}"])
+        self._output.log_lines([f"CONTEXT: {reason.value}"])
         self._notify()
 
     async def _exit(self, reason: str) -> None:
@@ -1249,23 +1160,6 @@ class Session:
             "in a "
             f"headless session. It would be allowed by {what}."
         )
-
-    @staticmethod
-    def _restored_out(state: SessionState) -> str:
-        """`out` after a daemon restart: the last answer, or what was shown of the unfinished
-        one (recorded as it streamed), [interrupted] when a crash cut it, and the recorded end
-        of the turn."""
-        last = state.messages[-1] if state.messages else None
-        answer = last.text() if last is not None and last.role is Role.ASSISTANT else ""
-        turn = state.last_turn
-        if turn is None or turn.outcome == ev.TurnOutcome.DONE.value:
-            return answer + ("\n" if answer and not answer.endswith("\n") else "")
-        shown = state.streamed or answer
-        partial = shown.rstrip("\n") if shown.strip() else ""
-        if turn.interrupted:
-            partial = (partial + "\n" if partial else "") + INTERRUPTED_MARK
-        reason = f"[turn ended: {turn.outcome}" + (f": {turn.detail}]" if turn.detail else "]")
-        return (partial + "\n\n" if partial else "") + reason + "\n"
 
 
 class _Held:
