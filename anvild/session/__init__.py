@@ -1,8 +1,12 @@
 """anvild.session: the session supervisor (DESIGN sections 4, 5, 7 and 8).
 
     manager.py     SessionManager: create, look up, kill, restore; provider caps; daemon events
-    session.py     Session: one agent, its queue, verbs, out, wait, usage, approvals, records
+    session.py     Session: one agent, its queue, verbs, task and state (docs/session.md)
     settings.py    SessionSettings, Services, ToolSetup: the manager's; mode and sandbox helpers
+    recorder.py    Recorder: the journal writes, the transcript sync, a failed write (error)
+    output.py      Output: the `log` and `events` streams, agent events shown, `out`
+    approvals.py   Approvals: tool-call approvals and result gates
+    agent_builder.py  the agent from the records: recorded tools, permission gate, prompt layers
     state.py       the lifecycle states and the one transition table
     prompt.py      the layered system prompt (base, AGENTS.md chain, role, context)
     roles.py       roles: text (user overrides), sandbox file, permission ceiling

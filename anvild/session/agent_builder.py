@@ -23,11 +23,11 @@ from anvild.agent import events as ev
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Grants, Policy
-from anvild.agent.permissions.rules import Rule, RuleKind, RuleSyntaxError, parse_rule
 from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.types import Message, ToolCall, ToolResult
 from anvild.session import leftovers, roles
+from anvild.session.approvals import parse_remembered
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.recorder import Recorder
 from anvild.session.settings import (
@@ -122,18 +122,6 @@ def build_agent(
         redact=settings.redact,
         messages=messages,
     )
-
-
-def parse_remembered(session_id: str, texts: Iterable[str]) -> tuple[Rule, ...]:
-    """The recorded `always` rules as allow rules; one that no longer parses is left out (it
-    can only ask again, never allow more)."""
-    rules = []
-    for text in texts:
-        try:
-            rules.append(parse_rule(text, RuleKind.ALLOW))
-        except RuleSyntaxError as exc:
-            log.warning("session.remembered_rule_dropped", session=session_id, error=str(exc))
-    return tuple(rules)
 
 
 def load_layers(cwd: str, role: str, context: str, settings: SessionSettings) -> PromptLayers:

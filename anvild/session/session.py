@@ -1,70 +1,22 @@
-"""One session: the supervisor of one agent, its records, its queue and its files' contents.
+"""`Session`: the supervisor of one agent, its queue, its verbs and its state.
 
-Theory of operation.
+A session owns the read side its files show, the prompt queue (`submit` records a prompt as
+queued, `drop_queue`, `wait_handled`), the verbs (`control`: stop, start, restart, cancel,
+clear, model, kill) and its task: `run`, started by the manager, owns a cancel scope (`kill`
+and shutdown cancel it) and loops: wait for a queued prompt while idle or await, take it, run
+one turn, repeat. Verbs run in the caller's task (a 9P request): they cancel the running turn
+through the agent and wait for the worker to finish it, under one lock so two verbs never
+interleave. The status is derived here and nowhere else, from the loop and the verbs; every
+change goes through `_set_status` and the table in `anvild.session.state`.
 
-- Tasks. `Session.run` is the session's task, started by the manager with `await
-  nursery.start(session.run)`; it owns a cancel scope (`kill` and daemon shutdown cancel it) and
-  runs the worker loop: wait for a queued prompt while the session is idle or await, take it,
-  run one turn, publish the end, repeat. Verbs run in the caller's task (a 9P request): they
-  cancel the running turn through the agent (`Agent.cancel`) and wait for the worker to finish
-  it, under one `trio.Lock` so two verbs never interleave.
-- State. The status is derived here and nowhere else, from the loop: a prompt taken (running),
-  an approval asked (await_approval) and answered (running), a turn ended (await), `out` read
-  (idle), a verb (stopped, idle, exited), a failed record write (error). Every change goes
-  through the table in `anvild.session.state`; an illegal one raises.
-- Records. Every mutation is recorded before it is visible (`anvild.store`): the agent's
-  transcript is diffed into records on every agent event (`message_records`), a call's
-  `ToolStarted` is synced before the tool runs and its `ToolFinished` after (the registry is
-  wrapped), and usage, todos, turn ends, prompts, approvals, context and role changes each have
-  their record (an `always` answer records what it added to the permissions, and a restored
-  session's policy starts with it). So the journal's state equals the live session after every
-  event. What the file tools saw (a path and the sha256 of its content) is a `FileSeen` record
-  after the call's `ToolFinished`, and a restored session's freshness tracker starts with it:
-  after a daemon restart the agent edits a file it had read without reading it again, and a
-  file changed meanwhile is still refused as stale. The answer the model is streaming is
-  recorded at most a second behind what `events` showed (`anvild.session.checkpoint`), for
-  display only: after a crash `out` shows it, marked [interrupted]. A failed write (disk full)
-  moves the session to `error` and cancels its turn; nothing else stops. A tool whose start
-  could not be recorded is not run.
-- Prompts. `submit` records the prompt as queued and returns its sequence number; the worker
-  takes prompts in order, one turn each. `drop_queue` discards the waiting ones. `wait_handled`
-  blocks until every prompt accepted up to a sequence number has been handled and the session
-  is not busy.
-- Approvals. The permission gate asks the session's approver, which records the request, shows
-  it on `approval` (state await_approval) and waits on an `ApprovalBroker`. Only an explicit
-  `approve`, `always` or `reject REASON` answers it; cancel, stop, kill and shutdown cancel the
-  wait (recorded as cancelled) and the call never runs.
-- Result gates. `request_result_approval` (ctl `request_approval [SUMMARY]`, the model's
-  `request_approval` tool, or an API caller such as a bead) asks a human or an approver session
-  to approve the session's result. From idle or await it takes effect at once; during a turn it
-  takes effect when the turn ends, if the turn ended `done` (otherwise it is dropped, with a
-  note in the log). The session records the request and goes to await_approval, `approval`
-  shows `kind result` with the summary (the given text, else `out`), and the worker takes no
-  prompt (they queue). `approve` -> idle; `reject REASON` -> stopped, the reason in the record,
-  the log and the state's detail; `always` is refused. stop, restart and kill cancel the gate
-  (recorded as cancelled). Nothing runs while it waits, so a daemon restart brings the session
-  back in it. Each decision is recorded (`ResultApprovalAnswered`, with who answered) before it
-  is published as a `ResultDecided` event (session, verdict, reason, asked_by, ref, by); an
-  asker learns it from that event, or after a restart from `result_decision(asked_by)`, which
-  the records keep. There is no in-memory callback. A session never answers its own approval
-  (`answer_approval(line, by=<its id>)` is refused). Each gate names its approver session
-  (`PendingResult.approver`, recorded with the request: the session's `approver` from `new`,
-  or the asker's, e.g. a bead's); a session that answers (`by=<its id>`) must be that one, and
-  no session answers a tool call's approval: only a person (`by="user"`) answers any.
-  `withdraw_result_approval` lets an asker that no longer needs the answer (a bead decided on
-  its own ctl) cancel its gate.
-- Streams. `log` (human-readable lines) and `events` (stream-json agent events) are
-  `LineBroadcast`s: per-reader cursors, a bounded backlog, lag markers. Besides the loop's
-  events, `events` carries the session's own `approval_requested` (when it starts waiting on
-  `approval`: what the file shows, tool or result kind) and `approval_answered` (the verdict,
-  cancelled included), so a client learns of an approval without polling the file.
+The rest is each collaborator's: the journal writes (`recorder`), the streams and `out`
+(`output`), approvals and result gates (`approvals`), the agent (`agent_builder`), the
+manager's settings (`settings`). The theory of operation: docs/session.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
 import math
 from collections.abc import Iterable
 from typing import Final
@@ -75,25 +27,13 @@ import trio
 
 from anvild.agent import events as ev
 from anvild.agent.loop import Agent
-from anvild.agent.permissions.approval import (
-    ApprovalAnswer,
-    ApprovalBroker,
-    ApprovalRequest,
-    ApproveAlways,
-    ApproveOnce,
-    Reject,
-    Unavailable,
-)
-from anvild.agent.permissions.gate import PermissionGate
-from anvild.agent.permissions.policy import Allow as PolicyAllow
-from anvild.agent.permissions.policy import Mode, Policy, Remember
-from anvild.agent.tools.base import ToolContext
-from anvild.agent.tools.registry import ToolRegistry
+from anvild.agent.permissions.policy import Mode
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
-from anvild.llm.types import Message, ToolCall
+from anvild.llm.types import Message
 from anvild.session import accounting, roles
 from anvild.session.agent_builder import build_agent, current_layers, load_layers
+from anvild.session.approvals import USER, Approvals
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -101,7 +41,6 @@ from anvild.session.errors import (
     SessionRefused,
 )
 from anvild.session.events import (
-    ResultDecided,
     SessionFailed,
     SessionStateChanged,
     UsageThreshold,
@@ -125,8 +64,6 @@ from anvild.session.settings import (
 )
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
 from anvild.store import (
-    ApprovalAnswered,
-    ApprovalRequested,
     ContextFileChanged,
     ContextReplaced,
     DecidedResult,
@@ -134,20 +71,16 @@ from anvild.store import (
     ModelChanged,
     Note,
     PendingResult,
-    PermissionsRemembered,
     PromptDropped,
     PromptQueued,
     PromptTaken,
     ReplaceReason,
-    ResultApprovalAnswered,
-    ResultApprovalRequested,
     RoleChanged,
     SessionEnded,
     SessionState,
     SessionStatus,
     StateChanged,
     TodosChanged,
-    Verdict,
 )
 
 log = structlog.get_logger(__name__)
@@ -165,75 +98,6 @@ VERBS: Final = (
     "approve",
     "reject REASON",
 )
-MAX_SUMMARY_CHARS: Final = 4000
-USER: Final = "user"
-"""Who answers through the session's files (a person), and the default approver."""
-
-
-PREVIEW_CHARS: Final = 200
-INTERRUPTED_MARK: Final = "[interrupted]"
-"""In a restored `out`, after what was shown of an answer that a crash cut."""
-
-
-# -- the recording pieces ----------------------------------------------------------------------
-
-
-class _Approver:
-    """The session's `Approver`: records the request, waits on the broker, records the answer."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    async def request_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
-        session = self._session
-        arguments = dict(request.arguments)
-        asked = ApprovalRequested(request.id, request.tool, arguments, request.reason)
-        if not session._recorder.append(asked):
-            return Unavailable(
-                f"the session's record could not be written: {session.status_detail}"
-            )
-        if session.headless:  # nobody watches `approval`: refuse now, saying what would allow it
-            why = await session._headless_refusal(request)
-            session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
-            return Unavailable(why)
-        session._set_status(S.AWAIT_APPROVAL)
-        session._output.show(
-            ev.ApprovalRequested(
-                "tool",
-                call_id=request.id,
-                tool=request.tool,
-                arguments=arguments,
-                reason=request.reason,
-                always_adds=tuple(request.always),
-            )
-        )
-        try:
-            answer = await session._broker.request_approval(request)
-        except BaseException:
-            # cancel, stop, kill, shutdown: nobody answered, and nothing is approved
-            why = "the turn ended"
-            session._recorder.append(ApprovalAnswered(request.id, Verdict.CANCELLED, why))
-            session._output.show(ev.ApprovalAnswered("tool", "cancelled", why, request.id))
-            raise
-        match answer:
-            case ApproveOnce():
-                verdict, reason = Verdict.APPROVE, ""
-            case ApproveAlways():
-                verdict, reason = Verdict.ALWAYS, ""
-            case Reject(feedback=feedback):
-                verdict, reason = Verdict.REJECT, feedback
-            case Unavailable(reason=why):
-                verdict, reason = Verdict.CANCELLED, why
-        session._recorder.append(ApprovalAnswered(request.id, verdict, reason))
-        session._output.show(ev.ApprovalAnswered("tool", verdict.value, reason, request.id))
-        if session.status is S.AWAIT_APPROVAL:
-            session._set_status(S.RUNNING)
-        return answer
-
-
-def _asker(asked_by: str) -> str:
-    """What named the approver of a gate asked by `asked_by`: a bead, or the session."""
-    return asked_by if asked_by.startswith("bead ") else "session"
 
 
 # -- the session -------------------------------------------------------------------------------
@@ -293,9 +157,16 @@ class Session:
         self._used_before: int | None = None
         self._usd = usd  # the cost so far (a restored session's is priced from its records)
         self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
-        self._broker = ApprovalBroker(on_change=self._notify)
-        self._result: PendingResult | None = state.result_approval  # a result gate
-        self._result_request: PendingResult | None = None  # asked during a turn: at its end
+        self._approvals = Approvals(
+            self,
+            self._recorder,
+            self._output,
+            set_status=self._set_status,
+            turn_active=lambda: self._turn_active,
+            publish=services.publish,
+            notify=self._notify,
+            max_mode=settings.max_mode,
+        )
         self._layers = self._layers_for(state.context)
         self._agent = self._build_agent(state.messages)
         self._agent.context.state.todos = tuple(
@@ -452,35 +323,7 @@ class Session:
         return accounting.cost_text(self._journal.state.usage, self._usd)
 
     def approval_text(self) -> str:
-        result = self._result
-        if result is not None:
-            return (
-                "\n".join(
-                    [
-                        "kind result",
-                        f"asked_by {result.asked_by or '-'}",
-                        f"approver {result.approver or USER}",
-                        *indented("summary", result.summary),
-                        "answer approve | reject REASON",
-                    ]
-                )
-                + "\n"
-            )
-        pending = self._broker.pending()
-        if not pending:
-            return ""
-        request = pending[0]
-        lines = [
-            "kind tool",
-            f"call_id {request.id}",
-            f"tool {request.tool}",
-            f"arguments {json.dumps(dict(request.arguments), ensure_ascii=False)}",
-            f"reason {request.reason}",
-        ]
-        if request.always:
-            lines.append(f"always_adds {'; '.join(request.always)}")
-        lines.append("answer approve | always | reject REASON")
-        return "\n".join(lines) + "\n"
+        return self._approvals.text()
 
     def todos_text(self) -> str:
         return "".join(f"{t.status}\t{t.content}\n" for t in self._journal.state.todos)
@@ -504,7 +347,7 @@ class Session:
         acts."""
         while True:
             status = self._status
-            if status in (S.STOPPED, S.ERROR, S.EXITED) or self._result is not None:
+            if status in (S.STOPPED, S.ERROR, S.EXITED) or self.pending_result is not None:
                 return status
             if self._handled >= accepted_seq and status not in BUSY and not self._turn_active:
                 return status
@@ -554,59 +397,12 @@ class Session:
         Refused (`SessionRefused`): a session answering its own approval; a session answering
         a result gate that does not name it as approver (`PendingResult.approver`), or a tool
         call's approval (only a person answers those)."""
-        if by in (self.id, self.alias):
-            raise SessionRefused(
-                f"session {self.id} cannot answer its own approval: an agent never approves "
-                "its own result or tool call; a person or another session must write approve "
-                "or reject REASON to its approval file"
-            )
-        if self._result is not None:
-            approver = self._result.approver or USER
-            if by != USER and by != approver:
-                raise SessionRefused(
-                    f"session {self.id}'s result can be approved only by "
-                    + (
-                        f"user; ask a human to write approve or reject REASON to "
-                        f"agent/{self.id}/approval"
-                        if approver == USER
-                        else f"session {approver} (its approver, named when the "
-                        f"{_asker(self._result.asked_by)} was created) or a human, not by "
-                        f"session {by}"
-                    )
-                )
-            self._answer_result(line, by)
-            return
-        pending = self._broker.pending()
-        if not pending:
-            raise SessionRefused(
-                f"no approval is pending (session {self.id} is {self._status.value})"
-            )
-        if by != USER:
-            raise SessionRefused(
-                f"session {self.id} waits for approval of a tool call ({pending[0].tool}); only "
-                f"a human answers those: ask a human to write approve or reject REASON to "
-                f"agent/{self.id}/approval"
-            )
-        verb, _, rest = line.strip().partition(" ")
-        answer: ApprovalAnswer
-        match verb:
-            case "approve" if not rest.strip():
-                answer = ApproveOnce()
-            case "always" if not rest.strip():
-                answer = ApproveAlways()
-            case "reject":
-                answer = Reject(rest.strip())
-            case _:
-                raise InvalidSessionRequest(
-                    f"cannot answer an approval with {line.strip()!r}: write approve, always or "
-                    "reject REASON"
-                )
-        self._broker.answer(pending[0].id, answer)
+        self._approvals.answer(line, by)
 
     def request_result_approval(
         self, summary: str = "", asked_by: str = "ctl", ref: str = "", approver: str | None = None
     ) -> str:
-        """Ask for approval of this session's result (see the module docstring); returns what
+        """Ask for approval of this session's result (docs/session.md); returns what
         the asker is told. `summary` defaults to `out`. Raises `SessionRefused` when the session
         cannot wait for one (exited, ephemeral, stopped, in error, already waiting).
         `approver` is the session that may answer it besides a person: by default the
@@ -617,128 +413,28 @@ class Session:
         approval round), and learn the decision from the `ResultDecided` event (which carries
         asked_by, ref and who answered) or, after a daemon restart, from
         `result_decision(asked_by)`, which the records keep. Nothing is held in memory only."""
-        self._refuse_exited()
-        if self.ephemeral:
-            raise SessionRefused(
-                f"session {self.id} is ephemeral: it exits after its prompt and cannot wait for "
-                "approval; create a session without ephemeral"
-            )
-        if self._result is not None or self._result_request is not None:
-            raise SessionRefused(f"session {self.id} already asked for approval of its result")
-        if self._status in (S.STOPPED, S.ERROR):
-            raise SessionRefused(
-                f"session {self.id} is {self._status.value}: write start to its ctl first"
-            )
-        summary = summary.strip()[:MAX_SUMMARY_CHARS]
-        named = self.approver if approver is None else approver
-        who = "" if named == USER else named
-        if self._turn_active or self._status in BUSY:
-            self._result_request = PendingResult(summary, asked_by, ref, who)
-            return (
-                f"Approval requested: when this turn ends, session {self.id} waits in "
-                "await_approval until a human or approver writes approve or reject REASON. "
-                "End your turn now with a short summary of the result."
-            )
-        text = summary or self._output.out.strip()[:MAX_SUMMARY_CHARS]
-        if not text:
-            raise InvalidSessionRequest(
-                f"nothing to approve: session {self.id} has no answer in out; give a summary: "
-                "request_approval SUMMARY"
-            )
-        self._open_result_gate(PendingResult(text, asked_by, ref, who))
-        return f"session {self.id} waits for approval of its result"
+        return self._approvals.request_result(summary, asked_by, ref, approver)
 
     @property
     def pending_result(self) -> PendingResult | None:
         """The open result gate (summary, asked_by, ref), or None."""
-        return self._result
+        return self._approvals.pending_result
 
     @property
     def requested_result(self) -> PendingResult | None:
         """A result gate asked for during the running turn (opened when it ends), or None."""
-        return self._result_request
+        return self._approvals.requested_result
 
     def result_decision(self, asked_by: str) -> DecidedResult | None:
         """How the last result gate asked by `asked_by` ended, from the records (so it holds
         after a daemon restart): None when none has ended since that asker's last request."""
-        return self._journal.state.result_decision(asked_by)
+        return self._approvals.result_decision(asked_by)
 
     def withdraw_result_approval(self, asked_by: str, why: str) -> bool:
         """The asker no longer needs an answer (a bead decided elsewhere): a gate it asked for
         is cancelled (recorded; the session goes idle), a request waiting for the turn's end is
         dropped. False when the session has neither for `asked_by`."""
-        request = self._result_request
-        if request is not None and request.asked_by == asked_by:
-            self._result_request = None
-            self._output.log_lines([f"NOTE: approval request dropped: {why}"])
-            return True
-        if self._result is None or self._result.asked_by != asked_by:
-            return False
-        self._close_result_gate(Verdict.CANCELLED, why)
-        self._set_status(S.IDLE, f"approval withdrawn: {why}")
-        return True
-
-    def _open_result_gate(self, pending: PendingResult) -> None:
-        if not self._recorder.append(
-            ResultApprovalRequested(
-                pending.summary, pending.asked_by, pending.ref, pending.approver
-            )
-        ):
-            raise RecordWriteFailed(f"the approval was not requested: {self._detail}")
-        self._result = pending
-        asked_by = pending.asked_by
-        self._output.log_lines(indented("APPROVAL:", f"result approval requested by {asked_by}"))
-        self._set_status(S.AWAIT_APPROVAL, "waiting for approval of the result")
-        self._output.show(
-            ev.ApprovalRequested(
-                "result",
-                asked_by=asked_by,
-                summary=pending.summary,
-                approver=pending.approver or USER,
-            )
-        )
-
-    def _answer_result(self, line: str, by: str) -> None:
-        verb, _, rest = line.strip().partition(" ")
-        reason = rest.strip()
-        match verb:
-            case "approve" if not reason:
-                self._close_result_gate(Verdict.APPROVE, "", by)
-                self._set_status(S.IDLE, "result approved")
-            case "reject" if reason:
-                self._close_result_gate(Verdict.REJECT, reason, by)
-                self._set_status(S.STOPPED, f"result rejected: {reason}")
-            case "reject":
-                raise InvalidSessionRequest(
-                    "reject needs a reason for a result approval: reject REASON (it is recorded "
-                    "and shown in the state's detail)"
-                )
-            case "always":
-                raise InvalidSessionRequest(
-                    "always does not apply to a result approval (it approves a tool for the rest "
-                    "of the session); write approve or reject REASON"
-                )
-            case _:
-                raise InvalidSessionRequest(
-                    f"cannot answer a result approval with {line.strip()!r}: write approve or "
-                    "reject REASON"
-                )
-
-    def _close_result_gate(self, verdict: Verdict, reason: str, by: str = "") -> None:
-        """Record how the result gate ended (the record is the decision), then publish it."""
-        pending = self._result
-        if pending is None:
-            return
-        if not self._recorder.append(ResultApprovalAnswered(verdict, reason, by)):
-            raise RecordWriteFailed(f"the answer was not recorded: {self._detail}")
-        self._result = None
-        said = f"result {verdict.value}" + (f": {reason}" if reason else "")
-        said += f" (by {by})" if by else ""
-        self._output.log_lines(indented("APPROVAL:", said))
-        self._output.show(ev.ApprovalAnswered("result", verdict.value, reason, by=by))
-        self._services.publish(
-            ResultDecided(self.id, verdict.value, reason, pending.asked_by, pending.ref, by)
-        )
+        return self._approvals.withdraw_result(asked_by, why)
 
     def mark_out_read(self) -> None:
         """`out` was read to end of file and clunked: await -> idle (harmless otherwise)."""
@@ -910,7 +606,7 @@ class Session:
                     await self._work()
                     nursery.cancel_scope.cancel()
             finally:
-                self._broker.close("the session ended before the approval was answered")
+                self._approvals.close("the session ended before the approval was answered")
                 self._output.close()
 
     async def _work(self) -> None:
@@ -955,16 +651,12 @@ class Session:
         """Set `out` from how the turn ended, and leave running (synchronously: this also runs
         while the daemon shuts down)."""
         finished = self._output.end_turn(self._agent.messages)
-        request, self._result_request = self._result_request, None
+        request = self._approvals.take_request()
         # An ephemeral session goes from running straight to exited (the worker ends it next).
         if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
             done = finished is not None and finished.outcome is ev.TurnOutcome.DONE
             if request is not None and done and self._status is S.RUNNING:
-                text = (
-                    request.summary or self._output.out.strip()[:MAX_SUMMARY_CHARS] or "(no answer)"
-                )
-                with contextlib.suppress(RecordWriteFailed):  # then it is in error: no gate
-                    self._open_result_gate(attrs.evolve(request, summary=text))
+                self._approvals.open_requested(request)
             else:
                 if request is not None:
                     outcome = finished.outcome.value if finished else "error"
@@ -1013,18 +705,10 @@ class Session:
             messages,
             services=self._services,
             recorder=self._recorder,
-            gate=self._make_gate,
+            gate=self._approvals.gate,
             system=self._layers.render(),
             emit=self._on_event,
         )
-
-    def _make_gate(
-        self, policy: Policy, tools: ToolRegistry, context: ToolContext
-    ) -> PermissionGate:
-        gate = self._gate = PermissionGate(
-            policy, _Approver(self), tools, context, on_remember=self._record_remembered
-        )
-        return gate
 
     def _layers_for(self, context: str) -> PromptLayers:
         return load_layers(self.cwd, self.role, context, self._services.settings)
@@ -1039,20 +723,15 @@ class Session:
         if new is old and new is S.ERROR:
             return
         check(old, new)
-        if self._result is not None and new is not S.AWAIT_APPROVAL:
-            self._cancel_result_gate(detail or new.value)  # stop, restart, error: nobody decided
+        if self.pending_result is not None and new is not S.AWAIT_APPROVAL:
+            # stop, restart, error: nobody decided
+            self._approvals.cancel_result(detail or new.value)
         self._status, self._detail = new, detail
         if new is not S.EXITED:  # SessionEnded is the record of the end
             self._recorder.append(StateChanged(new, detail))
         self._services.publish(SessionStateChanged(self.id, new.value, detail))
         self._output.log_lines([f"STATE: {new.value}" + (f" ({detail})" if detail else "")])
         self._notify()
-
-    def _cancel_result_gate(self, why: str) -> None:
-        """End a result gate nobody answered (recorded as cancelled); if the record cannot be
-        written the gate stays, as the journal says."""
-        with contextlib.suppress(RecordWriteFailed):
-            self._close_result_gate(Verdict.CANCELLED, why)
 
     def _notify(self) -> None:
         self._version += 1
@@ -1067,7 +746,7 @@ class Session:
             raise SessionRefused(f"session {self.id} has exited")
 
     def _refuse_busy(self, verb: str) -> None:
-        if self._result is not None and not self._turn_active:
+        if self.pending_result is not None and not self._turn_active:
             raise SessionRefused(
                 f"{verb}: session {self.id} waits for approval of its result; write approve or "
                 "reject REASON to its approval file first"
@@ -1098,68 +777,13 @@ class Session:
         self._notify()
 
     async def _exit(self, reason: str) -> None:
-        if self._result is not None:
-            self._cancel_result_gate(reason)
+        self._approvals.cancel_result(reason)
         if not await self._recorder.append_synced(SessionEnded(reason)):
             raise RecordWriteFailed(f"session {self.id} could not record its end: {self._detail}")
         self._set_status(S.EXITED, reason)
-        self._broker.close("the session ended before the approval was answered")
+        self._approvals.close("the session ended before the approval was answered")
         self._services.on_exit(self, reason, self.ephemeral and reason.startswith("ephemeral"))
         self._scope.cancel()
-
-    def _record_remembered(self, remember: Remember) -> None:
-        """An `always` answer: record what it added, so a daemon restart restores it."""
-        grants = remember.grants
-        self._recorder.append(
-            PermissionsRemembered(
-                rules=tuple(str(rule) for rule in remember.rules),
-                read_roots=tuple(str(path) for path in grants.read_roots),
-                write_roots=tuple(str(path) for path in grants.write_roots),
-                network=grants.network,
-                full_access=grants.full_access,
-            )
-        )
-
-    async def _headless_refusal(self, request: ApprovalRequest) -> str:
-        """Why a headless session refuses a call that needs approval, and what would allow it:
-        the permission modes whose policy allows this very call (within the daemon's ceiling,
-        or saying the ceiling must be raised), and what an "always" answer would have added."""
-        gate = self._gate
-        call = ToolCall(request.id, request.tool, dict(request.arguments))
-        resolved = await gate.request_for(call)
-        modes = [
-            mode
-            for mode in MODE_ORDER
-            if wider(mode, gate.policy.mode)
-            and isinstance(attrs.evolve(gate.policy, mode=mode).decide(resolved), PolicyAllow)
-        ]
-        ceiling = self._services.settings.max_mode
-        ways = [
-            f"--permission-mode {m.value}"
-            + (
-                ""
-                if not wider(m, ceiling)
-                else f' (after setting permissions.max_mode = "{m.value}" in the user config)'
-            )
-            for m in modes[:1]
-        ]
-        rules = [
-            item.removeprefix("allow ") for item in request.always if item.startswith("allow ")
-        ]
-        if rules:
-            ways.append(
-                "an allow rule in the user config's [permissions] allow: "
-                + ", ".join(f'"{rule}"' for rule in rules)
-            )
-        grants = [item for item in request.always if not item.startswith("allow ")]
-        if grants:
-            ways.append("a grant for " + ", ".join(grants) + " (no permission mode gives it)")
-        what = "; or ".join(ways) if ways else "nothing but an interactive approval"
-        return (
-            f"This call needs approval ({request.reason.rstrip('.')}), and nobody can approve it "
-            "in a "
-            f"headless session. It would be allowed by {what}."
-        )
 
 
 class _Held:
