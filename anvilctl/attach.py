@@ -98,6 +98,7 @@ Type a prompt and press Enter; the answer streams below it.
   /help          this text
   /exit          leave (also Ctrl-D); the session keeps running in the daemon
   /clear         empty the session's context (ctl clear)
+  /compact [FOCUS]  summarise the history to free the window (ctl compact)
   /model NAME    switch the session's model (ctl model NAME)
 Ctrl-C cancels a running turn (ctl cancel); at the prompt it clears the line.
 Approvals: y approves the call once, a always (for this session), n rejects it with feedback.
@@ -704,6 +705,8 @@ class Attach:
                 self.show(HELP)
             case "/clear":
                 self._ctl("clear", "context cleared")
+            case "/compact":
+                self._ctl(f"compact {rest}".strip(), f"compacted: agent/{self.name}/compactions")
             case "/model" if rest:
                 self._ctl(f"model {rest}", f"model: {rest}")
             case "/model":

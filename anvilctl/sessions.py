@@ -186,7 +186,7 @@ def parse_created(text: str) -> dt.datetime | None:
     return stamp if stamp.tzinfo is not None else None
 
 
-_USAGE_RE = re.compile(r"(\d+)/(\d+) \(([0-9.]+)%\)")
+_USAGE_RE = re.compile(r"(\d+)/(\d+) \(([0-9.]+)%\)(?: compact at [0-9.]+%)?")
 
 
 def _tokens(count: int) -> str:
@@ -197,7 +197,8 @@ def _tokens(count: int) -> str:
 
 
 def usage_text(text: str | None) -> str:
-    """The `usage` file (`17426/200000 (8.7%)`, `-` before any turn) as the table shows it:
+    """The `usage` file (`17426/200000 (8.7%) compact at 85%`, `-` before any turn) as the
+    table shows it:
     `17.4k/200k 8.7%`; `-` when there is none."""
     match = _USAGE_RE.fullmatch((text or "").strip())
     if match is None:

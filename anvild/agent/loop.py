@@ -41,8 +41,8 @@ Theory of operation.
   tool results are stubbed in the request (never in the transcript); past `auto_compact` the
   history is compacted at the step boundary (no call in flight) and the turn goes on. A
   provider's `ContextOverflow` clears every old result, then compacts once, then retries; only
-  then does the turn end, saying what to do. A prompt that cannot fit the window even alone
-  ends the turn before any request. A compaction is adopted only after `on_compaction` (the
+  then does the turn end, saying what to do. A prompt larger than the whole window ends the
+  turn before any request. A compaction is adopted only after `on_compaction` (the
   session's record) accepted it; otherwise the transcript is unchanged.
 - Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
   turn emits exactly one `TurnFinished`, last.
@@ -300,7 +300,7 @@ class Agent:
         self, turn: _Turn, prompt: tuple[ContentBlock, ...]
     ) -> tuple[TurnOutcome, str]:
         specs = self.tools.specs(compact=self.config.compact_tools)
-        if (too_large := self._too_large(prompt, specs)) is not None:
+        if (too_large := self._too_large(prompt)) is not None:
             return TurnOutcome.ERROR, too_large
         self._commit(Message(Role.USER, prompt))
         turn.start = len(self.messages) - 1
@@ -405,20 +405,19 @@ class Agent:
         self._emit(ev.CompactionFinished(trigger, True, before, after, len(chosen.dropped)))
         return ""
 
-    def _too_large(self, prompt: tuple[ContentBlock, ...], specs: Sequence[ToolSpec]) -> str | None:
-        """Why `prompt` cannot fit the window even with no history at all, or None."""
+    def _too_large(self, prompt: tuple[ContentBlock, ...]) -> str | None:
+        """Why `prompt` alone cannot fit the window, or None. (System prompt and tools come on
+        top; a prompt that fits only without them overflows later and is recovered then.)"""
         window = self.window
         if window is None:
             return None
-        alone = (Message(Role.USER, prompt),)
-        size = window.size(self.config.system, specs, alone) + self.config.max_tokens
+        size = window.size("", (), (Message(Role.USER, prompt),))
         if size <= window.settings.window:
             return None
         return (
-            f"the prompt does not fit the model's context window: with the system prompt, the "
-            f"tools and room for the answer it needs about {size} tokens of "
-            f"{window.settings.window}, even with no history; split it, or put the text in a "
-            "file and ask the agent to read it"
+            f"the prompt is about {size} tokens, more than the model's whole context window of "
+            f"{window.settings.window}: split it, or put the text in a file and ask the agent "
+            "to read it"
         )
 
     async def _sample(

@@ -87,6 +87,7 @@ from anvild.daemon.app import Daemon
 from anvild.daemon.approvers import SessionApprovals
 from anvild.daemon.bead_gates import BeadGates
 from anvild.daemon.beads_tree import BeadsTree
+from anvild.daemon.compaction_files import compaction_files
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.config_file import config_file
 from anvild.daemon.gcpolicy import GcPolicy
@@ -124,6 +125,7 @@ from anvild.session import (
     chain_tools,
     default_tools,
 )
+from anvild.session.compaction import ContextPolicy
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
 from anvild.store import SessionStore
@@ -314,6 +316,12 @@ class Sessions:
             ),
             redact=redactor.redact if redactor else None,
             extra_context=configs.extra_context(store.context_for),
+            context=ContextPolicy(
+                auto_compact=config.context.auto_compact,
+                clear_at=config.context.clear_at,
+                compaction_model=config.context.compaction_model,
+                keep_tool_results=config.context.keep_tool_results,
+            ),
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
@@ -355,6 +363,7 @@ class Sessions:
         tree = SessionTree(manager, models=lambda: lines, max_prompt_bytes=limits.max_prompt_bytes)
         tree.extend(SessionExtension(answered=gates.settle))
         tree.extend(config_file(configs))
+        tree.extend(compaction_files())
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

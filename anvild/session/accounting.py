@@ -24,7 +24,14 @@ from anvild.agent.context.tokens import estimate_tokens
 from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role
-from anvild.store import ModelChanged, Record, SessionStarted, UsageBaseline, UsageReported
+from anvild.store import (
+    Compacted,
+    ModelChanged,
+    Record,
+    SessionStarted,
+    UsageBaseline,
+    UsageReported,
+)
 
 THRESHOLDS: Final = (80, 90)
 """Percentages of the window whose upward crossing is announced on the daemon's events."""
@@ -46,10 +53,12 @@ def context_used(baseline: UsageBaseline | None, messages: Sequence[Message]) ->
     return reported + estimate_tokens(since)
 
 
-def usage_line(used: int | None, window: int) -> str:
+def usage_line(used: int | None, window: int, compact_at: float | None = None) -> str:
+    """`used/window (pct%)`, and where the history is compacted (`compact at 85%`)."""
     if used is None:
         return "-"
-    return f"{used}/{window} ({used * 100 / window:.1f}%)"
+    line = f"{used}/{window} ({used * 100 / window:.1f}%)"
+    return line if compact_at is None else f"{line} compact at {compact_at:g}%"
 
 
 def crossed(before: int | None, after: int | None, window: int) -> tuple[int, ...]:
@@ -70,7 +79,7 @@ def priced(records: Iterable[Record], pricing_of: Callable[[str], Pricing | None
         match record:
             case SessionStarted(model=model) | ModelChanged(model=model):
                 pricing = pricing_of(model)
-            case UsageReported(usage=usage):
+            case UsageReported(usage=usage) | Compacted(usage=usage):
                 cost = None if pricing is None else pricing.cost(usage)
                 total = None if cost is None or total is None else total + cost
     return total

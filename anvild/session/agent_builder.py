@@ -12,7 +12,7 @@ it, and one changed meanwhile is still refused as stale), and the model's config
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -20,14 +20,18 @@ import attrs
 import structlog
 
 from anvild.agent import events as ev
+from anvild.agent.context import Compaction
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Grants, Policy
 from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
 from anvild.session import leftovers, roles
 from anvild.session.approvals import parse_remembered
+from anvild.session.compaction import window_for
+from anvild.session.errors import SessionError
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.recorder import Recorder
 from anvild.session.settings import (
@@ -57,6 +61,7 @@ def build_agent(
     gate: GateFactory,
     system: str,
     emit: Callable[[ev.AgentEvent], None],
+    on_compaction: Callable[[Compaction], Awaitable[bool]],
 ) -> Agent:
     """The agent of `session` (read through its public properties and records), starting
     from `messages`, with the system prompt `system` and its events sent to `emit`."""
@@ -104,6 +109,7 @@ def build_agent(
     )
     decide = gate(permission, tools, context)
     target = session.target
+    summariser = _summariser(session.id, services)
     config = AgentConfig(
         model=target.model,
         system=system,
@@ -111,6 +117,8 @@ def build_agent(
         max_tokens=target.limits.max_output_tokens,
         token_budget=session.token_budget,
         compact_tools=compact_tools(target),
+        cache_key=session.id,
+        compaction_model="" if summariser is None else summariser.model,
     )
     return Agent(
         services.provider_for(target),
@@ -121,7 +129,23 @@ def build_agent(
         decide=decide,
         redact=settings.redact,
         messages=messages,
+        window=window_for(target, settings.context),
+        on_compaction=on_compaction,
+        summariser=None if summariser is None else services.provider_for(summariser),
     )
+
+
+def _summariser(session_id: str, services: Services) -> ResolvedModel | None:
+    """`[context] compaction_model` resolved, or None (the session's own model writes the
+    summaries); a name that no longer resolves is logged and falls back to the session's."""
+    name = services.settings.context.compaction_model
+    if not name:
+        return None
+    try:
+        return services.resolve(name)
+    except SessionError as exc:
+        log.warning("session.compaction_model_unknown", session=session_id, error=str(exc))
+        return None
 
 
 def load_layers(cwd: str, role: str, context: str, settings: SessionSettings) -> PromptLayers:

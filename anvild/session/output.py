@@ -133,6 +133,15 @@ class Output:
                 recorder.append(TodosChanged(items))
             case ev.StepFailed(error_type=kind, message=message):
                 self.log_lines(indented("ERROR:", f"{kind}: {message}"))
+            case ev.CompactionStarted(trigger=trigger, tokens=tokens):
+                self._flush_text()
+                self.log_lines([f"COMPACTING: {trigger}, about {tokens} tokens"])
+            case ev.CompactionFinished(ok=True, before=before, after=after, dropped=dropped):
+                self.log_lines(
+                    [f"COMPACTED: {before} -> {after} tokens, {dropped} messages summarised"]
+                )
+            case ev.CompactionFinished(detail=detail):
+                self.log_lines([f"NOTE: not compacted: {detail}"])
             case ev.TurnFinished(outcome=outcome, detail=detail):
                 if outcome is ev.TurnOutcome.CANCELLED and trio.current_time() >= self._deadline:
                     detail = f"the turn's deadline of {self._turn_deadline:g} s passed"

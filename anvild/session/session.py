@@ -34,6 +34,7 @@ from anvild.llm.types import Message
 from anvild.session import accounting, roles
 from anvild.session.agent_builder import build_agent, current_layers, load_layers
 from anvild.session.approvals import USER, Approvals
+from anvild.session.compaction import Compactions, window_for
 from anvild.session.errors import (
     InvalidSessionRequest,
     RecordWriteFailed,
@@ -166,6 +167,15 @@ class Session:
             publish=services.publish,
             notify=self._notify,
             max_mode=settings.max_mode,
+        )
+        self.compaction = Compactions(
+            self,
+            self._recorder,
+            self._output,
+            agent=lambda: self._agent,
+            held=self._held,
+            turn_active=lambda: self._turn_active,
+            notify=self._notify,
         )
         self._layers = self._layers_for(state.context)
         self._agent = self._build_agent(state.messages)
@@ -317,10 +327,14 @@ class Session:
         return accounting.context_used(state.baseline, self._agent.messages)
 
     def usage_line(self) -> str:
-        return accounting.usage_line(self.usage_used(), self._target.limits.context_window)
+        compact_at = self._services.settings.context.auto_compact or None
+        window = self._target.limits.context_window
+        return accounting.usage_line(self.usage_used(), window, compact_at)
 
     def cost_text(self) -> str:
-        return accounting.cost_text(self._journal.state.usage, self._usd)
+        state = self._journal.state
+        turns = [(t.turn, t.usage) for t in state.turns]
+        return accounting.cost_text(state.usage, self._usd, turns)
 
     def approval_text(self) -> str:
         return self._approvals.text()
@@ -573,6 +587,7 @@ class Session:
                 raise RecordWriteFailed(f"the model was not changed: {self._detail}")
             self._target = target
             self._agent.provider = self._services.provider_for(target)
+            self._agent.window = window_for(target, self._services.settings.context)
             self._agent.config = attrs.evolve(
                 self._agent.config,
                 model=target.model,
@@ -708,6 +723,7 @@ class Session:
             gate=self._approvals.gate,
             system=self._layers.render(),
             emit=self._on_event,
+            on_compaction=self.compaction.record,
         )
 
     def _layers_for(self, context: str) -> PromptLayers:

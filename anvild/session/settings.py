@@ -26,6 +26,7 @@ from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
 from anvild.session.checkpoint import INTERVAL
+from anvild.session.compaction import ContextPolicy
 from anvild.session.errors import InvalidSessionRequest
 from anvild.session.events import SessionEvent
 from anvild.session.stream import BroadcastLimits
@@ -71,6 +72,7 @@ class SessionSettings:
     sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
     redact: Callable[[str], str] | None = None
     text_interval: float = INTERVAL  # how far the recorded streamed text may lag (seconds)
+    context: ContextPolicy = attrs.field(factory=ContextPolicy)  # `[context]`
     extra_context: Callable[[str], str] | None = None
     """Text for the system prompt of the session with this id, after the role and before the
     session's `context` (the daemon gives its beads' convoy context). Asked at the start of

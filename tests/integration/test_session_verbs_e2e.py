@@ -82,7 +82,7 @@ def test_usage_and_approvals_through_the_daemon(tmp_path: Path) -> None:
         assert read(namespace, "agent/v1/usage") == "-\n"
         ok(anvilctl(namespace, "send", sid, "count"))
         assert ok(anvilctl(namespace, "wait", sid)) == "await\n"
-        assert read(namespace, "agent/v1/usage") == "120/32000 (0.4%)\n"
+        assert read(namespace, "agent/v1/usage") == "120/32000 (0.4%) compact at 85%\n"
         assert ok(anvilctl(namespace, "out", sid)) == "counted\n"
 
         # reject REASON: the call never runs, and the reason is the model's tool result.

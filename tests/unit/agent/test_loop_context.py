@@ -181,7 +181,7 @@ async def test_a_prompt_larger_than_the_window_fails_before_any_request(tmp_path
     agent, provider, _ = make(tmp_path, [script.text("never")], window=1000)
     finished = await agent.run_turn("x" * 8000)
     assert finished.outcome is ev.TurnOutcome.ERROR
-    assert "does not fit the model's context window" in finished.detail
+    assert "more than the model's whole context window of 1000" in finished.detail
     assert "split it" in finished.detail
     assert provider.requests == []
     assert agent.messages == ()

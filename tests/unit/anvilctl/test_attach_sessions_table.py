@@ -92,6 +92,7 @@ def test_all_adds_the_cwd_column() -> None:
         ("17426/200000 (8.7%)\n", "17.4k/200k 8.7%"),
         ("512/8192 (6.2%)\n", "512/8.2k 6.2%"),
         ("1000/1000000 (0.1%)", "1k/1M 0.1%"),
+        ("5274/6000 (87.9%) compact at 85%\n", "5.3k/6k 87.9%"),
         ("1234567/2000000 (61.7%)", "1.2M/2M 61.7%"),
         ("-\n", "-"),
         ("N/A\n", "-"),  # what AnviLLM writes for a backend without a context query

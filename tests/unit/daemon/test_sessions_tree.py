@@ -158,7 +158,7 @@ async def test_new_then_a_turn_through_in_wait_and_out(tmp_path: Path) -> None:
         assert await c.put(f"{sid}/in", b"hi") == m.Rclunk(0)
         assert await c.get(f"{sid}/wait") == "await\n"
         assert await c.get(f"{sid}/state") == "await\n"
-        assert await c.get(f"{sid}/usage") == "120/32000 (0.4%)\n"
+        assert await c.get(f"{sid}/usage") == "120/32000 (0.4%) compact at 85%\n"
         assert "input 100\noutput 20\n" in await c.get(f"{sid}/cost")
         # The read of out to EOF, then the clunk, moves await to idle.
         assert await c.get(f"{sid}/out") == "Hello there.\n"

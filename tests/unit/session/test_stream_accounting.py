@@ -81,6 +81,8 @@ def test_context_use_is_the_last_response_plus_an_estimate_of_what_came_after() 
     assert accounting.context_used(unknown, messages) is None
     assert accounting.usage_line(None, 1000) == "-"
     assert accounting.usage_line(17426, 200000) == "17426/200000 (8.7%)"
+    assert accounting.usage_line(5274, 6000, 85) == "5274/6000 (87.9%) compact at 85%"
+    assert accounting.usage_line(5274, 6000, 85.5) == "5274/6000 (87.9%) compact at 85.5%"
     assert accounting.crossed(None, 950, 1000) == (80, 90)
     assert accounting.crossed(850, 870, 1000) == ()
     assert accounting.crossed(850, None, 1000) == ()
@@ -147,8 +149,8 @@ async def test_a_restored_session_keeps_its_usage_and_cost(tmp_path: Path) -> No
     async with running(tmp_path, again) as manager:
         restored = manager.get("kept")
         assert restored.cost_text() == cost
-        assert cost.endswith("usd 0.002000\n")
-        assert restored.usage_line() == usage == "1500/32000 (4.7%)"
+        assert "usd 0.002000\n" in cost
+        assert restored.usage_line() == usage == "1500/32000 (4.7%) compact at 85%"
         assert restored.out == "a\n"
         assert restored.status.value == "await"
 
