@@ -12,6 +12,8 @@ With `window=N` it acts like a model with an N-token context window: each reques
 content, over 4, rounded up). A larger one raises `ContextOverflow(requested, limit)` and
 consumes no script; otherwise a script whose usage leaves out input (or output) reports it
 before its Finish: input = the measured size, output = the same estimate of what it streamed.
+With `respond`, a function of the request, the script of a request comes from it once the
+listed scripts are used up (a long conversation whose requests a test cannot list in advance).
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ class ScriptedProvider:
         name: str = "scripted",
         window: int | None = None,
         measure: Callable[[ChatRequest], int] = estimate_tokens,
+        respond: Callable[[ChatRequest], Script] | None = None,
     ) -> None:
         self._scripts = list(scripts)
+        self._respond = respond
         self._name = name
         self._window = window
         self._measure = measure
@@ -94,6 +98,8 @@ class ScriptedProvider:
                     requested=size,
                     limit=self._window,
                 )
+        if not self._scripts and self._respond is not None:
+            self._scripts.append(self._respond(request))
         if not self._scripts:
             raise ConfigError(
                 f"script exhausted: request {len(self.requests)} has no scripted response"

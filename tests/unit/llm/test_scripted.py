@@ -10,7 +10,7 @@ from anvild.llm.builder import collect
 from anvild.llm.errors import ConfigError, ContextOverflow, HttpError, TransportError
 from anvild.llm.provider import Provider
 from anvild.llm.stream import FinishReason, TextDelta, Usage
-from anvild.llm.testing import Pause, ScriptedProvider, estimate_tokens, script
+from anvild.llm.testing import Pause, ScriptedProvider, Step, estimate_tokens, script
 from anvild.llm.types import ChatRequest, Message, Role, ToolCall, ToolResult, ToolSpec
 
 
@@ -145,3 +145,16 @@ async def test_without_a_window_nothing_is_measured_or_reported() -> None:
     provider = ScriptedProvider([script.text("a")], measure=measure)
     async with provider.stream(FOUR) as events:
         assert (await collect(events)).usage == Usage()
+
+
+async def test_respond_answers_each_request_once_the_scripts_are_used() -> None:
+    def respond(request: ChatRequest) -> list[Step]:
+        return script.text(f"echo {request.messages[-1].text()}")
+
+    provider = ScriptedProvider([script.text("first")], respond=respond)
+    texts = []
+    for prompt in ("a", "b"):
+        request = ChatRequest(model="m", messages=(Message.user_text(prompt),))
+        async with provider.stream(request) as events:
+            texts.append("".join([e.text async for e in events if isinstance(e, TextDelta)]))
+    assert texts == ["first", "echo b"]
