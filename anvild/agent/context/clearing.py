@@ -3,9 +3,10 @@
 `clear_tool_results` replaces the oldest tool results of a transcript by a one-line stub that
 names the tool, the gist of its arguments, the size dropped and how to get it back (run the tool
 again), until the bytes it saved reach what was asked. It changes the request only: the caller
-keeps its transcript (and the session its records) whole. The results of the last
-`keep_recent` calls and every result in the transcript's last message (the current step) are
-never cleared, nor a result too small for a stub to save anything. Pure.
+keeps its transcript (and the session its records) whole. Every result in the transcript's last
+message (the current step) is kept, and so are the most recent ones: up to `keep_recent` of
+them, while together they take at most `keep_bytes` (so a small window is not filled by what it
+protects). A result too small for a stub to save anything stays too. Pure.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def is_stub(result: ToolResult) -> bool:
     return result.content.startswith(STUB_PREFIX)
 
 
-def clear_tool_results(messages: Sequence[Message], *, save: int, keep_recent: int) -> Cleared:
+def clear_tool_results(
+    messages: Sequence[Message], *, save: int, keep_recent: int, keep_bytes: int = 2**62
+) -> Cleared:
     """Stub the oldest tool results until at least `save` bytes are saved (or none is left)."""
     calls = {
         block.id: block
@@ -68,8 +71,15 @@ def clear_tool_results(messages: Sequence[Message], *, save: int, keep_recent: i
         for b, block in enumerate(message.content)
         if isinstance(block, ToolResult) and not is_stub(block)
     ]
-    if keep_recent > 0:
-        places = places[:-keep_recent]
+    kept = protected = 0
+    for m, b in reversed(places):
+        result = messages[m].content[b]
+        assert isinstance(result, ToolResult)
+        protected += len(result.content.encode("utf-8", "surrogatepass"))
+        if kept >= keep_recent or protected > keep_bytes:
+            break
+        kept += 1
+    places = places[: len(places) - kept]
     out = list(messages)
     count = saved = 0
     for m, b in places:

@@ -30,6 +30,7 @@ RESULT_CHARS: Final = 1500  # of each tool result, in the history the summariser
 LIST_LIMIT: Final = 200  # paths or commands listed in the facts
 HARNESS_NOTES: Final = ("[The previous turn was cancelled",)
 _MARKS: Final = (SUMMARY_MARK, KEPT_MARK)
+FACTS_HEADING: Final = "## Kept by the harness"
 
 
 def prompt_text() -> str:
@@ -119,16 +120,21 @@ def facts(
     todos: Sequence[tuple[str, str]],
     effects: Callable[[ToolCall], Effects],
 ) -> Facts:
-    """What `messages` did that a summary must keep, from the calls themselves, and the open
-    `todos` ((content, status) pairs)."""
+    """What `messages` did that a summary must keep, from the calls themselves and from the
+    facts of an earlier summary among them (so nothing is lost over many compactions), and the
+    open `todos` ((content, status) pairs: the agent's list now, which replaces older ones)."""
+    carried = Facts()
     calls: dict[str, ToolCall] = {}
     read: list[str] = []
     changed: list[str] = []
     commands: list[str] = []
     failed: dict[str, str] = {}  # the call's gist -> its error's first line
+    succeeded: set[str] = set()
     for message in messages:
         for block in message.content:
-            if isinstance(block, ToolCall):
+            if isinstance(block, Text) and block.text.startswith(SUMMARY_MARK):
+                carried = _merged(carried, parse_facts(block.text))
+            elif isinstance(block, ToolCall):
                 calls[block.id] = block
                 try:
                     effect = effects(block)
@@ -144,15 +150,56 @@ def facts(
                     failed[key] = first[:300]
                 else:
                     failed.pop(key, None)
+                    succeeded.add(key)
                     command = call.arguments.get("command") if call is not None else None
                     if call is not None and call.name == "bash" and isinstance(command, str):
                         commands.append(command)
-    errors = [f"{key}: {why}" for key, why in failed.items()]
+    changed = [*carried.files_changed, *changed]
+    read = [p for p in (*carried.files_read, *read) if p not in changed]
+    errors = [e for e in carried.errors if not any(e.startswith(f"{k}: ") for k in succeeded)]
+    errors += [f"{key}: {why}" for key, why in failed.items()]
     open_todos = [f"{status}: {content}" for content, status in todos if status != "completed"]
-    read = [p for p in read if p not in changed]  # a changed file is listed there only
     return Facts(
-        _unique(read), _unique(changed), _unique(commands), _unique(errors), tuple(open_todos)
+        _unique(read),
+        _unique(changed),
+        _unique([*carried.commands, *commands]),
+        _unique(errors),
+        tuple(open_todos),
     )
+
+
+def _merged(first: Facts, second: Facts) -> Facts:
+    return Facts(
+        *(
+            _unique([*a, *b])
+            for a, b in zip(attrs.astuple(first), attrs.astuple(second), strict=True)
+        )
+    )
+
+
+_TITLES: Final = {
+    "Files read": "files_read",
+    "Files changed": "files_changed",
+    "Commands that succeeded": "commands",
+    "Errors not fixed yet": "errors",
+    "Open todos": "todos",
+}
+
+
+def parse_facts(text: str) -> Facts:
+    """The facts `render_facts` wrote at the end of a summary block (none when absent)."""
+    _, found, section = text.rpartition(f"{FACTS_HEADING}\n")
+    if not found:
+        return Facts()
+    lists: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in section.splitlines():
+        title = line.split(":", 1)[0]
+        if title in _TITLES and not line.startswith("- "):
+            current = lists.setdefault(_TITLES[title], [])
+        elif line.startswith("- ") and current is not None:
+            current.append(line[2:])
+    return Facts(**{name: tuple(items) for name, items in lists.items()})
 
 
 def render_facts(found: Facts) -> str:
@@ -161,7 +208,7 @@ def render_facts(found: Facts) -> str:
     def listed(title: str, items: Sequence[str]) -> list[str]:
         return [f"{title}:", *(f"- {item}" for item in items)] if items else [f"{title}: none"]
 
-    lines = ["## Kept by the harness"]
+    lines = [FACTS_HEADING]
     lines += listed("Files read", found.files_read)
     lines += listed("Files changed", found.files_changed)
     lines += listed("Commands that succeeded", found.commands)

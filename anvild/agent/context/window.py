@@ -43,7 +43,8 @@ def _share(instance: object, attribute: attrs.Attribute[float], value: float) ->
 @attrs.frozen
 class ContextSettings:
     """`window` in tokens; `auto_compact` and `clear_at` are shares of it (0: off);
-    `keep_tool_results` the most recent results never cleared; `keep_user_share` the share of
+    `keep_tool_results` the most recent results never cleared, while they take at most
+    `keep_tool_share` of the window; `keep_user_share` the share of
     the window kept as verbatim user messages after a compaction; `summary_tokens` the
     summary's output limit (0: a sixteenth of the window, within 256..4096)."""
 
@@ -51,6 +52,7 @@ class ContextSettings:
     auto_compact: float = attrs.field(default=0.85, validator=_share)
     clear_at: float = attrs.field(default=0.6, validator=_share)
     keep_tool_results: int = 3
+    keep_tool_share: float = attrs.field(default=0.15, validator=_share)
     keep_user_share: float = attrs.field(default=0.1, validator=_share)
     summary_tokens: int = 0
 
@@ -111,7 +113,8 @@ class ContextWindow:
             return Cleared(tuple(messages))
         save = 2**62 if force else int(over / self.meter.per_byte) + 1
         keep = 0 if force else settings.keep_tool_results
-        return clear_tool_results(messages, save=save, keep_recent=keep)
+        keep_bytes = int(settings.keep_tool_share * settings.window / self.meter.per_byte)
+        return clear_tool_results(messages, save=save, keep_recent=keep, keep_bytes=keep_bytes)
 
     def wants_compaction(self, tokens: int) -> bool:
         share = self.settings.auto_compact

@@ -11,6 +11,7 @@ from anvild.agent.context.compaction import (
     chunks,
     facts,
     is_compacted,
+    parse_facts,
     plan,
     prompt_text,
     rebuild,
@@ -172,3 +173,37 @@ def test_the_window_clears_only_past_its_share() -> None:
     assert not roomy.wants_compaction(84_999)
     assert not ContextWindow(ContextSettings(window=10, auto_compact=0)).wants_compaction(10**6)
     assert STUB_PREFIX in str(cleared.messages)
+
+
+def test_the_protected_span_is_bounded_by_size_too() -> None:
+    messages = history()
+    # c5's 5000-byte read would be protected as recent, but not within 1000 bytes
+    cleared = clear_tool_results(messages, save=10**9, keep_recent=3, keep_bytes=1000)
+    stubbed = [
+        b.call_id
+        for m in cleared.messages
+        for b in m.content
+        if isinstance(b, ToolResult) and is_stub(b)
+    ]
+    assert stubbed == ["c1", "c5"]
+    roomy = clear_tool_results(messages, save=10**9, keep_recent=3, keep_bytes=10**6)
+    assert roomy.count == 1  # c1 only: c2..c5 are the three recent ones
+
+
+def test_facts_of_an_earlier_summary_are_carried_into_the_next() -> None:
+    first = facts(history(), [("write tests", "pending")], effects)
+    block = summary_block("the model's words", first, model="m")
+    assert parse_facts(block) == first
+    later = [
+        Message.user_text(block),
+        call("c7", "bash", command="make lint"),  # the error of c6 is fixed now
+        result("c7", "ok"),
+        call("c8", "read_file", file_path="docs/x.md"),
+        result("c8", "z"),
+    ]
+    carried = facts(later, [("write tests", "completed")], effects)
+    assert carried.files_read == ("src/lexer.py", "docs/x.md")
+    assert carried.files_changed == ("src/parser.py",)
+    assert carried.commands == ("pytest tests/test_parser.py", "make lint")
+    assert carried.errors == ()
+    assert carried.todos == ()  # the agent's list now replaces the summary's
