@@ -73,8 +73,10 @@ For a Session `s`:
   queue     `s.queue_text()` (`<prompt-id>\t<first line>` per waiting prompt); write `drop`:
             `s.drop_queue()` -> how many.
   state     `s.status.value` (and `s.status_detail`, why, for error and stopped).
-  usage     `s.usage_line()`: "used/window (pct%)" or "-".
-  cost      `s.cost_text()`: `input/output/cache_read/cache_write N`, `cache_hit_rate`, `usd`.
+  usage     `s.usage_line()`: "used/window (pct%) compact at P%" (no `compact at` when
+            `[context] auto_compact` is 0) or "-".
+  cost      `s.cost_text()`: `input/output/cache_read/cache_write N`, `cache_hit_rate`, `usd`,
+            then `turn N input I cache_read R cache_write W cache_hit_rate P%` per recent turn.
   approval  read `s.approval_text()` ("" when nothing is pending; `kind tool` with call_id,
             tool, arguments, reason, always_adds; or `kind result` with asked_by and summary);
             write `s.answer_approval(line, by="user")`: approve | always | reject REASON
@@ -104,6 +106,8 @@ For a Session `s`:
   todos     `s.todos_text()` (`<status>\t<content>` per item).
   config    `configs.text(s)` (`ProjectConfigs`, added by the daemon as an extension): every
             setting that applied at the last turn start, with its origin.
+  compactions  `s.compaction.text()` (an extension too): `TIME\tTRIGGER\tBEFORE\tAFTER\tDROPPED
+            \tMODEL` per compaction; ctl `compact [FOCUS...]`: `await s.compaction.compact(f)`.
 
 Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks
 until there is something and is a plain cancel point for Tflush; `read_nowait`; `close()` at

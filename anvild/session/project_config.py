@@ -45,7 +45,7 @@ Stamp = tuple[object, ...]
 
 _MODELS: Final = frozenset({"providers", "models", "default_model"})
 DAEMON_WIDE: Final = frozenset(
-    {"env_passthrough", "sessions", "server", "beads", "hooks", "mcp_servers"}
+    {"env_passthrough", "sessions", "context", "server", "beads", "hooks", "mcp_servers"}
 )
 """Top-level keys a project may set that a session does not apply (daemon-wide, or unused)."""
 _NOT_APPLIED: Final = ("permissions.max_mode", "permissions.full_access")
