@@ -389,6 +389,9 @@ class Agent:
             why = f"the summary could not be written: {type(exc).__name__}: {exc}"
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
             return why
+        self.usage = self.usage.plus(usage)
+        if turn is not None:  # the turn's token budget pays for its summaries too
+            turn.usage = turn.usage.plus(usage)
         messages = rebuild(summary_block(summary, found, model=model), chosen)
         validate_transcript(messages)
         after = window.size(system, specs, messages)

@@ -15,7 +15,7 @@ from anvild.agent.tools.base import Args, Cancellation, Effects, ToolContext, To
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.errors import ContextOverflow
 from anvild.llm.integrity import validate_transcript
-from anvild.llm.testing import Script, ScriptedProvider, script
+from anvild.llm.testing import Script, ScriptedProvider, estimate_tokens, script
 from anvild.llm.types import ChatRequest, Message, ToolResult
 
 
@@ -122,6 +122,9 @@ async def test_auto_compaction_summarises_keeps_the_step_and_the_turn_goes_on(
         assert needle in text
     [compaction] = recorded
     assert compaction.trigger == "auto"
+    # the turn's usage (its budget) includes what the summary cost
+    assert finished.usage.input == sum(estimate_tokens(r) for r in provider.requests)
+    assert compaction.usage.input == estimate_tokens(summary)
     assert compaction.after < compaction.before
     assert compaction.messages == agent.messages[: len(compaction.messages)]
     head = agent.messages[0].text()
