@@ -95,6 +95,7 @@ from anvild.session import (
     ToolSetup,
 )
 from anvild.session import roles as session_roles
+from anvild.session.settings import sandbox_name
 
 __all__ = ["BEAD_TOOL_NAMES", "CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
 
@@ -130,16 +131,6 @@ def _width(policy: SandboxPolicy) -> int:
             return 1
         case FullAccess():
             return 2
-
-
-def _policy_name(policy: SandboxPolicy) -> str:
-    match policy:
-        case ReadOnly():
-            return "read-only"
-        case WorkspaceWrite():
-            return "workspace-write"
-        case FullAccess():
-            return "full-access"
 
 
 class ConductorTools:
@@ -376,7 +367,7 @@ person). Returns the new session's id and alias."""
         wanted = ReadOnly(network=False) if asked == "read-only" else WorkspaceWrite()
         if _width(wanted) > _width(default):
             raise Failed(
-                f"sandbox={asked} is refused: the {role} role runs {_policy_name(default)}, and "
+                f"sandbox={asked} is refused: the {role} role runs {sandbox_name(default)}, and "
                 "a conductor cannot give a session more than its role allows. Omit sandbox or "
                 "ask for read-only."
             )
