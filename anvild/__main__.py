@@ -48,7 +48,13 @@ from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
 from anvild.daemon.fdlimit import raise_nofile
 from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
-from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
+from anvild.daemon.llama import (
+    LlamaNotBuilt,
+    LlamaPaths,
+    LlamaServer,
+    embedded_default_wanted,
+    threads_from,
+)
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
 from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
 from anvild.daemon.root import RootTree
@@ -204,7 +210,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 log.warning("llama.not_built", message=not_built)
             else:
                 log_file = logs.path.with_name("llama-server.log")
-                local_model = LlamaServer(paths, log_file=log_file, env=env)
+                try:
+                    threads = threads_from(env)
+                except ValueError as exc:
+                    _say(str(exc))
+                    return 2
+                local_model = LlamaServer(paths, log_file=log_file, env=env, threads=threads)
         nofile = raise_nofile(config.server.max_connections)
         log.info("daemon.nofile", soft=nofile.soft, hard=nofile.hard, was=nofile.before)
         if not nofile.enough:

@@ -26,6 +26,11 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 settings.register_profile("anvil", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("anvil")
 
+# llama.cpp meets its threads at a barrier after every operation: beside another busy worker two
+# threads crawl (generation fell from ~15 to 2 tokens/s), one keeps a core to itself. Every
+# llama-server the tests start (the daemon's, the recipe's) takes this; a run may set its own.
+os.environ.setdefault("ANVIL_LLAMA_THREADS", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 REAL_LLAMA_LOCK = Path(tempfile.gettempdir()) / f"anvil-tests-real-llama-{os.getuid()}.lock"

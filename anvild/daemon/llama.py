@@ -17,7 +17,9 @@ that builds the binary, fetches the SmolLM2-135M GGUF model and knows the chat t
 they are; each of `ANVIL_LLAMA_SERVER`, `ANVIL_LLAMA_MODEL` and `ANVIL_LLAMA_TEMPLATE` in the
 environment overrides its answer (tests put a fake server there). A missing binary or model is a
 `LlamaNotBuilt` whose message says to run `make llama-server` (`anvil-llama-server setup` where
-anvild is installed); the daemon starts without it.
+anvild is installed); the daemon starts without it. `ANVIL_LLAMA_THREADS` (default 2) sets its
+threads: llama.cpp's threads wait for each other after every operation, so on a machine busy
+with other work one thread is several times faster than two (the tests use one).
 
 Running it
 ----------
@@ -222,6 +224,17 @@ class _Exited(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
         self.status = status
+
+
+def threads_from(env: Mapping[str, str], default: int = 2) -> int:
+    """`ANVIL_LLAMA_THREADS` as a thread count (1 to 64), else `default`; a bad value is
+    refused with what to write."""
+    text = env.get("ANVIL_LLAMA_THREADS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise ValueError(f"ANVIL_LLAMA_THREADS={text!r}: write a whole number from 1 to 64")
+    return int(text)
 
 
 class LlamaServer:

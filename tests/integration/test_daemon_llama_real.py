@@ -19,7 +19,14 @@ import pytest
 import trio
 
 from anvild.config import load
-from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, State, with_local_model
+from anvild.daemon.llama import (
+    LlamaNotBuilt,
+    LlamaPaths,
+    LlamaServer,
+    State,
+    threads_from,
+    with_local_model,
+)
 from tests.integration.test_daemon_cli import Anvild, alive, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
@@ -44,7 +51,9 @@ def gone(pid: int) -> bool:
 async def test_the_real_llama_server_starts_answers_and_stops(
     tmp_path: Path, real_paths: LlamaPaths
 ) -> None:
-    llama = LlamaServer(real_paths, log_file=tmp_path / "llama-server.log")
+    llama = LlamaServer(
+        real_paths, log_file=tmp_path / "llama-server.log", threads=threads_from(os.environ)
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(llama.run)
         with trio.fail_after(120):

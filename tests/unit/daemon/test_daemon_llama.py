@@ -27,6 +27,7 @@ from anvild.daemon.llama import (
     LlamaUnavailable,
     State,
     embedded_default_wanted,
+    threads_from,
     with_local_model,
 )
 from tests.support.fake_llama_server import write_fake
@@ -289,3 +290,11 @@ async def test_without_setpriv_it_fails_and_says_what_to_install(tmp_path: Path)
     assert "setpriv (util-linux) is not on PATH" in llama.reason
     assert "Install util-linux" in llama.reason
     assert runs(tmp_path) == []
+
+
+def test_the_thread_count_comes_from_the_environment() -> None:
+    assert threads_from({}) == 2
+    assert threads_from({"ANVIL_LLAMA_THREADS": " 1 "}) == 1
+    for bad in ("0", "two", "65", "-1"):
+        with pytest.raises(ValueError, match=r"ANVIL_LLAMA_THREADS=.*whole number from 1 to 64"):
+            threads_from({"ANVIL_LLAMA_THREADS": bad})
