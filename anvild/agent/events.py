@@ -1,7 +1,7 @@
 """What a running turn tells the world: typed `AgentEvent`s and the `TurnOutcome` of a turn.
 
     AgentEvent = StepStarted | TextDelta | ReasoningDelta | ToolCallStarted | ToolCallFinished
-               | Usage | StepFailed | TodosUpdated | Lagged | TurnFinished
+               | Usage | StepFailed | Retrying | TodosUpdated | Lagged | TurnFinished
                | ApprovalRequested | ApprovalAnswered | CompactionStarted | CompactionFinished
 
 Every turn emits exactly one `TurnFinished`, last, whatever ended it: its `outcome` is the turn's
@@ -12,7 +12,9 @@ Nor are `ApprovalRequested` and `ApprovalAnswered`: the session (`anvild.session
 its `events` when it starts waiting on its `approval` file (a tool call, during a turn; or its
 result, after one) and when that wait ends, so a client follows approvals from the stream
 instead of polling `approval`. `CompactionStarted` and `CompactionFinished` frame a compaction
-(`anvild.agent.context`), during a turn or on the `compact` verb.
+(`anvild.agent.context`), during a turn or on the `compact` verb. `Retrying` says, when the wait
+starts, that a failed request will be tried again (`anvild.llm.retry` tells the loop through its
+retry listener), so a client can show each retry as it happens rather than only the final error.
 
 The JSON form (stream-json on a session's `events` file, session records) goes through the one
 converter here, `event_converter`: each object carries a stable `type` tag (the `TAG` of its
@@ -47,6 +49,7 @@ __all__ = [
     "CompactionStarted",
     "Lagged",
     "ReasoningDelta",
+    "Retrying",
     "StepFailed",
     "StepStarted",
     "TextDelta",
@@ -158,6 +161,19 @@ class StepFailed:
     retryable: bool = False
 
 
+@attrs.frozen
+class Retrying:
+    """A request of step `step` failed with a retryable error (`reason`); attempt `attempt` (2
+    is the first retry) of at most `max_attempts` starts after `delay` seconds."""
+
+    TAG: ClassVar[str] = "retrying"
+    step: int
+    attempt: int
+    max_attempts: int
+    delay: float
+    reason: str
+
+
 def _to_todos(todos: Iterable[Todo]) -> tuple[Todo, ...]:
     return tuple(todos)
 
@@ -256,6 +272,7 @@ AgentEvent: TypeAlias = (
     | ToolCallFinished
     | Usage
     | StepFailed
+    | Retrying
     | TodosUpdated
     | Lagged
     | TurnFinished
@@ -273,6 +290,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     ToolCallFinished,
     Usage,
     StepFailed,
+    Retrying,
     TodosUpdated,
     Lagged,
     TurnFinished,

@@ -45,12 +45,15 @@ Theory of operation.
   turn before any request. A compaction is adopted only after `on_compaction` (the
   session's record) accepted it; otherwise the transcript is unchanged.
 - Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
-  turn emits exactly one `TurnFinished`, last.
+  turn emits exactly one `TurnFinished`, last. A provider that retries a failed request (the
+  `anvild.llm.retry` wrapper) tells the loop through the retry listener set around each request
+  (a summary's too), and the loop emits `Retrying` when the wait starts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Final, TypeAlias
 
 import attrs
@@ -68,6 +71,7 @@ from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.errors import ContextOverflow, LlmError
 from anvild.llm.integrity import TranscriptError, validate_transcript
 from anvild.llm.provider import Provider
+from anvild.llm.retry import RetryNotice, retry_listener
 from anvild.llm.types import (
     ChatRequest,
     ContentBlock,
@@ -382,9 +386,10 @@ class Agent:
         found = facts(chosen.dropped, todos, self.tools.effects)
         model = self.config.compaction_model or self.config.model
         try:
-            summary, usage = await window.summarise(
-                self.summariser or self.provider, model, chosen, found, focus
-            )
+            with self._retries(0 if turn is None else turn.step):
+                summary, usage = await window.summarise(
+                    self.summariser or self.provider, model, chosen, found, focus
+                )
         except (LlmError, SummaryFailed) as exc:
             why = f"the summary could not be written: {type(exc).__name__}: {exc}"
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
@@ -438,13 +443,14 @@ class Agent:
             stable_prefix=1 if is_compacted(messages) else 0,
         )
         builder = MessageBuilder()
-        async with self.provider.stream(request) as events:
-            async for event in events:
-                builder.push(event)
-                if isinstance(event, stream.TextDelta) and event.text:
-                    self._emit(ev.TextDelta(turn.step, event.text))
-                elif isinstance(event, stream.ReasoningDelta) and event.text:
-                    self._emit(ev.ReasoningDelta(turn.step, event.text))
+        with self._retries(turn.step):
+            async with self.provider.stream(request) as events:
+                async for event in events:
+                    builder.push(event)
+                    if isinstance(event, stream.TextDelta) and event.text:
+                        self._emit(ev.TextDelta(turn.step, event.text))
+                    elif isinstance(event, stream.ReasoningDelta) and event.text:
+                        self._emit(ev.ReasoningDelta(turn.step, event.text))
         completion = builder.finish()
         if self.window is not None:
             self.window.meter.measured(
@@ -454,6 +460,16 @@ class Agent:
         self.usage = self.usage.plus(completion.usage)
         self._emit(ev.Usage(turn.step, completion.usage, turn.usage))
         return completion
+
+    def _retries(self, step: int) -> AbstractContextManager[None]:
+        """Around a request: each retry the provider starts is emitted as `Retrying`."""
+
+        def retrying(notice: RetryNotice) -> None:
+            delay = round(notice.delay, 3)
+            attempts = notice.max_attempts
+            self._emit(ev.Retrying(step, notice.attempt, attempts, delay, notice.reason))
+
+        return retry_listener(retrying)
 
     async def _run_batch(self, batch: _Batch, completion: Completion) -> None:
         allowed: list[int] = []

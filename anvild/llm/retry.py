@@ -24,14 +24,19 @@ the last error is raised with a note (PEP 678) saying why retrying stopped, inst
 past the deadline. Time is trio's clock, so tests run on `autojump_clock`.
 
 Every retry is logged with structlog (`provider.retry`: provider, status or error kind, attempt,
-delay).
+delay), and told, when it starts, to the *retry listener* of the task that opened the stream:
+`with retry_listener(callback):` around the `stream(...)` call (a context variable, so the
+caller needs no reference to this wrapper, and this layer none to the caller's: the agent loop
+turns each `RetryNotice` into its `retrying` event). A listener that raises is logged and
+otherwise ignored: it never changes what is retried.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from typing import NoReturn
 
 import attrs
@@ -64,6 +69,44 @@ class RetryPolicy:
         """The wait after failed attempt `attempt` (1-based); `jitter` is in [0, 1)."""
         step = min(self.cap, self.base * 2.0 ** (attempt - 1))
         return step * (0.5 + jitter / 2)
+
+
+@attrs.frozen
+class RetryNotice:
+    """A retry starts: attempt `attempt` (2 is the first retry) of at most `max_attempts` will
+    be made after `delay` seconds, because of `reason` (the failed attempt's error)."""
+
+    provider: str
+    attempt: int
+    max_attempts: int
+    delay: float
+    reason: str
+
+
+RetryListener = Callable[[RetryNotice], None]
+
+_listener: ContextVar[RetryListener | None] = ContextVar("anvild_retry_listener", default=None)
+
+
+@contextmanager
+def retry_listener(listener: RetryListener) -> Iterator[None]:
+    """Within the block, every retry of a stream this task opens is told to `listener` (called
+    before the wait, on the task's thread; it must not block)."""
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
+
+
+def _notify(notice: RetryNotice) -> None:
+    listener = _listener.get()
+    if listener is None:
+        return
+    try:
+        listener(notice)
+    except Exception:
+        log.exception("provider.retry_listener_failed", provider=notice.provider)
 
 
 def _describe(error: LlmError) -> dict[str, object]:
@@ -140,6 +183,7 @@ class Retry:
                     delay=round(delay, 3),
                     **_describe(error),
                 )
+                _notify(RetryNotice(self.name, attempt + 1, policy.max_attempts, delay, str(error)))
                 await trio.sleep(delay)
                 continue
             except BaseException:

@@ -1,6 +1,7 @@
 """`Output`: what a session shows of its turns: the `log` and `events` streams, and `out`.
 
-`log` (human-readable lines: USER:, ASSISTANT:, TOOL:, RESULT:, ERROR:, TURN:, STATE:, NOTE:)
+`log` (human-readable lines: USER:, ASSISTANT:, TOOL:, RESULT:, ERROR:, RETRY:, TURN:, STATE:,
+NOTE:)
 and `events` (stream-json agent events) are `LineBroadcast`s: per-reader cursors, a bounded
 backlog, lag markers. `on_event` translates each agent event: the transcript synced to the
 records first (`Recorder.sync`), then what the event records (usage, todos, the turn's end),
@@ -133,6 +134,10 @@ class Output:
                 recorder.append(TodosChanged(items))
             case ev.StepFailed(error_type=kind, message=message):
                 self.log_lines(indented("ERROR:", f"{kind}: {message}"))
+            case ev.Retrying(attempt=attempt, max_attempts=most, delay=delay, reason=reason):
+                self.log_lines(
+                    [f"RETRY: attempt {attempt} of {most} in {delay:g} s: {first_line(reason)}"]
+                )
             case ev.CompactionStarted(trigger=trigger, tokens=tokens):
                 self._flush_text()
                 self.log_lines([f"COMPACTING: {trigger}, about {tokens} tokens"])

@@ -45,6 +45,11 @@ ALL_EVENTS: list[tuple[ev.AgentEvent, str]] = [
         '"message":"HTTP 529: overloaded","retryable":true}',
     ),
     (
+        ev.Retrying(1, 2, 5, 1.5, "HTTP 529: overloaded"),
+        '{"type":"retrying","step":1,"attempt":2,"max_attempts":5,"delay":1.5,'
+        '"reason":"HTTP 529: overloaded"}',
+    ),
+    (
         ev.TodosUpdated([ev.Todo("a", "in_progress")]),
         '{"type":"todos_updated","todos":[{"content":"a","status":"in_progress"}]}',
     ),

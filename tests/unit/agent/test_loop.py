@@ -486,6 +486,28 @@ async def test_stream_error_commits_nothing_and_the_next_turn_works(tmp_path: Pa
     assert_alternates(agent.messages)
 
 
+async def test_a_retry_of_the_provider_is_an_event_before_its_wait(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    from anvild.llm.retry import Retry, RetryPolicy
+
+    agent, _, seen = make_agent(tmp_path, [HttpError(529, "overloaded"), script.text("ok")])
+    agent.provider = Retry(agent.provider, RetryPolicy(base=4.0), jitter=lambda: 0.0)
+    finished = await agent.run_turn("hi")
+    assert finished.outcome is ev.TurnOutcome.DONE
+    kinds = [type(e).__name__ for e in seen]
+    assert kinds == ["StepStarted", "Retrying", "TextDelta", "Usage", "TurnFinished"]
+    retrying = seen[1]
+    assert isinstance(retrying, ev.Retrying)
+    assert (retrying.step, retrying.attempt, retrying.max_attempts, retrying.delay) == (
+        1,
+        2,
+        5,
+        2.0,
+    )
+    assert retrying.reason == "HTTP 529: overloaded"
+
+
 async def test_a_bug_is_reported_as_error_and_reraised(tmp_path: Path) -> None:
     class Exploding:
         name = "exploding"

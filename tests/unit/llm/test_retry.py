@@ -18,7 +18,7 @@ from anvild.llm.builder import collect
 from anvild.llm.errors import ApiError, DecodeError, HttpError, LlmError, TransportError
 from anvild.llm.http import parse_retry_after
 from anvild.llm.provider import Provider
-from anvild.llm.retry import Retry, RetryPolicy
+from anvild.llm.retry import Retry, RetryNotice, RetryPolicy, retry_listener
 from anvild.llm.stream import FinishReason, TextDelta
 from anvild.llm.testing import Script, ScriptedProvider, script
 from anvild.llm.types import ChatRequest, Message
@@ -232,3 +232,41 @@ async def test_cancelled_while_waiting(autojump_clock: trio.testing.MockClock) -
         await run(provider)
     assert scope.cancelled_caught
     assert trio.current_time() == pytest.approx(10)
+
+
+async def test_each_retry_is_told_to_the_listener_when_its_wait_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    provider = retrying(
+        [HttpError(529, "overloaded"), HttpError(503, "down", retry_after=2.0), script.text("ok")],
+        RetryPolicy(base=0.01, max_attempts=4),
+    )
+    told: list[tuple[RetryNotice, float]] = []
+    with retry_listener(lambda notice: told.append((notice, trio.current_time()))):
+        start = trio.current_time()
+        assert await run(provider) == "ok"
+    assert [(n.provider, n.attempt, n.max_attempts, n.delay) for n, _ in told] == [
+        ("p", 2, 4, 0.005),
+        ("p", 3, 4, 2.0),
+    ]
+    assert told[0][0].reason.startswith("HTTP 529")
+    assert told[1][0].reason.startswith("HTTP 503")
+    # Told before each wait, not after it.
+    assert [at - start for _, at in told] == pytest.approx([0.0, 0.005])
+
+
+async def test_no_listener_outside_the_block_and_a_failing_listener_changes_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    told: list[RetryNotice] = []
+    with retry_listener(told.append):
+        pass
+    assert await run(retrying([HttpError(529, ""), script.text("ok")])) == "ok"
+    assert told == []
+
+    def broken(notice: RetryNotice) -> None:
+        raise RuntimeError("listener bug")
+
+    with retry_listener(broken), capture_logs() as logs:
+        assert await run(retrying([HttpError(529, ""), script.text("ok")])) == "ok"
+    assert "provider.retry_listener_failed" in [entry["event"] for entry in logs]
