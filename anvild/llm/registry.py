@@ -25,7 +25,8 @@ own (`anvild.llm.http.Timeouts`: request and idle), and httpx's 5 s default read
 end a slow local model's stream between two tokens.
 
 Every resolved provider is wrapped in `Retry`. Pricing is optional: without it cost is
-unknown (`None`), never zero.
+unknown (`None`), never zero. `Pricing.cost` needs the input and output counts; a cache count
+the provider did not report costs nothing (such a provider has no prompt cache to bill).
 """
 
 from __future__ import annotations
@@ -85,16 +86,24 @@ class Pricing:
     cache_write: float | None = None
 
     def cost(self, usage: Usage) -> float | None:
-        """The USD cost of `usage`, or None when a count or a price it needs is unknown."""
+        """The USD cost of `usage`, or None when a count or a price it needs is unknown.
+
+        Input and output must have been reported: without them the cost is unknown. An
+        unreported cache count (None) costs nothing: a provider that says nothing about its
+        prompt cache (an openai-chat server without `cached_tokens`) has none to charge for, and
+        its input count is then every input token. A reported cache count is priced like the
+        others (unknown when it is above 0 and its price is not set)."""
         total = 0.0
-        for count, price in (
-            (usage.input, self.input),
-            (usage.output, self.output),
-            (usage.cache_read, self.cache_read),
-            (usage.cache_write, self.cache_write),
+        for count, price, required in (
+            (usage.input, self.input, True),
+            (usage.output, self.output, True),
+            (usage.cache_read, self.cache_read, False),
+            (usage.cache_write, self.cache_write, False),
         ):
             if count is None:
-                return None
+                if required:
+                    return None
+                continue
             if count == 0:
                 continue
             if price is None:

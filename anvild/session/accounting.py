@@ -11,8 +11,11 @@ cache to report on).
 
 `cost` lists the session's tokens by kind, the cache hit rate (cache reads over all input
 tokens) and the USD cost from the model's pricing, or "n/a" when a price or a count it needs is
-unknown; then, for the recent turns it is given, one line each with that turn's input, cache
-reads and writes and hit rate.
+unknown: input or output not reported, or a price missing for tokens used. A cache count the
+provider did not report costs nothing (`Pricing.cost`: such a provider has no prompt cache), so
+one openai-chat turn without `cached_tokens` does not make the cost unknown for ever; then,
+for the recent turns it is given, one line each with that turn's input, cache reads and writes
+and hit rate.
 """
 
 from __future__ import annotations

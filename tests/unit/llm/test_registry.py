@@ -245,3 +245,16 @@ def test_pricing_cost_is_unknown_unless_every_part_is_known() -> None:
     assert pricing.cost(Usage(1, 1, 0, 10)) is None  # cache writes have no price
     assert pricing.cost(Usage(1, None, 0, 0)) is None  # output count unknown
     assert Pricing().cost(Usage(0, 0, 0, 0)) == 0.0
+
+
+def test_unreported_cache_counts_cost_nothing_but_unreported_input_or_output_is_unknown() -> None:
+    """A provider that does not report its cache (an openai-chat server without cached_tokens:
+    cache_read None) has none: the cost is input and output only. Input or output unreported
+    stays unknown, and so does a reported cache count whose price is not set."""
+    pricing = Pricing(input=3, output=15)  # no cache prices at all
+    assert pricing.cost(Usage(1_000_000, 100_000, None, None)) == pytest.approx(4.5)
+    assert pricing.cost(Usage(1_000_000, 100_000, None, 0)) == pytest.approx(4.5)
+    assert pricing.cost(Usage(None, 100_000, None, None)) is None
+    assert pricing.cost(Usage(1_000_000, None, None, None)) is None
+    assert pricing.cost(Usage(1_000_000, 100_000, 5, None)) is None  # cache reads, no price
+    assert pricing.cost(Usage()) is None

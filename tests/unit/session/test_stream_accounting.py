@@ -109,6 +109,12 @@ def test_cost_prices_each_request_with_the_model_it_used() -> None:
     assert accounting.priced([*records, ModelChanged("free")], prices.get) == pytest.approx(11.0)
     unpriced = [*records, ModelChanged("free"), UsageReported(stream.Usage(1, 0, 0, 0))]
     assert accounting.priced(unpriced, prices.get) is None
+    # An openai-chat server that does not report cached tokens: cache counts None. The cost
+    # stays known, turn after turn; only an unreported input or output makes it unknown.
+    uncached = [started, *[UsageReported(stream.Usage(500_000, 0, None, 0))] * 3]
+    assert accounting.priced(uncached, prices.get) == pytest.approx(1.5)
+    no_input = [*uncached, UsageReported(stream.Usage(None, 10, None, 0))]
+    assert accounting.priced(no_input, prices.get) is None
     assert accounting.cost_text(stream.Usage(), None) == (
         "input -\noutput -\ncache_read -\ncache_write -\ncache_hit_rate -\nusd n/a\n"
     )
