@@ -17,8 +17,11 @@ variable when the model is resolved, and handed to the adapter only when the ori
 host, port) of the provider's `base_url` is the provider's `credential_origin`: the origin the
 trusted config approved for that key. A provider whose endpoint was moved elsewhere gets no
 key at all (and a warning), so a key can never follow an endpoint to a host nobody approved
-for it. A key that is needed but not set is an error a person can act on:
-"ANTHROPIC_API_KEY is not set (needed by provider 'anthropic')".
+for it. A key that is needed but not set is an error a person can act on (`MissingKey`): it
+says that it is anvild's environment that lacks it (the daemon reads keys from its own
+environment when it resolves a model, never from the environment of the `anvilctl` that asked)
+and how to restart anvild with it: "ANTHROPIC_API_KEY is not set in anvild's environment
+(needed by provider 'anthropic') ... `ANTHROPIC_API_KEY=... anvild` ...".
 
 The `client` is shared by every adapter. Create it with `timeout=None`: deadlines are anvil's
 own (`anvild.llm.http.Timeouts`: request and idle), and httpx's 5 s default read timeout would
@@ -68,6 +71,22 @@ def origin_of(url: str) -> str:
     if port is None or (scheme, port) in (("http", 80), ("https", 443)):
         return f"{scheme}://{host}"
     return f"{scheme}://{host}:{port}"
+
+
+class MissingKey(ConfigError):
+    """A provider's key variable is not set (or blank) in the environment the registry reads:
+    the daemon's. `variable` and `provider` let a caller that runs the registry elsewhere (an
+    in-process `anvilctl -p`) say it its own way."""
+
+    def __init__(self, variable: str, provider: str) -> None:
+        self.variable = variable
+        self.provider = provider
+        super().__init__(
+            f"{variable} is not set in anvild's environment (needed by provider {provider!r}). "
+            "anvild reads API keys from its own environment, not from anvilctl's or your "
+            f"shell's: restart it with the key (`{variable}=... anvild`), or set api_key_env in "
+            f"[providers.{provider}] of its config to a variable anvild's environment has"
+        )
 
 
 @attrs.frozen
@@ -327,9 +346,7 @@ class Registry:
             return None
         value = self._env.get(provider.api_key_env, "")
         if not value.strip():
-            raise ConfigError(
-                f"{provider.api_key_env} is not set (needed by provider {provider.name!r})"
-            )
+            raise MissingKey(provider.api_key_env, provider.name)
         return value.strip()
 
 

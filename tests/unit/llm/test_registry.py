@@ -17,6 +17,7 @@ from anvild.llm.registry import (
     AdapterArgs,
     Kind,
     Limits,
+    MissingKey,
     ModelSpec,
     Pricing,
     ProviderSpec,
@@ -119,8 +120,17 @@ async def test_missing_key_is_an_actionable_error(client: httpx.AsyncClient) -> 
     reg = registry(client, {"ANTHROPIC_API_KEY": "  "})
     with pytest.raises(ConfigError) as info:
         reg.resolve("sonnet")
-    assert str(info.value) == "ANTHROPIC_API_KEY is not set (needed by provider 'anthropic')"
-    with pytest.raises(ConfigError, match="ANTHROPIC_API_KEY is not set"):
+    # It says whose environment lacks the key (the daemon's: a key exported only where anvilctl
+    # runs does not count) and how to restart anvild with it, or where to name another variable.
+    assert str(info.value) == (
+        "ANTHROPIC_API_KEY is not set in anvild's environment (needed by provider 'anthropic'). "
+        "anvild reads API keys from its own environment, not from anvilctl's or your shell's: "
+        "restart it with the key (`ANTHROPIC_API_KEY=... anvild`), or set api_key_env in "
+        "[providers.anthropic] of its config to a variable anvild's environment has"
+    )
+    assert isinstance(info.value, MissingKey)
+    assert (info.value.variable, info.value.provider) == ("ANTHROPIC_API_KEY", "anthropic")
+    with pytest.raises(MissingKey, match="ANTHROPIC_API_KEY is not set in anvild's environment"):
         reg.resolve("anthropic:claude-haiku-4-5")
 
 
