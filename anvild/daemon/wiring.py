@@ -29,6 +29,8 @@ Theory of operation
 - `ProjectConfigs` (`anvild.session.project_config`): each session's cwd brings its
   `.anvil/config.toml`, merged onto `config` (instructions in the prompt, rules, granted
   providers and models), shown in the session's `config` file (`anvild.daemon.config_file`);
+- each session's `outcome` file (`anvild.daemon.outcome_file`): its last turn's outcome as one
+  line, from its records;
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -99,6 +101,7 @@ from anvild.daemon.mail_tree import (
     SessionResultGate,
     forward_mail_events,
 )
+from anvild.daemon.outcome_file import outcome_file
 from anvild.daemon.root import RootTree
 from anvild.daemon.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 from anvild.llm.errors import TransportError
@@ -364,6 +367,7 @@ class Sessions:
         tree.extend(SessionExtension(answered=gates.settle))
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
+        tree.extend(outcome_file())
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

@@ -108,6 +108,10 @@ For a Session `s`:
             setting that applied at the last turn start, with its origin.
   compactions  `s.compaction.text()` (an extension too): `TIME\tTRIGGER\tBEFORE\tAFTER\tDROPPED
             \tMODEL` per compaction; ctl `compact [FOCUS...]`: `await s.compaction.compact(f)`.
+  outcome   `s.record.last_turn` (`anvild.daemon.outcome_file`, an extension too): the last
+            turn's outcome as one line, `OUTCOME[ DETAIL]` (`done`, `error KIND: message`,
+            `max_steps stopped after N steps`, ...), `-` before any turn has ended. From the
+            records: it survives restarts. While a turn runs it holds the previous one's.
 
 Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks
 until there is something and is a plain cancel point for Tflush; `read_nowait`; `close()` at
