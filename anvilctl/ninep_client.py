@@ -11,6 +11,9 @@ and everything else (any malformed or unexpected reply, `Client.rpc`) through th
 
 Errors: `ClientError` (the root), with `ServerError` for an Rerror/Rlerror (its message is the
 server's, so the CLI prints it unchanged) and `ConnectError` when the service cannot be reached.
+When that service is anvild's (the socket `agent`, or a TCP address) and nothing answers, the
+message says so and how to start it: "anvild is not running (no socket at
+/tmp/ns.glenda.:0/agent): start it with `anvild`" (every anvilctl command prints it).
 """
 
 from __future__ import annotations
@@ -115,11 +118,39 @@ def dial(address: str) -> _socket.socket:
             sock = socket.create_connection((parts[1], port))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise ConnectError(_not_running(parts, exc) or f"dial {address}: {exc}") from exc
+    except ValueError as exc:
         raise ConnectError(f"dial {address}: {exc}") from exc
     raise ConnectError(
         f"dial {address}: not a dial string; use unix!/path/to/socket or tcp!host!port"
     )
+
+
+def _not_running(parts: list[str], exc: OSError) -> str | None:
+    """What to say when anvild does not answer: its socket (`agent`, the service it posts) is
+    missing, or refuses connections (a stale socket: the daemon that made it is gone), or
+    nothing listens on a TCP address. None for anything else (another service, another error),
+    which keeps the plain `dial ADDRESS: ERROR`."""
+    if exc.errno not in (_errno.ENOENT, _errno.ECONNREFUSED):
+        return None
+    if parts[0] == "unix" and os.path.basename(parts[1]) == "agent":
+        path = parts[1]
+        where = os.path.dirname(path)
+        start = "anvild" if where == namespace_dir() else f"anvild --namespace {where}"
+        why = (
+            f"no socket at {path}"
+            if exc.errno == _errno.ENOENT
+            else f"the socket {path} refuses connections: left by a daemon that has exited"
+        )
+        return f"anvild is not running ({why}): start it with `{start}`"
+    if parts[0] in ("tcp", "net") and exc.errno == _errno.ECONNREFUSED:
+        address = "!".join(parts)
+        return (
+            f"anvild is not listening on {address} (connection refused): start it with "
+            f"`anvild --listen {address}`"
+        )
+    return None
 
 
 def service_address(service: str) -> str:

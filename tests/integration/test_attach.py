@@ -145,7 +145,9 @@ def test_sessions_keeps_first_prompt_and_creation_time_across_a_restart(
 def test_sessions_without_a_daemon_says_which_socket(namespace: Path, workdir: Path) -> None:
     result = anvilctl(namespace, "sessions", cwd=workdir)
     assert result.returncode == 1
-    assert result.stderr.startswith(f"anvilctl sessions: dial unix!{namespace}/agent: ")
+    assert result.stderr.startswith(
+        f"anvilctl sessions: anvild is not running (no socket at {namespace}/agent): "
+    )
 
 
 # --- anvilctl attach ------------------------------------------------------------------------

@@ -190,6 +190,70 @@ def test_dial_strings() -> None:
         dial("tcp!127.0.0.1!notaport")
 
 
+def test_no_daemon_says_anvild_is_not_running_and_how_to_start_it(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket `agent` missing, or left by a daemon that exited (nothing listens on it), or
+    a TCP address that refuses: "anvild is not running", and the command that starts it."""
+    monkeypatch.setenv("NAMESPACE", str(tmp_path))
+    with pytest.raises(ConnectError) as missing:
+        dial(f"unix!{tmp_path}/agent")
+    assert str(missing.value) == (
+        f"anvild is not running (no socket at {tmp_path}/agent): start it with `anvild`"
+    )
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(tmp_path / "agent"))  # bound, never listening: what a killed daemon leaves
+    try:
+        with pytest.raises(ConnectError) as refused:
+            dial(f"unix!{tmp_path}/agent")
+    finally:
+        stale.close()
+    assert str(refused.value) == (
+        f"anvild is not running (the socket {tmp_path}/agent refuses connections: left by a "
+        "daemon that has exited): start it with `anvild`"
+    )
+    # Another namespace than this environment's: the start command names it.
+    elsewhere = tmp_path / "other-ns"
+    with pytest.raises(ConnectError) as other:
+        dial(f"unix!{elsewhere}/agent")
+    assert str(other.value).endswith(f"start it with `anvild --namespace {elsewhere}`")
+    # Nothing listens on a TCP port (bound, then closed: refused).
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    with pytest.raises(ConnectError) as tcp:
+        dial(f"tcp!127.0.0.1!{port}")
+    assert str(tcp.value) == (
+        f"anvild is not listening on tcp!127.0.0.1!{port} (connection refused): start it with "
+        f"`anvild --listen tcp!127.0.0.1!{port}`"
+    )
+    # A service that is not anvild's keeps the plain dial error.
+    with pytest.raises(ConnectError, match=re.escape(f"dial unix!{tmp_path}/acme: ")):
+        dial(f"unix!{tmp_path}/acme")
+
+
+def test_every_command_says_anvild_is_not_running(tmp_path: pathlib.Path) -> None:
+    env = {**os.environ, "NAMESPACE": str(tmp_path)}
+    expected = f"anvild is not running (no socket at {tmp_path}/agent): start it with `anvild`"
+    for argv, what in [
+        (["read", "agent/list"], "read agent/list"),
+        (["ls", "-l", "agent"], "ls agent"),
+        (["sessions"], "sessions"),
+        (["out", "r1"], "out r1"),
+        (["new"], "new"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-m", "anvilctl", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert (result.returncode, result.stderr) == (1, f"anvilctl {what}: {expected}\n")
+
+
 def test_mode_strings() -> None:
     assert _mode_string(0x80000000 | 0o755) == "d-rwxr-xr-x"
     assert _mode_string(0o644) == "--rw-r--r--"

@@ -56,7 +56,10 @@ def test_send_refuses_an_empty_prompt_before_dialling() -> None:
 def test_no_daemon_is_an_error_naming_the_socket(tmp_path: pathlib.Path) -> None:
     code, _, err = _run(["wait", "r1", "--timeout", "1"])
     assert code == 1
-    assert err.startswith(f"anvilctl wait r1: dial unix!{tmp_path}/agent: ")
+    assert err == (
+        f"anvilctl wait r1: anvild is not running (no socket at {tmp_path}/agent): "
+        "start it with `anvild`\n"
+    )
 
 
 def test_session_commands_start_without_the_heavy_layers(tmp_path: pathlib.Path) -> None:
