@@ -427,13 +427,15 @@ def test_kill_9_at_each_boundary_of_the_compact_verb(
         assert texts(sent[1])[-1] == "fourth question"
         assert "first answer" not in json.dumps(sent)  # the old history is not sent
     finally:
-        if writer is not None:
-            writer.kill()
-            writer.communicate()
-        if daemon is not None:
-            code, log = daemon.stop()
-            assert code == 0, log
-        fake.stop()
+        try:
+            if writer is not None:
+                writer.kill()
+                writer.communicate()
+            if daemon is not None:
+                code, log = daemon.stop()
+                assert code == 0, log
+        finally:
+            fake.stop()
 
 
 FILLER = " Here is more context for the model to read." * 136  # about 1,500 tokens
@@ -529,7 +531,9 @@ def test_kill_9_at_each_boundary_of_an_automatic_compaction(
         ]
         assert "alpha answer" not in json.dumps(sent)
     finally:
-        if daemon is not None:
-            code, log = daemon.stop()
-            assert code == 0, log
-        fake.stop()
+        try:
+            if daemon is not None:
+                code, log = daemon.stop()
+                assert code == 0, log
+        finally:
+            fake.stop()
