@@ -23,10 +23,11 @@ Theory of operation.
   `SessionStarted` (and the directory, so the file itself survives power loss), `ToolStarted`
   (synced *before* the side effect: after a crash, a call with no durable start certainly never
   began), `ToolFinished` (synced *after* it: the result is the only trace of what happened),
-  `SessionEnded` (a killed session must not come back). Everything else is only written: losing
-  the last few of them to a power loss leaves an earlier, consistent state, and fsync covers the
-  whole file, so each synced record also makes every earlier one durable. `sync()` syncs on
-  demand (daemon shutdown). Flush is not power-loss durability; only these fsyncs are.
+  `SessionEnded` (a killed session must not come back), `Compacted` (its summary cost a model
+  request; without it the next request overflows again). Everything else is only written:
+  losing the last few of them to a power loss leaves an earlier, consistent state, and fsync
+  covers the whole file, so each synced record also makes every earlier one durable. `sync()`
+  syncs on demand (daemon shutdown). Flush is not power-loss durability; only these fsyncs are.
 - A failed write (disk full: ENOSPC; file size limit: EFBIG; I/O error) raises
   `JournalWriteError` and cuts the file back to its last complete record (`ftruncate` to the
   length before the attempt), so a partial line is never left behind and `state` is unchanged.
@@ -88,6 +89,7 @@ from anvild.store.errors import (
 from anvild.store.records import (
     OLDEST_SCHEMA,
     SCHEMA_VERSION,
+    Compacted,
     Record,
     SessionEnded,
     SessionStarted,
@@ -106,7 +108,7 @@ log = structlog.get_logger(__name__)
 
 SUFFIX: Final = ".jsonl"
 SYNCED_RECORDS: Final[frozenset[type[Record]]] = frozenset(
-    {SessionStarted, ToolStarted, ToolFinished, SessionEnded}
+    {SessionStarted, ToolStarted, ToolFinished, SessionEnded, Compacted}
 )
 SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 FILE_MODE: Final = 0o600

@@ -28,7 +28,8 @@ SUMMARY_MARK: Final = "[Compacted history:"
 KEPT_MARK: Final = "[An earlier message of the user, kept verbatim:]"
 RESULT_CHARS: Final = 1500  # of each tool result, in the history the summariser reads
 LIST_LIMIT: Final = 200  # paths or commands listed in the facts
-HARNESS_NOTES: Final = ("[The previous turn was cancelled",)
+HARNESS_NOTES: Final = ("[The previous turn was cancelled", "[The previous turn was interrupted")
+"""Notes the loop and the store's recovery put in user messages: not the user's words."""
 _MARKS: Final = (SUMMARY_MARK, KEPT_MARK)
 FACTS_HEADING: Final = "## Kept by the harness"
 

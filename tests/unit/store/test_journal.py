@@ -4,6 +4,7 @@ failed writes (a real full tmpfs, a real RLIMIT_FSIZE, and simulated failures)."
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import json
 import os
@@ -21,6 +22,7 @@ import structlog
 from anvild.llm.types import Message, Role, ToolResult
 from anvild.store import (
     SCHEMA_VERSION,
+    Compacted,
     CorruptJournalError,
     Journal,
     JournalError,
@@ -137,7 +139,7 @@ def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_durability_policy_syncs_exactly_tool_start_tool_finish_and_ends(
+def test_durability_policy_syncs_exactly_tool_start_tool_finish_compactions_and_ends(
     path: Path, fsyncs: list[int]
 ) -> None:
     journal = Journal.create(path, started())
@@ -151,6 +153,19 @@ def test_durability_policy_syncs_exactly_tool_start_tool_finish_and_ends(
         (MessageAppended(Message(Role.USER, (ToolResult("c1", "a.txt"),))), 0),
         (ModelChanged("gpt"), 0),
         (Note("x"), 0),
+        (
+            Compacted(
+                (user("[Compacted history: S]"),),
+                "S",
+                3,
+                900,
+                100,
+                "m",
+                "auto",
+                dt.datetime(2026, 12, 2, tzinfo=dt.UTC),
+            ),
+            1,
+        ),
         (SessionEnded("killed"), 1),
     ]
     for record, syncs in expected:
