@@ -1,11 +1,12 @@
-"""`anvilctl new|send|wait|out|models|sessions|attach`: the session commands over 9P files.
+"""`anvilctl new|send|wait|out|kill|models|sessions|attach`: the session commands over 9P files.
 
     anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
                                                                           [ephemeral]
-    anvilctl [...] send ID TEXT...|-     one prompt (`-`: read it from stdin)
+    anvilctl [...] send [--wait] ID TEXT...|-     one prompt (`-`: read it from stdin)
     anvilctl [...] wait ID [--timeout T]
     anvilctl [...] out ID
-    anvilctl [...] models
+    anvilctl [...] kill ID
+    anvilctl [...] models [--no-header]
     anvilctl [...] sessions [--all]
     anvilctl [...] attach ID             interactive: see `anvilctl.attach`
 
@@ -14,32 +15,51 @@ What each does on the `agent/` tree (DESIGN section 4):
 - `new` writes `new ...` to `agent/ctl` and reads the same fid, which answers the new session's
   id; it prints the id. `cwd` defaults to the current directory.
 - `send` writes the prompt to `agent/ID/in` on one open; the daemon takes it when the fid is
-  clunked (a refusal, e.g. an exited session, fails the clunk and so the command).
+  clunked (a refusal, e.g. an exited session, fails the clunk and so the command). With
+  `--wait` it then waits on the same connection as `wait` does, prints what `wait` prints and
+  exits as `wait` does.
 - `wait` reads `agent/ID/wait`: it returns once every prompt sent before it has been handled
-  and no turn runs, and prints the state (`await`, `idle`, `error`, ...). With `--timeout T` it
-  gives up after T seconds and exits 1.
+  and no turn runs, and prints the state (`await`, `idle`, `error`, ...). Then it reads
+  `agent/ID/outcome`, the last turn's outcome (`done`, `error KIND: message`, `max_steps ...`),
+  and exits with `anvilctl -p`'s status for it (`anvilctl.headless.EXIT_CODES`): 0 done,
+  1 error, 2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped,
+  130 cancelled; anything but done is also said on stderr (`turn ended: OUTCOME DETAIL`). No
+  turn ended yet (`-`), or a daemon without the file: 0. With several prompts queued, the
+  status is the last turn's. With `--timeout T` it gives up after T seconds, prints nothing on
+  stdout and exits 1.
 - `out` reads `agent/ID/out`, the last answer; reading it to the end moves `await` to `idle`.
-- `models` reads `agent/models`: alias, provider, model, window, whether its key is present.
+- `kill` writes `kill ID` to `agent/ctl`: the session ends (a running turn is cancelled first;
+  its records stay on disk). It prints nothing.
+- `models` reads `agent/models` and prints it as a table under a header row (ALIAS PROVIDER
+  MODEL WINDOW KEY: whether its API key is present); `--no-header` prints the file as it is
+  (tab-separated, no header), for scripts.
 - `sessions` reads `agent/list` and keeps the sessions whose cwd is the current directory (all
-  of them with `--all`); for each it reads `agent/ID/created`, `first_prompt` and `usage`, all
-  on one connection, and prints a table: id, alias, state, role, model, usage (context tokens
-  used / window and %, `17.4k/200k 8.7%`), age (`42s`, `3m`, `2h`, `5d`), with `--all` the
-  cwd, and the first prompt's first line, cut to fit. A session that ends between the listing
-  and its reads is left out. The per-session files are read pipelined (`read_small_files`).
+  of them with `--all`); for each it reads `agent/ID/created`, `first_prompt`, `usage` and
+  `outcome`, all on one connection, and prints a table: id, alias, state, outcome (the last
+  turn's, its first word: `done`, `error`, ...; `-` before any), role, model, usage (context
+  tokens used / window and %, `17.4k/200k 8.7%`), age (`42s`, `3m`, `2h`, `5d`), with `--all`
+  the cwd, and the first prompt's first line, cut to fit. A session that ends between the
+  listing and its reads is left out. The per-session files are read pipelined
+  (`read_small_files`).
 - `attach` is interactive (prompts, streamed turns, approvals); it lives in `anvilctl.attach`,
   imported only for it.
 
 Paths follow the 9P commands' rules (`anvilctl.ninep_cli`): without `-a` the service `agent` in
 the namespace directory; with `-a ADDRESS` the files at the root of that server (`-A`: the
-attach name, the token over TCP). Errors print the server's message and exit 1.
+attach name, the token over TCP). Errors print the server's message and exit 1. When a command
+that names a session (`send`, `wait`, `out`, `kill`) fails and the name is neither the id nor
+the alias of a listed session, the message adds the listed names closest to it (`did you mean
+dev?`, difflib), or where to find them.
 
-Only the 9P client is imported (these commands run in scripts' loops, like the 9P commands).
+Only the 9P client is imported (these commands run in scripts' loops, like the 9P commands);
+`anvilctl.headless`, for its table of exit statuses, only once a wait has ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import os
 import re
 import shutil
@@ -52,6 +72,7 @@ from anvilctl.ninep_client import (
     Client,
     ClientError,
     ConnectError,
+    ServerError,
     dial,
     service_address,
 )
@@ -62,7 +83,7 @@ from anvild.ninep.framing import FrameReader
 
 __all__ = ["COMMANDS", "add_subcommands", "run"]
 
-COMMANDS = ("new", "send", "wait", "out", "models", "sessions", "attach")
+COMMANDS = ("new", "send", "wait", "out", "kill", "models", "sessions", "attach")
 SERVICE = "agent"
 _CHUNK = 8192
 
@@ -71,12 +92,21 @@ class WaitTimedOut(ClientError):
     """`wait --timeout` gave up."""
 
 
-def _open(args: argparse.Namespace, path: str, mode: int) -> tuple[Client, CFid]:
-    """`path` (relative to `agent/`) opened on a fresh connection."""
+def _connect(args: argparse.Namespace) -> tuple[Client, CFid]:
+    """A fresh connection and its root fid (`agent/`)."""
     address = args.address or service_address(SERVICE)
     client = Client(dial(address))
     try:
-        root = client.mount(aname=args.aname, auth=not args.noauth)
+        return client, client.mount(aname=args.aname, auth=not args.noauth)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _open(args: argparse.Namespace, path: str, mode: int) -> tuple[Client, CFid]:
+    """`path` (relative to `agent/`) opened on a fresh connection."""
+    client, root = _connect(args)
+    try:
         return client, client.open(root, path, mode)
     except BaseException:
         client.close()
@@ -116,33 +146,123 @@ def _new(args: argparse.Namespace, out: BinaryIO) -> None:
     out.write(session_id.encode() + b"\n")
 
 
-def _send(args: argparse.Namespace, stdin: BinaryIO) -> None:
+def _send(args: argparse.Namespace, stdin: BinaryIO, out: BinaryIO, err: BinaryIO) -> int:
     text = stdin.read() if args.text == ["-"] else " ".join(args.text).encode()
     if not text.strip():
         raise ClientError("the prompt is empty; give TEXT or pipe it with `-`")
-    client, fid = _open(args, f"{args.id}/in", OWRITE | OTRUNC)
+    client, root = _connect(args)
     with client:
+        fid = client.open(root, f"{args.id}/in", OWRITE | OTRUNC)
         try:
             fid.write(text)
         finally:
             fid.clunk()  # the daemon takes the prompt here; a refusal fails the clunk
-
-
-def _wait(args: argparse.Namespace, out: BinaryIO) -> None:
-    client, fid = _open(args, f"{args.id}/wait", OREAD)
-    with client:
-        if args.timeout is not None:
-            client.sock.settimeout(args.timeout)
-        try:
-            state = _read_all(fid)
-        except ClientError as exc:
-            if isinstance(exc.__cause__, TimeoutError):
-                raise WaitTimedOut(
-                    f"still busy after {args.timeout:g} s; wait again or read agent/{args.id}/state"
-                ) from exc
-            raise
-        fid.clunk()
+        if not args.wait:
+            return 0
+        # Opened after the clunk: this wait counts the prompt just taken.
+        state, outcome = _wait_for_turns(client, root, args.id, None)
     out.write(state)
+    return _turn_status(f"send {args.id}", outcome, err)
+
+
+def _wait(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> int:
+    client, root = _connect(args)
+    with client:
+        state, outcome = _wait_for_turns(client, root, args.id, args.timeout)
+    out.write(state)
+    return _turn_status(f"wait {args.id}", outcome, err)
+
+
+def _wait_for_turns(
+    client: Client, root: CFid, session: str, timeout: float | None
+) -> tuple[bytes, str | None]:
+    """Block on `SESSION/wait` (at most `timeout` seconds); the state it answered and the
+    session's `outcome` line (None when it cannot be read: a daemon without the file)."""
+    fid = client.open(root, f"{session}/wait", OREAD)
+    if timeout is not None:
+        client.sock.settimeout(timeout)
+    try:
+        state = _read_all(fid)
+    except ClientError as exc:
+        if isinstance(exc.__cause__, TimeoutError):
+            raise WaitTimedOut(
+                f"still busy after {timeout:g} s; wait again or read agent/{session}/state"
+            ) from exc
+        raise
+    fid.clunk()
+    try:
+        outcome: str | None = _read_path(client, root, f"{session}/outcome")
+    except ServerError:
+        outcome = None
+    return state, outcome
+
+
+def outcome_status(line: str | None) -> int:
+    """The exit status for an `outcome` line: `anvilctl -p`'s for its first word (0 for done,
+    1 for a word the table lacks); 0 when no turn has ended (`-`) or the line is unknown
+    (None: the daemon has no `outcome` file)."""
+    words = (line or "").split(maxsplit=1)
+    if not words or words[0] == "-":
+        return 0
+    from anvilctl.headless import EXIT_CODES, EXIT_ERROR  # a dozen stdlib modules: only here
+
+    return EXIT_CODES.get(words[0], EXIT_ERROR)
+
+
+def _turn_status(what: str, outcome: str | None, err: BinaryIO) -> int:
+    """The exit status of a wait that saw `outcome`; anything but done is said on stderr
+    (`anvilctl wait ID: turn ended: error HttpError: ...`)."""
+    status = outcome_status(outcome)
+    if status != 0 and outcome is not None:
+        from anvilctl.headless import plain  # a provider's message must not drive the terminal
+
+        err.write(f"anvilctl {what}: turn ended: {plain(outcome.strip())}\n".encode())
+    return status
+
+
+def _kill(args: argparse.Namespace) -> None:
+    if not args.id or args.id.split() != [args.id]:
+        raise ClientError(f"{args.id!r} is not a session id or alias (one word, no blanks)")
+    client, fid = _open(args, "ctl", OWRITE)
+    with client:
+        try:
+            fid.write(f"kill {args.id}".encode())  # a refusal fails this write
+        finally:
+            fid.clunk()
+
+
+def _suggestion(args: argparse.Namespace, name: str, error: str) -> str | None:
+    """For a name that is neither the id nor the alias of a listed session: the listed names
+    closest to it, or (unless `error` says so already) that there is no such session; None when
+    it is listed (the failure was something else) or the listing cannot be read."""
+    try:
+        client, root = _connect(args)
+        with client:
+            listing = _read_path(client, root, "list")
+    except ClientError:
+        return None
+    names = []
+    for line in listing.splitlines():
+        names += [f for f in line.split("\t")[:2] if f and f != "-" and f not in names]
+    if name in names:
+        return None
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    if "no session" in error:
+        return None
+    return "no session has that id or alias (`anvilctl sessions --all` lists them)"
+
+
+def _models(args: argparse.Namespace, out: BinaryIO) -> None:
+    if args.no_header:
+        _read_file(args, "models", out)
+        return
+    client, fid = _open(args, "models", OREAD)
+    with client:
+        text = _read_all(fid).decode(errors="replace")
+        fid.clunk()
+    out.write(format_models(text).encode())
 
 
 def _read_file(args: argparse.Namespace, path: str, out: BinaryIO) -> None:
@@ -166,6 +286,7 @@ class SessionRow(NamedTuple):
     created: dt.datetime | None
     first_prompt: str
     usage: str = "-"  # as `usage_text` shows it
+    outcome: str = "-"  # as `outcome_word` shows it
 
 
 def age_text(seconds: float) -> str:
@@ -207,6 +328,27 @@ def usage_text(text: str | None) -> str:
     return f"{_tokens(int(used))}/{_tokens(int(window))} {percent}%"
 
 
+def outcome_word(text: str | None) -> str:
+    """The `outcome` file (`error HttpError: HTTP 401: ...`) as the table shows it: its first
+    word, the outcome (`error`); `-` before any turn ended or when it could not be read."""
+    words = (text or "").split(maxsplit=1)
+    return words[0] if words else "-"
+
+
+def format_models(text: str) -> str:
+    """`agent/models` (alias, provider, model, window, key present; tab-separated) as a table
+    under a header row, its columns aligned."""
+    table = [["ALIAS", "PROVIDER", "MODEL", "WINDOW", "KEY"]]
+    table += [line.split("\t") for line in text.splitlines() if line.strip()]
+    columns = max(len(cells) for cells in table)
+    table = [cells + [""] * (columns - len(cells)) for cells in table]
+    widths = [max(len(cells[i]) for cells in table) for i in range(columns)]
+    return "".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip() + "\n"
+        for cells in table
+    )
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
@@ -216,12 +358,12 @@ def format_sessions(
 ) -> str:
     """The `anvilctl sessions` table: a header, then one aligned line per session; the prompt
     column takes what is left of `width` (at least 20 characters)."""
-    header = ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE"]
+    header = ["ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE"]
     header += ["CWD"] if show_cwd else []
     table = [header]
     for row in rows:
         age = "-" if row.created is None else age_text((now - row.created).total_seconds())
-        cells = [row.id, row.alias, row.state, row.role, row.model, row.usage, age]
+        cells = [row.id, row.alias, row.state, row.outcome, row.role, row.model, row.usage, age]
         table.append([*cells, *([row.cwd] if show_cwd else [])])
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     used = sum(widths) + 2 * len(widths)
@@ -308,19 +450,28 @@ def _sessions(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> None:
             fields = [("" if f == "-" else f) for f in line.split("\t")]
             if len(fields) >= 6 and fields[0] and (args.all or _same_dir(fields[5], here)):
                 chosen.append(fields[:6])
-        names = ("created", "first_prompt", "usage")
+        names = ("created", "first_prompt", "usage", "outcome")
         paths = [f"{fields[0]}/{name}" for fields in chosen for name in names]
         texts = read_small_files(client, root, paths)
     rows = []
-    for (sid, alias, state, role, model, cwd), created, first, usage in zip(
-        chosen, texts[0::3], texts[1::3], texts[2::3], strict=True
+    for (sid, alias, state, role, model, cwd), created, first, usage, outcome in zip(
+        chosen, *(texts[i :: len(names)] for i in range(len(names))), strict=True
     ):
         if created is None and first is None:
             continue  # it ended since the listing
         prompt = (first or "").strip()
         stamp = None if created is None else parse_created(created)
         row = SessionRow(
-            sid, alias or "-", state, role, model, cwd, stamp, prompt or "-", usage_text(usage)
+            sid,
+            alias or "-",
+            state,
+            role,
+            model,
+            cwd,
+            stamp,
+            prompt or "-",
+            usage_text(usage),
+            outcome_word(outcome),
         )
         rows.append(row)
     if not rows:
@@ -342,14 +493,31 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "keys and values)",
     )
     p = sub.add_parser("send", help="send a prompt to a session")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait for the turn as `wait` does (prints the state; exits with the turn's "
+        "outcome status)",
+    )
     p.add_argument("id", metavar="ID", help="the session's id or alias")
     p.add_argument("text", nargs="+", metavar="TEXT", help="the prompt, or - to read stdin")
-    p = sub.add_parser("wait", help="wait until a session has handled its prompts")
+    p = sub.add_parser(
+        "wait",
+        help="wait until a session has handled its prompts; prints the state, exits with the "
+        "last turn's outcome status (0 done, 1 error, 2 max_steps, ... as anvilctl -p)",
+    )
     p.add_argument("id", metavar="ID", help="the session's id or alias")
     p.add_argument("--timeout", type=float, metavar="T", help="give up after T seconds (exit 1)")
     p = sub.add_parser("out", help="print a session's last answer")
     p.add_argument("id", metavar="ID", help="the session's id or alias")
-    sub.add_parser("models", help="list the models sessions can use")
+    p = sub.add_parser("kill", help="end a session (kill ID on agent/ctl)")
+    p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p = sub.add_parser("models", help="list the models sessions can use")
+    p.add_argument(
+        "--no-header",
+        action="store_true",
+        help="print agent/models as it is: tab-separated, no header row (for scripts)",
+    )
     p = sub.add_parser("sessions", help="list this directory's sessions (first prompt, age)")
     p.add_argument("--all", action="store_true", help="every session, whatever its cwd")
     p = sub.add_parser("attach", help="talk to a session interactively (anvilctl.attach)")
@@ -369,23 +537,30 @@ def run(
         from anvilctl import attach  # readline and the terminal: only for this command
 
         return attach.run(args)
-    what = args.command if not hasattr(args, "id") else f"{args.command} {args.id}"
+    named = getattr(args, "id", None)
+    what = args.command if named is None else f"{args.command} {named}"
+    status = 0
     try:
         if args.command == "new":
             _new(args, stdout)
         elif args.command == "send":
-            _send(args, stdin)
+            status = _send(args, stdin, stdout, stderr)
         elif args.command == "wait":
-            _wait(args, stdout)
+            status = _wait(args, stdout, stderr)
         elif args.command == "out":
             _read_file(args, f"{args.id}/out", stdout)
+        elif args.command == "kill":
+            _kill(args)
         elif args.command == "models":
-            _read_file(args, "models", stdout)
+            _models(args, stdout)
         elif args.command == "sessions":
             _sessions(args, stdout, stderr)
         else:  # pragma: no cover - argparse restricts the choices
             raise AssertionError(args.command)
+    except ServerError as exc:
+        hint = None if named is None else _suggestion(args, named, str(exc))
+        return failed(what, ClientError(f"{exc}; {hint}") if hint else exc, stdout, stderr)
     except ClientError as exc:
         return failed(what, exc, stdout, stderr)
     stdout.flush()
-    return 0
+    return status

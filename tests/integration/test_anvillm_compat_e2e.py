@@ -163,8 +163,11 @@ def test_anvilctl_sessions_shows_each_sessions_usage(
 ) -> None:
     session_id = ok(new(namespace, f"new kiro {workdir} reviewer")).split("\n")[1]
     before = ok(anvilctl(namespace, "sessions", cwd=workdir)).splitlines()
-    assert before[0].split()[:7] == ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE"]
-    assert before[1].split()[:6] == [session_id, "-", before[1].split()[2], "reviewer", "kiro", "-"]
+    assert before[0].split()[:8] == [
+        *("ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE")
+    ]
+    state = before[1].split()[2]
+    assert before[1].split()[:7] == [session_id, "-", state, "-", "reviewer", "kiro", "-"]
 
     ok(anvilctl(namespace, "write", f"agent/{session_id}/in", stdin="ping"))
     assert read(namespace, f"agent/{session_id}/wait") == "await\n"
@@ -172,5 +175,6 @@ def test_anvilctl_sessions_shows_each_sessions_usage(
     used, window = usage.split()[0].split("/")
     assert (int(used) > 0, window) == (True, "8192"), usage
     after = ok(anvilctl(namespace, "sessions", cwd=workdir)).splitlines()
-    assert after[1].split()[5:7] == usage_text(usage).split(), after
-    assert after[1].split()[5].endswith("/8.2k"), after
+    assert after[1].split()[3] == "done", after
+    assert after[1].split()[6:8] == usage_text(usage).split(), after
+    assert after[1].split()[6].endswith("/8.2k"), after

@@ -74,22 +74,25 @@ def test_sessions_lists_this_directorys_sessions_with_first_prompt_and_age(
     assert [len(line.split("\t")) for line in listing] == [6, 6, 6]
 
     rows = table(ok(anvilctl(namespace, "sessions", cwd=workdir)))
-    assert rows[0] == ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "PROMPT"]
+    assert rows[0] == [
+        *("ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE", "PROMPT")
+    ]
     by_id = {row[0]: row for row in rows[1:]}
     assert set(by_id) == {mine, fresh}  # not the session of the other directory
-    assert by_id[mine][1:5] == ["dev", "await", "developer", "fake"]
-    assert re.fullmatch(r"[0-9.]+k?/8\.2k [0-9.]+%", by_id[mine][5]), by_id[mine]
-    assert re.fullmatch(r"\d+s|1m", by_id[mine][6]), by_id[mine]
-    assert by_id[mine][7] == "fix the parser"
-    assert (by_id[fresh][1], by_id[fresh][5], by_id[fresh][7]) == ("-", "-", "-")
+    assert by_id[mine][1:6] == ["dev", "await", "done", "developer", "fake"]
+    assert re.fullmatch(r"[0-9.]+k?/8\.2k [0-9.]+%", by_id[mine][6]), by_id[mine]
+    assert re.fullmatch(r"\d+s|1m", by_id[mine][7]), by_id[mine]
+    assert by_id[mine][8] == "fix the parser"
+    fresh_row = by_id[fresh]
+    assert (fresh_row[1], fresh_row[3], fresh_row[6], fresh_row[8]) == ("-", "-", "-", "-")
 
     everything = table(ok(anvilctl(namespace, "sessions", "--all", cwd=workdir)))
     assert everything[0] == [
-        *("ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "CWD", "PROMPT")
+        *("ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE", "CWD", "PROMPT")
     ]
     all_ids = {row[0]: row for row in everything[1:]}
     assert set(all_ids) == {mine, fresh, theirs}
-    assert all_ids[theirs][7:] == [str(other), "elsewhere"]
+    assert all_ids[theirs][8:] == [str(other), "elsewhere"]
 
     # Many sessions: the per-session files are read in pipelined batches of 32 files; a file
     # that cannot be read (no such session) is None and the rest still arrive, in order.
@@ -98,7 +101,7 @@ def test_sessions_lists_this_directorys_sessions_with_first_prompt_and_age(
     ok(anvilctl(namespace, "write", "-l", "agent/ctl", stdin=f"new cwd={crowd}\n" * 40))
     crowd_rows = table(ok(anvilctl(namespace, "sessions", cwd=crowd)))[1:]
     assert len(crowd_rows) == 40
-    assert all(row[5] == "-" and row[6].endswith("s") and row[7] == "-" for row in crowd_rows), (
+    assert all(row[6] == "-" and row[7].endswith("s") and row[8] == "-" for row in crowd_rows), (
         crowd_rows
     )
     with Client(dial(f"unix!{namespace}/agent")) as client:

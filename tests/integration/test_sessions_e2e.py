@@ -221,8 +221,13 @@ def test_anvilctl_new_send_wait_out_models(
     assert "ping please" in str(prompts[0])
     assert "from stdin\nsecond line" in str(prompts[1])
 
-    models = ok(anvilctl(namespace, "models"))
-    assert models.split() == ["fake", "fake", "fake-model", "8192", "yes"]
+    models = ok(anvilctl(namespace, "models")).splitlines()
+    assert [line.split() for line in models] == [
+        ["ALIAS", "PROVIDER", "MODEL", "WINDOW", "KEY"],
+        ["fake", "fake", "fake-model", "8192", "yes"],
+    ]
+    assert ok(anvilctl(namespace, "models", "--no-header")) == read(namespace, "agent/models")
+    assert read(namespace, "agent/models") == "fake\tfake\tfake-model\t8192\tyes\n"
 
 
 def test_wait_timeout_exits_1_and_a_later_wait_returns(
@@ -288,6 +293,145 @@ def test_a_restarted_daemon_lists_the_session_with_its_out(
     assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant", "user"]
 
 
+BAD_KEY = "invalid x-api-key"
+
+
+@pytest.fixture
+def failing(tmp_path: Path) -> Iterator[FakeServer]:
+    """The first two prompts with FAILME are answered HTTP 401 (a bad key), slow ones slowly,
+    the others pong (a failed turn leaves its prompt in the transcript without an answer, so
+    the next request's last user text still contains FAILME)."""
+    failure = {"contains": "FAILME", "status": 401, "message": BAD_KEY}
+    server = FakeServer(
+        tmp_path,
+        [
+            failure,
+            failure,
+            {"contains": "slow", "text": "slowly", "chunk_delay": 1.0, "repeat": True},
+            {"text": "pong", "repeat": True},
+        ],
+    )
+    yield server
+    server.stop()
+
+
+def sessions_row(namespace: Path, workdir: Path, session_id: str) -> list[str]:
+    rows = [line.split() for line in ok(anvilctl(namespace, "sessions", cwd=workdir)).splitlines()]
+    assert rows[0][:4] == ["ID", "ALIAS", "STATE", "OUTCOME"], rows
+    return next(row for row in rows if row[0] == session_id)
+
+
+def test_a_failed_turn_is_told_by_outcome_wait_send_and_sessions_and_survives_a_restart(
+    namespace: Path, tmp_path: Path, workdir: Path, failing: FakeServer
+) -> None:
+    config = user_config(tmp_path, failing.url)
+    first = start_daemon(namespace, config)
+    try:
+        session_id = ok(anvilctl(namespace, "new", "alias=dev", cwd=workdir)).strip()
+        assert read(namespace, "agent/dev/outcome") == "-\n"  # no turn yet
+        assert sessions_row(namespace, workdir, session_id)[3] == "-"
+
+        # A turn that ends done: `done`, exit 0, nothing on stderr.
+        done = anvilctl(namespace, "send", "--wait", "dev", "ping")
+        assert (done.returncode, done.stdout, done.stderr) == (0, "await\n", "")
+        assert read(namespace, "agent/dev/outcome") == "done\n"
+        assert ok(anvilctl(namespace, "out", "dev")) == "pong\n"
+
+        # A turn the provider refuses with HTTP 401.
+        ok(anvilctl(namespace, "send", "dev", "FAILME please"))
+        waited = anvilctl(namespace, "wait", "dev")
+        assert waited.returncode == 1, waited  # headless's status for error
+        assert waited.stdout == "await\n"  # the state, as before
+        outcome = read(namespace, "agent/dev/outcome")
+        assert outcome.startswith("error HttpError: HTTP 401: "), outcome
+        assert BAD_KEY in outcome, outcome
+        assert outcome.count("\n") == 1, outcome
+        assert waited.stderr == f"anvilctl wait dev: turn ended: {outcome}"
+        again = anvilctl(namespace, "wait", "dev")  # nothing ran since: the same last turn
+        assert (again.returncode, again.stdout) == (1, "await\n")
+        row = sessions_row(namespace, workdir, session_id)
+        assert row[2:4] == ["await", "error"], row
+
+        sent = anvilctl(namespace, "send", "--wait", "dev", "FAILME again")
+        assert (sent.returncode, sent.stdout) == (1, "await\n"), sent
+        assert sent.stderr == f"anvilctl send dev: turn ended: {outcome}"
+    finally:
+        code, log = first.stop()
+    assert code == 0, log
+
+    second = start_daemon(namespace, config)
+    try:
+        assert read(namespace, f"agent/{session_id}/outcome") == outcome  # from the records
+        restored = anvilctl(namespace, "wait", "dev")
+        assert (restored.returncode, restored.stdout) == (1, "await\n"), restored  # out unread
+        assert sessions_row(namespace, workdir, session_id)[3] == "error"
+        fixed = anvilctl(namespace, "send", "--wait", "dev", "ping again")
+        assert (fixed.returncode, fixed.stdout, fixed.stderr) == (0, "await\n", "")
+        assert read(namespace, "agent/dev/outcome") == "done\n"
+        assert sessions_row(namespace, workdir, session_id)[3] == "done"
+    finally:
+        code, log = second.stop()
+    assert code == 0, log
+
+
+def test_a_cancelled_turn_makes_send_wait_exit_130(
+    namespace: Path, tmp_path: Path, workdir: Path, failing: FakeServer
+) -> None:
+    daemon = start_daemon(namespace, user_config(tmp_path, failing.url))
+    try:
+        session_id = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "anvilctl", "send", "--wait", session_id, "slow please"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NAMESPACE": str(namespace)},
+        )
+        deadline = time.monotonic() + TURN_TIMEOUT
+        while read(namespace, f"agent/{session_id}/state") != "running\n":
+            assert time.monotonic() < deadline, "the turn never started"
+            time.sleep(0.05)
+        ok(anvilctl(namespace, "write", f"agent/{session_id}/ctl", stdin="cancel\n"))
+        out, err = waiting.communicate(timeout=TURN_TIMEOUT)
+        assert (waiting.returncode, out) == (130, "await\n"), err
+        outcome = read(namespace, f"agent/{session_id}/outcome")
+        assert outcome.split()[0] == "cancelled", outcome
+        assert err == f"anvilctl send {session_id}: turn ended: {outcome}"
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+
+
+def test_kill_ends_a_session_and_a_mistyped_name_gets_a_suggestion(
+    daemon: Anvild, namespace: Path, workdir: Path
+) -> None:
+    session_id = ok(anvilctl(namespace, "new", "alias=reviewer1", cwd=workdir)).strip()
+    for command in (["send", "reveiwer1", "hi"], ["wait", "reveiwer1"], ["out", "reveiwer1"]):
+        typo = anvilctl(namespace, *command)
+        assert typo.returncode == 1, typo
+        assert typo.stderr.startswith(f"anvilctl {command[0]} reveiwer1: "), typo.stderr
+        assert typo.stderr.endswith("; did you mean reviewer1?\n"), typo.stderr
+    unknown = anvilctl(namespace, "wait", "zzzzzzzz")
+    assert unknown.returncode == 1
+    assert unknown.stderr.endswith(
+        "; no session has that id or alias (`anvilctl sessions --all` lists them)\n"
+    ), unknown.stderr
+    typo = anvilctl(namespace, "kill", session_id[:-1] + "x")
+    assert typo.returncode == 1
+    assert "no session" in typo.stderr
+    assert typo.stderr.endswith(f"did you mean {session_id}?\n"), typo.stderr
+    assert session_id in read(namespace, "agent/list")
+
+    assert ok(anvilctl(namespace, "kill", "reviewer1")) == ""
+    assert session_id not in read(namespace, "agent/list")
+    gone = anvilctl(namespace, "kill", "reviewer1")
+    assert gone.returncode == 1
+    assert gone.stderr == (
+        "anvilctl kill reviewer1: ctl: no session 'reviewer1': read agent/list for the live "
+        "sessions\n"
+    )
+
+
 def test_sigterm_during_a_turn_leaves_every_record_on_disk(
     namespace: Path, tmp_path: Path, workdir: Path, fake: FakeServer
 ) -> None:
@@ -346,7 +490,7 @@ def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Pa
     )
     try:
         assert daemon.wait_serving().endswith("; default model: local llama-server\n")
-        assert ok(anvilctl(namespace, "models")).split() == [
+        assert ok(anvilctl(namespace, "models", "--no-header")).split() == [
             "local", "local", "smollm2-135m", "8192", "yes"
         ]  # fmt: skip
         session_id = ok(anvilctl(namespace, "new", cwd=workdir)).strip()

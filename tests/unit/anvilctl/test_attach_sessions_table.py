@@ -40,26 +40,34 @@ def test_parse_created_takes_rfc3339_utc_only() -> None:
 
 
 def row(
-    sid: str, alias: str, minutes: float | None, prompt: str, cwd: str = "/w", usage: str = "-"
+    sid: str,
+    alias: str,
+    minutes: float | None,
+    prompt: str,
+    cwd: str = "/w",
+    usage: str = "-",
+    outcome: str = "-",
 ) -> SessionRow:
     created = None if minutes is None else NOW - dt.timedelta(minutes=minutes)
-    return SessionRow(sid, alias, "idle", "developer", "fake", cwd, created, prompt, usage)
+    return SessionRow(sid, alias, "idle", "developer", "fake", cwd, created, prompt, usage, outcome)
 
 
 def test_the_table_aligns_columns_and_cuts_the_prompt_to_the_width() -> None:
     rows = [
-        row("a1b2c3", "dev", 3, "fix the parser " * 10, usage="17.4k/200k 8.7%"),
+        row("a1b2c3", "dev", 3, "fix the parser " * 10, usage="17.4k/200k 8.7%", outcome="error"),
         row("d4e5f6", "-", None, "-"),
     ]
-    text = format_sessions(rows, NOW, width=90)
+    text = format_sessions(rows, NOW, width=100)
     lines = text.splitlines()
-    assert lines[0].split() == ["ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "PROMPT"]
+    assert lines[0].split() == [
+        "ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE", "PROMPT"
+    ]  # fmt: skip
     assert lines[1].startswith(
-        "a1b2c3  dev    idle   developer  fake   17.4k/200k 8.7%  3m   fix the parser"
+        "a1b2c3  dev    idle   error    developer  fake   17.4k/200k 8.7%  3m   fix the parser"
     )
     assert lines[1].endswith("…")
-    assert len(lines[1]) == 90
-    assert lines[2] == "d4e5f6  -      idle   developer  fake   -                -    -"
+    assert len(lines[1]) == 100
+    assert lines[2] == "d4e5f6  -      idle   -        developer  fake   -                -    -"
     assert lines[0].index("PROMPT") == lines[1].index("fix")
 
 
@@ -69,14 +77,17 @@ def test_the_prompt_column_keeps_twenty_characters_on_a_narrow_terminal() -> Non
 
 
 def test_all_adds_the_cwd_column() -> None:
-    text = format_sessions([row("a1", "-", 90 * 24 * 60, "hi", cwd="/src/app")], NOW, show_cwd=True)
+    text = format_sessions(
+        [row("a1", "-", 90 * 24 * 60, "hi", cwd="/src/app", outcome="done")], NOW, show_cwd=True
+    )
     assert text.splitlines()[0].split() == [
-        "ID", "ALIAS", "STATE", "ROLE", "MODEL", "USAGE", "AGE", "CWD", "PROMPT"
+        "ID", "ALIAS", "STATE", "OUTCOME", "ROLE", "MODEL", "USAGE", "AGE", "CWD", "PROMPT"
     ]  # fmt: skip
     assert text.splitlines()[1].split() == [
         "a1",
         "-",
         "idle",
+        "done",
         "developer",
         "fake",
         "-",
