@@ -242,12 +242,15 @@ def test_fanout_reports_a_turn_that_did_not_finish(rig_factory: Any) -> None:
     result = rig.run(SCRIPTS / "fanout", "-n", "1", "-m", "fake", "FAILME")
     assert result.returncode == 1, result
     assert "no such" in result.stdout  # the out is printed all the same
-    assert "did not finish its turn: [turn ended: error" in result.stderr
+    said = "did not finish its turn: error HttpError: HTTP 400: "
+    assert said in result.stderr, result.stderr
+    assert '"message": "no such"' in result.stderr.split(said)[1]  # the outcome's whole line
     assert rig.sessions() == []
     if RC.exists():
         rc = rig.run(RC, SCRIPTS / "fanout.rc", "-n", "1", "-m", "fake", "FAILME")
         assert rc.returncode == 1, rc
-        assert "did not finish its turn: [turn ended: error" in rc.stderr
+        assert said in rc.stderr, rc.stderr
+        assert '"message": "no such"' in rc.stderr.split(said)[1]
 
 
 # -- DevReview -----------------------------------------------------------------------------------
@@ -335,11 +338,17 @@ def test_devreview_takes_the_verdict_from_the_review_response_mail(rig_factory: 
     assert "REVIEW_RESPONSE message with metadata.verdict" in first_review
 
 
-def test_devreview_fails_when_a_turn_did_not_finish(rig_factory: Any) -> None:
-    rig = rig_factory([{"model": "dev-model", "status": 400, "message": "bad request"}])
+def test_devreview_stops_on_a_failed_turn_with_its_message(rig_factory: Any) -> None:
+    rig = rig_factory([{"model": "dev-model", "status": 401, "message": "invalid x-api-key"}])
     result = rig.run(SCRIPTS / "DevReview", "-d", "dev", "-r", "rev", "task")
     assert result.returncode == 1, result
-    assert "did not finish its turn: [turn ended: error" in result.stderr
+    lines = [line for line in result.stderr.splitlines() if "did not finish" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("DevReview: session "), lines
+    assert " did not finish its turn: error HttpError: HTTP 401: " in lines[0]
+    assert '"message": "invalid x-api-key"' in lines[0]  # the provider's message
+    assert lines[0].endswith("(read agent/" + lines[0].split()[2] + "/log)"), lines
+    assert "round 1" not in result.stderr  # it stopped before any review
     assert rig.models_asked() == ["dev-model"]  # the reviewer was never asked
     assert rig.sessions() == []
 
@@ -364,6 +373,18 @@ def test_planning_feeds_each_stage_the_previous_answer(rig_factory: Any, tmp_pat
     assert "engineer" in systems[1]
     assert "technical editor" in systems[2]
     assert (outdir / "research.md").read_text() == "FACTS: two modules.\n"
+    assert rig.sessions() == []
+
+
+def test_planning_stops_at_a_stage_whose_turn_failed(rig_factory: Any, tmp_path: Path) -> None:
+    rig = rig_factory(
+        [{"model": "fake-model", "contains": "Research what", "status": 401, "message": "nope"}]
+    )
+    result = rig.run(SCRIPTS / "Planning", "-m", "fake", "Add", "caching.")
+    assert (result.returncode, result.stdout) == (1, ""), result
+    assert " did not finish its turn: error HttpError: HTTP 401: " in result.stderr
+    assert '"message": "nope"' in result.stderr
+    assert len(rig.requests()) == 1  # engineering and editing never ran
     assert rig.sessions() == []
 
 
@@ -646,7 +667,8 @@ def test_conductor_fails_a_bead_whose_turn_did_not_finish_and_a_rerun_redoes_it(
     first = conductor(rig, workflow)
     assert first.returncode == 1, first
     assert "b: session" in first.stderr
-    assert "did not finish its turn: [turn ended: error" in first.stderr
+    assert "did not finish its turn: error HttpError: HTTP 400: " in first.stderr
+    assert '"message": "boom"' in first.stderr
     b = beads_of(rig)["b (workflow chain3)"]
     assert b["status"] == "failed\n"
     assert len(rig.sessions()) == 1  # kept after a failure

@@ -135,9 +135,15 @@ def test_the_verdict_line(out: str, verdict: str | None) -> None:
 
 
 def test_a_turn_that_did_not_finish() -> None:
-    assert conductor.turn_ended("answer\n") is None
-    assert conductor.turn_ended("") is None
-    partial = "half an answer\n\n[turn ended: max_steps: 50 steps]\n"
-    assert conductor.turn_ended(partial) == "[turn ended: max_steps: 50 steps]"
-    assert conductor.turn_ended("[turn ended: cancelled]\n\n") == "[turn ended: cancelled]"
-    assert conductor.turn_ended("[turn ended: error]\nthen more text\n") is None
+    """The session's `outcome` file after the wait: anything but done stops the run."""
+    assert conductor.turn_failed("done\n") is None
+    failed = 'error HttpError: HTTP 401: {"error": "invalid x-api-key"}'
+    assert conductor.turn_failed(failed + "\n") == failed
+    assert conductor.turn_failed("max_steps stopped after 50 steps\n") == (
+        "max_steps stopped after 50 steps"
+    )
+    assert conductor.turn_failed("cancelled the turn was cancelled\n") == (
+        "cancelled the turn was cancelled"
+    )
+    assert conductor.turn_failed("-\n") == "-"  # no turn ended: not a finished answer either
+    assert conductor.turn_failed("") == "-"
