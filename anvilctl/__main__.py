@@ -36,6 +36,13 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.sandbox": ("sandbox",),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
+# `-p`'s options that take a value: given before `-p` (`anvilctl --resume ID -p ...`), their
+# value is not a command word.
+_HEADLESS_OPTIONS_WITH_VALUE = (
+    *_GLOBAL_OPTIONS_WITH_VALUE,
+    *("-r", "--resume", "-m", "--model", "-C", "--cwd", "--max-steps", "--max-budget-tokens"),
+    *("--permission-mode", "--output-format"),
+)
 
 
 def _command_word(argv: Sequence[str]) -> str | None:
@@ -49,10 +56,11 @@ def _command_word(argv: Sequence[str]) -> str | None:
 
 
 def headless_requested(argv: Sequence[str]) -> bool:
-    """Whether `-p`/`--print` comes before any command word (`anvilctl -a ADDR -p TEXT ...`)."""
+    """Whether `-p`/`--print` comes before any command word (`anvilctl -a ADDR -p TEXT ...`,
+    `anvilctl -c -p TEXT`)."""
     args = iter(argv)
     for arg in args:
-        if arg in _GLOBAL_OPTIONS_WITH_VALUE:
+        if arg in _HEADLESS_OPTIONS_WITH_VALUE:
             next(args, None)
         elif arg == "--print" or arg.startswith(("--print=", "-p")):
             return True

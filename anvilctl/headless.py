@@ -1,10 +1,16 @@
 """`anvilctl -p PROMPT`: one prompt, one turn, nobody at the keyboard (headless).
 
-    anvilctl [-a ADDRESS] [-A ANAME] [-n] -p PROMPT [-m MODEL] [-C DIR] [--max-steps N]
+    anvilctl [-a ADDRESS] [-A ANAME] [-n] -p [PROMPT] [-m MODEL] [-C DIR] [--max-steps N]
              [--max-budget-tokens N] [--permission-mode MODE] [--output-format FORMAT]
+             [-c | --continue | -r ID | --resume ID] [PROMPT...]
 
     git diff | anvilctl -p "review this"             stdin (not a TTY) is appended to the prompt
+    echo "explain main.py" | anvilctl -p             ... or is the prompt, when none is given
     anvilctl -p "fix the test" --output-format json  one JSON object when the turn has ended
+    anvilctl -p --continue "and the other test?"     the latest session of this directory
+
+The prompt is `-p`'s value, or the words after the options (`anvilctl -p -c "go on"`, as Claude
+Code writes it), or stdin; several of them are joined.
 
 Theory of operation
 -------------------
@@ -16,15 +22,31 @@ ever answer `approval`, so waiting would hang). The daemon checks every key: a m
 its ceiling (`permissions.max_mode` in the user config) is refused with that message, and the
 command exits 1.
 
+Continuing. `--continue` sends the prompt to the most recently created live session whose cwd
+is this directory (`-C DIR`: that one), `--resume ID` to the session with that id or alias;
+either is one of `agent/list`'s sessions that has not exited (a `-p` session exits after its
+turn: one made with `anvilctl new`, or by `attach`, stays). None in the directory, an unknown id
+(with the nearest id or alias as a suggestion) and an exited session are errors saying so. The
+session keeps its model, limits, mode and cwd, so `-m`, `--max-steps`, `--max-budget-tokens`,
+`--permission-mode` (and `-C` with `--resume`) are usage errors there. A session busy with a
+turn is waited for (its `wait` file) before the prompt is sent; one waiting for an approval is
+an error (answer it first). Its `events` file starts with a backlog of earlier turns, which is
+skipped: the events connection reads until a read stays pending, then flushes it (flush(5): an
+Rflush alone means every line published so far has been read, as `anvilctl attach` does), and
+only then is the prompt written. The session is never killed: Ctrl-C cancels its turn and it
+stays for the next prompt.
+
 Which daemon. Without `-a`, the service `agent` in the namespace directory (the same rules as
 `anvilctl new|send|...`); with `-a ADDRESS` (and `-A` for the TCP token), that server. When no
 daemon answers on the namespace socket (and no `-a` was given), the turn runs in this process:
 the same session layer (`anvild.daemon.wiring.Sessions`, a `SessionManager`) on the user's data
-dir, whose lock this process then holds for the turn. If another process holds that lock (a
-daemon serving another namespace, or another in-process `-p`), the turn runs on a fresh
-temporary data dir instead, which is removed afterwards (so the session's records are not
-kept), and stderr says so. The daemon's own modules are imported only on that path, so `-p`
-against a running daemon starts as fast as the other session commands.
+dir, whose lock this process then holds for the turn (its live sessions are restored, so
+`--continue` and `--resume` work there too). If another process holds that lock (a daemon
+serving another namespace, or another in-process `-p`), the turn runs on a fresh temporary data
+dir instead, which is removed afterwards (so the session's records are not kept), and stderr
+says so. The daemon's own modules are imported only on that path, so `-p` against a running
+daemon starts as fast as the other session commands. In process, a provider key that is not set
+is reported as this process's environment lacking it (the daemon's message says anvild's).
 
 The stream. The session's `events` file is opened before the prompt is written to `in`, so
 the reader sees every event of the turn. The last event of a turn is always its
@@ -36,11 +58,21 @@ Output (`--output-format`):
 
 - `text` (default): the final answer on stdout. After an abnormal end, the partial answer (if
   any) on stdout and `anvilctl -p: turn ended: OUTCOME: DETAIL` on stderr.
-- `json`: one object when the turn has ended: `type` ("result"), `session_id`, `outcome`,
-  `detail`, `is_error`, `exit_code`, `result` (the answer text), `steps`, `usage` (tokens by
-  kind, null when unknown), `model`, `cwd`.
-- `stream-json`: every agent event line of the session's `events` file as it comes (JSON, one
-  per line), the last one `turn_finished`.
+- `json`: one object when the turn has ended, Claude Code's `result` where it fits: `type`
+  ("result"), `session_id`, `outcome`, `detail`, `is_error`, `exit_code`, `result` (the answer
+  text), `steps`, `duration_ms` (the command's wall time until the turn ended),
+  `total_cost_usd` (this turn's cost from the model's pricing: the session's `cost` after the
+  turn less before it; null when unknown), `usage` (the turn's tokens by kind, null when
+  unknown), `model`, `cwd`.
+- `stream-json`: first `{"type":"system","subtype":"init","session_id":...,"model":...,
+  "cwd":...,"resumed":...}` (Claude Code's init event, naming the session), then every agent
+  event line of the session's `events` file as it comes (JSON, one per line), `turn_finished`
+  the last of them, then the `result` object of `json`.
+
+Errors. In `text`, `anvilctl -p: MESSAGE` on stderr. In `json` and `stream-json` the same line,
+and on stdout a `result` object with `is_error` true, `outcome` "error", the message as
+`detail` and the exit status as `exit_code` (2 for a usage error), so a program reading stdout
+always gets one `result`.
 
 Nothing is coloured: stdout carries no terminal escape codes (a TTY or not). In `text`, escape
 sequences and other control characters in the model's answer (and in the reason on stderr) are
@@ -56,16 +88,19 @@ written (the session is being set up: `new`, its `events` opened), a Ctrl-C kill
 session instead (one during `new` itself is held until the id is read), and so does a stdout
 found closed just before the prompt, or any other failure in between (a broken connection, a
 refused prompt): the prompt never reaches the model and no idle session is left behind (the
-kill goes on a connection of its own). Exit 130 (1 for a failure).
+kill goes on a connection of its own). A continued session is not killed: the prompt is simply
+not sent. Exit 130 (1 for a failure).
 
 Exit status: 0 done, 1 error (also: the session could not be created, the daemon went away),
-2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled.
+2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled;
+2 also for a usage error (argparse's).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import queue
@@ -73,11 +108,13 @@ import re
 import select
 import signal
 import stat
+import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, NamedTuple, NoReturn
 
-from anvilctl import ninep_cli
+from anvilctl import ninep_cli, wire
 from anvilctl.ninep_client import (
     CFid,
     Client,
@@ -90,7 +127,17 @@ from anvilctl.ninep_client import (
 from anvilctl.signals import BackgroundThread, drain_wakeup, signal_wakeup
 from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
 
-__all__ = ["EXIT_CODES", "MODES", "Renderer", "build_parser", "main"]
+__all__ = [
+    "EXIT_CODES",
+    "MODES",
+    "Renderer",
+    "SessionRow",
+    "add_options",
+    "build_parser",
+    "main",
+    "pick_session",
+    "usd_of",
+]
 
 SERVICE: Final = "agent"
 MODES: Final = ("plan", "default", "accept-edits", "bypass")
@@ -106,6 +153,7 @@ EXIT_CODES: Final = {
     "cancelled": 130,
 }
 EXIT_ERROR: Final = 1
+EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 _CHUNK: Final = 8192
 _PREFIX: Final = "anvilctl -p"
@@ -136,16 +184,45 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="anvilctl -p",
-        description="Run one prompt headless in a new session and print the result. Stdin, "
-        "when it is not a terminal, is appended to the prompt.",
-        epilog="Exit status: 0 done, 1 error, 2 max_steps, 3 max_tokens, 4 refused, "
-        "5 budget_exceeded, 6 protocol_stopped, 130 cancelled.",
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser that remembers its error message (`failure`), so `main` can also give
+    it as JSON in the JSON formats; it still prints the usage and exits 2."""
+
+    failure: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        self.failure = message
+        super().error(message)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """`-p` and its options (not the global -a/-A/-n): for `build_parser`, and for the shell
+    completion, which offers them at the top level of `anvilctl` (`anvilctl.completion`)."""
+    parser.add_argument(
+        "-p",
+        "--print",
+        dest="prompt",
+        nargs="?",
+        const="",
+        metavar="PROMPT",
+        help="run PROMPT headless and print the result (the prompt may also follow the "
+        "options, or come on stdin)",
     )
-    ninep_cli.add_global_options(parser)
-    parser.add_argument("-p", "--print", dest="prompt", required=True, metavar="PROMPT")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_session",
+        action="store_true",
+        help="send the prompt to the latest live session of this directory (-C: of DIR) "
+        "instead of a new one",
+    )
+    which.add_argument(
+        "-r",
+        "--resume",
+        metavar="ID",
+        help="send the prompt to the live session with this id or alias",
+    )
     parser.add_argument(
         "-m", "--model", help="model alias or provider:model (default: the daemon's default model)"
     )
@@ -176,9 +253,71 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FORMATS,
         default="text",
         metavar="FORMAT",
-        help=f"one of {', '.join(FORMATS)} (default: text)",
+        help=f"one of {', '.join(FORMATS)} (default: text); json and stream-json print "
+        "errors as a JSON result too",
+    )
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(
+        prog="anvilctl -p",
+        description="Run one prompt headless in a new session (or, with --continue or "
+        "--resume, in a live one) and print the result. Stdin, when it is not a terminal, is "
+        "appended to the prompt, or is the prompt when none is given.",
+        epilog="Exit status: 0 done, 1 error, 2 max_steps (or a usage error), 3 max_tokens, "
+        "4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled.",
+    )
+    ninep_cli.add_global_options(parser)
+    add_options(parser)
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="PROMPT",
+        help="the prompt, when -p is given without one (words are joined with spaces)",
     )
     return parser
+
+
+def resuming(args: argparse.Namespace) -> bool:
+    """Whether the prompt goes to an existing session (--continue or --resume)."""
+    return bool(args.continue_session) or args.resume is not None
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot check: a continued session keeps what `new` set (usage errors)."""
+    if not resuming(args):
+        return
+    given = [
+        flag
+        for flag, value in (
+            ("-m/--model", args.model),
+            ("--max-steps", args.max_steps),
+            ("--max-budget-tokens", args.max_budget_tokens),
+            ("--permission-mode", args.permission_mode),
+        )
+        if value is not None
+    ]
+    if given:
+        parser.error(
+            f"{', '.join(given)}: set when a session is created; with --continue or --resume "
+            "the session keeps its own (switch its model with `model NAME` on its ctl)"
+        )
+    if args.resume is not None and args.cwd is not None:
+        parser.error(
+            "-C: a resumed session keeps its own cwd (--continue -C DIR continues the latest "
+            "session of DIR)"
+        )
+
+
+def format_in(argv: Sequence[str]) -> str:
+    """The `--output-format` an argument list asks for (for a usage error, before it parses)."""
+    fmt = "text"
+    for i, arg in enumerate(argv):
+        if arg == "--output-format" and i + 1 < len(argv):
+            fmt = argv[i + 1]
+        elif arg.startswith("--output-format="):
+            fmt = arg.partition("=")[2]
+    return fmt if fmt in FORMATS else "text"
 
 
 def _quote(value: str) -> str:
@@ -209,9 +348,17 @@ class StdoutClosed(Exception):
 
 
 class Renderer:
-    """Turns a turn's event lines into the chosen output; `feed` returns True at the end."""
+    """Turns a turn's event lines into the chosen output; `feed` returns True at the end.
 
-    def __init__(self, fmt: str, out: BinaryIO, err: BinaryIO) -> None:
+    `start` writes stream-json's `init` line once the session is known; `finish` writes what
+    the format writes at the turn's end (for json and stream-json the `result` object);
+    `fail` reports an error instead (on stderr, and as a `result` in the JSON formats).
+    `started` is when the command started (`duration_ms`); `cost_before` and `cost_after`
+    are the session's cost in USD before and after the turn (`total_cost_usd`)."""
+
+    def __init__(
+        self, fmt: str, out: BinaryIO, err: BinaryIO, *, started: float | None = None
+    ) -> None:
         self.fmt = fmt
         self._out = out
         self._err = err
@@ -220,8 +367,14 @@ class Renderer:
         self.session_id = ""
         self.model = ""
         self.cwd = ""
+        self.resumed = False
+        self.started = time.monotonic() if started is None else started
+        self.cost_before: float | None = 0.0  # a new session has cost nothing yet
+        self.cost_after: float | None = None
         self._step_text: list[str] = []
         self.lagged = False
+        self._init_written = False
+        self._result_written = False
 
     @property
     def answer(self) -> str:
@@ -236,6 +389,21 @@ class Renderer:
         except (BrokenPipeError, ValueError) as exc:  # ValueError: a closed file object
             self.closed = True
             raise StdoutClosed from exc
+
+    def start(self) -> None:
+        """stream-json: the first line, naming the session (Claude Code's `system`/`init`)."""
+        if self.fmt != "stream-json" or self._init_written:
+            return
+        self._init_written = True
+        init = {
+            "type": "system",
+            "subtype": "init",
+            "session_id": self.session_id,
+            "model": self.model,
+            "cwd": self.cwd,
+            "resumed": self.resumed,
+        }
+        self.write(json.dumps(init, ensure_ascii=False).encode() + b"\n")
 
     def feed(self, line: bytes) -> bool:
         """One event line (with or without its newline). True once it was `turn_finished`."""
@@ -267,6 +435,36 @@ class Renderer:
     def exit_code(self) -> int:
         return EXIT_CODES.get(self.outcome, EXIT_ERROR)
 
+    @property
+    def total_cost_usd(self) -> float | None:
+        """This turn's cost: the session's after the turn less before it (None: unknown)."""
+        if self.cost_before is None or self.cost_after is None:
+            return None
+        return round(max(0.0, self.cost_after - self.cost_before), 6)
+
+    def result(self, text: str, detail: str, exit_code: int) -> dict[str, Any]:
+        """The `result` object of the JSON formats (Claude Code's, where it fits)."""
+        finished = self.finished or {}
+        return {
+            "type": "result",
+            "session_id": self.session_id or None,
+            "outcome": self.outcome,
+            "detail": detail,
+            "is_error": self.outcome != "done",
+            "exit_code": exit_code,
+            "result": text,
+            "steps": finished.get("steps"),
+            "duration_ms": int((time.monotonic() - self.started) * 1000),
+            "total_cost_usd": self.total_cost_usd,
+            "usage": finished.get("usage"),
+            "model": self.model,
+            "cwd": self.cwd,
+        }
+
+    def _write_result(self, result: dict[str, Any]) -> None:
+        self._result_written = True
+        self.write(json.dumps(result, ensure_ascii=False).encode() + b"\n")
+
     def finish(self, answer: str | None = None) -> None:
         """Write what the format writes at the end (`answer`: the session's `out`, when the
         event stream lost some text)."""
@@ -280,21 +478,19 @@ class Renderer:
             if self.outcome != "done":
                 why = f": {plain(detail)}" if detail else ""
                 self._say(f"turn ended: {self.outcome}{why}")
-        elif self.fmt == "json":
-            result = {
-                "type": "result",
-                "session_id": self.session_id,
-                "outcome": self.outcome,
-                "detail": detail,
-                "is_error": self.outcome != "done",
-                "exit_code": self.exit_code,
-                "result": text,
-                "steps": finished.get("steps"),
-                "usage": finished.get("usage"),
-                "model": self.model,
-                "cwd": self.cwd,
-            }
-            self.write(json.dumps(result, ensure_ascii=False).encode() + b"\n")
+        else:
+            self._write_result(self.result(text, detail, self.exit_code))
+
+    def fail(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        """Report an error that ended the command: `anvilctl -p: MESSAGE` on stderr, and in
+        the JSON formats a `result` with `is_error` (unless the turn's result was written)."""
+        self._say(message)
+        if self.fmt == "text" or self._result_written:
+            return
+        result = self.result(self.answer, message, exit_code)
+        result.update(outcome="error", is_error=True)
+        with contextlib.suppress(StdoutClosed):
+            self._write_result(result)
 
     def _say(self, message: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -307,6 +503,84 @@ def synthetic_end(outcome: str, detail: str) -> bytes:
     event = {"type": "turn_finished", "outcome": outcome, "steps": 0, "usage": None}
     event["detail"] = detail
     return json.dumps(event, separators=(",", ":")).encode() + b"\n"
+
+
+# -- which session: --continue and --resume ---------------------------------------------------
+
+
+class SessionRow(NamedTuple):
+    """A session as `agent/list` shows it; `created` (RFC 3339) is "" when not read."""
+
+    id: str
+    alias: str
+    state: str
+    cwd: str
+    created: str = ""
+
+
+def list_rows(text: str) -> list[SessionRow]:
+    """`agent/list`: id, alias, state, role, model, cwd, tab-separated ("-": none)."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 6 and fields[0]:
+            alias = "" if fields[1] == "-" else fields[1]
+            rows.append(SessionRow(fields[0], alias, fields[2], fields[5]))
+    return rows
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def in_dir(rows: Sequence[SessionRow], cwd: str) -> list[SessionRow]:
+    """The sessions of `cwd` that can still take a prompt (not exited)."""
+    return [row for row in rows if row.state != "exited" and _same_dir(row.cwd, cwd)]
+
+
+def pick_session(rows: Sequence[SessionRow], *, cwd: str, key: str | None) -> SessionRow:
+    """`--resume KEY`: the session with that id or alias; `--continue` (key None): the latest
+    created of `cwd`'s sessions that have not exited (list order breaks a tie: the manager
+    lists in creation order). A `HeadlessError` says why there is none."""
+    if key is not None:
+        for row in rows:
+            if key in (row.id, row.alias):
+                if row.state == "exited":
+                    raise HeadlessError(
+                        f"session {key} has exited and takes no more prompts (a -p session "
+                        "exits after its turn); continue a live one (`anvilctl sessions`), or "
+                        "leave out --resume for a new one"
+                    )
+                return row
+        import difflib
+
+        names = sorted({row.id for row in rows} | {row.alias for row in rows if row.alias})
+        guess = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        raise HeadlessError(
+            f"no session {key!r}{hint} (`anvilctl sessions --all` lists the live sessions)"
+        )
+    here = in_dir(rows, cwd)
+    if not here:
+        raise HeadlessError(
+            f"no session in {cwd} to continue: a -p session exits after its turn, so start one "
+            "that stays with `anvilctl new` (or `anvilctl attach`), or name any live session "
+            "with --resume ID (`anvilctl sessions --all` lists them)"
+        )
+    order = {row.id: i for i, row in enumerate(rows)}
+    return max(here, key=lambda row: (row.created, order[row.id]))
+
+
+def usd_of(cost: str | None) -> float | None:
+    """The `usd` line of a session's `cost` file (None: "n/a", or no such line)."""
+    for line in (cost or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usd":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
 
 
 # -- the daemon path ---------------------------------------------------------------------------
@@ -424,6 +698,102 @@ def _stdout_closed(out: BinaryIO) -> bool:
     return any(flags & (select.POLLERR | select.POLLHUP) for _, flags in poller.poll(0))
 
 
+def _read_text(client: Client, root: CFid, path: str) -> str | None:
+    """A small file read to its end, or None when it cannot be read."""
+    try:
+        fid = client.open(root, path, OREAD)
+        try:
+            parts = []
+            while data := fid.read(_CHUNK):
+                parts.append(data)
+        finally:
+            fid.clunk()
+    except ClientError:
+        return None
+    return b"".join(parts).decode(errors="replace")
+
+
+def _existing_session(client: Client, root: CFid, args: argparse.Namespace, cwd: str) -> SessionRow:
+    """The session `--continue` or `--resume` names, once it can take the prompt: a turn it is
+    running is waited for (its `wait` file); an approval it waits for is an error."""
+    listing = _read_text(client, root, "list")
+    if listing is None:
+        raise HeadlessError("cannot read agent/list (the daemon's sessions)")
+    rows = list_rows(listing)
+    if args.resume is None:  # the candidates' creation times, to find the latest
+        here = {row.id for row in in_dir(rows, cwd)}
+        rows = [
+            row._replace(created=(_read_text(client, root, f"{row.id}/created") or "").strip())
+            if row.id in here
+            else row
+            for row in rows
+        ]
+    row = pick_session(rows, cwd=cwd, key=args.resume)
+    if row.state == "await_approval":
+        raise HeadlessError(
+            f"session {row.id} waits for an approval: answer it first (`anvilctl attach "
+            f"{row.id}`, or write approve or reject to agent/{row.id}/approval)"
+        )
+    if row.state in ("starting", "running"):
+        _read_text(client, root, f"{row.id}/wait")  # returns when its turn has ended
+    return row
+
+
+_RFLUSH: Final = 109
+_RREAD: Final = 117
+_BACKLOG_QUIET: Final = 0.2  # seconds a read must stay pending before it is flushed
+_BACKLOG_TIMEOUT: Final = 15.0
+
+
+def _next_frame(client: Client, timeout: float | None) -> bytes | None:
+    """The next reply on `client`'s connection, or None when none comes within `timeout`.
+    (The client's own buffer first: a whole frame may already be there.)"""
+    buf = client._buf
+    whole = len(buf) >= 4 and len(buf) >= int.from_bytes(buf[:4], "little")
+    if timeout is not None and not whole:
+        ready, _, _ = select.select([client.sock], [], [], timeout)
+        if not ready:
+            return None
+    return client._frame()
+
+
+def skip_backlog(client: Client, fid: CFid) -> None:
+    """Read and drop what an `events` file holds for a new reader (earlier turns), until a
+    read stays pending: then flush it. flush(5): a read that had data is answered before the
+    Rflush; an Rflush alone means every line published so far has been read. Only this
+    connection's requests are in flight, on tags of their own."""
+    count = client.msize - wire.IOHDRSZ
+    read = wire.tread(1, fid.fid, 0, count)
+    flush = struct.pack("<IBHH", 9, 108, 2, 1)  # Tflush tag 2, oldtag 1 (intro(5), flush(5))
+    deadline = time.monotonic() + _BACKLOG_TIMEOUT
+    client.sock.sendall(read)
+    flushing = got_data = False
+    while True:
+        if time.monotonic() > deadline:
+            raise HeadlessError("the session's events did not settle; is the daemon busy?")
+        frame = _next_frame(client, None if flushing else _BACKLOG_QUIET)
+        if frame is None:  # the read is pending: flush it to learn that we caught up
+            client.sock.sendall(flush)
+            flushing, got_data = True, False
+            continue
+        kind = frame[4]
+        if kind == _RREAD:
+            if not wire.rread(frame):
+                raise HeadlessError("the session's events ended before its prompt was sent")
+            got_data = True
+            if not flushing:
+                client.sock.sendall(read)
+        elif kind == _RFLUSH:
+            if not got_data:
+                return
+            flushing = False
+            client.sock.sendall(read)
+        elif kind == wire.RERROR:
+            raise ServerError(wire.rerror(frame))
+        else:
+            raise ClientError(f"unexpected reply type {kind} on the events file")
+
+
 def _run_daemon(
     client: Client,
     args: argparse.Namespace,
@@ -433,6 +803,11 @@ def _run_daemon(
     out: BinaryIO,
 ) -> int:
     root = client.mount(aname=args.aname, auth=not args.noauth)
+    if resuming(args):
+        row = _existing_session(client, root, args, cwd)
+        renderer.session_id, renderer.cwd, renderer.resumed = row.id, row.cwd, True
+        renderer.cost_before = usd_of(_read_text(client, root, f"{row.id}/cost"))
+        return _run_session(client, root, row.id, args, prompt, False, renderer, out)
     with _DeferredInterrupt() as interrupt:
         ctl = client.open(root, "ctl", ORDWR)
         try:
@@ -457,10 +832,11 @@ def _run_session(
     renderer: Renderer,
     out: BinaryIO,
 ) -> int:
-    """From a created session to its turn's end: the events reader, the prompt, the stream.
-    Until the prompt is taken, a Ctrl-C (`interrupted`: one came during `new`; or a
-    KeyboardInterrupt now) or a closed stdout kills the session instead: no prompt is sent,
-    nothing is left (exit 130)."""
+    """From a created (or continued) session to its turn's end: the events reader, the
+    prompt, the stream. Until the prompt is taken, a Ctrl-C (`interrupted`: one came during
+    `new`; or a KeyboardInterrupt now) or a closed stdout kills the session it created
+    instead (a continued one is left as it was): no prompt is sent (exit 130)."""
+    owned = not renderer.resumed
     events_client: Client | None = None
     pump: _EventPump | None = None
     try:
@@ -471,14 +847,18 @@ def _run_session(
                 model.clunk()
             events_client, events_root = _mounted(args)
             events = events_client.open(events_root, f"{session_id}/events", OREAD)
+            if not owned:
+                skip_backlog(events_client, events)  # earlier turns: not this one's
             pump = _EventPump(events)
             pump.start()
             if interrupted or _stdout_closed(out):
                 if not interrupted:
                     renderer.closed = True
                     _detach_stdout(out)
-                _kill(args, session_id)
+                if owned:
+                    _kill(args, session_id)
                 return EXIT_INTERRUPTED
+            renderer.start()
             fid = client.open(root, f"{session_id}/in", OWRITE | OTRUNC)
             try:
                 fid.write(prompt.encode())
@@ -487,7 +867,8 @@ def _run_session(
         except BaseException:
             # Whatever stopped the command before its prompt was taken (Ctrl-C, a broken
             # connection, a refused prompt): the session it created is not left idle.
-            _kill(args, session_id)
+            if owned:
+                _kill(args, session_id)
             raise
         with signal_wakeup() as wakeup:
             return _pump_loop(client, root, session_id, pump, renderer, out, wakeup)
@@ -525,7 +906,7 @@ def _pump_loop(
         if cancelled:
             return
         cancelled = True
-        _cancel(client, root, session_id, why)
+        _cancel(client, root, session_id, why, kill=not renderer.resumed)
 
     while True:
         try:
@@ -567,6 +948,7 @@ def _pump_loop(
                 raise _Interrupted from None
             interrupted = True
             cancel("interrupted (Ctrl-C)")
+    renderer.cost_after = usd_of(_read_text(client, root, f"{session_id}/cost"))
     try:
         renderer.finish(_out_text(client, root, session_id) if renderer.lagged else None)
     except StdoutClosed:
@@ -576,10 +958,11 @@ def _pump_loop(
     return renderer.exit_code
 
 
-def _cancel(client: Client, root: CFid, session_id: str, why: str) -> None:
+def _cancel(client: Client, root: CFid, session_id: str, why: str, *, kill: bool) -> None:
     """`cancel` on the session's ctl (it returns when the turn has ended); if no turn runs yet
-    (the prompt is still queued), `kill` ends the session instead."""
-    for verb in ("cancel", "kill"):
+    (the prompt is still queued), `kill` ends the session instead (`kill`: a session this
+    command created; a continued one is only ever cancelled)."""
+    for verb in ("cancel", "kill") if kill else ("cancel",):
         try:
             fid = client.open(root, f"{session_id}/ctl", OWRITE)
             try:
@@ -717,8 +1100,9 @@ def _in_process_turn(
         try:
             await session.cancel()
         except SessionRefused:  # no turn runs yet (or any more): end the session
-            with contextlib.suppress(SessionError):
-                await session.kill()
+            if not renderer.resumed:  # only one this command created
+                with contextlib.suppress(SessionError):
+                    await session.kill()
 
     async def watch_signals(session: Session, scope: trio.CancelScope) -> None:
         nonlocal interrupted
@@ -744,22 +1128,38 @@ def _in_process_turn(
             if local_model is not None:
                 await nursery.start(local_model.run)
             await nursery.start(sessions.run)
-            request = NewSession(
-                model=args.model,
-                cwd=cwd,
-                ephemeral=True,
-                headless=True,
-                max_steps=args.max_steps,
-                permission=args.permission_mode,
-                budget=args.max_budget_tokens,
-            )
+            if resuming(args):
+                rows = [
+                    SessionRow(s.id, s.alias or "", s.status.value, s.cwd, s.created)
+                    for s in sessions.manager.sessions()
+                ]
+                session = sessions.manager.get(pick_session(rows, cwd=cwd, key=args.resume).id)
+                renderer.resumed = True
+                renderer.cost_before = usd_of(session.cost_text())
+                reader = session.events.open_reader(backlog=False)  # not the earlier turns
+            else:
+                request = NewSession(
+                    model=args.model,
+                    cwd=cwd,
+                    ephemeral=True,
+                    headless=True,
+                    max_steps=args.max_steps,
+                    permission=args.permission_mode,
+                    budget=args.max_budget_tokens,
+                )
+                try:
+                    session = await sessions.manager.create(request)
+                except SessionError as exc:
+                    raise HeadlessError(in_process_message(exc)) from exc
+                reader = session.events.open_reader()
+            renderer.session_id, renderer.model = session.id, session.model
+            renderer.cwd = session.cwd
+            renderer.start()
             try:
-                session = await sessions.manager.create(request)
+                session.submit(prompt)
             except SessionError as exc:
+                reader.close()
                 raise HeadlessError(str(exc)) from exc
-            renderer.session_id, renderer.model, renderer.cwd = session.id, session.model, cwd
-            reader = session.events.open_reader()
-            session.submit(prompt)
             async with trio.open_nursery() as watchers:
                 stdout_scope = trio.CancelScope()
                 watchers.start_soon(watch_signals, session, stdout_scope)
@@ -794,6 +1194,7 @@ def _in_process_turn(
                         break
                 watchers.cancel_scope.cancel()
             reader.close()
+            renderer.cost_after = usd_of(session.cost_text())
             try:
                 renderer.finish(
                     session.out.split("\n\n[turn ended: ")[0] if renderer.lagged else None
@@ -804,7 +1205,47 @@ def _in_process_turn(
             nursery.cancel_scope.cancel()
         return EXIT_INTERRUPTED if interrupted else renderer.exit_code
 
-    return trio.run(turn)
+    try:
+        return trio.run(turn)
+    except BaseExceptionGroup as group:  # a nursery wraps what its body raised (trio)
+        raise _reason(group) from None
+
+
+def _reason(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception that ended an in-process turn, out of the nurseries' groups: a second
+    Ctrl-C or a `HeadlessError` (what `main` reports), else the group itself."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    for kind in (_Interrupted, HeadlessError):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    return group
+
+
+def in_process_message(exc: BaseException) -> str:
+    """A session the in-process path could not create: the message, except for a provider key
+    that is not set, which this process's environment lacks (the registry's message is the
+    daemon's, which reads its own)."""
+    from anvild.llm.registry import MissingKey
+
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, MissingKey):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return str(exc)
+    return (
+        f"{cause.variable} is not set (needed by provider {cause.provider!r}): no daemon "
+        "answered, so this turn runs inside anvilctl, which reads keys from its own "
+        f"environment: export {cause.variable}=... (or start anvild with it: "
+        f"`{cause.variable}=... anvild`)"
+    )
 
 
 def _wait_stdout_closed(fd: int) -> None:
@@ -819,13 +1260,17 @@ def _wait_stdout_closed(fd: int) -> None:
 
 
 def _prompt(args: argparse.Namespace, stdin: BinaryIO) -> str:
-    prompt: str = args.prompt
+    """`-p`'s value and the words after the options, joined; stdin (not a terminal) is
+    appended, or is the prompt when neither gives one."""
+    prompt = " ".join(part for part in (args.prompt or "", *args.words) if part)
     if not stdin.isatty():
         piped = stdin.read().decode(errors="replace")
         if piped.strip():
             prompt = f"{prompt.rstrip()}\n\n{piped}" if prompt.strip() else piped
     if not prompt.strip():
-        raise HeadlessError("the prompt is empty: give -p TEXT, or pipe the text on stdin")
+        raise HeadlessError(
+            "the prompt is empty: give -p TEXT (or the text after the options), or pipe it on stdin"
+        )
     return prompt
 
 
@@ -837,10 +1282,21 @@ def main(
     stderr: BinaryIO | None = None,
     in_process: Callable[..., int] | None = None,
 ) -> int:
-    """Run `anvilctl -p ...`; return the exit status."""
+    """Run `anvilctl -p ...`; return the exit status. A usage error exits 2 through argparse
+    (SystemExit), after a JSON `result` in the JSON formats."""
+    started = time.monotonic()
     stdin, stdout, stderr = ninep_cli.std_streams(stdin, stdout, stderr)
-    args = build_parser().parse_args(list(argv))
-    renderer = Renderer(args.output_format, stdout, stderr)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv))
+        check_args(parser, args)
+    except SystemExit:
+        fmt = format_in(argv)
+        if parser.failure is not None and fmt != "text":
+            failed = Renderer(fmt, stdout, io.BytesIO(), started=started)  # argparse said it
+            failed.fail(f"{parser.failure} (see anvilctl -p --help)", EXIT_USAGE)
+        raise
+    renderer = Renderer(args.output_format, stdout, stderr, started=started)
     try:
         cwd = os.path.abspath(args.cwd or os.getcwd())
         if not os.path.isdir(cwd):
@@ -853,7 +1309,7 @@ def main(
         with client:
             return _run_daemon(client, args, prompt, cwd, renderer, stdout)
     except (HeadlessError, ClientError) as exc:
-        renderer._say(str(exc))
+        renderer.fail(str(exc))
         return EXIT_ERROR
     except _Interrupted:
         return EXIT_INTERRUPTED

@@ -50,6 +50,13 @@ TURNS: list[dict[str, Any]] = [
         "repeat": True,
     },
     {"contains": "slow-", "text": "s l o w l y", "chunk_delay": 5.0, "repeat": True},
+    # Usage as an openai-chat server without a prompt cache reports it: no cached_tokens.
+    {
+        "contains": "priced-",
+        "text": "counted",
+        "usage": {"input": 1000, "output": 500},
+        "repeat": True,
+    },
     # A call that needs approval; the second request carries the refusal as the tool result.
     {"contains": "headless session", "text": "understood", "repeat": True},
     {
@@ -100,7 +107,11 @@ def env_for(namespace: Path) -> dict[str, str]:
 
 
 def headless(
-    namespace: Path, *args: str, stdin: str | None = None, cwd: Path | None = None
+    namespace: Path,
+    *args: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "anvilctl", *args],
@@ -109,7 +120,7 @@ def headless(
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
-        env=env_for(namespace),
+        env={**env_for(namespace), **(env or {})},
         cwd=cwd,
         check=False,
     )
@@ -200,13 +211,15 @@ def test_ctrl_c_cancels_the_turn_and_exits_130(
         env=env_for(namespace),
     )
     assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["subtype"] == "init"
     first = json.loads(proc.stdout.readline())  # the turn runs (its first event came)
     assert first["type"] == "step_started"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 130, err
-    last = json.loads(out.splitlines()[-1])
-    assert (last["type"], last["outcome"]) == ("turn_finished", "cancelled")
+    end, result = (json.loads(line) for line in out.splitlines()[-2:])
+    assert (end["type"], end["outcome"]) == ("turn_finished", "cancelled")
+    assert (result["type"], result["outcome"], result["exit_code"]) == ("result", "cancelled", 130)
     assert [outcome for outcome, _ in turn_ends(daemon.data_dir)] == ["cancelled"]
 
 
@@ -237,10 +250,13 @@ def test_json_is_one_object(daemon: Anvild, namespace: Path, workdir: Path) -> N
     assert (obj["model"], obj["cwd"], obj["steps"]) == ("fake", str(workdir), 1)
     assert obj["usage"]["input"] > 0
     assert obj["usage"]["output"] > 0
+    assert obj["total_cost_usd"] is None  # this config has no pricing: unknown, never 0
+    assert isinstance(obj["duration_ms"], int)
+    assert obj["duration_ms"] >= 0
     assert "\x1b" not in result.stdout
 
 
-def test_stream_json_ends_with_turn_finished(
+def test_stream_json_names_the_session_first_and_ends_with_the_result(
     daemon: Anvild, namespace: Path, workdir: Path
 ) -> None:
     result = headless(
@@ -248,6 +264,10 @@ def test_stream_json_ends_with_turn_finished(
     )
     assert result.returncode == 2, result.stderr
     events = [json.loads(line) for line in result.stdout.splitlines()]
+    init, *events, last = events
+    assert (init["type"], init["subtype"], init["resumed"]) == ("system", "init", False)
+    assert init["session_id"].isalnum()
+    assert (init["model"], init["cwd"]) == ("fake", str(workdir))
     kinds = [e["type"] for e in events]
     assert kinds[0] == "step_started"
     assert kinds.count("tool_call_started") == 2
@@ -255,6 +275,12 @@ def test_stream_json_ends_with_turn_finished(
     assert kinds[-1] == "turn_finished"
     assert kinds.count("turn_finished") == 1
     assert (events[-1]["outcome"], events[-1]["steps"]) == ("max_steps", 2)
+    assert (last["type"], last["session_id"], last["exit_code"]) == (
+        "result",
+        init["session_id"],
+        2,
+    )
+    assert last["usage"] == events[-1]["usage"]
     assert "\x1b" not in result.stdout
 
 
@@ -295,6 +321,150 @@ def test_over_tcp_with_the_token(
     assert refused.returncode == 1
     assert refused.stderr.startswith("anvilctl -p: ")
     assert not (tmp_path / "xdg-data" / "anvil" / "sessions").exists()
+
+
+def test_stdin_is_the_prompt_when_p_has_none(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    result = headless(namespace, "-p", stdin="say-pong from stdin\n", cwd=workdir)
+    assert (result.returncode, result.stdout) == (0, "pong\n"), result.stderr
+    assert fake.requests()[-1]["last_user_text"].startswith("say-pong from stdin")
+
+
+# -- cost, and going on in a live session ------------------------------------------------------
+
+PRICED = "\n[models.fake.pricing]\ninput = 1.0\noutput = 2.0\n"  # USD per million tokens
+
+
+def test_json_has_the_turns_cost_when_the_provider_reports_no_cache(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    """The fake answers as an openai-chat server without a prompt cache does: no
+    cached_tokens. That no longer makes the cost unknown: 1000 input and 500 output tokens at
+    $1 and $2 per million are $0.002."""
+    d = Anvild(namespace, "--config", str(write_config(tmp_path, fake.url, PRICED)))
+    d.wait_serving()
+    try:
+        result = headless(namespace, "-p", "priced-one", "--output-format", "json", cwd=workdir)
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert result.returncode == 0, result.stderr
+    obj = json.loads(result.stdout)
+    assert obj["usage"]["cache_read"] is None  # not reported
+    assert (obj["usage"]["input"], obj["usage"]["output"]) == (1000, 500)
+    assert obj["total_cost_usd"] == pytest.approx(0.002)
+    assert obj["session_id"].isalnum()
+    assert isinstance(obj["duration_ms"], int)
+
+
+def test_continue_and_resume_go_on_in_a_live_session(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    d = Anvild(namespace, "--config", str(write_config(tmp_path, fake.url, PRICED)))
+    d.wait_serving()
+    try:
+        made = anvilctl(namespace, "new", "alias=dev", cwd=workdir)
+        assert made.returncode == 0, made.stderr
+        session_id = made.stdout.strip()
+        elsewhere = tmp_path  # --resume works from any directory
+        first = headless(
+            namespace, "-p", "--resume", "dev", "priced-first", "--output-format", "json",
+            cwd=elsewhere,
+        )  # fmt: skip
+        second = headless(
+            namespace, "-p", "--continue", "priced-second", "--output-format", "stream-json",
+            cwd=workdir,
+        )  # fmt: skip
+        request = fake.requests()[-1]
+        states = session_states(namespace)
+        nowhere = headless(namespace, "-p", "-c", "say-pong", cwd=elsewhere)
+        typo = headless(namespace, "-p", "-r", "deb", "say-pong", cwd=workdir)
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert first.returncode == 0, first.stderr
+    obj = json.loads(first.stdout)
+    assert (obj["session_id"], obj["result"], obj["cwd"]) == (session_id, "counted", str(workdir))
+    assert obj["total_cost_usd"] == pytest.approx(0.002)
+
+    assert second.returncode == 0, second.stderr
+    init, *events, result = (json.loads(line) for line in second.stdout.splitlines())
+    assert init == {
+        "type": "system",
+        "subtype": "init",
+        "session_id": session_id,
+        "model": "fake",
+        "cwd": str(workdir),
+        "resumed": True,
+    }
+    # Only this turn's events: the first turn's, in the backlog of `events`, are skipped.
+    assert events[0]["type"] == "step_started"
+    assert [e["type"] for e in events].count("turn_finished") == 1
+    assert result["session_id"] == session_id
+    assert result["total_cost_usd"] == pytest.approx(0.002)  # this turn's, of the session's 0.004
+    # The model saw the earlier turn: its prompt and its answer are in the second request.
+    sent = json.dumps(request["body"]["messages"])
+    assert "priced-first" in sent
+    assert "counted" in sent
+    assert request["last_user_text"] == "priced-second"
+    assert states[session_id] in ("idle", "await")  # the session stays for the next prompt
+
+    assert nowhere.returncode == 1
+    assert nowhere.stderr.startswith(f"anvilctl -p: no session in {elsewhere} to continue")
+    assert typo.returncode == 1
+    assert "no session 'deb'; did you mean 'dev'?" in typo.stderr
+
+
+def test_without_a_daemon_continue_goes_on_in_a_restored_session(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    in_process_config(tmp_path, fake.url)
+    d = Anvild(namespace, platform_data_dir=True)  # the data dir the in-process path uses
+    d.wait_serving()
+    try:
+        made = anvilctl(namespace, "new", cwd=workdir)
+        assert made.returncode == 0, made.stderr
+        session_id = made.stdout.strip()
+        first = headless(namespace, "-p", "-c", "say-pong first", cwd=workdir)
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert (first.returncode, first.stdout) == (0, "pong\n"), first.stderr
+    second = headless(
+        namespace, "-p", "-c", "say-pong second", "--output-format", "json", cwd=workdir
+    )
+    assert second.returncode == 0, second.stderr
+    obj = json.loads(second.stdout)
+    assert (obj["session_id"], obj["result"]) == (session_id, "pong")
+    sent = json.dumps(fake.requests()[-1]["body"]["messages"])
+    assert "say-pong first" in sent
+
+
+def test_a_key_only_anvilctl_has_is_reported_as_missing_from_anvilds_environment(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    keyed = (
+        f'\n[providers.keyed]\nkind = "openai-chat"\nbase_url = "{fake.url}/v1"\n'
+        'api_key_env = "ANVIL_TEST_KEY"\n'
+    )
+    d = Anvild(namespace, "--config", str(write_config(tmp_path, fake.url, keyed)))
+    d.wait_serving()
+    try:
+        result = headless(
+            namespace, "-p", "-m", "keyed:some-model", "say-pong", cwd=workdir,
+            env={"ANVIL_TEST_KEY": "sk-only-in-anvilctls-environment"},
+        )  # fmt: skip
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert result.returncode == 1
+    assert (
+        "ANVIL_TEST_KEY is not set in anvild's environment (needed by provider 'keyed')"
+        in result.stderr
+    )
+    assert "restart it with the key (`ANVIL_TEST_KEY=... anvild`)" in result.stderr
+    assert "sk-only" not in result.stderr
 
 
 # -- permissions -------------------------------------------------------------------------------
@@ -372,6 +542,7 @@ def test_a_closed_stdout_cancels_the_turn_and_reaps_its_tools(
     assert proc.stdout is not None
     assert proc.stderr is not None
     try:
+        assert json.loads(proc.stdout.readline())["subtype"] == "init"
         assert json.loads(proc.stdout.readline())["type"] == "step_started"
         assert read_fifo(fifo, TIMEOUT) == b"started\n", "the tool's command did not start"
         assert processes_with("127.5"), "the tool's command is not running"
@@ -423,6 +594,7 @@ def test_without_a_daemon_the_turn_runs_in_process(
         env=env_for(namespace),
     )
     assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["subtype"] == "init"
     assert json.loads(proc.stdout.readline())["type"] == "step_started"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=TIMEOUT)

@@ -12,18 +12,24 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
 from anvilctl.__main__ import headless_requested
 from anvilctl.headless import (
     EXIT_CODES,
+    HeadlessError,
     Renderer,
+    SessionRow,
     StdoutClosed,
     build_parser,
+    in_process_message,
     main,
     new_words,
+    pick_session,
     synthetic_end,
+    usd_of,
 )
 from anvild.agent.events import TurnOutcome
 
@@ -99,8 +105,10 @@ def _render(fmt: str, lines: list[bytes]) -> tuple[Renderer, str, str]:
     out, err = io.BytesIO(), io.BytesIO()
     renderer = Renderer(fmt, out, err)
     renderer.session_id, renderer.model, renderer.cwd = "s1", "fake", "/src"
+    renderer.start()
     done = [renderer.feed(line) for line in lines]
     assert done == [False] * (len(lines) - 1) + [True]
+    renderer.cost_after = 0.0015
     renderer.finish()
     return renderer, out.getvalue().decode(), err.getvalue().decode()
 
@@ -138,9 +146,13 @@ def test_text_never_carries_escape_codes(raw: str, shown: str) -> None:
     assert out == shown + "\n"
 
 
-def test_json_is_one_result_object() -> None:
+def test_json_is_one_result_object_with_cost_duration_and_session() -> None:
     _, out, _ = _render("json", EVENTS)
-    assert json.loads(out) == {
+    result = json.loads(out)
+    duration = result.pop("duration_ms")
+    assert isinstance(duration, int)
+    assert 0 <= duration < 60_000
+    assert result == {
         "type": "result",
         "session_id": "s1",
         "outcome": "done",
@@ -149,6 +161,7 @@ def test_json_is_one_result_object() -> None:
         "exit_code": 0,
         "result": "Found a.py",
         "steps": 2,
+        "total_cost_usd": 0.0015,  # the session's cost after the turn less before it
         "usage": {"input": 10, "output": 3, "cache_read": 0, "cache_write": 0},
         "model": "fake",
         "cwd": "/src",
@@ -156,11 +169,51 @@ def test_json_is_one_result_object() -> None:
     assert out.count("\n") == 1
 
 
-def test_stream_json_passes_every_line_and_ends_with_turn_finished() -> None:
+def test_the_cost_is_null_when_unknown_and_the_turns_own_for_a_continued_session() -> None:
+    renderer = Renderer("json", io.BytesIO(), io.BytesIO())
+    assert renderer.total_cost_usd is None  # not read yet
+    renderer.cost_after = 0.25
+    assert renderer.total_cost_usd == 0.25  # a new session: all of it is this turn's
+    renderer.cost_before = 0.2  # a continued one had cost this much before
+    assert renderer.total_cost_usd == pytest.approx(0.05)
+    renderer.cost_before = None  # n/a before: this turn's share is unknown
+    assert renderer.total_cost_usd is None
+
+
+def test_duration_counts_from_the_commands_start() -> None:
+    renderer = Renderer("json", io.BytesIO(), io.BytesIO(), started=time.monotonic() - 2.5)
+    assert 2500 <= renderer.result("", "", 0)["duration_ms"] < 60_000
+
+
+def test_stream_json_names_the_session_first_then_every_line_then_the_result() -> None:
     lagged = b'{"type":"lagged","dropped":3}'
     renderer, out, _ = _render("stream-json", [EVENTS[0], lagged, *EVENTS[1:]])
-    assert out.encode().splitlines() == [EVENTS[0], lagged, *EVENTS[1:]]
+    lines = out.encode().splitlines()
+    assert json.loads(lines[0]) == {
+        "type": "system",
+        "subtype": "init",
+        "session_id": "s1",
+        "model": "fake",
+        "cwd": "/src",
+        "resumed": False,
+    }
+    assert lines[1:-1] == [EVENTS[0], lagged, *EVENTS[1:]]
+    result = json.loads(lines[-1])
+    assert (result["type"], result["session_id"], result["result"]) == (
+        "result",
+        "s1",
+        "Found a.py",
+    )
+    assert result["total_cost_usd"] == 0.0015
     assert renderer.lagged  # the text is then taken from the session's `out`
+
+
+def test_usd_is_read_from_the_cost_file() -> None:
+    cost = "input 10\noutput 3\ncache_read -\ncache_write -\ncache_hit_rate -\nusd 0.001500\n"
+    assert usd_of(cost) == 0.0015
+    assert usd_of(cost.replace("usd 0.001500", "usd n/a")) is None
+    assert usd_of(None) is None
+    assert usd_of("") is None
 
 
 def test_every_outcome_has_its_exit_code() -> None:
@@ -179,7 +232,10 @@ def test_every_outcome_has_its_exit_code() -> None:
 
 def test_a_synthetic_end_is_a_turn_finished_line() -> None:
     renderer, out, _ = _render("stream-json", [synthetic_end("cancelled", "gone")])
-    assert json.loads(out)["outcome"] == "cancelled"
+    init, end, result = (json.loads(line) for line in out.splitlines())
+    assert init["subtype"] == "init"
+    assert (end["type"], end["outcome"]) == ("turn_finished", "cancelled")
+    assert (result["outcome"], result["exit_code"]) == ("cancelled", 130)
     assert renderer.exit_code == 130
 
 
@@ -205,7 +261,8 @@ def _main(argv: list[str], stdin: bytes = b"") -> tuple[int, str]:
 def test_an_empty_prompt_and_a_missing_cwd_are_errors(tmp_path: pathlib.Path) -> None:
     assert _main(["-p", "  "]) == (
         1,
-        "anvilctl -p: the prompt is empty: give -p TEXT, or pipe the text on stdin\n",
+        "anvilctl -p: the prompt is empty: give -p TEXT (or the text after the options), or "
+        "pipe it on stdin\n",
     )
     assert _main(["-p", "x", "-C", str(tmp_path / "gone")]) == (
         1,
@@ -270,3 +327,178 @@ def test_p_against_a_daemon_imports_only_the_9p_client(tmp_path: pathlib.Path) -
         stdin=subprocess.DEVNULL,
     )
     assert out.stdout == b"[]\n"
+
+
+# -- the prompt, usage errors and errors as JSON ------------------------------------------------
+
+
+def _prompt_seen(argv: list[str], stdin: bytes = b"") -> str:
+    seen: list[str] = []
+
+    def fake(args: argparse.Namespace, prompt: str, *rest: object) -> int:
+        seen.append(prompt)
+        return 0
+
+    code = main(
+        argv, stdin=io.BytesIO(stdin), stdout=io.BytesIO(), stderr=io.BytesIO(), in_process=fake
+    )
+    assert code == 0
+    return seen[0]
+
+
+def test_the_prompt_is_p_the_words_after_the_options_or_stdin(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NAMESPACE", str(tmp_path))  # no daemon: the (fake) in-process path
+    assert _prompt_seen(["-p", "fix it"]) == "fix it"
+    assert _prompt_seen(["-p", "--max-steps", "3", "fix", "it"]) == "fix it"  # Claude's way
+    assert _prompt_seen(["-p"], stdin=b"explain main.py\n") == "explain main.py\n"  # echo x | -p
+    assert _prompt_seen(["-p", "review:"], stdin=b"+x\n") == "review:\n\n+x\n"
+
+
+def test_p_help_works(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["-p", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: anvilctl -p")
+    assert "--continue" in out
+    assert "--resume ID" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-c", "-m", "x"], "-m/--model: set when a session is created"),
+        (["--resume", "r1", "--max-steps", "2"], "--max-steps: set when a session is created"),
+        (["-c", "--permission-mode", "plan"], "--permission-mode: set when a session is created"),
+        (["--resume", "r1", "-C", "/tmp"], "-C: a resumed session keeps its own cwd"),
+        (["-c", "-r", "r1"], "not allowed with argument"),
+    ],
+)
+def test_a_continued_session_keeps_what_new_set(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["-p", "x", *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", ["json", "stream-json"])
+def test_errors_in_the_json_formats_are_a_json_result(tmp_path: pathlib.Path, fmt: str) -> None:
+    out, err = io.BytesIO(), io.BytesIO()
+    code = main(
+        ["-a", f"unix!{tmp_path}/agent", "-p", "x", "--output-format", fmt],
+        stdin=io.BytesIO(b""),
+        stdout=out,
+        stderr=err,
+    )
+    assert code == 1
+    message = (
+        f"anvild is not running (no socket at {tmp_path}/agent): start it with "
+        f"`anvild --namespace {tmp_path}`"
+    )
+    assert err.getvalue().decode() == f"anvilctl -p: {message}\n"  # for the person
+    (line,) = out.getvalue().decode().splitlines()  # one result, for the program
+    result = json.loads(line)
+    assert result["type"] == "result"
+    assert (result["is_error"], result["outcome"], result["exit_code"]) == (True, "error", 1)
+    assert result["detail"] == message
+    assert (result["session_id"], result["total_cost_usd"]) == (None, None)
+    assert isinstance(result["duration_ms"], int)
+
+
+def test_a_usage_error_in_a_json_format_is_a_json_result_too(
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    out = io.BytesIO()
+    with pytest.raises(SystemExit) as info:
+        main(["-p", "x", "--max-steps", "0", "--output-format", "json"], stdout=out)
+    assert info.value.code == 2
+    result = json.loads(out.getvalue())
+    assert (result["is_error"], result["exit_code"]) == (True, 2)
+    assert "--max-steps: expected a whole number of at least 1" in result["detail"]
+    assert b"--max-steps" in capsysbinary.readouterr().err  # argparse's usage error as ever
+
+
+def test_text_errors_stay_on_stderr_only(tmp_path: pathlib.Path) -> None:
+    out, err = io.BytesIO(), io.BytesIO()
+    code = main(
+        ["-a", f"unix!{tmp_path}/agent", "-p", "x"], stdin=io.BytesIO(), stdout=out, stderr=err
+    )
+    assert (code, out.getvalue()) == (1, b"")
+    assert err.getvalue().startswith(b"anvilctl -p: anvild is not running")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-c", "-p", "x"], ["--resume", "r1", "-p", "x"], ["-r", "dev", "-p"], ["-m", "m", "-p"]],
+)
+def test_p_after_its_own_options_is_still_headless(argv: list[str]) -> None:
+    assert headless_requested(argv)
+
+
+# -- which session --continue and --resume pick ----------------------------------------------
+
+ROWS = [
+    SessionRow("a1", "", "idle", "/src", "2026-01-01T10:00:00Z"),
+    SessionRow("b2", "dev", "await", "/src", "2026-01-01T11:00:00Z"),
+    SessionRow("c3", "", "exited", "/src", "2026-01-01T12:00:00Z"),  # a -p session, done
+    SessionRow("d4", "", "idle", "/elsewhere", "2026-01-01T13:00:00Z"),
+]
+
+
+def test_continue_picks_the_latest_live_session_of_the_directory() -> None:
+    assert pick_session(ROWS, cwd="/src", key=None).id == "b2"
+    assert pick_session(ROWS, cwd="/elsewhere", key=None).id == "d4"
+    same_second = [r._replace(created="2026-01-01T10:00:00Z") for r in ROWS[:2]]
+    assert pick_session(same_second, cwd="/src", key=None).id == "b2"  # the later listed
+
+
+def test_continue_without_a_live_session_here_says_how_to_get_one() -> None:
+    with pytest.raises(HeadlessError) as info:
+        pick_session(ROWS, cwd="/nowhere", key=None)
+    message = str(info.value)
+    assert message.startswith("no session in /nowhere to continue: a -p session exits")
+    assert "anvilctl new" in message
+    assert "--resume ID" in message
+    with pytest.raises(HeadlessError, match="no session in /x to continue"):
+        pick_session([SessionRow("c3", "", "exited", "/x")], cwd="/x", key=None)
+
+
+def test_resume_takes_an_id_or_an_alias_and_suggests_the_nearest() -> None:
+    assert pick_session(ROWS, cwd="/ignored", key="a1").id == "a1"
+    assert pick_session(ROWS, cwd="/ignored", key="dev").id == "b2"
+    with pytest.raises(HeadlessError) as info:
+        pick_session(ROWS, cwd="/src", key="deb")
+    assert str(info.value) == (
+        "no session 'deb'; did you mean 'dev'? (`anvilctl sessions --all` lists the live sessions)"
+    )
+    with pytest.raises(HeadlessError) as far:
+        pick_session(ROWS, cwd="/src", key="zzzzzz")
+    assert "did you mean" not in str(far.value)
+    with pytest.raises(HeadlessError, match="session c3 has exited and takes no more prompts"):
+        pick_session(ROWS, cwd="/src", key="c3")
+
+
+def test_in_process_a_missing_key_is_this_processs_environment() -> None:
+    """The registry's message says anvild's environment; in process it is anvilctl's own."""
+    from anvild.llm.registry import MissingKey
+    from anvild.session import InvalidSessionRequest
+
+    try:
+        try:
+            raise MissingKey("ANTHROPIC_API_KEY", "anthropic")
+        except MissingKey as exc:
+            raise InvalidSessionRequest(str(exc)) from exc
+    except InvalidSessionRequest as exc:
+        message = in_process_message(exc)
+    assert message.startswith(
+        "ANTHROPIC_API_KEY is not set (needed by provider 'anthropic'): no daemon answered, so "
+        "this turn runs inside anvilctl, which reads keys from its own environment"
+    )
+    assert "anvild's environment" not in message
+    assert in_process_message(InvalidSessionRequest("cwd=x is not absolute")) == (
+        "cwd=x is not absolute"
+    )
