@@ -4,8 +4,10 @@ The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.n
 behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`,
 `sessions`, `attach`) in `anvilctl.sessions` (`attach` itself in `anvilctl.attach`); headless
 `anvilctl -p PROMPT [...]` (an option, not a command word: it is recognised before any command
-word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`;
-`anvilctl --help` lists every command.
+word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`; `anvilctl completion
+bash|zsh|fish` (a completion script made from this parser with shtab) in `anvilctl.completion`.
+`anvilctl --help` lists every command, `anvilctl --version` prints the version, and a mistyped
+command is refused with the nearest one ("did you mean").
 
 Scripts run the 9P commands in loops (a conductor polling sessions: `anvilctl read
 agent/r1/status`), so they must start fast: for them only `anvilctl.ninep_cli`, the 9P client and
@@ -34,6 +36,7 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.trust": ("trust",),
     "anvilctl.replay": ("replay-stream",),
     "anvilctl.sandbox": ("sandbox",),
+    "anvilctl.completion": ("completion",),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
 # `-p`'s options that take a value: given before `-p` (`anvilctl --resume ID -p ...`), their
@@ -69,6 +72,26 @@ def headless_requested(argv: Sequence[str]) -> bool:
     return False
 
 
+def _version() -> str:
+    from anvild import __version__
+
+    return f"anvilctl {__version__}"
+
+
+def _unknown_command(word: str, commands: Sequence[str]) -> str | None:
+    """The usage error for a command word that is none of `commands`, with the nearest one."""
+    if word in commands:
+        return None
+    import difflib
+
+    guess = difflib.get_close_matches(word, commands, n=1, cutoff=0.6)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    return (
+        f"unknown command {word!r}{hint} (anvilctl --help lists the commands; "
+        "anvilctl -p PROMPT runs a prompt)"
+    )
+
+
 def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, list[ModuleType]]:
     import argparse
     import importlib
@@ -78,11 +101,24 @@ def build_parser(*, only_9p: bool = False) -> tuple[argparse.ArgumentParser, lis
     parser = argparse.ArgumentParser(
         prog="anvilctl",
         description="Talk to anvild: plain 9P file commands with plan9port 9p(1) semantics. "
-        "Headless: anvilctl -p PROMPT [-m MODEL] [-C DIR] [--max-steps N] "
+        "Headless: anvilctl -p PROMPT [-c | -r ID] [-m MODEL] [-C DIR] [--max-steps N] "
         "[--max-budget-tokens N] [--permission-mode MODE] [--output-format text|json|stream-json]"
-        " (anvilctl -p --help for details).",
+        " (anvilctl -p --help for details). Shell completion: anvilctl completion bash|zsh|fish.",
     )
     ninep_cli.add_global_options(parser)
+
+    class Version(argparse.Action):  # the version is looked up only when asked for
+        def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+            parser.exit(message=_version() + "\n")
+
+    parser.add_argument(
+        "--version",
+        action=Version,
+        nargs=0,
+        dest=argparse.SUPPRESS,
+        default=argparse.SUPPRESS,
+        help="print the version and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ninep_cli.add_subcommands(sub)
     sessions.add_subcommands(sub)
@@ -103,10 +139,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         fast = ninep_cli.parse_args(argv)
         if fast is not None:
             return ninep_cli.run(fast)
+    if argv == ["--version"]:
+        print(_version())
+        return 0
     from anvilctl import sessions
 
     light = (*ninep_cli.COMMANDS, *sessions.COMMANDS)
-    parser, others = build_parser(only_9p=word in light)
+    commands = [*light, *(c for names in _OTHER_COMMANDS.values() for c in names)]
+    unknown = None if word is None else _unknown_command(word, commands)
+    parser, others = build_parser(only_9p=word in light or unknown is not None)
+    if unknown is not None:
+        parser.error(unknown)
     args = parser.parse_args(argv)
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)
