@@ -9,7 +9,11 @@ Start-up, in order, each refusal printed on stderr with what to do:
    (exit 2 when wrong);
 2. the data directory is prepared (`anvild.daemon.datadir`: 0700, ours, not a link) and the
    configuration is loaded from `--config` or the user config file (a missing default file is
-   fine; a bad one is refused with the loader's message, exit 2);
+   fine; a bad one is refused with the loader's message, exit 2). Its model names are checked
+   (`anvild.config.check`): a `default_model` or `compaction_model` that names no model is
+   refused (exit 2) with the key and the known aliases; a provider key that a configured model
+   needs and this environment lacks is a warning on stderr (and in the log), printed even with
+   `-q`: the other models work, and the key comes with a restart;
 3. the data directory is locked: one daemon per data directory; a second start exits 1 naming
    the holder's pid, start time and socket;
 4. logging is configured once, here (`anvild.daemon.logs`): JSON lines to
@@ -42,13 +46,14 @@ import structlog
 import trio
 
 from anvild import __version__
-from anvild.config import ConfigFileError, load, user_config_file, user_data_dir
+from anvild.config import ConfigFileError, check_models, load, user_config_file, user_data_dir
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
 from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
 from anvild.daemon.fdlimit import raise_nofile
 from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.listeners import ListenError, TcpAddress, parse_listen_address
 from anvild.daemon.llama import (
+    LOCAL,
     LlamaNotBuilt,
     LlamaPaths,
     LlamaServer,
@@ -169,9 +174,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 args.config, None, "does not exist or is not a file; give one with --config"
             )
         config = load(user_file=user_file, data_dir=data_dir, project=False)
+        local = (LOCAL,) if embedded_default_wanted(config, env) else ()
+        key_warnings = check_models(config, env, known=local)
     except ConfigError as exc:
         _say(f"bad configuration: {exc}")
         return 2
+    for warning in key_warnings:
+        _say(warning)
     lock = DataDirLock(data_dir)
     try:
         lock.acquire(namespace / SERVICE)
@@ -200,6 +209,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             config=str(user_file),
             namespace=str(namespace),
         )
+        for warning in key_warnings:
+            log.warning("config.key_missing", message=warning)
         local_model: LlamaServer | None = None
         not_built = ""
         if embedded_default_wanted(config, env):

@@ -7,10 +7,13 @@ grants between them (DESIGN section 9, review finding 4).
 - `anvild.config.load`: built-in defaults, user file and project file merged with the source and
   trust level of every key; builds the model registry from trusted values only.
 - `anvild.config.report`: each effective setting with where it came from (a session's `config`).
+- `anvild.config.check`: the configured model names and their keys, checked at the daemon's
+  start (`check_models`).
 
 This package may import `anvild.llm` (it builds the registry); `anvild.llm` never imports it.
 """
 
+from anvild.config.check import check_models
 from anvild.config.load import (
     Config,
     ConfigWarning,
@@ -46,6 +49,7 @@ __all__ = [
     "Trust",
     "TrustStore",
     "authority_of",
+    "check_models",
     "digest",
     "find_project_config",
     "load",

@@ -401,6 +401,56 @@ def test_a_bad_config_refuses_to_start_with_the_loaders_message(
     assert (code, log.startswith(f"anvild: bad configuration: {bad}")) == (2, True)
 
 
+MODELS = """
+[providers.local]
+kind = "openai-chat"
+base_url = "http://127.0.0.1:9/v1"
+
+[models.tiny]
+provider = "local"
+model = "smollm2"
+
+[models.sonnet]
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+"""
+
+
+def test_a_default_model_typo_is_refused_at_start_naming_the_key_and_the_aliases(
+    namespace: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('default_model = "sonet"\n' + MODELS)
+    code, log = Anvild(namespace, "--config", str(config)).exit()
+    assert code == 2
+    assert log.startswith(
+        f"anvild: bad configuration: {config}: default_model: unknown model 'sonet'; did you "
+        "mean 'sonnet'? (known aliases: sonnet, tiny; "
+    )
+    assert not (namespace / "agent").exists()
+
+
+def test_a_key_a_model_needs_is_a_warning_at_start_and_the_daemon_serves(
+    namespace: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('default_model = "tiny"\n' + MODELS)
+    d = Anvild(namespace, "-q", "--config", str(config))  # printed even with -q
+    try:
+        line = d.wait_serving("ANTHROPIC_API_KEY")
+        wait_for(lambda: (namespace / "agent").is_socket(), "the daemon's socket")
+    finally:
+        code, log = d.stop()
+    assert code == 0, log
+    assert line == (
+        "anvild: ANTHROPIC_API_KEY is not set in anvild's environment: model 'sonnet' "
+        "(provider 'anthropic') will fail until anvild is restarted with it "
+        "(`ANTHROPIC_API_KEY=... anvild`)\n"
+    )
+    warned = [r for r in d.log_records() if r.get("event") == "config.key_missing"]
+    assert [r["message"] for r in warned] == [line.removeprefix("anvild: ").rstrip("\n")]
+
+
 def test_the_user_config_file_is_the_default_and_is_validated(namespace: Path) -> None:
     user_file = namespace.parent / "xdg-config" / "anvil" / "config.toml"
     user_file.parent.mkdir(parents=True)
