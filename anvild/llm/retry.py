@@ -33,6 +33,7 @@ otherwise ignored: it never changes what is retried.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -74,7 +75,8 @@ class RetryPolicy:
 @attrs.frozen
 class RetryNotice:
     """A retry starts: attempt `attempt` (2 is the first retry) of at most `max_attempts` will
-    be made after `delay` seconds, because of `reason` (the failed attempt's error)."""
+    be made after `delay` seconds, because of `reason` (the failed attempt's error in one line:
+    an HTTP error's status and its JSON body's message)."""
 
     provider: str
     attempt: int
@@ -107,6 +109,22 @@ def _notify(notice: RetryNotice) -> None:
         listener(notice)
     except Exception:
         log.exception("provider.retry_listener_failed", provider=notice.provider)
+
+
+def _reason(error: LlmError) -> str:
+    """A retry's reason in one short line: an HTTP error's status and the message of its JSON
+    body (`HTTP 529: Overloaded`) rather than the whole body."""
+    if isinstance(error, HttpError):
+        try:
+            body = json.loads(error.body)
+        except ValueError:
+            body = None
+        inner = body.get("error", body) if isinstance(body, dict) else None
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(message, str) and message.strip():
+            return f"HTTP {error.status}: {message.strip().splitlines()[0][:200]}"
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
 
 
 def _describe(error: LlmError) -> dict[str, object]:
@@ -183,7 +201,8 @@ class Retry:
                     delay=round(delay, 3),
                     **_describe(error),
                 )
-                _notify(RetryNotice(self.name, attempt + 1, policy.max_attempts, delay, str(error)))
+                reason = _reason(error)
+                _notify(RetryNotice(self.name, attempt + 1, policy.max_attempts, delay, reason))
                 await trio.sleep(delay)
                 continue
             except BaseException:

@@ -249,8 +249,8 @@ async def test_each_retry_is_told_to_the_listener_when_its_wait_starts(
         ("p", 2, 4, 0.005),
         ("p", 3, 4, 2.0),
     ]
-    assert told[0][0].reason.startswith("HTTP 529")
-    assert told[1][0].reason.startswith("HTTP 503")
+    assert told[0][0].reason == "HTTP 529: overloaded"
+    assert told[1][0].reason == "HTTP 503: down"
     # Told before each wait, not after it.
     assert [at - start for _, at in told] == pytest.approx([0.0, 0.005])
 
@@ -263,6 +263,11 @@ async def test_no_listener_outside_the_block_and_a_failing_listener_changes_noth
         pass
     assert await run(retrying([HttpError(529, ""), script.text("ok")])) == "ok"
     assert told == []
+
+    body = '{"error": {"message": "Overloaded", "type": "overloaded_error"}}'
+    with retry_listener(told.append):
+        assert await run(retrying([HttpError(529, body), script.text("ok")])) == "ok"
+    assert [n.reason for n in told] == ["HTTP 529: Overloaded"]  # the message, not the body
 
     def broken(notice: RetryNotice) -> None:
         raise RuntimeError("listener bug")
