@@ -73,8 +73,13 @@ class Output:
         return self._out
 
     def log_lines(self, lines: list[str]) -> None:
+        """Each line on `log`; a text with line breaks in it (a provider's pretty-printed error
+        in a turn's detail) goes on as an indented continuation, never as a broken line."""
         for line in lines:
-            self.log.publish(line)
+            first, *rest = line.splitlines() or [""]
+            self.log.publish(first)
+            for more in rest:
+                self.log.publish(f"  {more}")
 
     def show(self, event: ev.AgentEvent) -> None:
         """An event of the session itself (not of the loop) on its `events` stream."""

@@ -12,6 +12,7 @@ import trio.testing
 from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW
 from anvild.agent.tools.files import ReadFile
 from anvild.llm import stream
+from anvild.llm.errors import HttpError
 from anvild.llm.registry import Pricing
 from anvild.llm.testing import Pause, ScriptedProvider, script
 from anvild.llm.types import ProviderMeta, Role, Text
@@ -348,3 +349,22 @@ async def test_unknown_ctl_commands_list_the_verbs(tmp_path: Path) -> None:
             await session.control("cancel")
         with pytest.raises(SessionRefused, match="start resumes"):
             await session.control("start")
+
+
+async def test_a_multi_line_provider_error_is_logged_and_the_session_lives_on(
+    tmp_path: Path,
+) -> None:
+    body = '{\n  "error": {\n    "message": "Incorrect API key provided"\n  }\n}'
+    scripts = [HttpError(401, body), script.text("fine now")]
+    async with running(tmp_path, scripts) as manager:
+        session = await new(manager)
+        out = await ask(session, "hi")
+        assert "[turn ended: error: HttpError: HTTP 401:" in out
+        log = session.log.backlog()
+        turn = next(i for i, line in enumerate(log) if line.startswith("TURN: error"))
+        assert log[turn + 1 : turn + 3] == (
+            '    "error": {',
+            '      "message": "Incorrect API key provided"',
+        )
+        assert all("\n" not in line for line in log)
+        assert await ask(session, "again") == "fine now\n"
