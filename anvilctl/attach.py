@@ -2,79 +2,96 @@
 
     anvilctl [-a ADDRESS] [-A ANAME] [-n] attach ID|ALIAS
 
-A prompt line is written to the session's `in`; the turn it starts is shown from the session's
-`events` file as it streams: answer text as it comes, one dim line per tool call (its name and
-a short summary of its arguments), a few indented lines of each tool result, and a last dim
-line with the outcome, the steps and the tokens. When a call waits on `approval`, its request
-is shown and answered with y (approve), a (always) or n (reject, with feedback that goes back
-to the model as the call's result). Ctrl-C during a turn writes `cancel` to the session's
-`ctl` and the next prompt works; Ctrl-C at the prompt clears the line; Ctrl-D or /exit leaves,
-and the session keeps running in the daemon. Commands: /help, /exit, /clear (ctl `clear`),
-/model NAME (ctl `model NAME`). Prompt history is kept with readline in
-`<data dir>/attach_history` (platformdirs' data dir of "anvil", as the daemon's). No escape
-codes are written when stdout is not a terminal (or NO_COLOR is set).
+A prompt is written to the session's `in`; the turns are shown from the session's `events` as
+they stream: the answer (markdown rendered on a terminal), one dim line per tool call, a few
+indented lines of each result (`/last` shows the last results whole, `/verbose` every result),
+each retry of the provider as it starts, and a footer per turn with the outcome, steps, tokens,
+cost and the context's use. When a call waits on `approval`, its request is shown and answered
+with y (approve), a (always) or n (reject, with feedback that goes back to the model as the
+call's result). Commands: /help, /exit, /clear (ctl `clear`), /compact [FOCUS], /model [NAME],
+/last, /verbose, /attach ID. On attaching, the last exchanges are shown (from the session's `log`
+backlog) and a turn in progress from its start; on leaving, how to come back.
+
+On a terminal (stdin and stdout are ttys, TERM is not dumb) input is a prompt_toolkit
+application (`anvilctl.attach_tty`): a multi-line input line that stays below the output, a
+status line with a spinner and the elapsed time while a turn runs, history in
+`<data dir>/attach_history` (platformdirs' data dir of "anvil", the daemon's default), tab
+completion. Ctrl-C during a turn writes `cancel` to the session's `ctl`; at the prompt it clears
+the line; Ctrl-D or /exit leaves, and the session keeps running in the daemon. Otherwise (a
+pipe, TERM=dumb) lines are read one at a time, each when the previous turn has ended, and plain
+text is written; NO_COLOR and a pipe write no escape codes and show markdown as its text.
 
 Theory of operation
 -------------------
-Two 9P connections. The *event connection* belongs to a reader thread: it opens `ID/events`
-and puts every line it reads on a bounded queue (when the queue is full the thread stops
-reading, so the daemon's per-reader bound applies and a `lagged` marker says what was lost).
-The *command connection* belongs to the main thread: `in`, `ctl`, `approval`, `out`, `list`.
-An RPC that a Ctrl-C interrupts leaves its connection with an unread reply, so that connection
-is dropped and the next command dials a fresh one.
-
-A new open of `events` starts with the stream's backlog (the last lines, earlier turns
-included). To tell that backlog from what comes next, the reader *synchronises* once: when its
-read has been pending for a moment it sends Tflush for it. flush(5) answers a read that already
-had data before the Rflush; an Rflush alone means the read was still blocked, so every line
-published until then has been delivered. Lines before that point are the past: shown only when
-the session is in the middle of a turn (the part after the last `turn_finished`), so an
-attacher sees the turn it joins. After the synchronisation every `turn_finished` ends a turn.
+One asyncio loop; the controller (`Attach`) takes one item at a time from its inbox: event lines
+from the reader thread (`anvilctl.attach_remote.EventReader`, which blocks while the inbox is
+full, so the daemon's per-reader bound and its `lagged` marker apply), prompts and keys from the
+UI, the end of the stream, a reconnection. The 9P commands run on one worker thread so the input
+line stays live while they wait. After the reader caught up with the stream's backlog (SYNCED,
+see attach_remote), the past is shown only when the session is in the middle of a turn (the part
+after the last `turn_finished`), so an attacher sees the turn it joins; after that every
+`turn_finished` ends a turn, and its footer reads the session's `cost` and `usage`.
 
 Approvals. The session announces on `events` when it starts waiting on `approval`
 (`approval_requested`) and when the wait ends (`approval_answered`). On an
-`approval_requested` of kind tool the main thread reads `approval` once and asks y/a/n (the
+`approval_requested` of kind tool the controller reads `approval` once and asks y/a/n (the
 file, not the event, is shown: if another client answered first, it is empty and nothing is
-asked). A gate already open before this client attached has its event in the past, so `start`
-reads `approval` once when the session is in await_approval. A result approval (kind result)
-is shown as a line saying where to answer it.
+asked). A gate already open before this client attached has its event in the past, so the
+first synchronisation reads `approval` once when the session is in await_approval.
 
-The pure parts (`Style`, `Renderer`, `summarize_arguments`, `parse_approval`,
-`format_approval`) have unit tests; the terminal parts are tested through a real pty.
+The daemon going away. When the stream fails or ends and `list` no longer answers (or still
+shows the session), attach says so at once and redials with back-off (0.25 s doubling to 5 s);
+what is typed stays in the input line (a prompt sent meanwhile is put back), and once the
+daemon is back attach synchronises again and carries on. A session that is gone (not listed, or
+exited) ends attach with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import queue
-import select
-import shutil
-import socket
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, Protocol, TextIO, TypeVar
 
-from anvilctl.ninep_client import (
-    CFid,
-    Client,
-    ClientError,
-    ConnectError,
-    ServerError,
-    dial,
-    service_address,
+from anvilctl.attach_remote import (
+    SYNCED,
+    EventReader,
+    Item,
+    RecordsFile,
+    Remote,
+    read_backlog,
 )
-from anvilctl.signals import BackgroundThread, readline_ticks
-from anvild.ninep import messages as m
-from anvild.ninep.constants import IOHDRSZ, OREAD, OTRUNC, OWRITE
-from anvild.ninep.errors import ProtocolError
-from anvild.ninep.framing import FrameReader
+from anvilctl.attach_remote import Ended as _Ended
+from anvilctl.attach_render import (
+    LineStream,
+    MarkdownStream,
+    Renderer,
+    Style,
+    TextStream,
+    context_text,
+    cost_text,
+    exchanges,
+    format_approval,
+    format_exchange,
+    parse_approval,
+    parse_cost,
+    summarize_arguments,
+)
+from anvilctl.ninep_client import ClientError, ConnectError, ServerError
+from anvilctl.signals import BackgroundThread
 
 __all__ = [
+    "Attach",
     "Renderer",
     "Style",
     "format_approval",
@@ -83,385 +100,41 @@ __all__ = [
     "summarize_arguments",
 ]
 
-SERVICE: Final = "agent"
+T = TypeVar("T")
+
 HISTORY_FILE: Final = "attach_history"
-HISTORY_LENGTH: Final = 1000
-PREVIEW_LINES: Final = 4
-SYNC_QUIET: Final = 0.2  # seconds a read must stay pending before the reader flushes it
-WAKE: Final = 1.0  # seconds between wake-ups of a blocked wait for events (nothing is polled)
+EXCHANGES: Final = 3  # earlier exchanges shown on attaching
 SYNC_TIMEOUT: Final = 15.0
+INBOX: Final = 4096
+BACKOFF: Final = (0.25, 5.0)  # the first wait before redialling the daemon, and the longest
 BUSY: Final = frozenset({"starting", "running", "await_approval"})
-ARGUMENT_KEYS: Final = ("command", "file_path", "path", "pattern", "url", "query", "description")
+COMMANDS: Final = (
+    "/help",
+    "/exit",
+    "/quit",
+    "/clear",
+    "/compact",
+    "/model",
+    "/last",
+    "/verbose",
+    "/attach",
+)
 
 HELP: Final = """\
-Type a prompt and press Enter; the answer streams below it.
-  /help          this text
-  /exit          leave (also Ctrl-D); the session keeps running in the daemon
-  /clear         empty the session's context (ctl clear)
+Type a prompt and press Enter; the answer streams above the input line.
+  /help             this text
+  /exit             leave (also Ctrl-D); the session keeps running in the daemon
+  /clear            empty the session's context (ctl clear)
   /compact [FOCUS]  summarise the history to free the window (ctl compact)
-  /model NAME    switch the session's model (ctl model NAME)
+  /model [NAME]     show or switch the session's model (ctl model NAME)
+  /last             the last tool results in full (from the session's records)
+  /verbose          show every tool result in full (again: previews)
+  /attach ID        leave this session for another
+Keys: Enter sends; Alt-Enter, Ctrl-J or a \\ at the end of a line adds a line (a paste stays one
+prompt); Tab completes /commands, models, session ids and paths; Up/Down walk the history.
 Ctrl-C cancels a running turn (ctl cancel); at the prompt it clears the line.
 Approvals: y approves the call once, a always (for this session), n rejects it with feedback.
 """
-
-
-# --- the pure parts -------------------------------------------------------------------------
-
-
-class Style:
-    """Escape codes for a terminal, or none at all."""
-
-    def __init__(self, color: bool) -> None:
-        self.color = color
-
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.color and text else text
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def red(self, text: str) -> str:
-        return self._wrap("31", text)
-
-    def yellow(self, text: str) -> str:
-        return self._wrap("33", text)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
-def summarize_arguments(arguments: Any, width: int = 80) -> str:
-    """A tool call's arguments in one short line: the value of its most telling argument
-    (command, file_path, path, pattern, ...), else the arguments as compact JSON."""
-    if isinstance(arguments, Mapping):
-        for key in ARGUMENT_KEYS:
-            value = arguments.get(key)
-            if isinstance(value, str) and value.strip():
-                lines = value.strip().splitlines()
-                more = " …" if len(lines) > 1 else ""
-                return _cut(lines[0] + more, width)
-        if not arguments:
-            return ""
-    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-    return _cut(text, width)
-
-
-def _tokens(usage: Any) -> str:
-    if not isinstance(usage, Mapping):
-        return ""
-
-    def count(key: str) -> str:
-        value = usage.get(key)
-        return "?" if value is None else f"{value}"
-
-    parts = [f"{count('input')} in", f"{count('output')} out"]
-    cached = usage.get("cache_read")
-    if cached:
-        parts.append(f"{cached} cached")
-    return "tokens " + ", ".join(parts)
-
-
-class Renderer:
-    """Turns a session's `events` lines (one parsed JSON object each) into terminal text.
-
-    It remembers whether the text so far ends a line, so tool lines and the final usage line
-    always start on a line of their own. Unknown event types are ignored."""
-
-    def __init__(self, style: Style, *, width: int = 100, preview_lines: int = PREVIEW_LINES):
-        self.style = style
-        self.width = max(40, width)
-        self.preview_lines = preview_lines
-        self.at_line_start = True
-
-    def line(self, text: str) -> str:
-        """`text` as a line of its own (after a newline if the output is mid-line)."""
-        prefix = "" if self.at_line_start else "\n"
-        self.at_line_start = True
-        return f"{prefix}{text}\n"
-
-    def event(self, event: Mapping[str, Any]) -> str:
-        s = self.style
-        match event.get("type"):
-            case "text_delta":
-                text = str(event.get("text", ""))
-                if text:
-                    self.at_line_start = text.endswith("\n")
-                return text
-            case "tool_call_started":
-                name = str(event.get("name", "?"))
-                summary = summarize_arguments(event.get("arguments"), self.width - len(name) - 4)
-                return self.line(s.dim(f"● {name} {summary}".rstrip()))
-            case "tool_call_finished":
-                return self._preview(str(event.get("preview", "")), bool(event.get("is_error")))
-            case "step_failed":
-                kind, message = event.get("error_type", "error"), event.get("message", "")
-                retry = " (retrying)" if event.get("retryable") else ""
-                return self.line(s.red(f"error: {kind}: {message}{retry}"))
-            case "todos_updated":
-                marks = {"completed": "[x]", "in_progress": "[~]", "pending": "[ ]"}
-                todos = event.get("todos") or []
-                lines = [
-                    f"  {marks.get(str(t.get('status')), '[ ]')} {t.get('content', '')}"
-                    for t in todos
-                    if isinstance(t, Mapping)
-                ]
-                return self.line(s.dim("\n".join(["todos:", *lines]) if lines else "todos: none"))
-            case "lagged":
-                dropped = event.get("dropped", "?")
-                return self.line(
-                    s.yellow(f"[{dropped} events were dropped: this terminal fell behind]")
-                )
-            case "turn_finished":
-                return self._finished(event)
-            case "approval_requested" if event.get("kind") == "result":
-                asked_by = str(event.get("asked_by") or "-")
-                return self.line(
-                    s.yellow(
-                        f"approval of the result requested by {asked_by}: write approve or "
-                        "reject REASON to the session's approval file"
-                    )
-                )
-            case "approval_answered" if event.get("kind") == "result":
-                verdict, reason = str(event.get("verdict", "?")), str(event.get("reason") or "")
-                by = f" (by {event['by']})" if event.get("by") else ""
-                return self.line(s.dim(f"result {verdict}{by}" + (f": {reason}" if reason else "")))
-        return ""
-
-    def _preview(self, preview: str, is_error: bool) -> str:
-        s = self.style
-        lines = preview.rstrip("\n").splitlines() or [""]
-        shown = lines[: self.preview_lines]
-        room = self.width - 5
-        out = []
-        for index, line in enumerate(shown):
-            lead = "  ⎿  " if index == 0 else "     "
-            text = _cut(line.expandtabs(4), room)
-            if index == 0 and is_error:
-                text = s.red(f"error: {text}")
-            out.append(s.dim(lead) + text)
-        if len(lines) > len(shown):
-            out.append(s.dim(f"     … {len(lines) - len(shown)} more lines"))
-        return self.line("\n".join(out))
-
-    def _finished(self, event: Mapping[str, Any]) -> str:
-        s = self.style
-        outcome = str(event.get("outcome", "?"))
-        steps = event.get("steps")
-        parts = [outcome]
-        if isinstance(steps, int):
-            parts.append(f"{steps} step" + ("" if steps == 1 else "s"))
-        tokens = _tokens(event.get("usage"))
-        if tokens:
-            parts.append(tokens)
-        detail = str(event.get("detail") or "")
-        text = "[" + " · ".join(parts) + (f": {detail}" if detail else "") + "]"
-        return self.line(s.dim(text) if outcome == "done" else s.yellow(text))
-
-
-def parse_approval(text: str) -> dict[str, str]:
-    """The `approval` file's `key value` lines as a dict (empty when nothing is pending)."""
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key:
-            fields[key] = value
-    return fields
-
-
-def format_approval(fields: Mapping[str, str], style: Style, width: int = 100) -> str:
-    """The approval request as shown before the y/a/n question."""
-    tool = fields.get("tool", "?")
-    try:
-        arguments = json.loads(fields.get("arguments", "{}"))
-    except ValueError:
-        arguments = fields.get("arguments", "")
-    summary = summarize_arguments(arguments, width - len(tool) - 20)
-    lines = [style.bold(f"approval needed: {tool} {summary}".rstrip())]
-    if fields.get("reason"):
-        lines.append(f"  why: {fields['reason']}")
-    full = json.dumps(arguments, ensure_ascii=False)
-    if full != json.dumps(summary, ensure_ascii=False) and len(full) > len(summary) + 2:
-        lines.append(style.dim(f"  arguments: {_cut(full, width * 3)}"))
-    always = fields.get("always_adds")
-    lines.append(
-        "  y: approve once   a: always"
-        + (f" (adds {always})" if always else "")
-        + "   n: reject with feedback"
-    )
-    return "\n".join(lines) + "\n"
-
-
-# --- the connections --------------------------------------------------------------------------
-
-
-class _Synced:
-    """Queue item: the reader caught up with the stream (see the module docstring)."""
-
-
-class _Ended:
-    """Queue item: the stream ended (EOF: the session exited) or failed (`error`)."""
-
-    def __init__(self, error: str = "") -> None:
-        self.error = error
-
-
-SYNCED: Final = _Synced()
-Item = str | _Synced | _Ended
-
-_READ_TAG: Final = 1
-_FLUSH_TAG: Final = 2
-
-
-class EventReader(BackgroundThread):
-    """Reads one session's `events` on its own connection and queues every line."""
-
-    def __init__(self, client: Client, fid: CFid, out: queue.Queue[Item]) -> None:
-        super().__init__("anvilctl-attach-events")
-        self._sock = client.sock
-        self._dialect = client.dialect
-        self._count = client.msize - IOHDRSZ
-        self._fid = fid.fid
-        self._out = out
-        self._frames = FrameReader(1 << 24)
-        self._partial = b""
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked recv
-        self._sock.close()
-
-    def work(self) -> None:
-        try:
-            self._loop()
-        except (OSError, ClientError, ProtocolError) as exc:
-            self._out.put(_Ended(str(exc) or type(exc).__name__))
-
-    def _send(self, msg: m.Message) -> None:
-        self._sock.sendall(m.encode(msg, self._dialect))
-
-    def _next(self, timeout: float | None) -> m.Message | None:
-        """The next reply, or None when `timeout` passes without one."""
-        while True:
-            frame = self._frames.next_frame()
-            if frame is not None:
-                return m.decode(frame, self._dialect)
-            if timeout is not None:
-                ready, _, _ = select.select([self._sock], [], [], timeout)
-                if not ready:
-                    return None
-            data = self._sock.recv(65536)
-            if not data:
-                raise ConnectError("the daemon closed the connection")
-            self._frames.feed(data)
-
-    def _lines(self, data: bytes) -> None:
-        self._partial += data
-        *lines, self._partial = self._partial.split(b"\n")
-        for line in lines:
-            if line.strip():
-                self._out.put(line.decode("utf-8", "replace"))
-
-    def _loop(self) -> None:
-        read = m.Tread(_READ_TAG, self._fid, 0, self._count)
-        self._send(read)
-        synced = flushing = got_data = False
-        while True:
-            reply = self._next(None if synced or flushing else SYNC_QUIET)
-            if reply is None:  # the read is pending: flush it to learn that we caught up
-                self._send(m.Tflush(_FLUSH_TAG, _READ_TAG))
-                flushing, got_data = True, False
-                continue
-            match reply:
-                case m.Rread(data=b""):
-                    self._lines(b"\n")
-                    self._out.put(_Ended())
-                    return
-                case m.Rread(data=data):
-                    self._lines(data)
-                    got_data = True
-                    if not flushing:
-                        self._send(read)
-                case m.Rflush():
-                    flushing = False
-                    if not got_data:
-                        synced = True
-                        self._out.put(SYNCED)
-                    self._send(read)
-                case m.Rerror(ename=message):
-                    raise ServerError(message)
-                case m.Rlerror(ecode=code):
-                    raise ServerError(os.strerror(code), code)
-                case _:
-                    raise ClientError(f"unexpected {type(reply).__name__} on the events file")
-
-
-class Remote:
-    """The command connection: small reads and writes, redialled after an interrupted RPC."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self._address = args.address or service_address(SERVICE)
-        self._aname = args.aname
-        self._auth = not args.noauth
-        self._client: Client | None = None
-        self._root: CFid | None = None
-
-    def connect(self) -> tuple[Client, CFid]:
-        client = Client(dial(self._address))
-        try:
-            root = client.mount(aname=self._aname, auth=self._auth)
-        except BaseException:
-            client.close()
-            raise
-        return client, root
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        self._client = self._root = None
-
-    def _call(self, action: Callable[[Client, CFid], bytes]) -> bytes:
-        if self._client is None or self._root is None:
-            self._client, self._root = self.connect()
-        try:
-            return action(self._client, self._root)
-        except ServerError:
-            raise  # answered: the connection is in step
-        except BaseException:
-            self.close()  # a reply may be unread: never reuse this connection
-            raise
-
-    def read(self, path: str) -> str:
-        def action(client: Client, root: CFid) -> bytes:
-            fid = client.open(root, path, OREAD)
-            try:
-                parts = []
-                while data := fid.read(8192):
-                    parts.append(data)
-            finally:
-                fid.clunk()
-            return b"".join(parts)
-
-        return self._call(action).decode("utf-8", "replace")
-
-    def write(self, path: str, data: bytes) -> None:
-        """One open, one write, clunk (where a body file like `in` takes or refuses it)."""
-
-        def action(client: Client, root: CFid) -> bytes:
-            fid = client.open(root, path, OWRITE | OTRUNC)
-            try:
-                fid.write(data)
-            finally:
-                fid.clunk()
-            return b""
-
-        self._call(action)
-
-
-# --- the terminal ---------------------------------------------------------------------------
 
 
 def history_path() -> Path:
@@ -470,316 +143,845 @@ def history_path() -> Path:
     return platformdirs.user_data_path("anvil") / HISTORY_FILE
 
 
-class _History:
-    """readline with a history file; nothing when readline is missing or stdin is no tty."""
+def records_path(session: str) -> Path:
+    import platformdirs
 
-    def __init__(self, path: Path, err: TextIO) -> None:
-        self.path = path
-        self._err = err
-        self._readline: Any = None
-        if not sys.stdin.isatty():
-            return
-        try:
-            import readline
-        except ImportError:
-            return
-        self._readline = readline
-        readline.set_history_length(HISTORY_LENGTH)
-        try:
-            readline.read_history_file(str(path))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            err.write(f"anvilctl attach: history not loaded from {path}: {exc}\n")
-
-    def forget_last(self) -> None:
-        """Drop the last line from the history (an approval answer is not a prompt)."""
-        rl = self._readline
-        if rl is not None and rl.get_current_history_length() > 0:
-            rl.remove_history_item(rl.get_current_history_length() - 1)
-
-    def save(self) -> None:
-        if self._readline is None:
-            return
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._readline.write_history_file(str(self.path))
-            os.chmod(self.path, 0o600)
-        except OSError as exc:
-            self._err.write(f"anvilctl attach: history not saved to {self.path}: {exc}\n")
+    return platformdirs.user_data_path("anvil") / "sessions" / f"{session}.jsonl"
 
 
 class SessionGone(Exception):
-    """The session's event stream ended: it exited, or the daemon went away."""
+    """The session's event stream ended for good: it exited, or it is no longer listed."""
 
 
-class Attach:
-    """One `anvilctl attach` run: the prompt loop and the turns it follows."""
+class Leave(Exception):
+    """Leave attach (EOF on an answer, /exit)."""
 
-    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
-        self.name: str = args.id
+
+# --- inbox items ------------------------------------------------------------------------------
+
+
+class Submit:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+class Interrupt:
+    def __init__(self, typed: bool = False) -> None:
+        self.typed = typed  # the input line holds text
+
+
+class Quit:
+    """The user leaves (Ctrl-D at an empty prompt, EOF on stdin)."""
+
+
+class Reconnected:
+    def __init__(self, reader: EventReader, row: list[str]) -> None:
+        self.reader = reader
+        self.row = row
+
+
+Inbound = Item | Submit | Interrupt | Quit | Reconnected
+
+
+class Ui(Protocol):
+    color: bool
+
+    @property
+    def width(self) -> int: ...
+
+    def write(self, text: str) -> None: ...
+
+    def live(self, text: str) -> None: ...
+
+    def changed(self) -> None: ...
+
+    def ready(self, idle: bool) -> None: ...
+
+    def restore(self, text: str) -> None: ...
+
+    def clear(self) -> None: ...
+
+    async def ask(self, question: str) -> str | None: ...
+
+
+# --- the plain UI: pipes and dumb terminals ---------------------------------------------------
+
+
+class PlainUi:
+    """Lines from stdin, one at a time and only when attach is idle; text to stdout."""
+
+    def __init__(self, out: TextIO, post: Callable[[Inbound], None], *, color: bool) -> None:
         self.out = out
-        self.err = err
-        color = out.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-        self.style = Style(color)
-        width = shutil.get_terminal_size().columns if out.isatty() else 100
-        self.renderer = Renderer(self.style, width=width)
-        self.remote = Remote(args)
-        self.queue: queue.Queue[Item] = queue.Queue(maxsize=4096)
-        self.reader: EventReader | None = None
-        self.history = _History(history_path(), err)
-        self.prompt = "> " if sys.stdin.isatty() else ""  # no prompts in a script's output
+        self.color = color
+        self._post = post
+        self._prompt = "> " if sys.stdin.isatty() else ""  # no prompts in a script's output
+        self._wanted = threading.Event()
+        self._lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._claimed = 0  # lines `ask` is waiting for
+        self._loop = asyncio.get_running_loop()
+        self._reading = False
+        threading.Thread(target=self._read, name="anvilctl-attach-stdin", daemon=True).start()
 
-    # output
+    @property
+    def width(self) -> int:
+        return 100
 
-    def show(self, text: str) -> None:
+    def _read(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            line = sys.stdin.readline()
+            self._loop.call_soon_threadsafe(self._got, line if line else None)
+            if not line:
+                return
+
+    def _got(self, line: str | None) -> None:
+        self._reading = False
+        if self._claimed:
+            self._lines.put_nowait(line)
+        elif line is None:
+            self._post(Quit())
+        else:
+            self._post(Submit(line.rstrip("\n")))
+
+    def _want(self, prompt: str) -> None:
+        if not self._reading:
+            self._reading = True
+            self.write(prompt)
+            self._wanted.set()
+
+    def write(self, text: str) -> None:
         if text:
             self.out.write(text)
             self.out.flush()
 
+    def live(self, text: str) -> None:
+        pass
+
+    def changed(self) -> None:
+        pass
+
+    def ready(self, idle: bool) -> None:
+        if idle:
+            self._want(self._prompt)
+
+    def restore(self, text: str) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    async def ask(self, question: str) -> str | None:
+        self._claimed += 1
+        try:
+            if self._reading:
+                self.write(question)
+            self._want(question)
+            line = await self._lines.get()
+        finally:
+            self._claimed -= 1
+        if line is None:
+            raise EOFError
+        return line.rstrip("\n")
+
+
+# --- the worker thread for 9P commands --------------------------------------------------------
+
+
+class Worker(BackgroundThread):
+    """Runs the blocking 9P commands one at a time, off the event loop."""
+
+    def __init__(self) -> None:
+        super().__init__("anvilctl-attach-commands")
+        self._jobs: queue.SimpleQueue[
+            tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None
+        ] = queue.SimpleQueue()
+
+    def work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            action, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(action())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+    def submit(self, action: Callable[[], T]) -> asyncio.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((action, future))
+        return asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+
+# --- the controller -------------------------------------------------------------------------
+
+
+class Attach:
+    """One session attached: its stream, its turns, the prompts and commands sent to it."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+        self.args = args
+        self.name: str = args.id
+        self.sid = args.id
+        self.alias = "-"
+        self.cwd = ""
+        self.out = out
+        self.err = err
+        self.tty = _interactive(out)
+        self.human = self.tty or sys.stdin.isatty()  # someone types (not a script's pipe)
+        color = out.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+        self.style = Style(color)
+        self.remote = Remote(args)
+        self.worker = Worker()
+        self.inbox: asyncio.Queue[Inbound] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.ui: Ui | None = None
+        self.renderer = Renderer(self.style, width=100)
+        self.reader: EventReader | None = None
+        self.row: list[str] = []
+        self.switch_to: str | None = None
+        # The stream.
+        self.syncing = False
+        self.past: list[str] = []
+        self.deferred: list[Submit] = []
+        self.attached_once = False
+        self.connected = False
+        self.reconnect_task: asyncio.Task[None] | None = None
+        self.reconnect_note = ""
+        # The turn.
+        self.busy = False
+        self.started_at = 0.0
+        self.phase = ""
+        self.retry_until = 0.0
+        self.cost_before: float | None = None
+        self.calls: dict[str, tuple[str, Any]] = {}  # the last step's calls: id -> name, args
+        self.previews: dict[str, tuple[str, bool]] = {}
+        self.verbose = False
+        self._models: list[str] = []
+        self._sessions: list[str] = []
+
+    # --- output
+
+    def write(self, text: str) -> None:
+        if self.ui is not None:
+            self.ui.write(text)
+        elif text:
+            self.out.write(text)
+            self.out.flush()
+
+    def show(self, text: str) -> None:  # the name the tests and older callers use
+        self.write(text)
+
     def note(self, text: str) -> None:
-        self.show(self.renderer.line(self.style.dim(text)))
+        self.write(self.renderer.line(self.style.dim(text)))
+
+    def warn(self, text: str) -> None:
+        self.write(self.renderer.line(self.style.yellow(text)))
 
     def error(self, text: str) -> None:
-        self.show(self.renderer.line(self.style.red(f"error: {text}")))
+        self.write(self.renderer.line(self.style.red(f"error: {text}")))
 
-    # start and stop
+    def _live(self) -> None:
+        if self.ui is not None:
+            self.ui.live(self.renderer.pending())
+
+    # --- the inbox, the worker
+
+    def post(self, item: Inbound) -> None:
+        assert self.inbox is not None
+        self.inbox.put_nowait(item)
+
+    def _put_from_thread(self, item: Item) -> None:
+        """The reader thread's `put`: waits while the inbox is full."""
+        loop, inbox = self.loop, self.inbox
+        assert loop is not None
+        assert inbox is not None
+        with contextlib.suppress(RuntimeError, concurrent.futures.CancelledError):
+            asyncio.run_coroutine_threadsafe(inbox.put(item), loop).result()
+
+    async def io(self, action: Callable[[], T]) -> T:
+        return await self.worker.submit(action)
+
+    # --- the status line
+
+    def status(self) -> str | None:
+        now = time.monotonic()
+        if not self.connected and self.attached_once:
+            return f"the daemon is away: {self.reconnect_note or 'reconnecting'}"
+        if not self.busy:
+            return None
+        phase = self.phase or "waiting for the model"
+        if self.retry_until:
+            left = self.retry_until - now
+            if left > 0:
+                phase = f"{phase} in {left:.0f}s" if left >= 1 else f"{phase} now"
+        return f"{phase} · {_elapsed(now - self.started_at)} · Ctrl-C cancels"
+
+    def _set_phase(self, phase: str, *, retry_until: float = 0.0) -> None:
+        if not self.busy:
+            self.busy = True
+            self.started_at = time.monotonic()
+        self.phase = phase
+        self.retry_until = retry_until
+        if self.ui is not None:
+            self.ui.changed()
+
+    # --- attaching
 
     def _row(self) -> list[str]:
         for line in self.remote.read("list").splitlines():
             fields = line.split("\t")
-            if len(fields) >= 6 and self.name in (fields[0], fields[1]):
+            if len(fields) >= 6 and self.sid in (fields[0], fields[1]):
                 return fields
-        raise ClientError(f"no session {self.name}; `anvilctl sessions --all` lists them")
+        raise SessionGone(f"no session {self.sid}; `anvilctl sessions --all` lists them")
 
-    def start(self) -> None:
-        fields = self._row()
-        sid, alias, state, role, model = fields[:5]
-        self.name = sid  # the alias could be given to another session meanwhile
-        client, root = self.remote.connect()
+    def _open_events(self) -> tuple[EventReader, list[str]]:
+        """(on the worker) Find the session, open its events and start reading them."""
+        row = self._row()
+        self.sid = row[0]  # the alias could be given to another session meanwhile
+        client, fid = self.remote.open_stream(f"{self.sid}/events")
+        reader = EventReader(client, fid, self._put_from_thread)
+        reader.start()
+        return reader, row
+
+    async def start(self) -> None:
         try:
-            fid = client.open(root, f"{sid}/events", OREAD)
-        except BaseException:
-            client.close()
-            raise
-        self.reader = EventReader(client, fid, self.queue)
-        self.reader.start()
-        past = self._until_synced()
-        state = self.remote.read(f"{sid}/state").strip()
+            reader, row = await self.io(self._open_events)
+        except SessionGone as exc:
+            raise ClientError(str(exc)) from None
+        self._adopt(reader, row)
+
+    def _adopt(self, reader: EventReader, row: list[str]) -> None:
+        self.reader = reader
+        self.row = row
+        self.alias = row[1]
+        self.syncing, self.past = True, []
+
+    async def _synced(self) -> None:
+        """The reader caught up: show where the session is, then follow it."""
+        self.syncing = False
+        past, self.past = self.past, []
+        sid, alias, _state, role, model = self.row[:5]
+        state = (await self.io(lambda: self.remote.read(f"{sid}/state"))).strip()
         name = sid if alias == "-" else f"{sid} ({alias})"
-        self.note(f"attached to {name}: {role}, model {model}, {state}; /help for help")
-        if state in BUSY:
+        busy = state in BUSY
+        if not self.attached_once:
+            with contextlib.suppress(ClientError, OSError):
+                self.cwd = (await self.io(lambda: self.remote.read(f"{sid}/cwd"))).strip()
+            await self._earlier(busy)
+            self.note(f"attached to {name}: {role}, model {model}, {state}; /help for help")
+        else:
+            self.note(f"reconnected to {name}: {state}")
+        self.attached_once = True
+        self.connected = True
+        self.busy = False
+        if busy:
+            self._set_phase("working")
             ends = [i for i, line in enumerate(past) if '"type":"turn_finished"' in line]
             for line in past[ends[-1] + 1 if ends else 0 :]:
-                self._render(line)
+                await self._event(line, live=False)
             if state == "await_approval":
-                self._check_approval()  # a gate opened before we came: its event is past
-            self.follow()
+                await self._check_approval()  # a gate opened before we came: its event is past
+        if self.ui is not None:
+            self.ui.changed()
 
-    def _until_synced(self) -> list[str]:
-        past: list[str] = []
-        deadline = time.monotonic() + SYNC_TIMEOUT
-        while True:
-            try:
-                item = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise ClientError(
-                    "the session's events did not arrive; is the daemon busy?"
-                ) from None
-            if item is SYNCED:
-                return past
-            if isinstance(item, _Ended):
-                raise SessionGone(item.error or "the session's event stream ended")
-            if isinstance(item, str):
-                past.append(item)
+    async def _earlier(self, busy: bool) -> None:
+        """The last exchanges, from the session's log backlog."""
+        if not self.human:
+            return  # a script's output starts with what it asked for
+        try:
+            log = await self.io(lambda: read_backlog(self.remote, f"{self.sid}/log"))
+        except (ClientError, OSError):
+            return
+        found = exchanges(log, EXCHANGES, busy=busy)
+        if not found:
+            return
+        width = self.ui.width if self.ui is not None else 100
+        self.write(self.style.dim("─── earlier in this session ───") + "\n")
+        for lines in found:
+            self.write(format_exchange(lines, self.style, width))
+        self.write(self.style.dim("───") + "\n")
 
-    def close(self) -> None:
-        if self.reader is not None:
-            self.reader.close()
-        self.remote.close()
-        self.history.save()
+    # --- events
 
-    # turns
-
-    def _render(self, line: str) -> str | None:
-        """Show one event line; returns its type."""
+    async def _event(self, line: str, *, live: bool = True) -> None:
         try:
             event = json.loads(line)
         except ValueError:
-            return None
+            return
         if not isinstance(event, dict):
-            return None
-        self.show(self.renderer.event(event))
+            return
+        if self.ui is not None:
+            self.renderer.width = max(40, self.ui.width)
         kind = event.get("type")
-        return kind if isinstance(kind, str) else None
+        self._track(kind, event)
+        if kind == "turn_finished":
+            await self._finished(event)
+            return
+        if kind == "tool_call_finished" and self.verbose:
+            self.write(self.renderer.flush_text())
+            await self._full_results([str(event.get("id", ""))], headers=False)
+        else:
+            self.write(self.renderer.event(event))
+        self._live()
+        if kind == "approval_requested" and event.get("kind") == "tool" and live:
+            await self._check_approval()
 
-    def _drain(self) -> None:
-        """Show what arrived while the prompt waited (another client's turn, say)."""
-        while True:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(item, _Ended):
-                raise SessionGone(item.error or "the session ended")
-            if isinstance(item, str):
-                self._render(item)
+    def _track(self, kind: Any, event: Mapping[str, Any]) -> None:
+        match kind:
+            case "step_started":
+                self._set_phase("waiting for the model")
+            case "text_delta":
+                self._set_phase("answering")
+            case "reasoning_delta":
+                self._set_phase("thinking")
+            case "tool_call_started":
+                if any(True for _ in self.previews):
+                    self.calls.clear()
+                    self.previews.clear()
+                self.calls[str(event.get("id", ""))] = (
+                    str(event.get("name", "?")),
+                    event.get("arguments"),
+                )
+                self._set_phase(f"running {event.get('name', 'a tool')}")
+            case "tool_call_finished":
+                call = str(event.get("id", ""))
+                self.previews[call] = (str(event.get("preview", "")), bool(event.get("is_error")))
+                self._set_phase("working")
+            case "retrying":
+                delay = event.get("delay")
+                wait = float(delay) if isinstance(delay, int | float) else 0.0
+                attempt = f"attempt {event.get('attempt', '?')} of {event.get('max_attempts', '?')}"
+                self._set_phase(f"retrying ({attempt})", retry_until=time.monotonic() + wait)
+            case "approval_requested" if event.get("kind") == "tool":
+                self._set_phase("waiting for your approval")
+            case "approval_answered":
+                self._set_phase("working")
+            case "compaction_started":
+                self._set_phase("compacting the history")
 
-    def follow(self) -> None:
-        """Show the running turn until its `turn_finished`; Ctrl-C cancels it."""
-        while True:
-            try:
-                try:
-                    item = self.queue.get(timeout=WAKE)
-                except queue.Empty:
-                    continue
-                if isinstance(item, _Ended):
-                    raise SessionGone(item.error or "the session ended")
-                if not isinstance(item, str):
-                    continue
-                kind = self._render(item)
-                if kind == "turn_finished":
-                    break
-                if kind == "approval_requested":
-                    self._check_approval()
-            except KeyboardInterrupt:
-                self._cancel()
-        with contextlib.suppress(ClientError, KeyboardInterrupt):
-            self.remote.read(f"{self.name}/out")  # shown already: reading it moves await to idle
-
-    def _cancel(self) -> None:
-        self.note("^C: cancelling the turn")
+    async def _finished(self, event: Mapping[str, Any]) -> None:
+        extra: list[str] = []
         try:
-            self.remote.write(f"{self.name}/ctl", b"cancel\n")
-        except ServerError as exc:
-            if "nothing to cancel" not in str(exc):
-                self.error(str(exc))
-        except KeyboardInterrupt:
-            pass  # a second Ctrl-C: the cancel is on its way; keep following the turn
+            cost = await self.io(lambda: self.remote.read(f"{self.sid}/cost"))
+            usage = await self.io(lambda: self.remote.read(f"{self.sid}/usage"))
+        except ServerError:
+            pass
+        else:
+            extra = [cost_text(self.cost_before, parse_cost(cost)), context_text(usage)]
+        self.write(self.renderer.footer(event, extra))
+        self.busy = False
+        self.phase = ""
+        self.retry_until = 0.0
+        self.cost_before = None
+        self._live()
+        if self.ui is not None:
+            self.ui.changed()
+        with contextlib.suppress(ServerError):
+            # shown already: reading it moves await to idle
+            await self.io(lambda: self.remote.read(f"{self.sid}/out"))
 
-    def _check_approval(self) -> None:
-        text = self.remote.read(f"{self.name}/approval")
+    # --- approvals
+
+    async def _check_approval(self) -> None:
+        text = await self.io(lambda: self.remote.read(f"{self.sid}/approval"))
         fields = parse_approval(text)
         if "call_id" not in fields:
             return
-        self.show(
-            self.renderer.line(
-                format_approval(fields, self.style, self.renderer.width).rstrip("\n")
-            )
-        )
+        request = format_approval(fields, self.style, self.renderer.width).rstrip("\n")
+        self.write(self.renderer.line(request))
         answer = ""
         while answer not in ("y", "a", "n"):
-            answer = self._ask("approve? [y/a/n] ").strip().lower()[:1]
+            reply = await self._ask("approve? [y/a/n] ")
+            if reply is None:
+                await self._cancel()
+                return
+            answer = reply.strip().lower()[:1]
         if answer == "n":
-            feedback = self._ask("feedback for the model: ").strip()
+            reply = await self._ask("feedback for the model: ")
+            if reply is None:
+                await self._cancel()
+                return
+            feedback = reply.strip()
             line = f"reject {feedback}" if feedback else "reject"
         else:
             line = "approve" if answer == "y" else "always"
         try:
-            self.remote.write(f"{self.name}/approval", f"{line}\n".encode())
+            await self.io(lambda: self.remote.write(f"{self.sid}/approval", f"{line}\n".encode()))
         except ServerError as exc:
             self.error(str(exc))
 
-    def _ask(self, question: str) -> str:
-        """A question inside a turn: Ctrl-C cancels the turn, Ctrl-D leaves attach."""
+    async def _ask(self, question: str) -> str | None:
+        """A question inside a turn: None for Ctrl-C (cancel the turn), Leave for Ctrl-D."""
+        assert self.ui is not None
         try:
-            with readline_ticks():
-                answer = input(question)
+            answer = await self.ui.ask(question)
         except EOFError:
-            self.note(f"left with the request pending: answer it on agent/{self.name}/approval")
-            raise
-        if answer:  # readline keeps only non-empty lines
-            self.history.forget_last()
+            self.note(f"left with the request pending: answer it on agent/{self.sid}/approval")
+            raise Leave from None
+        if answer is not None and self.tty:
+            self.write(f"{question}{answer}\n")
         return answer
 
-    # the prompt loop
+    async def _cancel(self) -> None:
+        self.note("^C: cancelling the turn")
+        try:
+            await self.io(lambda: self.remote.write(f"{self.sid}/ctl", b"cancel\n"))
+        except ServerError as exc:
+            if "nothing to cancel" not in str(exc):
+                self.error(str(exc))
 
-    def command(self, line: str) -> bool:
-        """A /command; False to leave."""
+    # --- prompts and commands
+
+    async def _submit(self, text: str) -> None:
+        stripped = text.strip()
+        if not stripped:
+            return
+        if stripped.startswith("/"):
+            await self.command(stripped)
+            return
+        assert self.ui is not None
+        if self.tty:
+            lines = text.rstrip("\n").split("\n")
+            shown = [self.style.bold("> ") + lines[0], *("  " + line for line in lines[1:])]
+            self.write(self.renderer.line("\n".join(shown)))
+        if not self.connected:
+            self.ui.restore(text)
+            self.warn("not sent: the daemon is away; the prompt is back in the input line")
+            return
+        was_busy = self.busy
+        try:
+            if not was_busy:
+                with contextlib.suppress(ServerError):
+                    cost = await self.io(lambda: self.remote.read(f"{self.sid}/cost"))
+                    self.cost_before = parse_cost(cost)
+            await self.io(lambda: self.remote.write(f"{self.sid}/in", text.encode()))
+        except ServerError as exc:
+            self.error(str(exc))
+            self.ui.restore(text)
+            return
+        except (ConnectError, OSError):
+            self.ui.restore(text)
+            raise
+        if was_busy:
+            self.note("queued: it runs when the current turn ends")
+        else:
+            self._set_phase("waiting for the model")
+            self.started_at = time.monotonic()
+
+    async def command(self, line: str) -> None:
         word, _, rest = line.partition(" ")
         rest = rest.strip()
         match word:
             case "/exit" | "/quit":
-                return False
+                raise Leave
             case "/help":
-                self.show(HELP)
+                self.write(self.renderer.line(HELP.rstrip("\n")))
             case "/clear":
-                self._ctl("clear", "context cleared")
+                await self._ctl("clear", "context cleared")
             case "/compact":
-                self._ctl(f"compact {rest}".strip(), f"compacted: agent/{self.name}/compactions")
+                await self._ctl(
+                    f"compact {rest}".strip(), f"compacted: agent/{self.sid}/compactions"
+                )
             case "/model" if rest:
-                self._ctl(f"model {rest}", f"model: {rest}")
+                await self._ctl(f"model {rest}", f"model: {rest}")
             case "/model":
-                model = self.remote.read(f"{self.name}/model").strip()
+                model = (await self.io(lambda: self.remote.read(f"{self.sid}/model"))).strip()
                 self.note(f"model: {model} (/model NAME switches; `anvilctl models` lists them)")
+            case "/last":
+                await self._full_results(list(self.calls), headers=True)
+            case "/verbose":
+                self.verbose = not self.verbose
+                self.note("tool results: " + ("in full" if self.verbose else "previews"))
+            case "/attach" if rest:
+                self.switch_to = rest
+                raise Leave
             case _:
                 self.error(f"unknown command {word}; /help lists the commands")
-        return True
 
-    def _ctl(self, line: str, done: str) -> None:
+    async def _ctl(self, line: str, done: str) -> None:
+        if line.startswith("compact"):
+            self._set_phase("compacting the history")
         try:
-            self.remote.write(f"{self.name}/ctl", f"{line}\n".encode())
+            await self.io(lambda: self.remote.write(f"{self.sid}/ctl", f"{line}\n".encode()))
         except ServerError as exc:
             self.error(str(exc))
         else:
             self.note(done)
+        finally:
+            if line.startswith("compact"):
+                self.busy = False
+                if self.ui is not None:
+                    self.ui.changed()
 
-    def submit(self, text: str) -> None:
-        self._drain()
+    async def _full_results(self, ids: list[str], *, headers: bool) -> None:
+        """The whole results of `ids` (none: the last step's) from the session's records, each
+        after its call's line with `headers`."""
+        records = RecordsFile(records_path(self.sid))
         try:
-            self.remote.write(f"{self.name}/in", text.encode())
-        except ServerError as exc:
-            self.error(str(exc))
+            found = await self.io(lambda: records.results(ids))
+        except OSError:
+            found = {}
+            if headers:
+                self.note(
+                    f"the full results are in the session's records, {records.path}, which "
+                    "are not on this machine (a daemon with another --data-dir): previews only"
+                )
+        if not found and not ids:
+            self.note("no tool results yet")
             return
-        self.follow()
+        for call in ids or list(found):
+            name, arguments = self.calls.get(call, ("?", None))
+            if headers:
+                summary = summarize_arguments(arguments, self.renderer.width - len(name) - 4)
+                self.write(self.renderer.line(self.style.dim(f"● {name} {summary}".rstrip())))
+            content, is_error = found.get(call) or self.previews.get(call, ("", False))
+            self.write(self.renderer.preview(content, is_error, limit=0))
 
-    def loop(self) -> None:
+    # --- keys from the UI
+
+    async def _interrupt(self, item: Interrupt) -> None:
+        if self.busy:
+            await self._cancel()
+        elif item.typed and self.ui is not None:
+            self.ui.clear()
+        else:
+            self.note("Ctrl-D or /exit leaves (the session keeps running)")
+
+    # --- the daemon going away
+
+    async def _ended(self, item: _Ended) -> None:
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        try:
+            row: list[str] | None = await self.io(self._row)
+        except (ConnectError, OSError, ServerError):
+            row = None
+        except SessionGone:
+            raise SessionGone(item.error or "the session is gone") from None
+        if row is not None and row[2] == "exited":
+            raise SessionGone(item.error or "the session exited")
+        if not self.attached_once:
+            raise SessionGone(item.error or "the session's event stream ended")
+        self.connected = False
+        self.busy = False
+        self.renderer.flush_text()
+        self._live()
+        why = item.error or "its stream ended"
+        self.warn(f"the daemon went away ({why}); reconnecting. What you type is kept.")
+        self.reconnect_task = asyncio.ensure_future(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        delay, longest = BACKOFF
+        attempt = 0
         while True:
+            attempt += 1
+            self.reconnect_note = f"attempt {attempt} in {delay:g}s"
+            if self.ui is not None:
+                self.ui.changed()
+            await asyncio.sleep(delay)
+            self.reconnect_note = f"attempt {attempt}"
             try:
-                with readline_ticks():
-                    line = input(self.prompt)
-            except KeyboardInterrupt:
-                self.show("\n")  # the line is dropped; a fresh prompt follows
-                continue
-            except EOFError:
-                self.show("\n")
+                reader, row = await self.io(self._open_events)
+            except SessionGone as exc:
+                self.post(_Ended(str(exc)))  # listed no more: _ended decides
                 return
-            text = line.strip()
-            if not text:
+            except (ClientError, OSError):
+                delay = min(longest, delay * 2)
                 continue
+            self.post(Reconnected(reader, row))
+            return
+
+    # --- the loop
+
+    async def main(self, ui: Ui) -> None:
+        self.ui = ui
+        self.renderer = Renderer(self.style, width=ui.width, stream=_text_stream(ui, self.style))
+        await self.start()
+        assert self.inbox is not None
+        deadline = time.monotonic() + SYNC_TIMEOUT
+        while True:
+            ui.ready(self.connected and not self.busy and not self.syncing)
             try:
-                if text.startswith("/"):
-                    if not self.command(text):
-                        return
+                if self.syncing and not self.attached_once:
+                    left = max(0.0, deadline - time.monotonic())
+                    item = await asyncio.wait_for(self.inbox.get(), left)
                 else:
-                    self.submit(line)
+                    item = await self.inbox.get()
+            except TimeoutError:
+                raise ClientError(
+                    "the session's events did not arrive; is the daemon busy?"
+                ) from None
+            try:
+                await self._handle(item)
             except ServerError as exc:
                 self.error(str(exc))
-            except KeyboardInterrupt:
-                self.show("\n")  # during a /command's write: back to the prompt
+            except (ConnectError, OSError) as exc:
+                self.warn(f"the daemon did not answer ({exc})")
+
+    async def _handle(self, item: Inbound) -> None:
+        match item:
+            case str() if self.syncing:
+                self.past.append(item)
+            case str():
+                await self._event(item)
+            case Submit() if self.syncing:
+                self.deferred.append(item)  # typed before attach caught up: sent once it has
+            case _ if item is SYNCED:
+                await self._synced()
+                deferred, self.deferred = self.deferred, []
+                for submit in deferred:
+                    await self._submit(submit.text)
+            case _Ended():
+                await self._ended(item)
+            case Submit(text=text):
+                await self._submit(text)
+            case Interrupt():
+                await self._interrupt(item)
+            case Quit():
+                raise Leave
+            case Reconnected(reader=reader, row=row):
+                self._adopt(reader, row)
+                self.reconnect_task = None
+
+    def close(self) -> None:
+        if self.reconnect_task is not None:
+            self.reconnect_task.cancel()
+        if self.reader is not None:
+            self.reader.close()
+        self.worker.stop()
+        self.remote.close()
+
+    def goodbye(self) -> str:
+        name = self.sid if self.alias in ("-", "") else self.alias
+        return self.style.dim(
+            f"left {self.sid}; it keeps running in the daemon. Come back with "
+            f"`anvilctl attach {name}`."
+        )
+
+
+def _elapsed(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m {rest:02d}s"
+
+
+def _interactive(out: TextIO) -> bool:
+    """Whether attach runs its terminal application (a tty both ways, a capable terminal)."""
+    if os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return sys.stdin.isatty() and out.isatty() and out.fileno() == 1
+    except (OSError, ValueError):
+        return False
+
+
+def _text_stream(ui: Ui, style: Style) -> TextStream | None:
+    """How answer text is cut: not at all on a pipe; in lines, or markdown blocks with colour,
+    where an input line sits below it."""
+    if isinstance(ui, PlainUi):
+        return None
+    if style.color:
+        return MarkdownStream(ui.width, truecolor=os.environ.get("COLORTERM") == "truecolor")
+    return LineStream()
+
+
+async def _run(session: Attach) -> None:
+    session.loop = asyncio.get_running_loop()
+    session.inbox = asyncio.Queue(maxsize=INBOX)
+    session.worker.start()
+    if session.tty:
+        from anvilctl.attach_tty import AttachCompleter, TtyUi
+
+        def models() -> list[str]:
+            if not session._models:
+                text = session.remote.read("models")
+                session._models = [line.split()[0] for line in text.splitlines() if line.split()]
+            return session._models
+
+        def sessions() -> list[str]:
+            text = session.remote.read("list")
+            names = []
+            for line in text.splitlines():
+                fields = line.split("\t")
+                names += [f for f in fields[:2] if f and f != "-"]
+            return names
+
+        def quietly(get: Callable[[], list[str]]) -> Callable[[], list[str]]:
+            def safe() -> list[str]:
+                try:
+                    return get()
+                except (ClientError, OSError):
+                    return []
+
+            return safe
+
+        inbox = session.inbox
+        completer = AttachCompleter(
+            COMMANDS,
+            models=quietly(models),
+            sessions=quietly(sessions),
+            cwd=lambda: session.cwd or os.getcwd(),
+        )
+        ui = TtyUi(
+            color=session.style.color,
+            history=history_path(),
+            completer=completer,
+            status=session.status,
+            on_submit=lambda text: inbox.put_nowait(Submit(text)),
+            on_interrupt=lambda typed: inbox.put_nowait(Interrupt(typed)),
+            on_leave=lambda: inbox.put_nowait(Quit()),
+        )
+        await ui.run(lambda: _main(session, ui))
+    else:
+        plain = PlainUi(session.out, session.post, color=session.style.color)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, lambda: session.post(Interrupt()))
+        try:
+            await _main(session, plain)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _main(session: Attach, ui: Ui) -> None:
+    try:
+        await session.main(ui)
+    except Leave:
+        session.write(session.renderer.flush_text())
+        if session.ui is not None:
+            session.ui.live("")
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`anvilctl attach ID`; the exit status."""
     out = out or sys.stdout
     err = err or sys.stderr
-    session = Attach(args, out, err)
-    try:
-        session.start()
-        session.loop()
-    except EOFError:
-        session.show("\n")
-    except SessionGone as exc:
-        session.show(session.renderer.line(""))
-        err.write(f"anvilctl attach {args.id}: the session's events ended ({exc})\n")
-        return 1
-    except ClientError as exc:
-        out.flush()
-        err.write(f"anvilctl attach {args.id}: {exc}\n")
-        return 1
-    except KeyboardInterrupt:
-        out.write("\n")
-        return 130
-    finally:
-        session.close()
-    return 0
+    while True:
+        session = Attach(args, out, err)
+        try:
+            asyncio.run(_run(session))
+        except SessionGone as exc:
+            out.write(session.renderer.line(""))
+            out.flush()
+            err.write(f"anvilctl attach {args.id}: the session's events ended ({exc})\n")
+            return 1
+        except ClientError as exc:
+            out.flush()
+            err.write(f"anvilctl attach {args.id}: {exc}\n")
+            return 1
+        except KeyboardInterrupt:
+            out.write("\n")
+            return 130
+        finally:
+            session.close()
+        if session.switch_to is None:
+            if session.attached_once and session.human:
+                out.write(session.goodbye() + "\n")
+                out.flush()
+            return 0
+        args = argparse.Namespace(**{**vars(args), "id": session.switch_to})

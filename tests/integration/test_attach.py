@@ -1,24 +1,18 @@
 """End to end: `anvilctl sessions` and `anvilctl attach` through the real daemon.
 
 The daemon runs as a subprocess against the fake provider server (helpers from
-test_sessions_e2e.py). `attach` runs on a real pseudo-terminal: the test holds the master side,
-types on it (Ctrl-C is the byte 0x03, which the terminal turns into SIGINT) and reads what the
-command prints, with a deadline on every read so nothing hangs.
+test_sessions_e2e.py). `attach` runs on a real pseudo-terminal (`tests.support.tty`): the test
+types on it (Ctrl-C is the byte 0x03, which attach's terminal application reads as a key) and
+reads what a person would see, the scrollback and the screen, with a deadline on every wait.
+The newer parts of attach (paste, typing while a turn streams, the spinner, retries, markdown,
+reconnecting) are in test_attach_terminal.py.
 """
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
-import fcntl
 import os
 import re
-import select
-import signal
-import struct
-import subprocess
-import sys
-import termios
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +22,7 @@ import pytest
 from anvilctl.ninep_client import Client, dial
 from anvilctl.sessions import parse_created, read_small_files
 from anvild.ninep.constants import OREAD
-from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild
+from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_sessions_e2e import (
     TURN_TIMEOUT,
     FakeServer,
@@ -38,6 +32,7 @@ from tests.integration.test_sessions_e2e import (
     start_daemon,
     user_config,
 )
+from tests.support.tty import Tty
 
 
 def turn(namespace: Path, session: str, prompt: str) -> None:
@@ -155,100 +150,22 @@ def test_sessions_without_a_daemon_says_which_socket(namespace: Path, workdir: P
 
 # --- anvilctl attach ------------------------------------------------------------------------
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\r")
 
-
-class Terminal:
-    """`anvilctl attach` on a real pseudo-terminal that is its controlling terminal.
-
-    `setsid -c` makes the pty the child's controlling terminal, so a 0x03 typed on the master
-    side is SIGINT for it, as in a shell. Every read has a deadline."""
-
-    def __init__(self, namespace: Path, tmp_path: Path, *args: str) -> None:
-        master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        env = {
-            **os.environ,
-            "NAMESPACE": str(namespace),
-            "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
-            "TERM": "xterm",
-        }
-        for name in ("NO_COLOR", "COLUMNS", "LINES"):  # pytest-xdist workers set the size
-            env.pop(name, None)  # the pty's size (above) is the terminal's
-        self.proc = subprocess.Popen(
-            ["setsid", "-c", sys.executable, "-m", "anvilctl", *args],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            cwd=tmp_path,
-            close_fds=True,
-        )
-        os.close(slave)
-        self.master = master
-        self.raw = b""
-        self.text = ""  # what was printed, without escape codes and carriage returns
-        self.seen = 0  # how much of `text` `expect` has consumed
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
-        self._held = ""
-
-    def _feed(self, chunk: bytes) -> None:
-        """Append to `text` only what is final: a split UTF-8 character or escape sequence at
-        the end waits for its rest, so positions in `text` never move."""
-        self.raw += chunk
-        data = self._held + self._decoder.decode(chunk)
-        cut = data.rfind("\x1b")
-        if cut != -1 and len(data) - cut < 16 and not ANSI.match(data, cut):
-            data, self._held = data[:cut], data[cut:]
-        else:
-            self._held = ""
-        self.text += ANSI.sub("", data)
-
-    def _read(self, until: float) -> bool:
-        ready, _, _ = select.select([self.master], [], [], max(0.0, until - time.monotonic()))
-        if not ready:
-            return False
-        try:
-            chunk = os.read(self.master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            chunk = b""
-        if not chunk:
-            return False
-        self._feed(chunk)
-        return True
-
-    def expect(self, pattern: str, timeout: float = TURN_TIMEOUT) -> re.Match[str]:
-        """Wait for `pattern` (a regex) after what earlier calls consumed; consume through it."""
-        until = time.monotonic() + timeout
-        regex = re.compile(pattern, re.MULTILINE)
-        while True:
-            found = regex.search(self.text, self.seen)
-            if found:
-                self.seen = found.end()
-                return found
-            if not self._read(until) and (
-                time.monotonic() >= until or self.proc.poll() is not None
-            ):
-                if (found := regex.search(self.text, self.seen)) is not None:
-                    self.seen = found.end()
-                    return found
-                seen, rest = self.text[: self.seen], self.text[self.seen :]
-                raise AssertionError(f"no {pattern!r} in the terminal after {seen!r}: {rest!r}")
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def wait_exit(self, timeout: float = STARTUP_TIMEOUT) -> int:
-        until = time.monotonic() + timeout
-        while self.proc.poll() is None and time.monotonic() < until:
-            self._read(min(until, time.monotonic() + 0.2))
-        return self.proc.wait(timeout=1)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self.master)
+def attach_env(namespace: Path, tmp_path: Path, **more: str) -> dict[str, str]:
+    """The environment of an attach on a terminal: its history in the test's data dir, an
+    xterm; prompt_toolkit asks the terminal for the cursor position (a CPR) only where it can
+    get an answer, and this test terminal answers none."""
+    env = {
+        **os.environ,
+        "NAMESPACE": str(namespace),
+        "XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+        "TERM": "xterm-256color",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    for name in ("NO_COLOR", "COLUMNS", "LINES", "COLORTERM"):  # xdist workers set the size
+        env.pop(name, None)  # the pty's size is the terminal's
+    env.update(more)
+    return env
 
 
 @pytest.fixture
@@ -300,28 +217,20 @@ def attach_daemon(namespace: Path, tmp_path: Path, attach_fake: FakeServer) -> I
 
 
 @pytest.fixture
-def terminal_factory(namespace: Path, tmp_path: Path) -> Iterator[Callable[..., Terminal]]:
-    terminals: list[Terminal] = []
+def terminal_factory(
+    namespace: Path, tmp_path: Path, workdir: Path
+) -> Iterator[Callable[..., Tty]]:
+    terminals: list[Tty] = []
 
-    def make(*args: str) -> Terminal:
-        terminals.append(Terminal(namespace, tmp_path, *args))
+    def make(*args: str, **env: str) -> Tty:
+        terminals.append(
+            Tty(["anvilctl", *args], env=attach_env(namespace, tmp_path, **env), cwd=workdir)
+        )
         return terminals[-1]
 
     yield make
     for t in terminals:
         t.close()
-
-
-def only_the_main_thread_takes_sigint(pid: int) -> bool:
-    """Whether process `pid` has more than one thread and all but its main one block SIGINT."""
-    sigint = 1 << (signal.SIGINT - 1)
-    blocked = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        status = (task / "status").read_text()
-        mask = next(line for line in status.splitlines() if line.startswith("SigBlk:"))
-        blocked[int(task.name)] = bool(int(mask.split()[1], 16) & sigint)
-    others = [tid for tid in blocked if tid != pid]
-    return bool(others) and not blocked[pid] and all(blocked[tid] for tid in others)
 
 
 def wait_state(namespace: Path, session: str, state: str) -> None:
@@ -331,79 +240,84 @@ def wait_state(namespace: Path, session: str, state: str) -> None:
         time.sleep(0.05)
 
 
+FOOTER = r"\[done · {steps} steps? · tokens \d+ in, \d+ out · cost unknown · context \d+/8192 "
+
+
 def test_attach_streams_turns_tools_approvals_cancel_and_commands(
     attach_daemon: Anvild,
     namespace: Path,
     workdir: Path,
     tmp_path: Path,
     attach_fake: FakeServer,
-    terminal_factory: Callable[..., Terminal],
+    terminal_factory: Callable[..., Tty],
 ) -> None:
     (workdir / "notes.txt").write_text("alpha\nbeta\ngamma\ndelta\nepsilon\nzeta\n")
     sid = ok(anvilctl(namespace, "new", "alias=dev", cwd=workdir)).strip()
     term = terminal_factory("attach", "dev")
     term.expect(r"attached to \w+ \(dev\): developer, model fake, idle")
-    assert "\x1b[2mattached to" in term.raw.decode()  # dim: a terminal gets escape codes
-    term.expect(r"> ")
+    assert b"\x1b[2mattached to" in term.raw  # dim: a terminal gets escape codes
+    term.wait_screen(r"^>$")
 
-    # A prompt streams its answer, then the usage line.
+    # A prompt streams its answer, then the footer: tokens, cost (the fake model has no
+    # price), the context's use and where it compacts.
     term.type("ping\r")
-    term.expect(r"pong\n\[done · 1 step · tokens \d+ in, \d+ out\]")
-    term.expect(r"> ")
+    term.expect(r"^> ping\npong\n" + FOOTER.format(steps=1) + r"\(\d+\.\d%\), compacts at 85%\]")
+    term.wait_screen(r"^>$")
     assert read(namespace, f"agent/{sid}/state") == "idle\n"  # attach read `out`
 
     # A tool call: its dim line, then an indented preview of its result (the daemon's preview
     # is the result's first lines).
     term.type("read the notes\r")
     term.expect(r"● read_file notes\.txt\n  ⎿ +1\s+alpha\n +2\s+beta\n +3\s+gamma…\n")
-    term.expect(r"^The notes say alpha\.\n\[done · 2 steps · tokens \d+ in, \d+ out\]\n")
-    term.expect(r"> ")
+    term.expect(r"^The notes say alpha\.\n" + FOOTER.format(steps=2))
+    term.wait_screen(r"^>$")
 
     # An approval answered y: the file is written.
     term.type("write the file\r")
     term.expect(r"approval needed: write_file out\.txt")
-    term.expect(r"y: approve once   a: always.*n: reject with feedback\napprove\? \[y/a/n\] ")
+    term.expect(r"y: approve once   a: always.*n: reject with feedback")
+    term.wait_screen(r"^approve\? \[y/a/n\]$")
     term.type("y\r")
-    term.expect(r"pong\n\[done · 2 steps")
+    term.expect(r"^pong\n" + FOOTER.format(steps=2))
     assert (workdir / "out.txt").read_text() == "hi"
 
     # An approval answered n: the feedback reaches the model as the call's result.
-    term.expect(r"> ")
+    term.wait_screen(r"^>$")
     term.type("make a mess\r")
-    term.expect(r"approve\? \[y/a/n\] ")
+    term.wait_screen(r"^approve\? \[y/a/n\]$")
     term.type("n\r")
-    term.expect(r"feedback for the model: ")
+    term.wait_screen(r"^feedback for the model:$")
     term.type("not in my repository\r")
     term.expect(r"  ⎿  error: .*not in my repository")
-    term.expect(r"pong\n\[done · 2 steps")
+    term.expect(r"^pong\n" + FOOTER.format(steps=2))
     assert not (workdir / "mess.txt").exists()
     last = attach_fake.requests()[-1]
     assert "the user rejected this call and said: not in my repository" in last["last_user_text"]
 
-    # Ctrl-C cancels a slow turn; the next prompt works. Its first piece of text on the
-    # terminal says attach follows the turn (a Ctrl-C before that would hit the prompt).
-    term.expect(r"> ")
+    # Ctrl-C cancels a slow turn; the next prompt works.
+    term.wait_screen(r"^>$")
     term.type("stuck here\r")
-    term.expect(r"never fi")
+    term.wait_screen(r"never fi")
     term.type("\x03")
-    term.expect(r"\^C: cancelling the turn\n(.*\n)?\[cancelled")
-    term.expect(r"> ")
+    term.expect(r"\^C: cancelling the turn\n(.*\n)*\[cancelled")
+    term.wait_screen(r"^>$")
     term.type("ping again\r")
-    term.expect(r"pong\n\[done")
+    term.expect(r"^pong\n\[done")
 
-    # Ctrl-C at the prompt drops the line. The kernel hands a Ctrl-C to any thread that does
-    # not block SIGINT, and readline's wait notices only its own thread's signals: every thread
-    # but the main one blocks it (a Ctrl-C taken by the events reader did nothing until the
-    # next key).
-    term.expect(r"> ")
-    assert only_the_main_thread_takes_sigint(term.proc.pid)
-    term.type("half a thought\x03")
-    term.expect(r"> ")
+    # Ctrl-C at the prompt drops the line.
+    term.wait_screen(r"^>$")
+    term.type("half a thought")
+    term.wait_screen(r"^> half a thought$")
+    term.type("\x03")
+    term.wait_screen(r"^>$")
     term.type("/model nope\r")
     term.expect(r"error: .*unknown model 'nope' \(known aliases: fake")
     term.type("/help\r")
-    term.expect(r"/model NAME +switch the session's model")
+    term.expect(r"/model \[NAME\] +show or switch the session's model")
     term.type("/exit\r")
+    term.expect(
+        rf"left {sid}; it keeps running in the daemon\. Come back with `anvilctl attach dev`"
+    )
     assert term.wait_exit() == 0
 
     rows = table(ok(anvilctl(namespace, "sessions", cwd=workdir)))
@@ -443,33 +357,31 @@ def test_attach_joins_a_running_turn_from_its_start_and_skips_finished_ones(
     attach_daemon: Anvild,
     namespace: Path,
     workdir: Path,
-    terminal_factory: Callable[..., Terminal],
+    terminal_factory: Callable[..., Tty],
     attach_fake: FakeServer,
 ) -> None:
     sid = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
-    turn(namespace, sid, "ping")  # a finished turn: in the events backlog, never shown
+    turn(namespace, sid, "ping")  # a finished turn: shown as an earlier exchange, not replayed
     ok(anvilctl(namespace, "send", sid, "tell a story"))
     wait_state(namespace, sid, "running")
     term = terminal_factory("attach", sid)
+    term.expect(r"─── earlier in this session ───\nyou: ping\npong\n\[done\]\n───\n")
     term.expect(rf"attached to {sid}: developer, model fake, running; /help for help\n")
+    term.wait_screen(r"Once upo")  # the running turn, from its start
     attach_fake.release()  # the rest of the story, after attach has shown its start
     term.expect(r"^Once upon a time, far away\.\n\[done · 1 step")
-    term.expect(r"> ")
-    assert "pong" not in term.text
+    term.wait_screen(r"^>$")
+    assert term.screen.text().count("pong") == 1  # the earlier turn is not replayed
     term.type("/exit\r")
     assert term.wait_exit() == 0
     assert read(namespace, f"agent/{sid}/state") == "idle\n"
 
     again = terminal_factory("attach", sid)
-    again.expect(rf"attached to {sid}: developer, model fake, idle; /help for help\n> ")
-    again.type("/help\r")
-    again.expect(r"/exit +leave")
-    # Ctrl-D only at the prompt: typed ahead while the help prints, the terminal is still in
-    # its cooked mode and keeps the end-of-file as a NUL byte for the next reader.
-    again.expect(r"> ")
-    assert "pong" not in again.text
-    assert "Once upon" not in again.text
+    again.expect(rf"attached to {sid}: developer, model fake, idle; /help for help\n")
+    again.expect(r"you: tell a story\nOnce upon a time, far away\.\n")  # now an earlier one
+    again.wait_screen(r"^>$")
     again.type("\x04")  # Ctrl-D leaves too
+    again.expect(r"Come back with `anvilctl attach \w+`")
     assert again.wait_exit() == 0
 
 
@@ -477,7 +389,7 @@ def test_attach_to_a_session_waiting_for_approval_asks_at_once_and_always_works(
     attach_daemon: Anvild,
     namespace: Path,
     workdir: Path,
-    terminal_factory: Callable[..., Terminal],
+    terminal_factory: Callable[..., Tty],
 ) -> None:
     sid = ok(anvilctl(namespace, "new", "alias=scribe", cwd=workdir)).strip()
     ok(anvilctl(namespace, "send", sid, "keep a diary"))
@@ -486,12 +398,13 @@ def test_attach_to_a_session_waiting_for_approval_asks_at_once_and_always_works(
     term.expect(r"attached to \w+ \(scribe\): developer, model fake, await_approval;")
     term.expect(r"● write_file diary\.txt\n")  # the running turn, from its start
     term.expect(r"approval needed: write_file diary\.txt\n(.*\n)*.*a: always \(adds allow ")
-    term.expect(r"approve\? \[y/a/n\] ")
+    term.wait_screen(r"^approve\? \[y/a/n\]$")
     term.type("maybe\r")  # not an answer: asked again
-    term.expect(r"approve\? \[y/a/n\] ")
+    term.expect(r"^approve\? \[y/a/n\] maybe$")
+    term.wait_screen(r"^approve\? \[y/a/n\]$")
     term.type("a\r")
     term.expect(r"  ⎿  Created diary\.txt.*\npong\n\[done · 2 steps")
     assert (workdir / "diary.txt").read_text() == "d"
-    term.expect(r"> ")
+    term.wait_screen(r"^>$")
     term.type("\x04")
     assert term.wait_exit() == 0

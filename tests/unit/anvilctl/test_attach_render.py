@@ -62,6 +62,8 @@ def test_a_tool_call_is_one_dim_line_and_its_result_an_indented_preview() -> Non
         + "e\n"
         + dim("     … 2 more lines")
         + "\n"
+        + dim("     (/last shows the whole result, /verbose every result)")
+        + "\n"
     )
 
 
@@ -163,12 +165,16 @@ def test_no_escape_codes_without_color() -> None:
 
 
 def test_attach_is_not_imported_by_the_other_session_commands() -> None:
+    """Nor its terminal libraries (prompt_toolkit, rich): the 9P and session commands start
+    without them."""
     code = (
         "import sys\n"
         "from anvilctl.__main__ import main\n"
         "assert main(['-n', 'out', 'r1']) == 1\n"
+        "assert main(['-n', 'read', 'agent/x']) == 1\n"
         "names = ('anvilctl.attach', 'readline', 'platformdirs')\n"
-        "print(sorted(n for n in sys.modules if n in names))\n"
+        "heavy = ('anvilctl.attach_', 'prompt_toolkit', 'rich', 'pygments')\n"
+        "print(sorted(n for n in sys.modules if n in names or n.startswith(heavy)))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
