@@ -505,7 +505,7 @@ def format_exchange(lines: Sequence[str], style: Style, width: int, most: int = 
         out.extend(entry)
         entry.clear()
 
-    labels = {"USER:": "you:", "ASSISTANT:": "", "TOOL:": "●", "RESULT:": "  ⎿ ", "ERROR:": "  ⎿ "}
+    labels = {"USER:": "you:", "ASSISTANT:": "", "TOOL:": "●", "RESULT:": "  ⎿ "}
     for line in lines:
         if line.startswith("  "):
             entry.append(cut(line, width))
@@ -518,6 +518,6 @@ def format_exchange(lines: Sequence[str], style: Style, width: int, most: int = 
             entry.append(cut(f"  ⎿  error: {rest}", width))
         else:
             label = labels.get(kind, kind)
-            entry.append(cut(f"{label} {rest}".strip() if label else rest, width))
+            entry.append(cut(f"{label} {rest}".rstrip() if label else rest, width))
     close()
     return "".join(style.dim(line) + "\n" for line in out)
