@@ -181,6 +181,24 @@ def test_markdown_is_rendered_on_a_terminal_and_plain_under_no_color(
     assert colors(plain.screen.sgr) == []  # no colour at all
 
 
+def test_a_dumb_terminal_gets_plain_lines_and_no_escape_codes(
+    daemon: Anvild, namespace: Path, tmp_path: Path, workdir: Path
+) -> None:
+    sid = ok(anvilctl(namespace, "new", cwd=workdir)).strip()
+    env = attach_env(namespace, tmp_path, TERM="dumb")
+    term = Tty(["anvilctl", "attach", sid], env=env, cwd=workdir)
+    try:
+        term.expect(rf"^attached to {sid}: developer, model fake, idle; /help for help\n>$")
+        term.type("release notes\r")
+        term.expect(r"^# Release notes\n\nThe parser is \*\*much\*\* faster")
+        term.expect(r"^\[done · 1 step")
+        term.type("/exit\r")
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
+    assert b"\x1b" not in term.raw
+
+
 def test_reattaching_shows_the_last_exchanges_and_leaving_says_how_to_come_back(
     daemon: Anvild, namespace: Path, tmp_path: Path, workdir: Path,
     attach: Callable[..., tuple[str, Tty]],
