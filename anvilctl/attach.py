@@ -359,7 +359,7 @@ class Attach:
         self.cost_before: float | None = None
         self.calls: dict[str, tuple[str, Any]] = {}  # the last step's calls: id -> name, args
         self.previews: dict[str, tuple[str, bool]] = {}
-        self.verbose = False
+        self.verbose = bool(getattr(args, "verbose", False))
         self._models: list[str] = []
         self._sessions: list[str] = []
 

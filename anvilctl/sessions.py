@@ -522,6 +522,9 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--all", action="store_true", help="every session, whatever its cwd")
     p = sub.add_parser("attach", help="talk to a session interactively (anvilctl.attach)")
     p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="show every tool result in full (/verbose)"
+    )
 
 
 def run(

@@ -135,3 +135,5 @@ def test_the_new_options_parse() -> None:
     assert parser.parse_args(["models", "--no-header"]).no_header is True
     assert parser.parse_args(["models"]).no_header is False
     assert parser.parse_args(["kill", "dev"]).id == "dev"
+    assert parser.parse_args(["attach", "dev", "-v"]).verbose is True
+    assert parser.parse_args(["attach", "dev"]).verbose is False
