@@ -125,7 +125,7 @@ def _read_all(fid: CFid) -> bytes:
 NEW_FLAGS = ("ephemeral", "headless")
 NEW_USAGE = (
     "model=M cwd=DIR role=R alias=A sandbox=S max_steps=N permission=MODE budget=TOKENS "
-    "approver=ID|ALIAS|user ephemeral headless"
+    "approver=ID|ALIAS|user from=ID|ALIAS|latest ephemeral headless"
 )
 
 
@@ -134,7 +134,10 @@ def _new(args: argparse.Namespace, out: BinaryIO) -> None:
     for word in words:
         if word not in NEW_FLAGS and "=" not in word:
             raise ClientError(f"{word!r} is not key=value, ephemeral or headless; use {NEW_USAGE}")
-    if not any(word.startswith("cwd=") for word in words):
+    # from=ID: the old session's cwd unless one is given; from=latest: this directory's latest.
+    if not any(word.startswith("cwd=") for word in words) and not any(
+        word.startswith("from=") and word != "from=latest" for word in words
+    ):
         words.append(f"cwd={os.getcwd()}")
     client, fid = _open(args, "ctl", ORDWR)
     with client:
@@ -489,8 +492,10 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "words",
         nargs="*",
         metavar="KEY=VALUE",
-        help=f"{NEW_USAGE} (cwd defaults to the current directory; the daemon checks the "
-        "keys and values)",
+        help=f"{NEW_USAGE} (cwd defaults to the current directory; from=ID|ALIAS starts from "
+        "that session's conversation, live or exited, with its cwd, role, model and sandbox "
+        "unless given; from=latest: this directory's latest session; the daemon checks the keys "
+        "and values)",
     )
     p = sub.add_parser("send", help="send a prompt to a session")
     p.add_argument(

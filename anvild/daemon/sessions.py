@@ -3,7 +3,8 @@
     agent/
       ctl        + `new [MODEL] [/DIR] [ROLE] [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
                  [max_steps=N] [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user]
-                 [ephemeral] [headless]`, `kill ID` (positional words: `new_args`)
+                 [from=ID|ALIAS|latest] [ephemeral] [headless]`, `kill ID` (positional words:
+                 `new_args`)
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any)
@@ -574,7 +575,7 @@ class SessionTree:
         usage = (
             "new [MODEL] [/DIR] [ROLE] [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S] "
             "[max_steps=N] [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user] "
-            "[ephemeral] [headless]"
+            "[from=ID|ALIAS|latest] [ephemeral] [headless]"
         )
         usage += "".join(f" [{name}=...]" for name in extra)
         return CommandSpec(

@@ -32,7 +32,9 @@ Theory of operation.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import difflib
 import os
 import re
 import secrets
@@ -45,6 +47,7 @@ import attrs
 import structlog
 import trio
 
+from anvild import store
 from anvild.agent.permissions.policy import Mode
 from anvild.agent.tools.base import Tool
 from anvild.agent.tools.bash import BashTool, CommandWrapper, SandboxWrapper, default_wrapper_for
@@ -81,15 +84,19 @@ from anvild.session.settings import (
 )
 from anvild.session.stream import LineBroadcast
 from anvild.store import (
+    ContextReplaced,
     Journal,
     JournalWriteError,
     ModelChanged,
     Note,
     Recovery,
+    ReplaceReason,
     SessionStarted,
+    SessionState,
     SessionStatus,
     SessionStore,
     StoreError,
+    TodosChanged,
     read_journal,
     recover,
 )
@@ -113,7 +120,10 @@ NEW_KEYS: Final = (
     "permission",
     "budget",
     "approver",
+    "from",
 )
+LATEST: Final = "latest"
+"""`from=latest`: the latest created session (live or exited) whose cwd is the new one's."""
 
 
 MAX_STEPS_LIMIT: Final = 1000
@@ -124,14 +134,15 @@ NEW_FLAGS: Final = ("ephemeral", "headless")
 _INT_KEYS: Final = {"max_steps": MAX_STEPS_LIMIT, "budget": BUDGET_LIMIT}
 _USAGE: Final = (
     "the arguments are model=M cwd=DIR role=R alias=A sandbox=S max_steps=N permission=MODE "
-    "budget=TOKENS approver=ID|ALIAS|user ephemeral headless"
+    "budget=TOKENS approver=ID|ALIAS|user from=ID|ALIAS|latest ephemeral headless"
 )
 
 
 @attrs.frozen
 class NewSession:
     """The arguments of `new`: `model=M cwd=D role=R alias=A sandbox=S max_steps=N
-    permission=MODE budget=TOKENS approver=ID|ALIAS|user ephemeral headless`.
+    permission=MODE budget=TOKENS approver=ID|ALIAS|user from=ID|ALIAS|latest ephemeral
+    headless`.
 
     `approver` names the session that may answer this session's result gates besides a person
     (a live session's id or alias, recorded as its id), or `user` (the default: only a
@@ -141,7 +152,13 @@ class NewSession:
     for this session; `permission` is a permission mode (plan, default, accept-edits, bypass),
     refused by `SessionManager.create` when it is wider than the daemon's ceiling
     (`SessionSettings.max_mode`). `headless`: nobody watches `approval`, so a call that needs
-    approval is refused at once with a reason naming what would allow it."""
+    approval is refused at once with a reason naming what would allow it.
+
+    `source` (`from=`) starts the session from another one's conversation: a session whose
+    records exist, live or exited, by id or alias (an exited one's latest alias), or `latest`
+    (the latest created session whose cwd is this one's). The new session gets a new id, the
+    old one's transcript and todos, and its cwd, role, model, sandbox, max_steps, permission
+    and budget unless this line gives them. The old session is only read."""
 
     model: str | None = None
     cwd: str | None = None
@@ -154,6 +171,7 @@ class NewSession:
     budget: int | None = None
     headless: bool = False
     approver: str | None = None
+    source: str | None = None
 
     @classmethod
     def parse(cls, words: Sequence[str]) -> NewSession:
@@ -192,6 +210,7 @@ class NewSession:
             budget=None if budget is None else _bounded("budget", budget),
             headless=flags["headless"],
             approver=values.get("approver"),
+            source=values.get("from"),
         )
 
 
@@ -268,6 +287,84 @@ def _unconfigured(session: Session) -> None:
 
 def _new_id() -> str:
     return secrets.token_hex(4)
+
+
+def _check_source(state: SessionState) -> None:
+    """A session a new one may start from: nothing half done (an approval, calls in flight, a
+    turn under way), so its transcript is one a provider takes."""
+    name = f"session {state.id}"
+    if state.ended is None and (state.approval is not None or state.result_approval is not None):
+        raise InvalidSessionRequest(
+            f"from={state.id}: {name} waits for an approval; answer it first (its approval file)"
+        )
+    if state.tools or state.pending_calls:
+        raise InvalidSessionRequest(
+            f"from={state.id}: {name} has tool calls in flight; wait for its turn to end (its "
+            "wait file) or cancel it"
+        )
+    if state.ended is None and state.status.active:
+        raise InvalidSessionRequest(
+            f"from={state.id}: {name} is running a turn; wait for it to end (its wait file) or "
+            "cancel it"
+        )
+
+
+def _readable(store: SessionStore, session_id: str) -> SessionState | None:
+    try:
+        return store.read(session_id).state
+    except StoreError as exc:
+        log.warning("session.source_unreadable", session=session_id, error=str(exc))
+        return None
+
+
+def _recorded(store: SessionStore, key: str, live: set[str]) -> SessionState | None:
+    """The recorded state of the session with id `key`, else of the latest created session
+    (not live) whose alias was last `key`; None when there is none. Only reads."""
+    ids = store.ids()
+    if key in ids:
+        state = _readable(store, key)
+        if state is None:
+            raise InvalidSessionRequest(f"from={key}: the records of session {key} cannot be read")
+        return state
+    named = [
+        state
+        for session_id in ids
+        if session_id not in live
+        and (state := _readable(store, session_id)) is not None
+        and state.alias == key
+    ]
+    return max(named, key=lambda state: state.created_at, default=None)
+
+
+def _latest_of(
+    store: SessionStore, cwd: Path, live: Sequence[SessionState], live_ids: set[str]
+) -> SessionState | None:
+    """The latest created session, live (`live`) or exited (read from `store`), of `cwd`."""
+    here = os.path.realpath(cwd)
+    exited = (
+        state
+        for session_id in store.ids()
+        if session_id not in live_ids and (state := _readable(store, session_id)) is not None
+    )
+    found = [state for state in (*live, *exited) if os.path.realpath(state.cwd) == here]
+    return max(found, key=lambda state: state.created_at, default=None)
+
+
+def _record_fork(journal: Journal, base: SessionState) -> None:
+    """After a forked session's `SessionStarted`: the old transcript, its todos and a note,
+    synced, so a restart restores them. On a failure the file is ended (best effort) and
+    `RecordWriteFailed` raised."""
+    try:
+        journal.append(Note(f"started from session {base.id}'s conversation"), sync=False)
+        journal.append(ContextReplaced(base.messages, ReplaceReason.FORK), sync=False)
+        if base.todos:
+            journal.append(TodosChanged(base.todos), sync=False)
+        journal.sync()
+    except StoreError as exc:
+        with contextlib.suppress(StoreError):
+            journal.append(store.SessionEnded("the start from another session failed"), sync=True)
+        journal.close()
+        raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
 
 
 @attrs.frozen
@@ -367,15 +464,24 @@ class SessionManager:
         """A new session, started. Raises `InvalidSessionRequest` (what to fix) or
         `RecordWriteFailed` (its file could not be created)."""
         nursery = self._require_nursery()
-        cwd = self._check_cwd(request.cwd)
-        role = roles.check_name(request.role or roles.DEFAULT_ROLE)
+        base = None if request.source is None else await self._source(request.source, request)
+        cwd = self._check_cwd(request.cwd if base is None or request.cwd else base.cwd)
+        role = roles.check_name(request.role or (base.role if base else roles.DEFAULT_ROLE))
         alias = request.alias
         if alias is not None:
             self._check_alias(alias)
-        target = self._resolve(request.model, cwd)
+        target = self._resolve(request.model or (base.model if base else None), cwd)
         sandbox_role = roles.sandbox_role(role, user_dir=self.settings.sandbox_role_dir)
-        policy = sandbox_policy(request.sandbox or "", sandbox_role, self.settings)
+        sandbox = request.sandbox or (base.sandbox if base else "")
+        policy = sandbox_policy(sandbox, sandbox_role, self.settings)
         roles.role_text(role, user_dir=self.settings.role_text_dir)
+        if base is not None:  # what the line leaves out, the old session had
+            request = attrs.evolve(
+                request,
+                max_steps=base.max_steps if request.max_steps is None else request.max_steps,
+                permission=base.permission if request.permission is None else request.permission,
+                budget=base.token_budget if request.budget is None else request.budget,
+            )
         if request.permission is not None:
             check_mode(Mode(request.permission), self.settings)
         approver = self._check_approver(request.approver, alias)
@@ -402,6 +508,8 @@ class SessionManager:
                 journal = await trio.to_thread.run_sync(self.store.create, started)
             except StoreError as exc:
                 raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+            if base is not None:
+                await trio.to_thread.run_sync(_record_fork, journal, base)
             session = Session(journal, target, self._services)
             self._add(session)
         finally:
@@ -412,6 +520,38 @@ class SessionManager:
         )
         self._services.before_turn(session)  # its config reported now, not at its first turn
         return session
+
+    async def _source(self, key: str, request: NewSession) -> SessionState:
+        """`from=KEY`: the recorded state of the session a new one starts from (a live one's
+        journal state; an exited one's file, only read). Raises `InvalidSessionRequest`."""
+        live = [(s.id, s.journal.state) for s in self._sessions.values() if not s.journal.closed]
+        live_ids = {session_id for session_id, _ in live}
+        if key == LATEST:
+            here = self._check_cwd(request.cwd)
+            found = await trio.to_thread.run_sync(
+                _latest_of, self.store, here, [state for _, state in live], live_ids
+            )
+            if found is None:
+                raise InvalidSessionRequest(
+                    f"from=latest: no session has the cwd {here} (live or exited); start a new "
+                    "one without from="
+                )
+        else:
+            session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+            if session is not None and not session.journal.closed:
+                found = session.journal.state
+            else:
+                found = await trio.to_thread.run_sync(_recorded, self.store, key, live_ids)
+            if found is None:
+                names = set(self.store.ids()) | set(self._aliases)
+                guess = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+                hint = f"; did you mean {guess[0]!r}?" if guess else ""
+                raise InvalidSessionRequest(
+                    f"from={key}: no session has that id or alias{hint} (a session whose "
+                    "records exist, live or exited; or from=latest)"
+                )
+        _check_source(found)
+        return found
 
     async def kill(self, key: str) -> None:
         """`kill ID` on agent/ctl: end the session (its records stay on disk). An ephemeral
@@ -648,6 +788,7 @@ class SessionManager:
 __all__ = [
     "ALIAS_RE",
     "BUDGET_LIMIT",
+    "LATEST",
     "MAX_STEPS_LIMIT",
     "NEW_FLAGS",
     "NEW_KEYS",

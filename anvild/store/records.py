@@ -22,7 +22,9 @@ such as a Gemini thought signature round-trips unchanged.
 Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
 is `SCHEMA_VERSION` (4). `upgrade_lines` turns an older file's decoded lines into current ones:
 
-- Schema 3 is schema 4 without `compacted` records (a summary that replaced the history).
+- Schema 3 is schema 4 without `compacted` records (a summary that replaced the history), and
+  without the `context_replaced` reason `fork` (a session started from another's conversation,
+  `new from=ID`; added in the same release as schema 4, so no older anvild reads either).
 - Schema 2 is schema 3 without `text_streamed` records (an answer's text while it streams, so
   a crash does not lose what `out` showed) and without `turn_ended.interrupted`. Schema 1 is
   schema 2 without `file_seen` records (what the file tools saw, for freshness after a
@@ -92,6 +94,7 @@ class ReplaceReason(enum.StrEnum):
     RESTART = "restart"  # `restart`: same id, alias and role, fresh context
     COMPACTION = "compaction"  # a summary replaced the history
     HANDOFF = "handoff"  # `model NAME` could not replay the history; a text handoff replaced it
+    FORK = "fork"  # `new from=ID`: another session's transcript, the new session's first context
 
 
 class Verdict(enum.StrEnum):
@@ -183,7 +186,8 @@ class MessageExtended:
 @attrs.frozen
 class ContextReplaced:
     """The whole transcript replaced: clear (empty), restart (empty), compaction (a summary),
-    handoff (a text summary for another provider). Resets the usage baseline."""
+    handoff (a text summary for another provider), fork (another session's transcript, right
+    after `SessionStarted`: `new from=ID`). Resets the usage baseline."""
 
     TAG: ClassVar[str] = "context_replaced"
     messages: tuple[Message, ...] = attrs.field(converter=_to_messages)

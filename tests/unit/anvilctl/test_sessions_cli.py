@@ -36,7 +36,7 @@ def test_new_refuses_a_word_that_is_not_key_value() -> None:
     assert err == (
         "anvilctl new: 'fast' is not key=value, ephemeral or headless; use model=M cwd=DIR "
         "role=R alias=A sandbox=S max_steps=N permission=MODE budget=TOKENS "
-        "approver=ID|ALIAS|user ephemeral headless\n"
+        "approver=ID|ALIAS|user from=ID|ALIAS|latest ephemeral headless\n"
     )
 
 
