@@ -7,7 +7,7 @@
     git diff | anvilctl -p "review this"             stdin (not a TTY) is appended to the prompt
     echo "explain main.py" | anvilctl -p             ... or is the prompt, when none is given
     anvilctl -p "fix the test" --output-format json  one JSON object when the turn has ended
-    anvilctl -p --continue "and the other test?"     the latest session of this directory
+    anvilctl -p --continue "and the other test?"     the latest conversation of this directory
 
 The prompt is `-p`'s value, or the words after the options (`anvilctl -p -c "go on"`, as Claude
 Code writes it), or stdin; several of them are joined.
@@ -23,17 +23,24 @@ its ceiling (`permissions.max_mode` in the user config) is refused with that mes
 command exits 1.
 
 Continuing. `--continue` sends the prompt to the most recently created live session whose cwd
-is this directory (`-C DIR`: that one), `--resume ID` to the session with that id or alias;
-either is one of `agent/list`'s sessions that has not exited (a `-p` session exits after its
-turn: one made with `anvilctl new`, or by `attach`, stays). None in the directory, an unknown id
-(with the nearest id or alias as a suggestion) and an exited session are errors saying so. The
-session keeps its model, limits, mode and cwd, so `-m`, `--max-steps`, `--max-budget-tokens`,
-`--permission-mode` (and `-C` with `--resume`) are usage errors there. A session busy with a
-turn is waited for (its `wait` file) before the prompt is sent; one waiting for an approval is
-an error (answer it first). Its `events` file starts with a backlog of earlier turns, which is
-skipped: the events connection reads until a read stays pending, then flushes it (flush(5): an
-Rflush alone means every line published so far has been read, as `anvilctl attach` does), and
-only then is the prompt written. The session is never killed: Ctrl-C cancels its turn and it
+is this directory (`-C DIR`: that one), `--resume ID` to the live session with that id or
+alias (one of `agent/list`'s sessions that has not exited; a session made with `anvilctl new`,
+or by `attach`, stays). With no such live session (a `-p` session exits after its turn, its
+records kept), the prompt goes to a new ephemeral, headless session started from the old
+conversation: `new ... from=latest` (the latest session, live or exited, whose cwd is this
+directory) or `new ... from=ID` (that session, live or exited, and its cwd): its transcript,
+todos, cwd, role, model, sandbox and limits, the old session only read. So a continued `-p`
+conversation lives on in a new session each time: its id is the init line's and the result's
+`session_id` (`resumed` is true). None in the directory or an unknown id (with the nearest id
+or alias as a suggestion) are the daemon's errors. A live session in the directory is chosen
+over a later exited one. `-m`, `--max-steps`, `--max-budget-tokens`, `--permission-mode` (and
+`-C` with `--resume`) are usage errors with either flag. A live session busy with a turn is
+waited for (its `wait` file) before the prompt is sent (if it exited meanwhile, an ephemeral
+one, the prompt goes to a new session from it); one waiting for an approval is an error
+(answer it first). Its `events` file starts with a backlog of earlier turns, which is skipped:
+the events connection reads until a read stays pending, then flushes it (flush(5): an Rflush
+alone means every line published so far has been read, as `anvilctl attach` does), and only
+then is the prompt written. A live session is never killed: Ctrl-C cancels its turn and it
 stays for the next prompt.
 
 Which daemon. Without `-a`, the service `agent` in the namespace directory (the same rules as
@@ -88,7 +95,7 @@ written (the session is being set up: `new`, its `events` opened), a Ctrl-C kill
 session instead (one during `new` itself is held until the id is read), and so does a stdout
 found closed just before the prompt, or any other failure in between (a broken connection, a
 refused prompt): the prompt never reaches the model and no idle session is left behind (the
-kill goes on a connection of its own). A continued session is not killed: the prompt is simply
+kill goes on a connection of its own). A continued live session is not killed: the prompt is simply
 not sent. Exit 130 (1 for a failure).
 
 Exit status: 0 done, 1 error (also: the session could not be created, the daemon went away),
@@ -134,8 +141,8 @@ __all__ = [
     "SessionRow",
     "add_options",
     "build_parser",
+    "live_session",
     "main",
-    "pick_session",
     "usd_of",
 ]
 
@@ -157,6 +164,7 @@ EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 _CHUNK: Final = 8192
 _PREFIX: Final = "anvilctl -p"
+LATEST: Final = "latest"  # `new from=latest` (anvild.session.manager.LATEST)
 _ESCAPES: Final = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor movement)
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (titles, hyperlinks)
@@ -214,14 +222,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--continue",
         dest="continue_session",
         action="store_true",
-        help="send the prompt to the latest live session of this directory (-C: of DIR) "
-        "instead of a new one",
+        help="go on with this directory's (-C: DIR's) latest conversation: its live session, "
+        "else a new session from the latest exited one's conversation",
     )
     which.add_argument(
         "-r",
         "--resume",
         metavar="ID",
-        help="send the prompt to the live session with this id or alias",
+        help="go on with the session with this id or alias: itself when live, else a new "
+        "session from its conversation",
     )
     parser.add_argument(
         "-m", "--model", help="model alias or provider:model (default: the daemon's default model)"
@@ -262,8 +271,8 @@ def build_parser() -> _Parser:
     parser = _Parser(
         prog="anvilctl -p",
         description="Run one prompt headless in a new session (or, with --continue or "
-        "--resume, in a live one) and print the result. Stdin, when it is not a terminal, is "
-        "appended to the prompt, or is the prompt when none is given.",
+        "--resume, going on with an earlier conversation) and print the result. Stdin, when it "
+        "is not a terminal, is appended to the prompt, or is the prompt when none is given.",
         epilog="Exit status: 0 done, 1 error, 2 max_steps (or a usage error), 3 max_tokens, "
         "4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled.",
     )
@@ -328,7 +337,11 @@ def _quote(value: str) -> str:
 
 
 def new_words(args: argparse.Namespace, cwd: str) -> list[str]:
-    words = [f"cwd={_quote(cwd)}", "ephemeral", "headless"]
+    """The words of `new` for this command's session. With --continue or --resume (no live
+    session to take the prompt): `from=latest` in `cwd`, or `from=ID` (the old session's cwd)."""
+    source = None if not resuming(args) else args.resume or LATEST
+    words = [] if source not in (None, LATEST) else [f"cwd={_quote(cwd)}"]
+    words += ["ephemeral", "headless"]
     if args.model:
         words.append(f"model={_quote(args.model)}")
     if args.max_steps is not None:
@@ -337,6 +350,8 @@ def new_words(args: argparse.Namespace, cwd: str) -> list[str]:
         words.append(f"permission={args.permission_mode}")
     if args.max_budget_tokens is not None:
         words.append(f"budget={args.max_budget_tokens}")
+    if source is not None:
+        words.append(f"from={_quote(source)}")
     return words
 
 
@@ -368,6 +383,7 @@ class Renderer:
         self.model = ""
         self.cwd = ""
         self.resumed = False
+        self.forked = False  # resumed in a new session (from=): the command created it
         self.started = time.monotonic() if started is None else started
         self.cost_before: float | None = 0.0  # a new session has cost nothing yet
         self.cost_after: float | None = None
@@ -538,35 +554,20 @@ def in_dir(rows: Sequence[SessionRow], cwd: str) -> list[SessionRow]:
     return [row for row in rows if row.state != "exited" and _same_dir(row.cwd, cwd)]
 
 
-def pick_session(rows: Sequence[SessionRow], *, cwd: str, key: str | None) -> SessionRow:
-    """`--resume KEY`: the session with that id or alias; `--continue` (key None): the latest
-    created of `cwd`'s sessions that have not exited (list order breaks a tie: the manager
-    lists in creation order). A `HeadlessError` says why there is none."""
+def live_session(rows: Sequence[SessionRow], *, cwd: str, key: str | None) -> SessionRow | None:
+    """The live session that takes the prompt: `--resume KEY`, the one with that id or alias
+    that has not exited; `--continue` (key None), the latest created of `cwd`'s sessions that
+    have not exited (list order breaks a tie: the manager lists in creation order). None: there
+    is none, and the prompt goes to a new session started from the old conversation (`new
+    from=KEY` or `from=latest`: the daemon finds exited sessions too, and says when there is
+    none)."""
     if key is not None:
-        for row in rows:
-            if key in (row.id, row.alias):
-                if row.state == "exited":
-                    raise HeadlessError(
-                        f"session {key} has exited and takes no more prompts (a -p session "
-                        "exits after its turn); continue a live one (`anvilctl sessions`), or "
-                        "leave out --resume for a new one"
-                    )
-                return row
-        import difflib
-
-        names = sorted({row.id for row in rows} | {row.alias for row in rows if row.alias})
-        guess = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-        hint = f"; did you mean {guess[0]!r}?" if guess else ""
-        raise HeadlessError(
-            f"no session {key!r}{hint} (`anvilctl sessions --all` lists the live sessions)"
+        return next(
+            (row for row in rows if key in (row.id, row.alias) and row.state != "exited"), None
         )
     here = in_dir(rows, cwd)
     if not here:
-        raise HeadlessError(
-            f"no session in {cwd} to continue: a -p session exits after its turn, so start one "
-            "that stays with `anvilctl new` (or `anvilctl attach`), or name any live session "
-            "with --resume ID (`anvilctl sessions --all` lists them)"
-        )
+        return None
     order = {row.id: i for i, row in enumerate(rows)}
     return max(here, key=lambda row: (row.created, order[row.id]))
 
@@ -713,9 +714,12 @@ def _read_text(client: Client, root: CFid, path: str) -> str | None:
     return b"".join(parts).decode(errors="replace")
 
 
-def _existing_session(client: Client, root: CFid, args: argparse.Namespace, cwd: str) -> SessionRow:
-    """The session `--continue` or `--resume` names, once it can take the prompt: a turn it is
-    running is waited for (its `wait` file); an approval it waits for is an error."""
+def _existing_session(
+    client: Client, root: CFid, args: argparse.Namespace, cwd: str
+) -> SessionRow | None:
+    """The live session `--continue` or `--resume` names, once it can take the prompt: a turn
+    it is running is waited for (its `wait` file); an approval it waits for is an error. None:
+    no live one (`live_session`)."""
     listing = _read_text(client, root, "list")
     if listing is None:
         raise HeadlessError("cannot read agent/list (the daemon's sessions)")
@@ -728,7 +732,9 @@ def _existing_session(client: Client, root: CFid, args: argparse.Namespace, cwd:
             else row
             for row in rows
         ]
-    row = pick_session(rows, cwd=cwd, key=args.resume)
+    row = live_session(rows, cwd=cwd, key=args.resume)
+    if row is None:
+        return None
     if row.state == "await_approval":
         raise HeadlessError(
             f"session {row.id} waits for an approval: answer it first (`anvilctl attach "
@@ -736,6 +742,11 @@ def _existing_session(client: Client, root: CFid, args: argparse.Namespace, cwd:
         )
     if row.state in ("starting", "running"):
         _read_text(client, root, f"{row.id}/wait")  # returns when its turn has ended
+        # An ephemeral session (an earlier -p's, listed just before it exited) ends with its
+        # turn: then the prompt goes to a new session from its conversation.
+        state = (_read_text(client, root, f"{row.id}/state") or "exited").split()
+        if not state or state[0] == "exited":
+            return None
     return row
 
 
@@ -803,8 +814,8 @@ def _run_daemon(
     out: BinaryIO,
 ) -> int:
     root = client.mount(aname=args.aname, auth=not args.noauth)
-    if resuming(args):
-        row = _existing_session(client, root, args, cwd)
+    row = _existing_session(client, root, args, cwd) if resuming(args) else None
+    if row is not None:
         renderer.session_id, renderer.cwd, renderer.resumed = row.id, row.cwd, True
         renderer.cost_before = usd_of(_read_text(client, root, f"{row.id}/cost"))
         return _run_session(client, root, row.id, args, prompt, False, renderer, out)
@@ -819,6 +830,9 @@ def _run_daemon(
     if not session_id:
         raise HeadlessError("the daemon answered no session id")
     renderer.session_id, renderer.cwd = session_id, cwd
+    if resuming(args):  # a new session from an old conversation: this command owns it
+        renderer.resumed = renderer.forked = True
+        renderer.cwd = (_read_text(client, root, f"{session_id}/cwd") or cwd).strip()
     return _run_session(client, root, session_id, args, prompt, interrupt.pending, renderer, out)
 
 
@@ -836,7 +850,7 @@ def _run_session(
     prompt, the stream. Until the prompt is taken, a Ctrl-C (`interrupted`: one came during
     `new`; or a KeyboardInterrupt now) or a closed stdout kills the session it created
     instead (a continued one is left as it was): no prompt is sent (exit 130)."""
-    owned = not renderer.resumed
+    owned = renderer.forked or not renderer.resumed
     events_client: Client | None = None
     pump: _EventPump | None = None
     try:
@@ -906,7 +920,7 @@ def _pump_loop(
         if cancelled:
             return
         cancelled = True
-        _cancel(client, root, session_id, why, kill=not renderer.resumed)
+        _cancel(client, root, session_id, why, kill=renderer.forked or not renderer.resumed)
 
     while True:
         try:
@@ -1100,7 +1114,7 @@ def _in_process_turn(
         try:
             await session.cancel()
         except SessionRefused:  # no turn runs yet (or any more): end the session
-            if not renderer.resumed:  # only one this command created
+            if renderer.forked or not renderer.resumed:  # only one this command created
                 with contextlib.suppress(SessionError):
                     await session.kill()
 
@@ -1128,24 +1142,28 @@ def _in_process_turn(
             if local_model is not None:
                 await nursery.start(local_model.run)
             await nursery.start(sessions.run)
-            if resuming(args):
-                rows = [
-                    SessionRow(s.id, s.alias or "", s.status.value, s.cwd, s.created)
-                    for s in sessions.manager.sessions()
-                ]
-                session = sessions.manager.get(pick_session(rows, cwd=cwd, key=args.resume).id)
+            rows = [
+                SessionRow(s.id, s.alias or "", s.status.value, s.cwd, s.created)
+                for s in sessions.manager.sessions()
+            ]
+            row = live_session(rows, cwd=cwd, key=args.resume) if resuming(args) else None
+            if row is not None:
+                session = sessions.manager.get(row.id)
                 renderer.resumed = True
                 renderer.cost_before = usd_of(session.cost_text())
                 reader = session.events.open_reader(backlog=False)  # not the earlier turns
             else:
+                source = None if not resuming(args) else args.resume or LATEST
+                renderer.resumed = renderer.forked = source is not None
                 request = NewSession(
                     model=args.model,
-                    cwd=cwd,
+                    cwd=None if source not in (None, LATEST) else cwd,
                     ephemeral=True,
                     headless=True,
                     max_steps=args.max_steps,
                     permission=args.permission_mode,
                     budget=args.max_budget_tokens,
+                    source=source,
                 )
                 try:
                     session = await sessions.manager.create(request)

@@ -533,8 +533,8 @@ class SessionManager:
             )
             if found is None:
                 raise InvalidSessionRequest(
-                    f"from=latest: no session has the cwd {here} (live or exited); start a new "
-                    "one without from="
+                    f"from=latest: no session (live or exited) has the cwd {here} to continue "
+                    "from"
                 )
         else:
             session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))

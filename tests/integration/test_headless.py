@@ -411,9 +411,50 @@ def test_continue_and_resume_go_on_in_a_live_session(
     assert states[session_id] in ("idle", "await")  # the session stays for the next prompt
 
     assert nowhere.returncode == 1
-    assert nowhere.stderr.startswith(f"anvilctl -p: no session in {elsewhere} to continue")
+    assert nowhere.stderr.startswith(
+        f"anvilctl -p: ctl: from=latest: no session (live or exited) has the cwd {elsewhere}"
+    )
     assert typo.returncode == 1
-    assert "no session 'deb'; did you mean 'dev'?" in typo.stderr
+    assert "from=deb: no session has that id or alias; did you mean 'dev'?" in typo.stderr
+
+
+def test_continue_and_resume_go_on_from_an_exited_p_session_in_a_new_one(
+    namespace: Path, daemon: Anvild, fake: FakeServer, workdir: Path
+) -> None:
+    json_out = ("--output-format", "json")
+    first = headless(namespace, "-p", "say-pong one", *json_out, cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    old_id = json.loads(first.stdout)["session_id"]
+    second = headless(
+        namespace, "-p", "--continue", "say-pong two", "--output-format", "stream-json",
+        cwd=workdir,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr
+    sent = json.dumps(fake.requests()[-1]["body"]["messages"])
+    assert "say-pong one" in sent
+    assert "pong" in sent.replace("say-pong", "")  # the first answer
+    init, *_, result = (json.loads(line) for line in second.stdout.splitlines())
+    new_id = result["session_id"]
+    assert new_id != old_id
+    assert (init["session_id"], init["resumed"], init["cwd"]) == (new_id, True, str(workdir))
+    assert (result["result"], result["is_error"]) == ("pong", False)
+
+    # --resume names the first (exited) session: its conversation, not the second's.
+    third = headless(namespace, "-p", "--resume", old_id, "say-pong three", *json_out, cwd=workdir)
+    assert third.returncode == 0, third.stderr
+    obj = json.loads(third.stdout)
+    assert obj["session_id"] not in (old_id, new_id)
+    assert obj["cwd"] == str(workdir)
+    sent = json.dumps(fake.requests()[-1]["body"]["messages"])
+    assert "say-pong one" in sent
+    assert "say-pong two" not in sent
+    # --continue goes on from the latest: the third, which had the first's conversation.
+    fourth = headless(namespace, "-p", "-c", "say-pong four", *json_out, cwd=workdir)
+    assert fourth.returncode == 0, fourth.stderr
+    sent = json.dumps(fake.requests()[-1]["body"]["messages"])
+    assert "say-pong three" in sent
+    assert "say-pong two" not in sent
+    assert "-p: no session" not in fourth.stderr
 
 
 def test_without_a_daemon_continue_goes_on_in_a_restored_session(

@@ -19,15 +19,14 @@ import pytest
 from anvilctl.__main__ import headless_requested
 from anvilctl.headless import (
     EXIT_CODES,
-    HeadlessError,
     Renderer,
     SessionRow,
     StdoutClosed,
     build_parser,
     in_process_message,
+    live_session,
     main,
     new_words,
-    pick_session,
     synthetic_end,
     usd_of,
 )
@@ -84,6 +83,12 @@ def test_new_words_carry_every_option_and_quote_a_cwd_with_blanks() -> None:
         "budget=9",
     ]
     assert new_words(_args(), "/src") == ["cwd=/src", "ephemeral", "headless"]
+
+
+def test_new_words_continue_from_the_latest_or_the_named_session() -> None:
+    """No live session takes the prompt: a new one from the old conversation (from=)."""
+    assert new_words(_args("-c"), "/src") == ["cwd=/src", "ephemeral", "headless", "from=latest"]
+    assert new_words(_args("-r", "ab12"), "/src") == ["ephemeral", "headless", "from=ab12"]
 
 
 @pytest.mark.parametrize(
@@ -450,36 +455,23 @@ ROWS = [
 
 
 def test_continue_picks_the_latest_live_session_of_the_directory() -> None:
-    assert pick_session(ROWS, cwd="/src", key=None).id == "b2"
-    assert pick_session(ROWS, cwd="/elsewhere", key=None).id == "d4"
+    assert live_session(ROWS, cwd="/src", key=None) == ROWS[1]
+    assert live_session(ROWS, cwd="/elsewhere", key=None) == ROWS[3]
     same_second = [r._replace(created="2026-01-01T10:00:00Z") for r in ROWS[:2]]
-    assert pick_session(same_second, cwd="/src", key=None).id == "b2"  # the later listed
+    assert live_session(same_second, cwd="/src", key=None) == same_second[1]  # the later listed
 
 
-def test_continue_without_a_live_session_here_says_how_to_get_one() -> None:
-    with pytest.raises(HeadlessError) as info:
-        pick_session(ROWS, cwd="/nowhere", key=None)
-    message = str(info.value)
-    assert message.startswith("no session in /nowhere to continue: a -p session exits")
-    assert "anvilctl new" in message
-    assert "--resume ID" in message
-    with pytest.raises(HeadlessError, match="no session in /x to continue"):
-        pick_session([SessionRow("c3", "", "exited", "/x")], cwd="/x", key=None)
+def test_without_a_live_session_the_prompt_goes_to_a_new_one() -> None:
+    """None: `new from=latest` (or from=KEY), which the daemon resolves among exited ones too."""
+    assert live_session(ROWS, cwd="/nowhere", key=None) is None
+    assert live_session([SessionRow("c3", "", "exited", "/x")], cwd="/x", key=None) is None
+    assert live_session(ROWS, cwd="/src", key="c3") is None  # exited
+    assert live_session(ROWS, cwd="/src", key="deb") is None  # unknown: the daemon says so
 
 
-def test_resume_takes_an_id_or_an_alias_and_suggests_the_nearest() -> None:
-    assert pick_session(ROWS, cwd="/ignored", key="a1").id == "a1"
-    assert pick_session(ROWS, cwd="/ignored", key="dev").id == "b2"
-    with pytest.raises(HeadlessError) as info:
-        pick_session(ROWS, cwd="/src", key="deb")
-    assert str(info.value) == (
-        "no session 'deb'; did you mean 'dev'? (`anvilctl sessions --all` lists the live sessions)"
-    )
-    with pytest.raises(HeadlessError) as far:
-        pick_session(ROWS, cwd="/src", key="zzzzzz")
-    assert "did you mean" not in str(far.value)
-    with pytest.raises(HeadlessError, match="session c3 has exited and takes no more prompts"):
-        pick_session(ROWS, cwd="/src", key="c3")
+def test_resume_takes_a_live_sessions_id_or_alias() -> None:
+    assert live_session(ROWS, cwd="/ignored", key="a1") == ROWS[0]
+    assert live_session(ROWS, cwd="/ignored", key="dev") == ROWS[1]
 
 
 def test_in_process_a_missing_key_is_this_processs_environment() -> None:

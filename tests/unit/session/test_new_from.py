@@ -102,7 +102,9 @@ async def test_from_latest_takes_the_latest_session_of_the_cwd(tmp_path: Path) -
         forked = await new(manager, source="latest")
         assert _texts(forked.record.messages) == ["two", "b"]
         assert forked.cwd == first.cwd
-        with pytest.raises(InvalidSessionRequest, match="from=latest: no session has the cwd"):
+        with pytest.raises(
+            InvalidSessionRequest, match=r"from=latest: no session \(live or exited\) has the cwd"
+        ):
             await new(manager, source="latest", cwd=str(tmp_path))
 
 
