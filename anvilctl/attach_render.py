@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from anvilctl.headless import usd_of
+
 __all__ = [
     "LineStream",
     "MarkdownStream",
@@ -100,14 +102,7 @@ def _tokens(usage: Any) -> str:
 
 def parse_cost(text: str) -> float | None:
     """The session's spend in USD from its `cost` file (`usd 0.001234`); None: unknown."""
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "usd":
-            try:
-                return float(value)
-            except ValueError:
-                return None
-    return None
+    return usd_of(text)
 
 
 def cost_text(before: float | None, after: float | None) -> str:
