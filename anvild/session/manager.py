@@ -533,8 +533,7 @@ class SessionManager:
             )
             if found is None:
                 raise InvalidSessionRequest(
-                    f"from=latest: no session (live or exited) has the cwd {here} to continue "
-                    "from"
+                    f"from=latest: no session (live or exited) has the cwd {here} to continue from"
                 )
         else:
             session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
