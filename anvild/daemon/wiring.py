@@ -31,6 +31,8 @@ Theory of operation
   providers and models), shown in the session's `config` file (`anvild.daemon.config_file`);
 - each session's `outcome` file (`anvild.daemon.outcome_file`): its last turn's outcome as one
   line, from its records;
+- each session's `systemprompt`, `history` and `env` files (`anvild.daemon.introspection_files`):
+  what its model and its commands are given, redacted;
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
   `--parallel 1`).
@@ -93,6 +95,7 @@ from anvild.daemon.compaction_files import compaction_files
 from anvild.daemon.conductor_tools import ConductorTools
 from anvild.daemon.config_file import config_file
 from anvild.daemon.gcpolicy import GcPolicy
+from anvild.daemon.introspection_files import introspection_files
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
 from anvild.daemon.mail_tree import (
     MailTree,
@@ -368,6 +371,7 @@ class Sessions:
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
         tree.extend(outcome_file())
+        tree.extend(introspection_files(settings))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)
