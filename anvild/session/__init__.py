@@ -112,6 +112,13 @@ For a Session `s`:
             turn's outcome as one line, `OUTCOME[ DETAIL]` (`done`, `error KIND: message`,
             `max_steps stopped after N steps`, ...), `-` before any turn has ended. From the
             records: it survives restarts. While a turn runs it holds the previous one's.
+  systemprompt, history, env  (`anvild.daemon.introspection_files`, an extension too):
+            `s.system_prompt`, redacted; the transcript as the next request sends it
+            (`s.agent.messages` through `s.agent.window.for_request`: cleared results stubbed)
+            as JSONL, one canonical message (`anvild.llm.types.converter`) a line, a
+            `{"marker": "compacted", ...}` line before a compaction's summary; the environment
+            a command of the session gets (`sandbox_env` with the passthrough, or the daemon's
+            for full access), `NAME=VALUE` sorted, credential names `***`, values redacted.
 
 Streams: `LineBroadcast.open_reader()` gives a per-open `LineReader` (`await read(count)` blocks
 until there is something and is a plain cancel point for Tflush; `read_nowait`; `close()` at
