@@ -2,6 +2,10 @@
 
     roles/<role>.txt            the built-in role texts (`anvild.session.roles`)
     sandbox-roles/<role>.yaml   the built-in sandbox roles (`anvild.sandbox.roles`)
+    scripts/                    the workflow scripts (`fanout`, `fanout.rc`, `DevReview`,
+                                `Planning`, `conductor`), served at `agent/scripts/NAME`
+                                (`anvild.daemon.roles_tree`); `scripts/NAME` in a checkout is
+                                a symlink to each
     llama-server                the recipe that builds, fetches and runs the embedded model
     llama-server.d/             its patch to llama.cpp (`anvild.daemon.llama`)
 
@@ -17,10 +21,12 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["LLAMA_SERVER", "ROLES", "SANDBOX_ROLES", "main", "path"]
+__all__ = ["LLAMA_SERVER", "ROLES", "SANDBOX_ROLES", "SCRIPTS", "WORKFLOW_SCRIPTS", "main", "path"]
 
 ROLES = "roles"
 SANDBOX_ROLES = "sandbox-roles"
+SCRIPTS = "scripts"
+WORKFLOW_SCRIPTS = ("fanout", "fanout.rc", "DevReview", "Planning", "conductor")
 LLAMA_SERVER = "llama-server"
 
 
