@@ -7,7 +7,8 @@
                  `new_args`)
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
-      roles/     one file per role: its prompt text (the user's override if any)
+      roles/     one file per role: its prompt text (the user's override if any), and
+      sandbox-roles/, scripts/: `anvild.daemon.roles_tree` (writes, create, remove there)
       <id>/      one directory per live session, also reachable as agent/<alias>/:
                  ctl in out wait queue state usage cost approval role context alias model cwd
                  sandbox approver created first_prompt log events todos
@@ -65,7 +66,8 @@ created); its `apply` runs right after. An extension's `answered` is awaited aft
 answered a result gate, before the write returns (the bead gates use it, so that after
 `approve` on a session's `approval` the bead it was asked for is already completed).
 
-Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models` and `roles/` to the
+Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models`, `roles/`,
+`sandbox-roles/` and `scripts/` (`anvild.daemon.roles_tree`) to the
 root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
 `forward_events` bridges the manager's `on_event` to the root's `events` stream.
 """
@@ -77,7 +79,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
-from anvild.daemon import new_args
+from anvild.daemon import new_args, roles_tree
 from anvild.daemon.refusals import admit_context, admit_prompt, fs_error, kind_of
 from anvild.daemon.root import RootTree
 from anvild.fs import (
@@ -559,7 +561,7 @@ class SessionTree:
         ]
         self.files: list[Node] = [
             SnapshotFile("models", self._models_text),
-            Directory("roles", [self._role_file(name) for name in session_roles.ROLES]),
+            *roles_tree.nodes(manager.settings),
         ]
 
     def extend(self, extension: SessionExtension) -> None:
@@ -625,17 +627,6 @@ class SessionTree:
 
     def _models_text(self) -> str:
         return "".join(line.text() for line in self._models())
-
-    def _role_file(self, name: str) -> SnapshotFile:
-        user_dir = self.manager.settings.role_text_dir
-
-        def text() -> str:
-            try:
-                return session_roles.role_text(name, user_dir=user_dir)
-            except SessionError as exc:
-                raise _fs_error(name, exc) from exc
-
-        return SnapshotFile(name, text)
 
 
 def forward_events(root: RootTree) -> Callable[[SessionEvent], None]:

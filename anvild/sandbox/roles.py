@@ -50,7 +50,8 @@ BUILTIN_DIR: Final = data.path(data.SANDBOX_ROLES)
 """The role files shipped with anvild (package data: `anvild/data/sandbox-roles/`)."""
 
 BUILTIN_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
-_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+ROLE_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+"""What a sandbox role may be called (also its file name, without `.yaml`)."""
 _TEMPLATE_RE: Final = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _TOP_KEYS: Final = frozenset({"description", "network", "git", "filesystem"})
 _FS_KEYS: Final = frozenset({"read_only", "read_write", "hidden"})
@@ -240,7 +241,7 @@ def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
 
 def load_role(name: str, *, user_dir: Path | None = None, builtin_dir: Path | None = None) -> Role:
     """The role `name`: the user's file if there is one, else the shipped one."""
-    if not _NAME_RE.match(name):
+    if not ROLE_NAME_RE.match(name):
         raise RoleConfigError(
             f"{name!r} is not a role name: use lowercase letters, digits, '-' and '_'."
         )
@@ -268,6 +269,7 @@ def load_role(name: str, *, user_dir: Path | None = None, builtin_dir: Path | No
 __all__ = [
     "BUILTIN_ROLES",
     "DEFAULT_ROLE",
+    "ROLE_NAME_RE",
     "GitAccess",
     "ResolvedRole",
     "Role",

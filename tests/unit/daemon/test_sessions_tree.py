@@ -194,6 +194,8 @@ async def test_the_tree_lists_the_root_roles_models_and_session_files(tmp_path: 
             "events",
             "models",
             "roles",
+            "sandbox-roles",
+            "scripts",
             sid,
         ]
         assert await dir_names(c, sid) == list(SESSION_FILES)
@@ -264,6 +266,8 @@ async def test_kill_removes_the_session_from_list_and_the_tree(tmp_path: Path) -
             "events",
             "models",
             "roles",
+            "sandbox-roles",
+            "scripts",
             second,
         ]
 
