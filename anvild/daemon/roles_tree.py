@@ -35,7 +35,9 @@ A body that is invalid at the clunk (one without a final newline) is refused the
 later writes and the clunk repeat it and nothing is written. An open that wrote nothing (9pfuse's
 truncating open before the real one) writes nothing.
 
-Create makes a new user file: a sandbox role of any name `ROLE_NAME_RE` allows (used by
+Create makes a new user file, empty (the narrowest valid role: nothing writable, no network;
+`9p create` then `9p write` are two connections, so the file must exist in between): a sandbox
+role of any name `ROLE_NAME_RE` allows (used by
 `anvilctl sandbox --role NAME`; a session's sandbox is still its role's file). A role text can be
 written for the built-in roles only: a role is also a permission ceiling that only anvild defines
 (`anvild.session.roles`), so a new role name is refused (EPERM) saying so. Remove deletes the
@@ -389,10 +391,20 @@ class _RoleDirectory(Directory):
         why = self.kind.creatable(role)
         if why is not None:
             raise NotPermitted(f"{self.kind.dir_name}/{why}")
-        # The file appears when its first body is written (at clunk): until then the directory
-        # does not list it, and a create that writes nothing leaves nothing behind.
+        # The file exists from now on, empty: `9p create` and a later `9p write` are two
+        # connections. An empty role file is a valid one, and the narrowest (nothing writable,
+        # no network, .git read-only); the checks still run, fail-closed.
+        node = self._node(role)
+        try:
+            self.kind.check(role, "", node.path)
+        except ValueError as exc:
+            raise InvalidInput(f"{where}: an empty file is not a valid role: {exc}") from exc
+        try:
+            await trio.to_thread.run_sync(_write_atomically, node.path, b"")
+        except OSError as exc:
+            raise StorageFailed(f"{where}: {node.path} cannot be written: {exc}") from exc
         self.touch()
-        return self._node(role)
+        return node
 
 
 def scripts() -> Directory:

@@ -198,13 +198,18 @@ async def test_create_makes_a_new_sandbox_role_and_refuses_bad_names_and_new_rol
         assert user_sandbox(tmp_path, "auditor").read_bytes() == READ_ONLY_ROLE
         assert "auditor.yaml" in await dir_names(c, "sandbox-roles")
         assert await c.get("sandbox-roles/auditor.yaml") == READ_ONLY_ROLE.decode()
-        # A broken body on a created file: refused on the Twrite, nothing left behind.
+        # Created and clunked without a write (`9p create`): an empty role, the narrowest.
+        fid, reply = await create(c, "sandbox-roles", "empty.yaml")
+        assert isinstance(reply, m.Rcreate), reply
+        assert await c.clunk(fid) == m.Rclunk(0)
+        assert user_sandbox(tmp_path, "empty").read_bytes() == b""
+        assert "empty.yaml" in await dir_names(c, "sandbox-roles")
+        # A broken body on a created file: refused on the Twrite, the file stays empty.
         fid, reply = await create(c, "sandbox-roles", "broken.yaml")
         assert isinstance(reply, m.Rcreate), reply
         assert "not valid YAML" in error_text(await c.write(fid, b"a: [b\nc: : d\n"))
         await c.clunk(fid)
-        assert "broken.yaml" not in await dir_names(c, "sandbox-roles")
-        assert not user_sandbox(tmp_path, "broken").exists()
+        assert user_sandbox(tmp_path, "broken").read_bytes() == b""
         # A user-only role removed is gone.
         assert await remove(c, "sandbox-roles/auditor.yaml") == m.Rremove(0)
         assert "auditor.yaml" not in await dir_names(c, "sandbox-roles")
