@@ -259,6 +259,7 @@ class _RoleHandle(Handle):
             return count
         problem = self._problem(text, final=False)
         if problem is not None and value.endswith(b"\n"):
+            problem = problem.rstrip(".")
             self._refused = InvalidInput(f"{entry}: {problem}; the role file is unchanged")
             raise self._refused
         return count
@@ -289,7 +290,7 @@ class _RoleHandle(Handle):
         except UnicodeDecodeError:
             problem = "not valid UTF-8 (it ends inside a character); write text"
         if problem is not None:
-            raise InvalidInput(f"{entry}: {problem}; the role file is unchanged")
+            raise InvalidInput(f"{entry}: {problem.rstrip('.')}; the role file is unchanged")
         try:
             await trio.to_thread.run_sync(_write_atomically, self._node.path, value)
         except OSError as exc:
