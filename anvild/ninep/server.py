@@ -133,6 +133,7 @@ from anvild.ninep.backend import (
     StatChange,
 )
 from anvild.ninep.constants import (
+    AT_REMOVEDIR,
     DMDIR,
     DT_DIR,
     DT_REG,
@@ -1980,7 +1981,15 @@ class _Connection:
         entry = self._fid(msg.dirfd)
         _check_name(msg.name)
         path = await self._step(entry.path, msg.name)
-        await path[-1].remove()
+        node = path[-1]
+        # unlinkat(2): AT_REMOVEDIR removes a directory and only a directory; without it, a
+        # directory is refused (a raw client's unlink never reaches a directory's remove).
+        is_dir = node.stat().is_dir
+        if msg.flags & AT_REMOVEDIR and not is_dir:
+            raise NotADirectory(f"{msg.name} is not a directory (unlinkat with AT_REMOVEDIR)")
+        if is_dir and not msg.flags & AT_REMOVEDIR:
+            raise IsADirectory(f"{msg.name} is a directory: remove it with AT_REMOVEDIR")
+        await node.remove()
         return m.Runlinkat(msg.tag)
 
     # --- stat, wstat, getattr, setattr, statfs --------------------------------------------------

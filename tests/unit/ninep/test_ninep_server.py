@@ -13,6 +13,7 @@ import trio.testing
 from anvild.ninep import messages as m
 from anvild.ninep.backend import AttachRequest, Handle, Node, NodeStat, OpenMode
 from anvild.ninep.constants import (
+    AT_REMOVEDIR,
     DMDIR,
     GETATTR_ALL,
     L_O_DIRECTORY,
@@ -543,6 +544,11 @@ async def test_dotl_getattr_statfs_and_lopen() -> None:
         assert await c.rpc(m.Tmkdir(0, 0, "new", 0o755, 0)) == m.Rlerror(0, errno.EPERM)
         assert await c.rpc(m.Tsymlink(0, 0, "l", "t", 0)) == m.Rlerror(0, errno.EPERM)
         assert await c.rpc(m.Tunlinkat(0, 0, "ctl", 0)) == m.Rlerror(0, errno.EPERM)
+        # unlinkat(2)'s flag is checked before the node is asked: rmdir of a file, unlink of a
+        # directory.
+        assert await c.rpc(m.Tunlinkat(0, 0, "ctl", AT_REMOVEDIR)) == m.Rlerror(0, errno.ENOTDIR)
+        assert await c.rpc(m.Tunlinkat(0, 0, "sub", 0)) == m.Rlerror(0, errno.EISDIR)
+        assert await c.rpc(m.Tunlinkat(0, 0, "sub", AT_REMOVEDIR)) == m.Rlerror(0, errno.EPERM)
         assert await c.rpc(m.Tlcreate(0, 0, "x", L_O_RDWR, 0o644, 0)) == m.Rlerror(0, errno.EPERM)
 
 
