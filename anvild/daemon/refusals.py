@@ -17,9 +17,17 @@ from anvild.beads import BeadConflict, BeadError, BeadNotFound, BeadStoreError, 
 from anvild.beads.board import Board, Change
 from anvild.mail import InvalidMessage, MailStoreError
 from anvild.mail.errors import MailError, UnknownMailbox
-from anvild.ninep.errors import Busy, FsError, InvalidInput, NotFound, StorageFailed
+from anvild.ninep.errors import (
+    AlreadyExists,
+    Busy,
+    FsError,
+    InvalidInput,
+    NotFound,
+    StorageFailed,
+)
 from anvild.session import (
     InvalidSessionRequest,
+    NameTaken,
     RecordWriteFailed,
     Session,
     SessionError,
@@ -35,6 +43,7 @@ KINDS: dict[type[Exception], type[FsError]] = {
     SessionNotFound: NotFound,
     SessionRefused: Busy,  # not possible now: a turn runs, a gate is open, the state forbids it
     RecordWriteFailed: StorageFailed,
+    NameTaken: AlreadyExists,  # an alias in use: `new alias=`, a rename (`mv`) of a session
     InvalidSessionRequest: InvalidInput,
     SessionError: InvalidInput,
     BeadNotFound: NotFound,

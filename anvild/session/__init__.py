@@ -131,6 +131,7 @@ To block on any other change (a `state` reader that wants to wait), use `s.versi
 from anvild.session.errors import (
     IllegalTransition,
     InvalidSessionRequest,
+    NameTaken,
     RecordWriteFailed,
     SessionError,
     SessionNotFound,
@@ -149,6 +150,7 @@ __all__ = [
     "InvalidSessionRequest",
     "LineBroadcast",
     "LineReader",
+    "NameTaken",
     "NewSession",
     "RecordWriteFailed",
     "Session",

@@ -7,8 +7,9 @@
      │                           prompt, no approval pending, ...)
      ├── SessionNotFound         no session with this id or alias
      ├── InvalidSessionRequest   a `new` or a write with bad arguments: unknown model (lists
-     │                           the aliases), missing cwd, unknown role, alias taken or
-     │                           reserved, bad sandbox name
+     │                           the aliases), missing cwd, unknown role, alias reserved,
+     │                           bad sandbox name
+     │    └── NameTaken          an alias that is another session's alias or id
      └── RecordWriteFailed       the session's record could not be written (disk full, I/O
                                  error): the session moved to `error`; the daemon carries on
 
@@ -38,6 +39,10 @@ class InvalidSessionRequest(SessionError):
     """Bad arguments to `new` or to a writable file."""
 
 
+class NameTaken(InvalidSessionRequest):
+    """An alias already in use: another session's alias, or a session's id."""
+
+
 class RecordWriteFailed(SessionError):
     """A record could not be written; the session is in `error`."""
 
@@ -45,6 +50,7 @@ class RecordWriteFailed(SessionError):
 __all__ = [
     "IllegalTransition",
     "InvalidSessionRequest",
+    "NameTaken",
     "RecordWriteFailed",
     "SessionError",
     "SessionNotFound",

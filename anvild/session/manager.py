@@ -64,6 +64,7 @@ from anvild.sandbox.bwrap import Sandbox
 from anvild.session import accounting, leftovers, roles
 from anvild.session.errors import (
     InvalidSessionRequest,
+    NameTaken,
     RecordWriteFailed,
     SessionNotFound,
     SessionRefused,
@@ -561,6 +562,43 @@ class SessionManager:
             return
         await session.kill()
 
+    async def remove_session(self, key: str) -> None:
+        """The removal of a session's directory (Tremove; `rm -r` or `rmdir` over a mount):
+        `kill`, except that it is refused (`SessionRefused`, saying how to answer) while the
+        session waits for an approval, of a tool call or of its result. A file verb is easily
+        run on many sessions at once (a glob); a decision someone owes is not cancelled by one.
+        ctl `kill` still ends such a session (it cancels the approval)."""
+        session = self.get(key)
+        if session.pending_result is not None:
+            what = "its result"
+        elif session.status is SessionStatus.AWAIT_APPROVAL:
+            what = "a tool call"
+        else:
+            await self.kill(session.id)
+            return
+        raise SessionRefused(
+            f"session {session.id} waits for approval of {what}: answer it on its approval file "
+            "(approve, or reject REASON), or write kill to its ctl to end it anyway (the "
+            "approval is cancelled)"
+        )
+
+    def set_alias(self, key: str, alias: str | None) -> None:
+        """Give a live session a new alias (None: none), checked as `new alias=` checks it
+        (`NameTaken` when it is a session's alias or id) and recorded (`AliasChanged`): the old
+        alias stops walking, the new one walks. The tree's rename of a session directory
+        (`mv agent/ID agent/NAME`) calls this."""
+        session = self.get(key)
+        if alias == session.alias:
+            return
+        if alias is not None:
+            self._check_alias(alias)
+        old = session.alias
+        session.record_alias(alias)
+        if old:
+            self._aliases.pop(old, None)
+        if alias:
+            self._aliases[alias] = session.id
+
     # -- services for sessions ---------------------------------------------------------------
 
     def provider_for(self, target: ResolvedModel) -> Provider:
@@ -630,9 +668,9 @@ class SessionManager:
                 "or the daemon's own name); choose another"
             )
         if alias in self._sessions or alias in self.store.ids():
-            raise InvalidSessionRequest(f"alias={alias} is the id of a session; choose another")
+            raise NameTaken(f"alias={alias} is the id of a session; choose another")
         if alias in self._aliases or alias in self._claimed:
-            raise InvalidSessionRequest(
+            raise NameTaken(
                 f"alias={alias} is taken by session {self._aliases.get(alias, '(being created)')}"
             )
 

@@ -65,6 +65,7 @@ from anvild.session.settings import (
 )
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
 from anvild.store import (
+    AliasChanged,
     ContextFileChanged,
     ContextReplaced,
     DecidedResult,
@@ -111,7 +112,8 @@ class Session:
     `ephemeral`, `status`, `out`, `queue_text()`, `usage_line()`, `cost_text()`,
     `approval_text()`, `todos_text()`, `context`, `log`, `events`, `record` (the recorded
     state). Write side: `submit`, `drop_queue`, `answer_approval`, `set_role`, `set_context`,
-    `mark_out_read`, `control` and one method per verb. Blocking: `wait_handled`,
+    `record_alias` (the manager checks the name), `mark_out_read`, `control` and one method per
+    verb. Blocking: `wait_handled`,
     `wait_changed`; the verbs that end a turn wait for it to end.
     """
 
@@ -479,6 +481,15 @@ class Session:
             raise RecordWriteFailed(f"the role was not changed: {self._detail}")
         self._layers = self._layers_for(self.context)
         self._agent = self._build_agent(())
+        self._notify()
+
+    def record_alias(self, alias: str | None) -> None:
+        """Record a new alias (None: none). Only `SessionManager.set_alias` calls this: it
+        checks the name and keeps its alias map in step."""
+        self._refuse_exited()
+        if not self._recorder.append(AliasChanged(alias)):
+            raise RecordWriteFailed(f"the alias was not changed: {self._detail}")
+        self._output.log_lines([f"ALIAS: {alias or '-'}"])
         self._notify()
 
     # -- verbs -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from anvild.mail.errors import UnknownMailbox
 from anvild.ninep.errors import FsError
 from anvild.session import (
     InvalidSessionRequest,
+    NameTaken,
     NewSession,
     RecordWriteFailed,
     SessionError,
@@ -31,6 +32,7 @@ from tests.unit.session.support import running
         (SessionRefused("x"), errno.EBUSY),
         (SessionNotFound("x"), errno.ENOENT),
         (InvalidSessionRequest("x"), errno.EINVAL),
+        (NameTaken("x"), errno.EEXIST),
         (RecordWriteFailed("x"), errno.EIO),
         (SessionError("x"), errno.EINVAL),
         (BeadConflict("x"), errno.EBUSY),
