@@ -9,7 +9,8 @@
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any), and
       sandbox-roles/, scripts/: `anvild.daemon.roles_tree` (writes, create, remove there)
-      <id>/      one directory per live session, also reachable as agent/<alias>/:
+      <id>/      one directory per live session, also reachable as agent/<alias>/; removing
+                 it kills the session, renaming it sets the alias (see "File verbs"):
                  ctl in out wait queue state usage cost approval role context alias model cwd
                  sandbox approver created first_prompt log events todos
 
@@ -30,6 +31,17 @@ state; writes get the supervisor's refusal for an exited session).
 
 `in` and `context` take at most `max_prompt_bytes` (`[sessions] max_prompt_bytes`, default 1 MiB)
 per open: the Twrite that crosses it fails naming that key, and nothing of the open is kept.
+
+File verbs on a session's directory (`_SessionDirectory`; the 9P server's general Tremove /
+Tunlinkat and Twstat / Trename / Trenameat paths reach them): removing `agent/<id>` (or
+`agent/<alias>`) is `SessionManager.remove_session`, i.e. ctl `kill`, refused (EBUSY, with the
+reason) while the session waits for an approval; renaming it within `agent/` is
+`SessionManager.set_alias` with the new name (EEXIST when it is a session's alias or id,
+EINVAL for a name an alias cannot be). The listing still shows the id; the alias walks. A move
+to another directory is refused by the server (EXDEV). The files inside refuse removal and
+renaming (EPERM), so GNU `rm -r agent/<id>` kills nothing: it reports each file and then skips
+the directory (coreutils never removes a directory whose entries it could not remove);
+`rmdir agent/<id>` over a mount, or a client's Tremove of the directory, kills.
 
 Four files need handles of their own:
 
@@ -346,8 +358,31 @@ class _ReaderFile(FsNode):
 # --- one session's directory ----------------------------------------------------------------
 
 
+class _SessionDirectory(Directory):
+    """`agent/<id>/`: its removal kills the session, a rename sets its alias (the module
+    docstring, "File verbs"). Its files keep the default refusal of both (EPERM)."""
+
+    def __init__(self, session: Session, manager: SessionManager, files: Iterable[Node]) -> None:
+        super().__init__(session.id, files)
+        self._session = session
+        self._manager = manager
+
+    async def remove(self) -> None:
+        await _run(self._manager.remove_session(self._session.id), self.name)
+
+    async def wstat(self, change: StatChange) -> None:
+        if change.name is None or attrs.evolve(change, name=None) != StatChange():
+            await super().wstat(change)  # only the name of a session directory changes
+            return
+        try:
+            self._manager.set_alias(self._session.id, change.name)
+        except SessionError as exc:
+            raise kind_of(exc)(f"{self.name}: {exc}") from exc
+
+
 def _session_directory(
     session: Session,
+    manager: SessionManager,
     extensions: Sequence[SessionExtension] = (),
     max_prompt_bytes: int = MAX_PROMPT_BYTES,
 ) -> Directory:
@@ -482,16 +517,16 @@ def _session_directory(
         SnapshotFile("todos", s.todos_text),
         *(node for extension in extensions for node in extension.files(s)),
     ]
-    return Directory(s.id, files)
+    return _SessionDirectory(s, manager, files)
 
 
-async def _run(action: Awaitable[None]) -> None:
-    """Await a supervisor call from a ctl handler; its refusal becomes the write's error, of
-    the kind (errno) `anvild.daemon.refusals` gives it."""
+async def _run(action: Awaitable[None], name: str = "") -> None:
+    """Await a supervisor call from a ctl handler (or a file verb on `name`); its refusal
+    becomes the request's error, of the kind (errno) `anvild.daemon.refusals` gives it."""
     try:
         await action
     except SessionError as exc:
-        raise kind_of(exc)(str(exc)) from exc
+        raise kind_of(exc)(f"{name}: {exc}" if name else str(exc)) from exc
 
 
 class _SessionDirectories(DynamicChildren):
@@ -511,7 +546,9 @@ class _SessionDirectories(DynamicChildren):
     def _node(self, session: Session) -> Directory:
         known = self._nodes.get(session.id)
         if known is None or known[0] is not session:
-            directory = _session_directory(session, self._extensions, self._max_prompt_bytes)
+            directory = _session_directory(
+                session, self._manager, self._extensions, self._max_prompt_bytes
+            )
             known = (session, directory)
             self._nodes[session.id] = known
         return known[1]

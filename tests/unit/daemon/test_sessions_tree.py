@@ -7,11 +7,13 @@ messages, the way `9p rdwr`, `9p write` and `9p read` drive it.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -38,6 +40,7 @@ from anvild.store import PendingResult
 from tests.unit.session.support import Models, running, target
 
 OREAD, OWRITE, ORDWR, OTRUNC = 0, 1, 2, 0x10
+AT_REMOVEDIR = 0x200
 S = SessionStatus
 
 
@@ -106,7 +109,8 @@ def error_text(reply: m.Message) -> str:
     return reply.ename
 
 
-Connect = Callable[[], Awaitable[Client]]
+Connect = Callable[..., Awaitable[Client]]
+"""`connect(dialect=Dialect.P9P2000_U)`: a new connection to the served tree."""
 
 
 @asynccontextmanager
@@ -127,11 +131,11 @@ async def served(
         streams: list[trio.testing.MemorySendStream | Any] = []
         async with trio.open_nursery() as nursery:
 
-            async def connect() -> Client:
+            async def connect(dialect: Dialect = Dialect.P9P2000_U) -> Client:
                 client_stream, server_stream = trio.testing.memory_stream_pair()
                 streams.append(client_stream)
                 nursery.start_soon(server.serve, server_stream)
-                raw = RawClient(client_stream, Dialect.P9P2000_U)
+                raw = RawClient(client_stream, dialect)
                 await raw.handshake()
                 return Client(raw)
 
@@ -486,3 +490,162 @@ async def test_approver_is_named_by_new_shown_read_only_and_never_changed(
         assert manager.get(worker).approver == boss
         manager.get(worker).request_result_approval("done", "ctl")
         assert f"approver {boss}\n" in await c.get("w1/approval")
+
+
+# --- file verbs on a session's directory: remove kills, rename sets the alias -----------------
+
+
+async def live_ids(c: Client) -> list[str]:
+    return [line.split("\t")[0] for line in (await c.get("list")).splitlines()]
+
+
+async def walk(c: Client, fid: int, *names: str) -> m.Message:
+    return await c.raw.rpc(m.Twalk(0, 0, fid, names))
+
+
+def rename_to(name: str) -> m.Stat:
+    """9pfuse's rename: a Twstat whose every field but the name says "don't touch"."""
+    return attrs.evolve(m.Stat.dont_touch(), name=name)
+
+
+async def test_removing_a_session_directory_kills_it_and_its_files_refuse(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c, b"alias=doomed")
+        other = await new_session(c)
+        # `rm -r` unlinks the entries first: each refuses (EPERM) and nothing is killed.
+        for name in ("ctl", "in", "log", "alias"):
+            assert isinstance(await walk(c, 40, sid, name), m.Rwalk)
+            reply = await c.raw.rpc(m.Tremove(0, 40))
+            assert isinstance(reply, m.Rerror), reply
+            assert reply.errno == errno.EPERM
+            assert reply.ename == f"{name}: cannot be removed"
+        assert await live_ids(c) == [sid, other]
+        # The directory itself (walked by its alias): killed and reaped at once.
+        session = manager.get(sid)
+        assert isinstance(await walk(c, 41, "doomed"), m.Rwalk)
+        assert await c.raw.rpc(m.Tremove(0, 41)) == m.Rremove(0)
+        assert session.status is S.EXITED
+        assert await live_ids(c) == [other]
+        assert isinstance(await walk(c, 42, sid), m.Rerror)
+        assert isinstance(await walk(c, 42, "doomed"), m.Rerror)
+        assert "doomed" not in await c.get("list")
+        # The fid was clunked by the Tremove (remove(5)): the number is free again.
+        assert isinstance(await walk(c, 41, other), m.Rwalk)
+
+
+async def test_removing_a_session_that_waits_for_an_approval_is_refused_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    provider = ScriptedProvider([script.tool_call("c1", "write_file", WRITE), script.text("ok")])
+    models = Models({"fake": target(provider)})
+    async with served(tmp_path, models, mode=Mode.DEFAULT) as (manager, con, _):
+        c = await con()
+        gated = await new_session(c)
+        assert await c.put(f"{gated}/ctl", b"request_approval Added OAuth") == m.Rclunk(0)
+        tool = await new_session(c)
+        await c.put(f"{tool}/in", b"write a.txt")
+        await wait_state(manager, tool, S.AWAIT_APPROVAL)
+        for sid, what in ((gated, "its result"), (tool, "a tool call")):
+            assert isinstance(await walk(c, 50, sid), m.Rwalk)
+            reply = await c.raw.rpc(m.Tremove(0, 50))
+            assert isinstance(reply, m.Rerror), reply
+            assert reply.errno == errno.EBUSY
+            assert reply.ename == (
+                f"{sid}: session {sid} waits for approval of {what}: answer it on its approval "
+                "file (approve, or reject REASON), or write kill to its ctl to end it anyway "
+                "(the approval is cancelled)"
+            )
+            assert manager.get(sid).status is S.AWAIT_APPROVAL
+        assert await live_ids(c) == [gated, tool]
+        # Once answered, the removal goes through.
+        assert await c.put(f"{gated}/approval", b"approve") == m.Rclunk(0)
+        assert isinstance(await walk(c, 51, gated), m.Rwalk)
+        assert await c.raw.rpc(m.Tremove(0, 51)) == m.Rremove(0)
+        assert await live_ids(c) == [tool]
+        assert not (tmp_path / "work" / "a.txt").exists()
+
+
+async def test_renaming_a_session_directory_sets_its_alias(tmp_path: Path) -> None:
+    # Ids that start with a letter: one of them is tried as an alias.
+    async with served(tmp_path, [], ids=["a1b2c3d4", "e5f6a7b8"]) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        taker = await new_session(c, b"alias=taken")
+        assert isinstance(await walk(c, 60, sid), m.Rwalk)
+        assert await c.raw.rpc(m.Twstat(0, 60, rename_to("r1"))) == m.Rwstat(0)
+        assert await c.get("r1/alias") == "r1\n"
+        assert await c.get("list") == (
+            f"{sid}\tr1\tidle\tdeveloper\tfake\t{tmp_path / 'work'}\n"
+            f"{taker}\ttaken\tidle\tdeveloper\tfake\t{tmp_path / 'work'}\n"
+        )
+        assert (await dir_names(c, ""))[-2:] == [sid, taker]  # listed by id still
+        # Renamed again (walked by the alias): the old alias no longer walks.
+        assert isinstance(await walk(c, 61, "r1"), m.Rwalk)
+        assert await c.raw.rpc(m.Twstat(0, 61, rename_to("r2"))) == m.Rwstat(0)
+        assert isinstance(await walk(c, 62, "r1"), m.Rerror)
+        assert await c.get("r2/alias") == "r2\n"
+        assert manager.get("r2").id == sid
+        # Taken, an id, reserved, not a name: refused with the errno of each, nothing changed.
+        refusals = {
+            "taken": (errno.EEXIST, f"alias=taken is taken by session {taker}"),
+            taker: (errno.EEXIST, f"alias={taker} is the id of a session"),
+            "list": (errno.EINVAL, "alias=list is reserved"),
+            "9lives": (errno.EINVAL, "alias=9lives is not a name"),
+        }
+        for name, (code, text) in refusals.items():
+            reply = await c.raw.rpc(m.Twstat(0, 61, rename_to(name)))
+            assert isinstance(reply, m.Rerror), reply
+            assert reply.errno == code, name
+            assert reply.ename.startswith(f"{sid}: {text}"), reply.ename
+        assert await c.get(f"{sid}/alias") == "r2\n"
+        # Other attributes of a session directory never change.
+        reply = await c.raw.rpc(m.Twstat(0, 61, attrs.evolve(rename_to("r3"), mtime=5)))
+        assert isinstance(reply, m.Rerror), reply
+        assert reply.errno == errno.EPERM
+        assert await c.get(f"{sid}/alias") == "r2\n"
+        # Files inside are never renamed.
+        assert isinstance(await walk(c, 63, sid, "log"), m.Rwalk)
+        reply = await c.raw.rpc(m.Twstat(0, 63, rename_to("journal")))
+        assert isinstance(reply, m.Rerror), reply
+        assert reply.errno == errno.EPERM
+
+
+async def test_a_renamed_alias_is_recorded_and_survives_a_restart(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (_, con, _root):
+        c = await con()
+        sid = await new_session(c, b"alias=before")
+        assert isinstance(await walk(c, 70, sid), m.Rwalk)
+        assert await c.raw.rpc(m.Twstat(0, 70, rename_to("after"))) == m.Rwstat(0)
+        assert "ALIAS: after\n" in await read_some(c, f"{sid}/log")
+    async with served(tmp_path, []) as (manager, con, _root):
+        assert manager.get("after").id == sid
+        c = await con()
+        assert await c.get("after/alias") == "after\n"
+        assert isinstance(await walk(c, 71, "before"), m.Rerror)
+
+
+async def test_dot_l_unlinkat_kills_and_renameat_sets_the_alias(tmp_path: Path) -> None:
+    async with served(tmp_path, []) as (manager, con, _):
+        u = await con()
+        sid = await new_session(u)
+        gone = await new_session(u)
+        c = await con(Dialect.P9P2000_L)
+        # v9fs's rm -r: the entries first (EPERM each), then the directory (AT_REMOVEDIR).
+        assert await c.raw.rpc(m.Tunlinkat(0, 0, f"{gone}", 0)) == m.Rlerror(0, errno.EISDIR)
+        assert isinstance(await walk(c, 80, gone), m.Rwalk)
+        assert await c.raw.rpc(m.Tunlinkat(0, 80, "ctl", 0)) == m.Rlerror(0, errno.EPERM)
+        assert await live_ids(u) == [sid, gone]
+        assert await c.raw.rpc(m.Tunlinkat(0, 0, gone, AT_REMOVEDIR)) == m.Runlinkat(0)
+        assert await live_ids(u) == [sid]
+        # mv agent/ID agent/NAME; a move out of agent/ is refused (EXDEV).
+        assert await c.raw.rpc(m.Trenameat(0, 0, sid, 0, "worker")) == m.Rrenameat(0)
+        assert manager.get("worker").alias == "worker"
+        assert isinstance(await walk(c, 81, "worker", "alias"), m.Rwalk)
+        assert isinstance(await walk(c, 82, "roles"), m.Rwalk)
+        reply = await c.raw.rpc(m.Trenameat(0, 0, sid, 82, "elsewhere"))
+        assert reply == m.Rlerror(0, errno.EXDEV)
+        assert isinstance(await walk(c, 83, sid), m.Rwalk)
+        assert await c.raw.rpc(m.Trename(0, 83, 0, "boss")) == m.Rrename(0)
+        assert manager.get(sid).alias == "boss"
+        assert await c.raw.rpc(m.Trename(0, 83, 82, "nope")) == m.Rlerror(0, errno.EXDEV)
