@@ -86,20 +86,48 @@ def ceiling(name: str) -> RoleCeiling:
     return CEILINGS[name]
 
 
+def daemon_dirs() -> tuple[Path, ...]:
+    """anvild's own configuration, data and state directories (platformdirs): what they hold
+    grants authority (role files, config, trust grants, the TCP token), so no session's file
+    tools write there, whatever the workspace."""
+    return tuple(
+        p.resolve()
+        for p in (
+            platformdirs.user_config_path("anvil"),
+            platformdirs.user_data_path("anvil"),
+            platformdirs.user_state_path("anvil"),
+        )
+    )
+
+
+def _outside_daemon_dirs(canonical: Path) -> str | None:
+    for directory in daemon_dirs():
+        if canonical.is_relative_to(directory):
+            return (
+                f"{canonical} is in anvild's own directory {directory} (configuration, roles, "
+                "data): a session cannot write there, or it could widen its own sandbox; edit "
+                "it yourself, or write agent/roles/ and agent/sandbox-roles/ over 9P"
+            )
+    return None
+
+
 def file_access(name: str, cwd: Path) -> FileAccess:
     """The native file tools' boundary for a session of role `name` in `cwd`: the workspace is
     readable; what is writable follows the role's ceiling, so the boundary holds even where the
     policy is bypassed: nothing for reviewer, planner and conductor, only test directories for
-    the tester."""
+    the tester; never anvild's own directories (`daemon_dirs`: a workspace that is $HOME holds
+    them)."""
     limit = ceiling(name)
     if not limit.file_writes:
         return FileAccess(readable=[cwd])
     if not limit.write_patterns:
-        return FileAccess.workspace(cwd)
+        return FileAccess(readable=[cwd], writable=[cwd], write_check=_outside_daemon_dirs)
     root = cwd.resolve()
     dirs = ", ".join(p.rstrip("/") for p in limit.write_patterns)
 
     def check(canonical: Path) -> str | None:
+        if (why := _outside_daemon_dirs(canonical)) is not None:
+            return why
         inside = canonical.is_relative_to(root)
         if limit.allows_write(canonical.relative_to(root).as_posix() if inside else None):
             return None
@@ -130,6 +158,7 @@ __all__ = [
     "ROLES",
     "ceiling",
     "check_name",
+    "daemon_dirs",
     "file_access",
     "role_text",
     "sandbox_role",

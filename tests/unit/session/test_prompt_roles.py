@@ -201,3 +201,27 @@ def test_the_file_boundary_follows_the_role_ceiling(tmp_path: Path) -> None:
     assert not (tmp_path / "src" / "b.py").exists()
     assert not (tmp_path / "src" / "c.py").exists()
     assert (tmp_path / "pkg" / "tests" / "test_b.py").read_bytes() == b"x"
+
+
+def test_no_role_writes_into_anvilds_own_directories_even_from_a_home_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anvild.sandbox.files import AccessDenied
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / ".local" / "share"))
+    for role, path in [
+        ("developer", ".config/anvil/sandbox-roles/developer.yaml"),
+        ("developer", ".config/anvil/config.toml"),
+        ("developer", ".local/share/anvil/trust.json"),
+        ("tester", ".config/anvil/tests/test_x.py"),
+    ]:
+        with pytest.raises(AccessDenied, match="a session cannot write there"):
+            roles.file_access(role, tmp_path).update(
+                tmp_path, path, lambda _p, _b: b"x", max_bytes=10
+            )
+        assert not (tmp_path / path).exists()
+    roles.file_access("developer", tmp_path).update(
+        tmp_path, ".config/other/x.txt", lambda _p, _b: b"x", max_bytes=10
+    )
+    assert (tmp_path / ".config/other/x.txt").read_bytes() == b"x"
