@@ -48,11 +48,12 @@ Who may write: everyone connected. Every connection to the tree is the owner's: 
 admits only the daemon's uid (SO_PEERCRED, `anvild.daemon.listeners`) and TCP only a client with
 the token (`anvild.daemon.app`), so a finer rule would have nothing to tell apart. The files say
 so in their mode (0644, directories 0755). A session's tools cannot reach these files: its
-commands run in the bubblewrap sandbox, where the namespace directory with the socket is hidden
-(an empty tmpfs over /tmp, /run and $HOME, and `default_hidden` masks it and the config and data
-directories, the token's, wherever a bound path would show them) and the network, when allowed,
-reaches a TCP listener only with the token it cannot read; the native file tools are confined
-to the workspace (`FileAccess`).
+commands run in the bubblewrap sandbox, where the namespace directory (the socket and the TCP
+token, `agent.token`) is not there (an empty tmpfs over /tmp, /run and $HOME, and
+`default_hidden` masks it and the config and data directories wherever a bound path would show
+them), and the network, when allowed, reaches a TCP listener only with that token; the native
+file tools are confined to the workspace and never write anvild's own directories
+(`anvild.session.roles.daemon_dirs`), so they cannot edit the user's role files on disk either.
 """
 
 from __future__ import annotations
