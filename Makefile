@@ -21,7 +21,7 @@ DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
-	llama-server llama-start llama-stop fuzz-permissions chaos dist
+	llama-server llama-start llama-stop fuzz-permissions chaos test-llama-long dist
 
 LLAMA := anvild/data/llama-server
 
@@ -31,6 +31,7 @@ help:
 	@echo "make bench  run the benchmarks in bench/ (results go in docs/PERF.md by hand)"
 	@echo "make fuzz-permissions  the permission layer's differential test, 100,000 lines (figures in docs/RELIABILITY.md by hand)"
 	@echo "make chaos  the reliability harness in full: 9P fuzzing, kill -9, disk full, provider faults, 1,000 connections (figures in docs/RELIABILITY.md by hand)"
+	@echo "make test-llama-long  context management on the real embedded model in full: 12 prompts of 1,500 tokens, no overflow, 5 compactions (about 30 minutes)"
 	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
 	@echo "make dist  build the sdist and the wheel into dist/ and smoke-test both, installed away from the checkout"
 
@@ -108,6 +109,18 @@ test: setup lint typecheck pytest
 CHAOS_ARGS ?=
 chaos: setup
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
+
+# Context management with the real embedded model (tests/integration/test_compaction_llama.py;
+# `make test` runs its short mode, 3 prompts and one compaction) in full, the issue's check:
+# 12 prompts of about 1,500 tokens each to SmolLM2-135M in its 8,192-token window, every turn
+# ends (done, or at the model's 256-token output limit) and none with an overflow or an error,
+# the history compacted automatically (five times). Prints each turn's seconds, outcome and
+# usage, the log's compaction lines and the summaries the model wrote. Slow: the prompts and the
+# summary requests are about 40,000 tokens for a model that reads 20-120 a second (29 minutes on
+# two busy cores, 2026-12-02).
+test-llama-long: setup llama-server
+	ANVIL_LLAMA_LONG=1 ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -s -p no:cacheprovider \
+	  tests/integration/test_compaction_llama.py
 
 # The permission layer's differential test (tests/integration/test_permission_differential.py;
 # `make test` runs 200 lines of it) with FUZZ_EXAMPLES lines, split over FUZZ_JOBS processes,
