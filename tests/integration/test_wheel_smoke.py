@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import anvild
+from anvild import data
 from anvild.sandbox.roles import BUILTIN_ROLES
 from anvild.session.roles import ROLES
 from tests.support.wheel_smoke import REPO, run, smoke, uv
@@ -43,7 +44,7 @@ def test_the_version_is_written_once_and_read_back_from_the_metadata() -> None:
     assert anvild.__version__ == VERSION
 
 
-def test_the_wheel_holds_every_built_in_role_sandbox_role_and_the_llama_recipe(
+def test_the_wheel_holds_every_built_in_role_sandbox_role_script_and_the_llama_recipe(
     dist: Path, wheel: Path
 ) -> None:
     with zipfile.ZipFile(wheel) as archive:
@@ -53,6 +54,7 @@ def test_the_wheel_holds_every_built_in_role_sandbox_role_and_the_llama_recipe(
     expected = {
         *(f"anvild/data/roles/{role}.txt" for role in ROLES),
         *(f"anvild/data/sandbox-roles/{role}.yaml" for role in BUILTIN_ROLES),
+        *(f"anvild/data/scripts/{name}" for name in data.WORKFLOW_SCRIPTS),
         "anvild/data/llama-server",
         "anvild/data/llama-server.d/tool-choice-required.patch",
     }
