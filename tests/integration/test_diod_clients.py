@@ -67,6 +67,8 @@ def test_diodls_lists_the_root_with_the_token(served: tuple[str, str]) -> None:
         "events",
         "models",
         "roles",
+        "sandbox-roles",
+        "scripts",
         "beads",
         "convoys",
         "user",
