@@ -28,6 +28,14 @@ def test_the_shipped_files_are_in_the_package() -> None:
             data.path(data.SANDBOX_ROLES) / f"{role}.yaml"
         )
     assert (data.path("llama-server.d") / "tool-choice-required.patch").is_file()
+    scripts = PACKAGE / "data" / "scripts"
+    assert data.path(data.SCRIPTS) == scripts
+    for name in data.WORKFLOW_SCRIPTS:
+        assert (scripts / name).read_text().startswith("#!")
+        # In a checkout, scripts/NAME is the same file (a symlink), not a copy that could drift.
+        in_checkout = PACKAGE.parent / "scripts" / name
+        if in_checkout.exists():
+            assert in_checkout.resolve() == (scripts / name).resolve()
 
 
 def test_anvil_llama_server_runs_the_recipe_with_bash(monkeypatch: pytest.MonkeyPatch) -> None:
