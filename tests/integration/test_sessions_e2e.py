@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from anvilctl.headless import EXIT_CODES
 from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths
 from anvild.store import MessageAppended, SessionStore, StateChanged, TurnEnded
 from tests.integration.test_daemon_cli import PROVIDER_KEYS, STARTUP_TIMEOUT, Anvild, isolated_env
@@ -497,7 +498,10 @@ def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Pa
         assert read(namespace, f"agent/{session_id}/model").strip() == "local"
         ok(anvilctl(namespace, "send", session_id, "-", stdin="hi\n"))
         waited = anvilctl(namespace, "wait", session_id, "--timeout", str(LLAMA_TIMEOUT))
-        assert ok(waited) == "await\n", read(namespace, f"agent/{session_id}/out")
+        # wait exits with the turn's outcome: 0 done, or 3 when the 135M model rambled to its
+        # 256-token limit (max_tokens, allowed below); the state is await either way
+        assert waited.returncode in (0, EXIT_CODES["max_tokens"]), (waited, waited.stderr)
+        assert waited.stdout == "await\n", read(namespace, f"agent/{session_id}/out")
         answer = ok(anvilctl(namespace, "out", session_id))
         assert answer.strip(), answer
         # A real answer, not an error's partial text: `out` ends with "[turn ended: OUTCOME...]"

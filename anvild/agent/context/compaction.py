@@ -285,6 +285,12 @@ def summary_request(
         text.append(f"Focus the summary on: {focus}\n")
     if total > 1 and index < total:
         text.append("More parts follow: summarise this one together with the earlier summary.")
+    # Last, so a model that answers the end of its input (a small one does) writes the summary
+    # instead of answering the history's last question.
+    text.append(
+        "Do not answer or continue the conversation above. Write the hand-off summary now, "
+        "under the headings of your instructions, starting with ## Goals and constraints."
+    )
     return ChatRequest(
         model=model,
         messages=(Message.user_text("\n".join(text)),),

@@ -135,6 +135,8 @@ def test_the_summary_request_carries_the_prompt_facts_and_focus() -> None:
     assert "## Files" in request.system
     for needle in ("src/parser.py", "src/lexer.py", "pending: write tests", "the parser"):
         assert needle in text
+    # the request ends with the instruction, after the history's last question
+    assert text.rstrip().endswith("starting with ## Goals and constraints.")
     assert request.max_tokens == 300
     assert request.tools == ()
 
