@@ -355,8 +355,11 @@ def plans(dialect: Dialect, frames: int) -> st.SearchStrategy[Plan]:
     )
 
 
-def run(workdir: Path, episodes: int, frames_per_episode: int = 4, bound: float = 10.0) -> Result:
-    """`episodes` connections of `frames_per_episode` hostile frames each; the figures."""
+def run(
+    workdir: Path, episodes: int | None, frames_per_episode: int = 4, bound: float = 10.0
+) -> Result:
+    """`episodes` connections of `frames_per_episode` hostile frames each (None: one for each
+    file of the tree in each dialect, whatever the tree's size); the figures."""
     result = Result("9P fuzzing")
     started = time.monotonic()
     fuzz = _Fuzz(workdir, result, bound, frames_per_episode)
@@ -385,8 +388,9 @@ def run(workdir: Path, episodes: int, frames_per_episode: int = 4, bound: float 
             one()
 
         try:
+            total = len(DIALECTS) * len(fuzz.paths) if episodes is None else episodes
             for dialect in DIALECTS:
-                dialect_run(dialect, max(1, episodes // len(DIALECTS)))
+                dialect_run(dialect, max(1, total // len(DIALECTS)))
         finally:
             daemon = fuzz.daemon
             result.add("episodes (connections)", fuzz.episode)
