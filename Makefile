@@ -111,7 +111,7 @@ chaos: setup
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 # Context management with the real embedded model (tests/integration/test_compaction_llama.py;
-# `make test` runs its short mode, 3 prompts and one compaction) in full, the issue's check:
+# skipped in `make test`, where the embedded-model session compacts once on `compact`), the issue's check:
 # 12 prompts of about 1,500 tokens each to SmolLM2-135M in its 8,192-token window, every turn
 # ends (done, or at the model's 256-token output limit) and none with an overflow or an error,
 # the history compacted automatically (five times). Prints each turn's seconds, outcome and

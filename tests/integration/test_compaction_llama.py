@@ -10,7 +10,10 @@ automatically, the summary written by the model itself: `compactions` lists it, 
 carries `compaction_finished` with ok true, and the request after it is about as large as the
 compaction estimated.
 
-Why three prompts in the short mode (`make test`): the system prompt and the compact tool
+Not in `make test`: even the short mode takes 5 to 8 minutes here, so `make test` checks a
+compaction by the real model more cheaply (the `compact` verb in test_sessions_e2e.py's
+embedded-model test), and this runs with `make test-llama-long` (or ANVIL_LLAMA_SHORT=1).
+Why three prompts in the short mode: the system prompt and the compact tool
 definitions take about 2,900 tokens, so before the third request the transcript holds about
 2,900 + 3 x 1,500 = 7,400 tokens and the answers, past 85 % of 8,192 (6,963); before the second
 it holds at most 2,900 + 2 x 1,600 + 256 = 6,356. The full mode (ANVIL_LLAMA_LONG=1, `make
@@ -41,9 +44,17 @@ from anvild.daemon.llama import CONTEXT, MAX_OUTPUT, LlamaNotBuilt, LlamaPaths
 from anvild.store import Compacted, SessionStore, TurnEnded
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
-
 LONG: Final = os.environ.get("ANVIL_LLAMA_LONG") == "1"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("one_llama_at_a_time"),
+    pytest.mark.skipif(
+        not LONG and os.environ.get("ANVIL_LLAMA_SHORT") != "1",
+        reason="minutes of llama-server work: `make test-llama-long` (12 prompts), or "
+        "ANVIL_LLAMA_SHORT=1 for 3; `make test` compacts on the real model in "
+        "test_sessions_e2e.py's embedded-model test",
+    ),
+]
 PROMPTS: Final = 12 if LONG else 3
 PROMPT_TOKENS: Final = 1500  # each prompt at least this many tokens, as the model counts them
 PROMPT_SLACK: Final = 100  # and at most this many more

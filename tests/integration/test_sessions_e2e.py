@@ -516,6 +516,26 @@ def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Pa
         used, window = read(namespace, f"agent/{session_id}/usage").split()[0].split("/")
         assert int(window) == 8192
         assert int(used) < 3500, used
+        # Context management on the real model (the long check is `make test-llama-long`): the
+        # model writes a summary on `compact`, and the session answers on from it.
+        compacted = subprocess.run(
+            [sys.executable, "-m", "anvilctl", "write", f"agent/{session_id}/ctl"],
+            input="compact\n",
+            capture_output=True,
+            text=True,
+            timeout=LLAMA_TIMEOUT,
+            env={**os.environ, "NAMESPACE": str(namespace)},
+            check=False,
+        )
+        assert compacted.returncode == 0, (compacted.stdout, compacted.stderr)
+        [line] = read(namespace, f"agent/{session_id}/compactions").splitlines()
+        assert line.split("\t")[1] == "manual", line
+        history = read(namespace, f"agent/{session_id}/history").splitlines()
+        assert json.loads(history[0])["marker"] == "compacted", history[:2]
+        ok(anvilctl(namespace, "send", session_id, "-", stdin="thanks\n"))
+        again = anvilctl(namespace, "wait", session_id, "--timeout", str(LLAMA_TIMEOUT))
+        assert again.returncode in (0, EXIT_CODES["max_tokens"]), (again, again.stderr)
+        assert ok(anvilctl(namespace, "out", session_id)).strip()
     finally:
         code, log = daemon.stop()
     assert code == 0, log
