@@ -71,7 +71,17 @@ def build_agent(
     sandbox_role = roles.sandbox_role(session.role, user_dir=settings.sandbox_role_dir)
     policy = sandbox_policy(session.sandbox, sandbox_role, settings)
     ceiling = roles.ceiling(session.role)
-    files = roles.file_access(session.role, cwd)
+    sandbox = settings.sandbox_settings
+    files = roles.file_access(
+        session.role,
+        cwd,
+        protected=(
+            settings.user_config_dir,
+            settings.role_text_dir,
+            settings.sandbox_role_dir,
+            None if sandbox.quarantine is None else sandbox.quarantine.parent,  # the data dir
+        ),
+    )
     context = ToolContext(cwd=cwd, files=files, sandbox=policy)
     # Freshness survives a daemon restart: what the file tools saw, from the records.
     context.tracker.restore({Path(p): h for p, h in state.files_seen})

@@ -21,7 +21,7 @@ installation whose conductor file is missing: it then borrows the planner's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -86,47 +86,51 @@ def ceiling(name: str) -> RoleCeiling:
     return CEILINGS[name]
 
 
-def daemon_dirs() -> tuple[Path, ...]:
-    """anvild's own configuration, data and state directories (platformdirs): what they hold
-    grants authority (role files, config, trust grants, the TCP token), so no session's file
-    tools write there, whatever the workspace."""
-    return tuple(
-        p.resolve()
-        for p in (
-            platformdirs.user_config_path("anvil"),
-            platformdirs.user_data_path("anvil"),
-            platformdirs.user_state_path("anvil"),
-        )
+def daemon_dirs(extra: Iterable[Path | None] = ()) -> tuple[Path, ...]:
+    """anvild's own configuration, data and state directories: the platformdirs defaults and
+    the ones this daemon was given (`extra`: its config, role and data directories). What they
+    hold grants authority (role files, config, trust grants, the TCP token), so no session's
+    file tools write there, whatever the workspace."""
+    defaults = (
+        platformdirs.user_config_path("anvil"),
+        platformdirs.user_data_path("anvil"),
+        platformdirs.user_state_path("anvil"),
     )
+    return tuple(dict.fromkeys(p.resolve() for p in (*defaults, *extra) if p is not None))
 
 
-def _outside_daemon_dirs(canonical: Path) -> str | None:
-    for directory in daemon_dirs():
-        if canonical.is_relative_to(directory):
-            return (
-                f"{canonical} is in anvild's own directory {directory} (configuration, roles, "
-                "data): a session cannot write there, or it could widen its own sandbox; edit "
-                "it yourself, or write agent/roles/ and agent/sandbox-roles/ over 9P"
-            )
-    return None
+def _outside(protected: tuple[Path, ...]) -> Callable[[Path], str | None]:
+    def check(canonical: Path) -> str | None:
+        for directory in protected:
+            if canonical.is_relative_to(directory):
+                return (
+                    f"{canonical} is in anvild's own directory {directory} (configuration, "
+                    "roles, data): a session cannot write there, or it could widen its own "
+                    "sandbox; edit it yourself, or write agent/roles/ and agent/sandbox-roles/ "
+                    "over 9P"
+                )
+        return None
+
+    return check
 
 
-def file_access(name: str, cwd: Path) -> FileAccess:
+def file_access(name: str, cwd: Path, protected: Iterable[Path | None] = ()) -> FileAccess:
     """The native file tools' boundary for a session of role `name` in `cwd`: the workspace is
     readable; what is writable follows the role's ceiling, so the boundary holds even where the
     policy is bypassed: nothing for reviewer, planner and conductor, only test directories for
-    the tester; never anvild's own directories (`daemon_dirs`: a workspace that is $HOME holds
-    them)."""
+    the tester; never anvild's own directories (`daemon_dirs` with `protected`, the ones this
+    daemon was given: a workspace that is $HOME, or holds them, must not reach them)."""
+    outside = _outside(daemon_dirs(protected))  # resolved once per session, not per write
     limit = ceiling(name)
     if not limit.file_writes:
         return FileAccess(readable=[cwd])
     if not limit.write_patterns:
-        return FileAccess(readable=[cwd], writable=[cwd], write_check=_outside_daemon_dirs)
+        return FileAccess(readable=[cwd], writable=[cwd], write_check=outside)
     root = cwd.resolve()
     dirs = ", ".join(p.rstrip("/") for p in limit.write_patterns)
 
     def check(canonical: Path) -> str | None:
-        if (why := _outside_daemon_dirs(canonical)) is not None:
+        if (why := outside(canonical)) is not None:
             return why
         inside = canonical.is_relative_to(root)
         if limit.allows_write(canonical.relative_to(root).as_posix() if inside else None):

@@ -225,3 +225,18 @@ def test_no_role_writes_into_anvilds_own_directories_even_from_a_home_workspace(
         tmp_path, ".config/other/x.txt", lambda _p, _b: b"x", max_bytes=10
     )
     assert (tmp_path / ".config/other/x.txt").read_bytes() == b"x"
+
+
+def test_the_directories_this_daemon_was_given_are_guarded_too(tmp_path: Path) -> None:
+    """A daemon started with its config, role or data directory somewhere else (here inside
+    the workspace) protects those, not only the platformdirs defaults."""
+    from anvild.sandbox.files import AccessDenied
+
+    roles_dir, data_dir = tmp_path / "my-roles", tmp_path / "anvil-data"
+    access = roles.file_access("developer", tmp_path, protected=(roles_dir, None, data_dir))
+    for path in ("my-roles/developer.yaml", "anvil-data/trust.json"):
+        with pytest.raises(AccessDenied, match="a session cannot write there"):
+            access.update(tmp_path, path, lambda _p, _b: b"x", max_bytes=10)
+        assert not (tmp_path / path).exists()
+    access.update(tmp_path, "src/ok.py", lambda _p, _b: b"x", max_bytes=10)
+    assert (tmp_path / "src/ok.py").read_bytes() == b"x"
