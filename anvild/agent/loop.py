@@ -86,6 +86,8 @@ from anvild.llm.types import (
 PREVIEW_LINES: Final = 3
 PREVIEW_CHARS: Final = 240
 CANCELLED_NOTE: Final = "[The previous turn was cancelled before the assistant replied.]"
+NOT_RECORDED: Final = "the compaction could not be recorded"
+"""Why `Agent.compact` did not compact when `on_compaction` refused (the session is in error)."""
 
 _ABNORMAL: Final = {
     stream.FinishReason.MAX_TOKENS: (
@@ -404,7 +406,7 @@ class Agent:
             messages, summary, len(chosen.dropped), before, after, model, trigger, focus, usage
         )
         if not await self.on_compaction(compaction):
-            why = "the compaction could not be recorded"
+            why = NOT_RECORDED
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
             return why
         self.messages = messages

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from anvild.agent.context import Compaction, ContextSettings, ContextWindow
-from anvild.agent.loop import Agent
+from anvild.agent.loop import NOT_RECORDED, Agent
 from anvild.llm.registry import ResolvedModel
 from anvild.session.errors import RecordWriteFailed, SessionRefused
 from anvild.session.output import Output
@@ -122,7 +122,7 @@ class Compactions:
                     f"session {session.id} is {session.status.value}: write start to its ctl first"
                 )
             why = await self._agent().compact(focus)
-        if why == "the compaction could not be recorded":
+        if why == NOT_RECORDED:
             raise RecordWriteFailed(f"{why}: {session.status_detail}")
         if why:
             raise SessionRefused(f"nothing compacted: {why}")

@@ -10,7 +10,7 @@ from anvild.agent import events as ev
 from anvild.agent.context import Compaction, ContextSettings, ContextWindow
 from anvild.agent.context.clearing import STUB_PREFIX
 from anvild.agent.context.compaction import SUMMARY_MARK, facts, plan, prompt_text
-from anvild.agent.loop import Agent, AgentConfig
+from anvild.agent.loop import NOT_RECORDED, Agent, AgentConfig
 from anvild.agent.tools.base import Args, Cancellation, Effects, ToolContext, ToolOutput
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.errors import ContextOverflow
@@ -195,7 +195,7 @@ async def test_a_compaction_not_recorded_is_not_adopted(tmp_path: Path) -> None:
     await agent.run_turn("read one")
     before = agent.messages
     why = await agent.compact("the parser")
-    assert why == "the compaction could not be recorded"
+    assert why == NOT_RECORDED == "the compaction could not be recorded"
     assert agent.messages == before
     assert [e.ok for e in seen if isinstance(e, ev.CompactionFinished)] == [False]
 
