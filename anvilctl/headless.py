@@ -1088,9 +1088,9 @@ def _in_process_turn(
 
     from anvild import __version__
     from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths, LlamaServer, embedded_default_wanted
-    from anvild.daemon.root import RootTree
     from anvild.daemon.wiring import Sessions
     from anvild.session import NewSession, Session, SessionError, SessionRefused
+    from anvild.tree.root import RootTree
 
     env = os.environ
     local_model: LlamaServer | None = None

@@ -62,10 +62,10 @@ from anvild.daemon.llama import (
 )
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
 from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
-from anvild.daemon.root import RootTree
 from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
 from anvild.sandbox.secrets import Redactor
+from anvild.tree.root import RootTree
 
 log = structlog.get_logger("anvild")
 

@@ -11,7 +11,7 @@
     errors.py  BeadError and its subclasses
 
 This package imports nothing from `anvild.daemon`, `anvild.fs` or `anvild.ninep` (a test
-checks): the tree (`anvild.daemon.beads_tree`) and the conductor scripts drive it through the
+checks): the tree (`anvild.tree.beads`) and the conductor scripts drive it through the
 API below, and the session layer meets it only through callables the daemon wires in.
 
 The repository (DESIGN.md section 7)
@@ -78,7 +78,7 @@ bead completes and all its beads are completed.
 Approval (requires_approval) and the session result gate
 ---------------------------------------------------------
 A bead that requires approval goes to pending_approval on `complete`, and each such completion
-is one more approval round (`Bead.submissions`). The daemon (`anvild.daemon.bead_gates`) then
+is one more approval round (`Bead.submissions`). The daemon (`anvild.coord.bead_gates`) then
 has the assigned session wait on its result gate, `asked_by="bead <id>"`, `ref=<the round>`,
 the bead's result as the summary; answering either side (the session's `approval`, or this
 bead's `approve` / `reject REASON`) answers both, and the two durable records (the session's
@@ -97,7 +97,7 @@ approves its own work: `approve` / `reject` / `decide` whose approver is the ses
 is assigned to are refused (`BeadConflict`). `Bead.approver` (from `NewBead.approver`, named by
 the bead's creator, fixed; `user` by default and for files written before it existed) is the
 only session that may answer besides a person: any other session is refused too, and the
-bead's gate on its session carries it as the gate's approver (`anvild.daemon.approvers`).
+bead's gate on its session carries it as the gate's approver (`anvild.coord.approvers`).
 The verdicts follow the ideas file's gate: approve -> completed (the session goes idle),
 reject REASON -> failed with the reason (the session is stopped with it; work does not go on
 by itself, and `release` offers the bead again). If the session cannot wait (exited,

@@ -48,7 +48,6 @@ import structlog
 import trio
 
 from anvild import __version__
-from anvild.daemon.events import ClientRefused, DaemonStarted, DaemonStopping
 from anvild.daemon.listeners import (
     TcpAddress,
     open_tcp_listeners,
@@ -57,7 +56,6 @@ from anvild.daemon.listeners import (
 )
 from anvild.daemon.llama import LlamaServer
 from anvild.daemon.namespace import SERVICE, ServiceFiles, prepare_namespace, read_or_create_token
-from anvild.daemon.root import RootTree
 from anvild.ninep.backend import AttachRequest, Node
 from anvild.ninep.errors import FsError
 from anvild.ninep.server import (
@@ -67,6 +65,8 @@ from anvild.ninep.server import (
     DEFAULT_MAX_OUTSTANDING,
     Server,
 )
+from anvild.tree.events import ClientRefused, DaemonStarted, DaemonStopping
+from anvild.tree.root import RootTree
 
 __all__ = ["Child", "Daemon", "DaemonConfig", "Endpoints", "ShutdownStep"]
 

@@ -22,16 +22,16 @@ Theory of operation
   the current base URL. A server that failed or stopped fails the request with a
   non-retryable `TransportError` saying why and what to do, so the session ends its turn with
   that message in `out`;
-- the tools: `default_tools`, then `ConductorTools` (`anvild.daemon.conductor_tools`: only
+- the tools: `default_tools`, then `ConductorTools` (`anvild.coord.conductor_tools`: only
   sessions with role conductor get them; bound to the manager once it exists; their bead tools
   use the bead store below), the mail tools, and the bead tools (`anvild.beads.tools`:
   list_ready, claim, complete, fail, bound to each session's id);
 - `ProjectConfigs` (`anvild.session.project_config`): each session's cwd brings its
   `.anvil/config.toml`, merged onto `config` (instructions in the prompt, rules, granted
-  providers and models), shown in the session's `config` file (`anvild.daemon.config_file`);
-- each session's `outcome` file (`anvild.daemon.outcome_file`): its last turn's outcome as one
+  providers and models), shown in the session's `config` file (`anvild.tree.config`);
+- each session's `outcome` file (`anvild.tree.outcome`): its last turn's outcome as one
   line, from its records;
-- each session's `systemprompt`, `history` and `env` files (`anvild.daemon.introspection_files`):
+- each session's `systemprompt`, `history` and `env` files (`anvild.tree.introspection`):
   what its model and its commands are given, redacted;
 - `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
   too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
@@ -39,20 +39,20 @@ Theory of operation
 
 `build` also mounts the `SessionTree` on the root tree (`agent/models` lists every configured
 alias) and bridges session events to `agent/events`. Mail (`anvild.mail`, served by
-`anvild.daemon.mail_tree`) is built alongside: a `PostOffice` over `<data dir>/mail`, the mail
+`anvild.tree.mail`) is built alongside: a `PostOffice` over `<data dir>/mail`, the mail
 tools added to every session's tools (`chain_tools`), the per-session mailbox files and
 `agent/user/`, mail events on `agent/events`, and auto-prompt poked whenever a session becomes
 idle. The bead store (`anvild.beads.BeadStore`, in `beads_repo`, default `<data dir>/beads`)
 is built too, and its `BeadsTree` (`agent/beads/`, `agent/convoys/`) mounted: claims resolve
 session ids and aliases through the manager, a session's exit marks its beads orphaned, and
 `SessionSettings.extra_context` puts its beads' convoy context in its system prompt. Beads with
-requires_approval use the session result gate: `BeadGates` (`anvild.daemon.bead_gates`) hears
+requires_approval use the session result gate: `BeadGates` (`anvild.coord.bead_gates`) hears
 every bead commit and every session event, opens the assigned session's gate when such a bead
 is completed, applies a gate's decision to the bead, and answers the gate when the bead's ctl
 decides; `run` starts it once the sessions are restored, and it first reconciles every bead
 that waits (so a decision recorded before a kill -9 still lands). Approver sessions answer a
 gate that names them with the mail tool `answer_approval`, through `SessionApprovals`
-(`anvild.daemon.approvers`), which settles a bead's gate through the bead gates. `run` opens
+(`anvild.coord.approvers`), which settles a bead's gate through the bead gates. `run` opens
 the store (creating or recovering the repository) before any session is restored;
 `attach(daemon)` adds the shutdown step
 `sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
@@ -87,26 +87,12 @@ from anvild.beads import BeadError, BeadStore
 from anvild.beads.events import BeadEvent, encode_event
 from anvild.beads.tools import bead_tools
 from anvild.config import Config
+from anvild.coord.approvers import SessionApprovals
+from anvild.coord.bead_gates import BeadGates
+from anvild.coord.conductor_tools import ConductorTools
 from anvild.daemon.app import Daemon
-from anvild.daemon.approvers import SessionApprovals
-from anvild.daemon.bead_gates import BeadGates
-from anvild.daemon.beads_tree import BeadsTree
-from anvild.daemon.compaction_files import compaction_files
-from anvild.daemon.conductor_tools import ConductorTools
-from anvild.daemon.config_file import config_file
 from anvild.daemon.gcpolicy import GcPolicy
-from anvild.daemon.introspection_files import introspection_files
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
-from anvild.daemon.mail_tree import (
-    MailTree,
-    SessionPeers,
-    SessionPrompter,
-    SessionResultGate,
-    forward_mail_events,
-)
-from anvild.daemon.outcome_file import outcome_file
-from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 from anvild.llm.errors import TransportError
 from anvild.llm.provider import Provider
 from anvild.llm.registry import (
@@ -135,6 +121,20 @@ from anvild.session.compaction import ContextPolicy
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
 from anvild.store import SessionStore
+from anvild.tree.beads import BeadsTree
+from anvild.tree.compaction import compaction_files
+from anvild.tree.config import config_file
+from anvild.tree.introspection import introspection_files
+from anvild.tree.mail import (
+    MailTree,
+    SessionPeers,
+    SessionPrompter,
+    SessionResultGate,
+    forward_mail_events,
+)
+from anvild.tree.outcome import outcome_file
+from anvild.tree.root import RootTree
+from anvild.tree.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
 

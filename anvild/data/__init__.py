@@ -4,7 +4,7 @@
     sandbox-roles/<role>.yaml   the built-in sandbox roles (`anvild.sandbox.roles`)
     scripts/                    the workflow scripts (`fanout`, `fanout.rc`, `DevReview`,
                                 `Planning`, `conductor`), served at `agent/scripts/NAME`
-                                (`anvild.daemon.roles_tree`); `scripts/NAME` in a checkout is
+                                (`anvild.tree.roles`); `scripts/NAME` in a checkout is
                                 a symlink to each
     llama-server                the recipe that builds, fetches and runs the embedded model
     llama-server.d/             its patch to llama.cpp (`anvild.daemon.llama`)

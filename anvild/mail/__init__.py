@@ -10,7 +10,7 @@
 
 This package imports the agent's tool interface and the session's `ToolSetup`; never the 9P
 service, the tree or the daemon (a test checks). The daemon serves it
-(`anvild.daemon.mail_tree`): per session `inbox`, `outbox`, `mail/received/`, `mail/sent/`, the
+(`anvild.tree.mail`): per session `inbox`, `outbox`, `mail/received/`, `mail/sent/`, the
 human's `agent/user/`, and mail events on `agent/events`.
 
 Wiring (the daemon):

@@ -16,7 +16,7 @@ manager): the session records the request, and when the turn ends it waits in aw
 until a human or an approver session writes `approve` (idle) or `reject REASON` (stopped).
 
 `answer_approval` is how an approver session answers: through the narrow `ApprovalAnswers`
-protocol (the daemon's `anvild.daemon.approvers.SessionApprovals`), always as the calling
+protocol (the daemon's `anvild.coord.approvers.SessionApprovals`), always as the calling
 session. Whoever created the worker (or the bead) named its approver; the tool cannot name
 anyone, so a model can answer only the gates that name it, never its own, never a tool call's.
 """

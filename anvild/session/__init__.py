@@ -108,11 +108,11 @@ For a Session `s`:
             setting that applied at the last turn start, with its origin.
   compactions  `s.compaction.text()` (an extension too): `TIME\tTRIGGER\tBEFORE\tAFTER\tDROPPED
             \tMODEL` per compaction; ctl `compact [FOCUS...]`: `await s.compaction.compact(f)`.
-  outcome   `s.record.last_turn` (`anvild.daemon.outcome_file`, an extension too): the last
+  outcome   `s.record.last_turn` (`anvild.tree.outcome`, an extension too): the last
             turn's outcome as one line, `OUTCOME[ DETAIL]` (`done`, `error KIND: message`,
             `max_steps stopped after N steps`, ...), `-` before any turn has ended. From the
             records: it survives restarts. While a turn runs it holds the previous one's.
-  systemprompt, history, env  (`anvild.daemon.introspection_files`, an extension too):
+  systemprompt, history, env  (`anvild.tree.introspection`, an extension too):
             `s.system_prompt`, redacted; the transcript as the next request sends it
             (`s.agent.messages` through `s.agent.window.for_request`: cleared results stubbed)
             as JSONL, one canonical message (`anvild.llm.types.converter`) a line, a

@@ -4,7 +4,7 @@
                  | SessionFailed | ResultDecided | ConfigIgnored | ConfigInvalid
 
 Each line carries a stable `type` tag (never a class name) and `ts`, the UTC time in RFC 3339
-with milliseconds, like the daemon's own events (`anvild.daemon.events`), so one `jq` filter
+with milliseconds, like the daemon's own events (`anvild.tree.events`), so one `jq` filter
 reads both:
 
     {"type":"session_created","ts":"...","id":"a1b2c3d4","alias":"r1","role":"reviewer",...}

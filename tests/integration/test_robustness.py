@@ -29,13 +29,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
-from anvild.daemon.root import RootTree
 from anvild.fs import Directory, SnapshotFile
 from anvild.fs.stream import Cursor
 from anvild.ninep import messages as m
 from anvild.ninep.constants import NOFID, NOTAG, ORDWR, OREAD, Dialect
 from anvild.ninep.framing import FrameReader
 from anvild.ninep.server import Server
+from anvild.tree.root import RootTree
 
 MSIZE = 8192
 ROOT_NAMES = ["ctl", "list", "version", "events", "big"]

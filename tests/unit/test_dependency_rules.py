@@ -99,3 +99,62 @@ def test_mail_never_imports_the_tree_the_9p_service_or_the_daemon() -> None:
         if module.startswith(forbidden)
     ]
     assert found == []
+
+
+# The floors of DESIGN section 2, bottom first. A package imports only from floors below its own
+# (and from itself); packages on one floor are independent of each other. anvild.data is a leaf
+# every floor may read; `python -m anvild` (__main__) starts the daemon.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("data",),
+    ("ninep", "llm", "sandbox"),
+    ("store", "agent", "fs"),
+    ("config",),
+    ("session",),
+    ("beads", "mail"),
+    ("tree", "coord"),
+    ("daemon",),
+    ("__main__",),
+)
+
+
+def floor_of(package: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if package in floor)
+
+
+def test_every_package_has_a_floor() -> None:
+    packages = {
+        path.name.removesuffix(".py")
+        for path in (ROOT / "anvild").iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and path.name != "__init__.py")
+    }
+    assert packages == {name for floor in FLOORS for name in floor}
+
+
+@pytest.mark.parametrize("package", [name for floor in FLOORS for name in floor])
+def test_packages_import_only_from_floors_below(package: str) -> None:
+    mine = floor_of(package)
+    allowed = tuple(f"anvild.{name}" for floor in FLOORS[:mine] for name in floor) + (
+        f"anvild.{package}",
+        "anvild.__version__",
+    )
+    path = ROOT / "anvild" / package
+    files = sorted(path.rglob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
+    found = [
+        f"{file.relative_to(ROOT)}:{line} imports {module}"
+        for file in files
+        for line, module in imports_of(file)
+        if module.startswith("anvild.") and not module.startswith(allowed)
+    ]
+    assert found == []
+
+
+def test_floor_rule_catches_an_upward_import(tmp_path: Path) -> None:
+    package = tmp_path / "anvild" / "session"
+    package.mkdir(parents=True)
+    (package / "bad.py").write_text("from anvild.tree import sessions\n")
+    allowed = tuple(f"anvild.{name}" for floor in FLOORS[: floor_of("session")] for name in floor)
+    assert violations("anvild.session", (*allowed, "anvild.session"), root=tmp_path) == [
+        "anvild/session/bad.py:1 imports anvild.tree",
+        "anvild/session/bad.py:1 imports anvild.tree.sessions",
+    ]

@@ -11,9 +11,9 @@ import pytest
 from anvild.agent.permissions.policy import Mode
 from anvild.config import Config, ConfigFileError, SessionLimits, load
 from anvild.config.schema import MODES
-from anvild.daemon.root import RootTree
 from anvild.daemon.wiring import Sessions
 from anvild.session.session import MODE_ORDER
+from anvild.tree.root import RootTree
 
 
 def _load(tmp_path: Path, text: str, project: str | None = None) -> Config:

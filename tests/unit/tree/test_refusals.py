@@ -1,4 +1,4 @@
-"""`anvild.daemon.refusals`: the checks made at each Twrite say what the commit would say, and
+"""`anvild.tree.refusals`: the checks made at each Twrite say what the commit would say, and
 each domain refusal maps to the errno kind of the one table."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from anvild.beads import BeadConflict, BeadNotFound, BeadStoreError, InvalidBeadRequest
-from anvild.daemon.refusals import admit_context, admit_prompt, fs_error
 from anvild.llm.testing import script
 from anvild.mail import InvalidMessage, MailStoreError
 from anvild.mail.errors import UnknownMailbox
@@ -23,6 +22,7 @@ from anvild.session import (
     SessionNotFound,
     SessionRefused,
 )
+from anvild.tree.refusals import admit_context, admit_prompt, fs_error
 from tests.unit.session.support import running
 
 

@@ -1,4 +1,4 @@
-"""A session's `systemprompt`, `history` and `env` files (`anvild.daemon.introspection_files`)
+"""A session's `systemprompt`, `history` and `env` files (`anvild.tree.introspection`)
 over a real 9P connection: what the model and the commands are given, with no secret in them."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import pytest
 
 from anvild.agent.context.clearing import STUB_PREFIX
 from anvild.agent.context.compaction import SUMMARY_MARK
-from anvild.daemon.introspection_files import introspection_files
 from anvild.llm.testing import script
 from anvild.llm.types import Message, Role, ToolResult, converter
 from anvild.ninep import messages as m
@@ -20,8 +19,9 @@ from anvild.sandbox.bwrap import SandboxSettings, sandbox_env
 from anvild.sandbox.secrets import Redactor
 from anvild.session import roles
 from anvild.session.compaction import ContextPolicy
-from tests.unit.daemon.test_sessions_tree import Client, new_session, served
+from anvild.tree.introspection import introspection_files
 from tests.unit.session.support import settings, workspace
+from tests.unit.tree.test_sessions_tree import Client, new_session, served
 
 API_KEY = "sk-test-0123456789abcdef"
 TOKEN = "ghp_passedthroughtoken42"

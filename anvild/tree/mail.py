@@ -47,9 +47,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from anvild.daemon.refusals import fs_error
-from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import NewKey, SessionExtension, SessionTree
 from anvild.fs import (
     BodyFile,
     Command,
@@ -79,6 +76,9 @@ from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list, parse_dr
 from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError, NotFound, StorageFailed
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
+from anvild.tree.refusals import fs_error
+from anvild.tree.root import RootTree
+from anvild.tree.sessions import NewKey, SessionExtension, SessionTree
 
 __all__ = [
     "MailTree",

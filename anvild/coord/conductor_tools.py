@@ -43,7 +43,7 @@ worker only within these bounds, each refusal saying what was asked and what is 
   (it answers them with the mail tool `answer_approval`); the only other choice is `user` (the
   default: a person). A conductor can never name a third session, so it cannot hand approval
   to a session it controls in some other way. `create_bead` likewise: `approver` "me" or
-  "user". The approver is fixed at creation (`anvild.daemon.approvers`).
+  "user". The approver is fixed at creation (`anvild.coord.approvers`).
 
 Ownership. A conductor drives only the sessions it started. They are named by alias:
 `<name>.<conductor id>` (the name is the model's, or `<role><n>`), so ownership is a property of

@@ -16,8 +16,8 @@ import trio.testing
 
 from anvild.agent.tools.base import Failed, InvalidArgs, Tool, ToolContext, ToolOutput
 from anvild.beads import BeadStatus, BeadStore, ConvoyStatus
-from anvild.daemon.approvers import SessionApprovals
-from anvild.daemon.conductor_tools import BEAD_TOOL_NAMES, CONDUCTOR_TOOL_NAMES, ConductorTools
+from anvild.coord.approvers import SessionApprovals
+from anvild.coord.conductor_tools import BEAD_TOOL_NAMES, CONDUCTOR_TOOL_NAMES, ConductorTools
 from anvild.llm import stream
 from anvild.llm.testing import Pause, Script, ScriptedProvider, script
 from anvild.mail.tools import AnswerApproval

@@ -27,7 +27,7 @@
 
 Theory of operation
 -------------------
-Like the session tree (`anvild.daemon.sessions`), this tree owns no state: every file asks the
+Like the session tree (`anvild.tree.sessions`), this tree owns no state: every file asks the
 store at open (a snapshot) or calls one store verb when a ctl line is written or a body is
 clunked, and turns the store's refusal (`BeadError`, whose message says what to do) into the
 write's 9P error. The store validates and serialises; a refused write changes nothing.
@@ -48,7 +48,7 @@ exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent
 `release` makes it pending again, with `assigned_to` cleared.
 
 Approval: `approve` and `reject REASON` on a bead's ctl go through `answer` (set by the daemon
-to `anvild.daemon.bead_gates.BeadGates.answer`): when the assigned session waits on its result
+to `anvild.coord.bead_gates.BeadGates.answer`): when the assigned session waits on its result
 gate for the bead, that gate is answered too, so the session and the bead hold the same verdict.
 `approver=SESSION` on `new` (a live session's id or alias, stored as its id; default `user`)
 names the session that may approve the bead besides a person (through its `answer_approval`
@@ -79,8 +79,6 @@ from anvild.beads import (
 from anvild.beads.events import BeadOrphaned, encode_event
 from anvild.beads.model import Bead, BeadStatus, Convoy
 from anvild.beads.words import Word, split_words
-from anvild.daemon.refusals import admit_bead_change, fs_error, kind_of
-from anvild.daemon.root import RootTree
 from anvild.fs import (
     Command,
     CommandError,
@@ -96,6 +94,8 @@ from anvild.fs import (
 from anvild.ninep.backend import Node
 from anvild.ninep.errors import InvalidInput
 from anvild.session.events import SessionEvent, SessionStateChanged
+from anvild.tree.refusals import admit_bead_change, fs_error, kind_of
+from anvild.tree.root import RootTree
 
 __all__ = ["BEAD_FILES", "CONVOY_FILES", "USER", "BeadsTree"]
 

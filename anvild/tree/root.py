@@ -4,9 +4,9 @@
       ctl      write commands; `ping` answers `pong` on the same fid
       list     one line per session (none yet: sessions arrive with their own issue)
       version  the daemon's version
-      events   blocking JSON lines (`anvild.daemon.events`)
+      events   blocking JSON lines (`anvild.tree.events`)
 
-The tree is built to be extended rather than replaced: `anvild.daemon.sessions.SessionTree.mount`
+The tree is built to be extended rather than replaced: `anvild.tree.sessions.SessionTree.mount`
 adds verbs to `RootTree.commands` (`new`, `kill`), gives `RootTree.root` its dynamic children (one
 directory per session, also reachable by alias) with `Directory.set_dynamic`, adds static entries
 (`models`, `roles/`; later `beads/`, `convoys/`, `user/`), and sets `RootTree.list_sessions`.
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from anvild import __version__
-from anvild.daemon.events import DaemonEvent, Pinged, encode_event
 from anvild.fs import (
     Command,
     CommandSpec,
@@ -29,6 +28,7 @@ from anvild.fs import (
     StreamFile,
     StreamLimits,
 )
+from anvild.tree.events import DaemonEvent, Pinged, encode_event
 
 __all__ = ["RootTree"]
 

@@ -75,7 +75,7 @@ from anvild.store import PendingResult
 
 __all__ = ["SessionApprovals"]
 
-log = structlog.get_logger("anvild.daemon.approvers")
+log = structlog.get_logger("anvild.coord.approvers")
 
 
 async def _nothing(session: Session, gate: PendingResult) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from anvild.daemon.sessions import _ReaderHandle
 from anvild.fs import Directory, FsNode
 from anvild.ninep import messages as m
 from anvild.ninep.backend import Handle, OpenMode
@@ -15,6 +14,7 @@ from anvild.ninep.constants import Dialect
 from anvild.ninep.server import Server
 from anvild.ninep.testing import RawClient
 from anvild.session.stream import LineBroadcast
+from anvild.tree.sessions import _ReaderHandle
 
 
 async def test_a_read_blocks_only_when_nothing_is_buffered() -> None:

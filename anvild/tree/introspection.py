@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from anvild.agent.context.compaction import is_compacted
-from anvild.daemon.sessions import SessionExtension
 from anvild.fs import SnapshotFile
 from anvild.llm.types import Message, converter
 from anvild.ninep.backend import Node
@@ -58,6 +57,7 @@ from anvild.sandbox import FullAccess
 from anvild.sandbox.bwrap import sandbox_env
 from anvild.sandbox.secrets import is_secret_name
 from anvild.session import Session, SessionSettings
+from anvild.tree.sessions import SessionExtension
 
 SYSTEMPROMPT: Final = "systemprompt"
 HISTORY: Final = "history"

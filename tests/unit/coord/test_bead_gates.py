@@ -1,4 +1,4 @@
-"""`BeadGates` (`anvild.daemon.bead_gates`): a bead with requires_approval and its session's
+"""`BeadGates` (`anvild.coord.bead_gates`): a bead with requires_approval and its session's
 result gate, over a real `BeadStore` (git) and a real `SessionManager` (journals on disk).
 
 The daemon's restart is a second manager, store and reconciler over the same directories; a
@@ -17,7 +17,7 @@ import trio
 
 from anvild.beads import BeadConflict, BeadStatus, BeadStore, NewBead
 from anvild.beads.events import BeadEvent, BeadGate
-from anvild.daemon.bead_gates import BeadGates
+from anvild.coord.bead_gates import BeadGates
 from anvild.llm.testing import ScriptedProvider
 from anvild.session import NewSession, Session, SessionManager, SessionRefused, SessionStatus
 from anvild.session.events import SessionEvent

@@ -1,4 +1,4 @@
-"""Mail in the tree (`anvild.daemon.mail_tree`) over a real 9P connection, in-process.
+"""Mail in the tree (`anvild.tree.mail`) over a real 9P connection, in-process.
 
 A `SessionManager` over scripted providers with the mail tools, a `PostOffice` and `AutoMail`
 mounted as the daemon mounts them, driven with raw 9P messages the way `9p read`, `9p write` and
@@ -19,14 +19,6 @@ import attrs
 import trio
 import trio.testing
 
-from anvild.daemon.mail_tree import (
-    MailTree,
-    SessionPeers,
-    SessionPrompter,
-    forward_mail_events,
-)
-from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import SESSION_FILES, SessionTree, forward_events
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.mail import AutoMail, Box, MailStore, Message, MessageType, PostOffice, mail_tools
 from anvild.mail.message import MessageIds, encode
@@ -37,7 +29,16 @@ from anvild.ninep.testing import RawClient
 from anvild.session import SessionManager, chain_tools
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.store import SessionStore
-from tests.unit.daemon.test_sessions_tree import (
+from anvild.tree.mail import (
+    MailTree,
+    SessionPeers,
+    SessionPrompter,
+    forward_mail_events,
+)
+from anvild.tree.root import RootTree
+from anvild.tree.sessions import SESSION_FILES, SessionTree, forward_events
+from tests.unit.session.support import Models, file_tools, settings, target, workspace
+from tests.unit.tree.test_sessions_tree import (
     OREAD,
     OTRUNC,
     OWRITE,
@@ -46,7 +47,6 @@ from tests.unit.daemon.test_sessions_tree import (
     error_text,
     new_session,
 )
-from tests.unit.session.support import Models, file_tools, settings, target, workspace
 
 
 @attrs.frozen

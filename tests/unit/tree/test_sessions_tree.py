@@ -1,4 +1,4 @@
-"""The session tree (`anvild.daemon.sessions`) over a real 9P connection, in-process.
+"""The session tree (`anvild.tree.sessions`) over a real 9P connection, in-process.
 
 A `SessionManager` over scripted providers (tests.unit.session.support) is mounted on a
 `RootTree`, served by `anvild.ninep.Server` on trio memory streams, and driven with raw 9P
@@ -19,14 +19,6 @@ import trio
 import trio.testing
 
 from anvild.agent.permissions.policy import Mode
-from anvild.daemon.root import RootTree
-from anvild.daemon.sessions import (
-    SESSION_FILES,
-    ModelLine,
-    SessionExtension,
-    SessionTree,
-    forward_events,
-)
 from anvild.llm import stream
 from anvild.llm.testing import Pause, ScriptedProvider, Step, script
 from anvild.ninep import messages as m
@@ -37,6 +29,14 @@ from anvild.session import Session, SessionManager, SessionStatus
 from anvild.session.events import SessionEnded
 from anvild.session.roles import ROLES
 from anvild.store import PendingResult
+from anvild.tree.root import RootTree
+from anvild.tree.sessions import (
+    SESSION_FILES,
+    ModelLine,
+    SessionExtension,
+    SessionTree,
+    forward_events,
+)
 from tests.unit.session.support import Models, running, target
 
 OREAD, OWRITE, ORDWR, OTRUNC = 0, 1, 2, 0x10

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from anvild.daemon.sessions import SessionExtension
 from anvild.fs import SnapshotFile
 from anvild.ninep.backend import Node
 from anvild.session import Session
 from anvild.session.project_config import ProjectConfigs
+from anvild.tree.sessions import SessionExtension
 
 NAME = "config"
 

@@ -8,7 +8,7 @@
       list       `manager.list_text()`
       models     one line per usable model: alias provider model window key-present
       roles/     one file per role: its prompt text (the user's override if any), and
-      sandbox-roles/, scripts/: `anvild.daemon.roles_tree` (writes, create, remove there)
+      sandbox-roles/, scripts/: `anvild.tree.roles` (writes, create, remove there)
       <id>/      one directory per live session, also reachable as agent/<alias>/; removing
                  it kills the session, renaming it sets the alias (see "File verbs"):
                  ctl in out wait queue state usage cost approval role context alias model cwd
@@ -79,7 +79,7 @@ answered a result gate, before the write returns (the bead gates use it, so that
 `approve` on a session's `approval` the bead it was asked for is already completed).
 
 Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models`, `roles/`,
-`sandbox-roles/` and `scripts/` (`anvild.daemon.roles_tree`) to the
+`sandbox-roles/` and `scripts/` (`anvild.tree.roles`) to the
 root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
 `forward_events` bridges the manager's `on_event` to the root's `events` stream.
 """
@@ -91,9 +91,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import attrs
 import trio
 
-from anvild.daemon import new_args, roles_tree
-from anvild.daemon.refusals import admit_context, admit_prompt, fs_error, kind_of
-from anvild.daemon.root import RootTree
 from anvild.fs import (
     BodyFile,
     Command,
@@ -126,6 +123,10 @@ from anvild.session import roles as session_roles
 from anvild.session.events import SessionEvent, encode_event
 from anvild.session.manager import NEW_FLAGS, NEW_KEYS
 from anvild.store import PendingResult
+from anvild.tree import new_args
+from anvild.tree import roles as roles_tree
+from anvild.tree.refusals import admit_context, admit_prompt, fs_error, kind_of
+from anvild.tree.root import RootTree
 
 __all__ = [
     "SESSION_FILES",
@@ -522,7 +523,7 @@ def _session_directory(
 
 async def _run(action: Awaitable[None], name: str = "") -> None:
     """Await a supervisor call from a ctl handler (or a file verb on `name`); its refusal
-    becomes the request's error, of the kind (errno) `anvild.daemon.refusals` gives it."""
+    becomes the request's error, of the kind (errno) `anvild.tree.refusals` gives it."""
     try:
         await action
     except SessionError as exc:

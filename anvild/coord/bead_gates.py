@@ -59,7 +59,7 @@ finished by the reconciliation at the next start.
 
 An agent never approves its own work: the session refuses an answer by itself, and the board
 refuses an approval by the session the bead is assigned to. A session other than the gate's
-approver is refused by both as well (see `anvild.daemon.approvers` for the tool).
+approver is refused by both as well (see `anvild.coord.approvers` for the tool).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from anvild.store import PendingResult
 
 __all__ = ["BeadGates"]
 
-log = structlog.get_logger("anvild.daemon.bead_gates")
+log = structlog.get_logger("anvild.coord.bead_gates")
 
 B = BeadStatus
 BEAD_ACTIONS = frozenset({"complete", "approve", "reject"})

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from anvild.daemon.new_args import MAX_POSITIONAL, Vocabulary, positional_options
 from anvild.fs.ctl import Command, CommandError, CommandSpec
 from anvild.session.manager import NEW_FLAGS, NEW_KEYS
 from anvild.session.roles import ROLES
+from anvild.tree.new_args import MAX_POSITIONAL, Vocabulary, positional_options
 
 VOCAB = Vocabulary(
     {"fake": "fake", "sonnet": "anthropic", "gpt": "openai", "tester": "fake"},

@@ -1,4 +1,4 @@
-"""The bead and convoy tree (`anvild.daemon.beads_tree`) over a real 9P connection, in-process.
+"""The bead and convoy tree (`anvild.tree.beads`) over a real 9P connection, in-process.
 
 A `BeadStore` over a real git repository is mounted on a `RootTree`, served by
 `anvild.ninep.Server` on trio memory streams and driven with raw 9P messages, the way `9p rdwr`,
@@ -18,14 +18,14 @@ import trio
 import trio.testing
 
 from anvild.beads import BeadStore
-from anvild.daemon.beads_tree import BEAD_FILES, CONVOY_FILES, BeadsTree
-from anvild.daemon.root import RootTree
 from anvild.ninep import messages as m
 from anvild.ninep.constants import Dialect
 from anvild.ninep.server import Server
 from anvild.ninep.testing import RawClient
 from anvild.session.events import SessionStateChanged
-from tests.unit.daemon.test_sessions_tree import Client, dir_names, error_text
+from anvild.tree.beads import BEAD_FILES, CONVOY_FILES, BeadsTree
+from anvild.tree.root import RootTree
+from tests.unit.tree.test_sessions_tree import Client, dir_names, error_text
 
 
 class Sessions:

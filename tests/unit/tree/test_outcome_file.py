@@ -1,4 +1,4 @@
-"""A session's `outcome` file (`anvild.daemon.outcome_file`) over a real 9P connection: the
+"""A session's `outcome` file (`anvild.tree.outcome`) over a real 9P connection: the
 last turn's outcome as one line, from the records (so a restored session shows it too)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 
 from anvilctl.headless import EXIT_CODES
 from anvild.agent.events import TurnOutcome
-from anvild.daemon.outcome_file import outcome_file, outcome_line
 from anvild.llm.errors import HttpError
 from anvild.llm.testing import script
 from anvild.ninep import messages as m
 from anvild.store import TurnEnded
-from tests.unit.daemon.test_sessions_tree import new_session, served
+from anvild.tree.outcome import outcome_file, outcome_line
+from tests.unit.tree.test_sessions_tree import new_session, served
 
 BODY = '{"error": {"message": "invalid x-api-key", "type": "authentication_error"}}'
 

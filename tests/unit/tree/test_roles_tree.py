@@ -1,4 +1,4 @@
-"""`agent/roles/`, `agent/sandbox-roles/` and `agent/scripts/` (`anvild.daemon.roles_tree`) over a
+"""`agent/roles/`, `agent/sandbox-roles/` and `agent/scripts/` (`anvild.tree.roles`) over a
 real 9P connection, in-process: reads, writes checked on the Twrite, create and remove, and the
 next session using what was written."""
 
@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from anvild import data
-from anvild.daemon.roles_tree import MAX_ROLE_BYTES
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.ninep import messages as m
 from anvild.sandbox.roles import BUILTIN_DIR, BUILTIN_ROLES
 from anvild.session.roles import BUILTIN_TEXT_DIR, ROLES
-from tests.unit.daemon.test_sessions_tree import (
+from anvild.tree.roles import MAX_ROLE_BYTES
+from tests.unit.session.support import Models, target
+from tests.unit.tree.test_sessions_tree import (
     OREAD,
     OTRUNC,
     OWRITE,
@@ -22,7 +23,6 @@ from tests.unit.daemon.test_sessions_tree import (
     new_session,
     served,
 )
-from tests.unit.session.support import Models, target
 
 READ_ONLY_ROLE = b"description: Reads only.\nnetwork: false\ngit: read-only\n"
 

@@ -30,7 +30,8 @@ from anvild.store import (
     Verdict,
     read_journal,
 )
-from tests.unit.daemon.test_sessions_tree import (
+from tests.unit.session.support import Models, target
+from tests.unit.tree.test_sessions_tree import (
     SLOW,
     Client,
     dir_names,
@@ -40,7 +41,6 @@ from tests.unit.daemon.test_sessions_tree import (
     served,
     wait_state,
 )
-from tests.unit.session.support import Models, target
 
 S = SessionStatus
 

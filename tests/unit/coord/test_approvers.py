@@ -1,6 +1,6 @@
-"""Approver sessions (`anvild.daemon.approvers`): the `answer_approval` tool, bound to the
+"""Approver sessions (`anvild.coord.approvers`): the `answer_approval` tool, bound to the
 calling session, over a real `SessionManager` (journals on disk), a real `BeadStore` (git) and
-the bead gates, wired as the daemon does (`tests.unit.daemon.test_bead_gates.daemon`).
+the bead gates, wired as the daemon does (`tests.unit.coord.test_bead_gates.daemon`).
 
 Who may answer is named at creation: `new approver=` for a session's own gates, the bead's
 `approver` for a bead's gate; anyone else is refused with who may, and what to do."""
@@ -15,14 +15,14 @@ import trio
 from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.beads import BeadStatus
-from anvild.daemon.approvers import SessionApprovals, gate_digest
-from anvild.daemon.mail_tree import SessionPeers
+from anvild.coord.approvers import SessionApprovals, gate_digest
 from anvild.llm.types import ToolCall, ToolResult
 from anvild.mail import MailStore, Message, MessageType, PostOffice
 from anvild.mail.tools import AnswerApproval
 from anvild.session import InvalidSessionRequest, NewSession, Session, SessionStatus
 from anvild.store import ResultApprovalAnswered, ResultApprovalRequested, Verdict
-from tests.unit.daemon.test_bead_gates import World, daemon, gate_records, subjects, submitted
+from anvild.tree.mail import SessionPeers
+from tests.unit.coord.test_bead_gates import World, daemon, gate_records, subjects, submitted
 
 B = BeadStatus
 S = SessionStatus

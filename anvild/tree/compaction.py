@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from anvild.daemon.refusals import kind_of
-from anvild.daemon.sessions import SessionExtension
 from anvild.fs import Command, CommandSpec, SnapshotFile
 from anvild.ninep.backend import Node
 from anvild.session import Session
 from anvild.session.errors import SessionError
+from anvild.tree.refusals import kind_of
+from anvild.tree.sessions import SessionExtension
 
 NAME = "compactions"
 MAX_FOCUS_WORDS = 200
