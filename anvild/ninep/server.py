@@ -53,7 +53,7 @@ plain functions (`_now_walk`, `_now_open`/`_now_lopen`, `_now_read`, `_now_clunk
 node's synchronous twins (`Node.walk_now`, `Node.open_now`, `Handle.read_now`,
 `Handle.clunk_now`; each may answer `LATER`, having done nothing). A function cannot reach a trio
 checkpoint, so these may run in any task. When a socket connection's ``recv`` finds nothing, its
-task parks on the run's `_Poller` instead of waiting for readiness: one system task with a
+task parks on the run's `transport.Poller` instead of waiting for readiness: one system task with a
 private level-triggered epoll that, when sockets become readable, receives, answers every frame
 it can synchronously and sends the replies, for every ready connection in one wake, with the
 connection's task still parked. The first frame it cannot answer (any other request, a node that
@@ -61,7 +61,7 @@ says LATER, a tag in use, a frame to refuse) is handed back to the connection's 
 byte after it, so order is kept and everything else (tasks, Tflush, Tversion, errors, teardown)
 happens exactly as described above; so are EOF, socket errors, replies that did not fit the
 socket and more than a batch's share of frames. The poller's task exists while connections use
-it (see `_Poller`).
+it (see `transport.Poller`).
 
 I/O: on a `trio.SocketStream` the connection works on the socket itself, below trio's stream
 layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness only on EAGAIN
@@ -111,14 +111,12 @@ import inspect
 import logging
 import math
 import os
-import select
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
 import attrs
-import outcome
 import trio
 
 from anvild.ninep import messages as m
@@ -197,6 +195,7 @@ from anvild.ninep.errors import (
     errno_of,
 )
 from anvild.ninep.framing import FrameReader
+from anvild.ninep.transport import ConnectionLost, transport_for
 
 __all__ = [
     "DEFAULT_HANDSHAKE_TIMEOUT",
@@ -228,11 +227,8 @@ _REFUSE_WAIT = 1.0
 _REFUSING_MAX = 64
 _TVERSION_MAX = 1024  # bytes: a Tversion is 13 + its version string
 V9FS_MAGIC = 0x01021997
-_RECEIVE_SIZE = 65536
 # Queued reply bytes that make the receive loop send before it decodes the next frame.
 _SEND_AT = 1 << 18
-# Receives that found data at once in a row before the receive loop yields to other tasks.
-_FAIRNESS_STREAK = 16
 # Frames of one received batch answered inline before the receive loop yields to other tasks.
 _FAIRNESS_FRAMES = 128
 
@@ -508,262 +504,6 @@ def _busy_reply(tversion: m.Tversion, limit: int) -> bytes:
     return m.encode(m.Rerror(tversion.tag, ename, errno_of(TryAgain)), dialect)
 
 
-class _ConnectionLost(Exception):
-    """The peer is gone (reset, broken pipe, closed stream)."""
-
-
-class _StreamTransport:
-    """Bytes in and out over any `trio.abc.Stream` (in-memory streams in tests, TLS, ...)."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-
-    async def receive(self) -> bytes | bytearray:
-        try:
-            # A fixed size: asking for msize (up to 1 MiB) would allocate that much per call.
-            return await self.stream.receive_some(_RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _ConnectionLost(str(exc)) from exc
-
-    async def send(self, data: bytes) -> None:
-        try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _ConnectionLost(str(exc)) from exc
-
-    def detach(self) -> None:
-        pass
-
-
-class _SocketTransport:
-    """Bytes in and out of a `trio.SocketStream`'s socket, below trio's stream layer.
-
-    The socket is already non-blocking (trio made it so). `receive` and `send` try the system
-    call first and wait for readiness only on EAGAIN, so a request whose bytes have arrived and
-    a reply that fits the socket buffer cost no scheduler pass. When `receive` finds nothing and
-    the connection may be served without its task (see `_Poller`), it parks the task on the
-    shared poller instead of waiting for readiness itself. The trio stream keeps owning the file
-    descriptor: this object shares it and is detached before the stream closes it.
-    """
-
-    def __init__(self, fd: int, conn: _Connection) -> None:
-        self.sock = socket.socket(fileno=fd)
-        self.sock.setblocking(False)
-        self.conn = conn
-        self.poller: _Poller | None = None
-        self._on_its_own = False  # the poller could not watch this socket
-        self._streak = 0
-
-    async def receive(self) -> bytes | None:
-        """Received bytes (b"" at EOF), or None: the poller answered requests and hands the
-        connection back with replies still to send."""
-        sock = self.sock
-        while True:
-            try:
-                data = sock.recv(_RECEIVE_SIZE)
-            except BlockingIOError:
-                self._streak = 0
-                if self.conn._now and not self._on_its_own:
-                    if self.poller is None:
-                        self.poller = _Poller.attach()
-                    try:
-                        return await self.poller.park(self.conn, sock)
-                    except _NotParked:
-                        self._on_its_own = True
-                        continue
-                await trio.lowlevel.wait_readable(sock)
-                continue
-            except OSError as exc:
-                raise _ConnectionLost(str(exc)) from exc
-            self._streak += 1
-            if self._streak >= _FAIRNESS_STREAK:
-                # A client that keeps the socket full must not starve the other connections.
-                self._streak = 0
-                await trio.lowlevel.checkpoint()
-            return data
-
-    async def send(self, data: bytes) -> None:
-        sock = self.sock
-        view: memoryview | bytes = data
-        while True:
-            try:
-                sent = sock.send(view)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                raise _ConnectionLost(str(exc)) from exc
-            if sent == len(view):
-                return
-            view = memoryview(view)[sent:]
-            await trio.lowlevel.wait_writable(sock)
-
-    def detach(self) -> None:
-        if self.poller is not None:
-            self.poller.detach()
-            self.poller = None
-        self.sock.detach()
-
-
-class _NotParked(Exception):
-    """The poller could not take the connection; its task waits for readiness itself."""
-
-
-_POLLER: trio.lowlevel.RunVar[_Poller] = trio.lowlevel.RunVar("anvild.ninep.poller")
-
-
-class _Poller:
-    """Serves the fast requests of every idle connection of this trio run from one task.
-
-    A connection whose socket is empty parks its task here (`park`) instead of waiting for
-    readiness itself; the poller owns a private level-triggered epoll in which parked sockets
-    are registered, and one system task that waits (`wait_readable`) on that epoll. When it
-    wakes, it serves every ready connection in turn, synchronously: one ``recv``, then each
-    complete frame through `_Connection.answer_now` (the ``*_now`` node calls, which cannot
-    reach a checkpoint, so running them outside the connection's task is safe), then one ``send``
-    of the replies. The connection's task stays parked through all of it: a small request costs
-    no task switch, no EPOLLONESHOT re-arm and no failed ``recv``, and one wake of the poller
-    serves every connection that is ready.
-
-    The poller hands the connection back to its task (unregisters the socket and reschedules
-    the task with what is left) as soon as anything needs more than that: a frame `answer_now`
-    declines (any other request, a node that answers LATER, a tag in use, ...) together with
-    every byte after it, so per-connection order is kept; EOF or a socket error; replies that
-    did not fit the socket buffer, or another task of the connection sending (backpressure);
-    more than a batch's share of frames (fairness). The task then does exactly what it did
-    before the poller existed and parks again when its socket is empty.
-
-    A connection attaches at its first park and detaches when it ends; the system task exits
-    (and the epoll is closed) when no connection is attached, so nothing outlives the
-    connections. A cancelled parked task (shutdown, a failed send) unregisters its socket.
-    """
-
-    def __init__(self) -> None:
-        self._epoll: select.epoll | None = None
-        self._users = 0
-        self._running = False
-        self._scope: trio.CancelScope | None = None
-        self._parked: dict[int, tuple[_Connection, socket.socket, trio.lowlevel.Task]] = {}
-
-    @staticmethod
-    def attach() -> _Poller:
-        try:
-            poller = _POLLER.get()
-        except LookupError:
-            poller = _Poller()
-            _POLLER.set(poller)
-        poller._users += 1
-        if not poller._running:
-            if poller._epoll is None:
-                poller._epoll = select.epoll()
-            poller._running = True
-            trio.lowlevel.spawn_system_task(poller._run, name="anvild.ninep.poller")
-        return poller
-
-    def detach(self) -> None:
-        self._users -= 1
-        if not self._users and self._scope is not None:
-            self._scope.cancel()
-
-    async def park(self, conn: _Connection, sock: socket.socket) -> bytes | None:
-        """Wait until the poller hands this connection back; returns what its task must
-        process (as `_SocketTransport.receive`)."""
-        assert self._epoll is not None
-        fd = sock.fileno()
-        try:
-            self._epoll.register(fd, select.EPOLLIN)
-        except OSError as exc:  # e.g. ENOSPC: fs.epoll.max_user_watches
-            log.warning(
-                "9p %s: the poller cannot watch this connection (%s); it waits on its own",
-                conn.peer,
-                exc,
-            )
-            raise _NotParked from exc
-        self._parked[fd] = (conn, sock, trio.lowlevel.current_task())
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            self._unpark(fd)
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        result: bytes | None = await trio.lowlevel.wait_task_rescheduled(abort)
-        return result
-
-    def _unpark(self, fd: int) -> None:
-        del self._parked[fd]
-        if self._epoll is not None:
-            self._epoll.unregister(fd)
-
-    def _hand_back(self, fd: int, task: trio.lowlevel.Task, result: outcome.Outcome[Any]) -> None:
-        self._unpark(fd)
-        trio.lowlevel.reschedule(task, result)
-
-    async def _run(self) -> None:
-        epoll = self._epoll
-        assert epoll is not None
-        parked = self._parked
-        restart = False
-        try:
-            with trio.CancelScope() as self._scope:  # cancelled when the last connection ends
-                while True:
-                    await trio.lowlevel.wait_readable(epoll)
-                    # Serve what is ready, and look again before going back to trio: the next
-                    # requests have usually arrived while these replies were being sent (a
-                    # loopback send runs the receiver, and a client on the other core answers
-                    # at once), and finding them here costs no sleep and no wakeup. Bounded,
-                    # so that the other tasks get their turn.
-                    for _ in range(_FAIRNESS_STREAK):
-                        events = epoll.poll(0)
-                        if not events:
-                            break
-                        for fd, _ in events:
-                            conn = parked.get(fd)
-                            if conn is not None:
-                                self._serve(fd, *conn)
-            # No checkpoint from here on: a connection that attached after the cancel (it found
-            # this task still running) gets a new task.
-            restart = self._users > 0
-        finally:
-            self._scope = None
-            if restart:
-                trio.lowlevel.spawn_system_task(self._run, name="anvild.ninep.poller")
-            else:
-                self._running = False
-                self._epoll = None
-                epoll.close()
-
-    def _serve(
-        self, fd: int, conn: _Connection, sock: socket.socket, task: trio.lowlevel.Task
-    ) -> None:
-        try:
-            data = sock.recv(_RECEIVE_SIZE)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            self._hand_back(fd, task, outcome.Error(_ConnectionLost(str(exc))))
-            return
-        if not data:
-            self._hand_back(fd, task, outcome.Value(b""))
-            return
-        try:
-            keep, rest = conn.serve_now(data, sock)
-        except Exception:
-            log.exception("9p %s: internal error in the poller; closing the connection", conn.peer)
-            self._hand_back(fd, task, outcome.Error(_ConnectionLost("internal error")))
-            return
-        if not keep:
-            self._hand_back(fd, task, outcome.Value(rest))
-
-
-def _transport(stream: trio.abc.Stream, conn: _Connection) -> _StreamTransport | _SocketTransport:
-    if type(stream) is trio.SocketStream:
-        try:
-            fd = stream.socket.fileno()
-            if fd >= 0:
-                return _SocketTransport(fd, conn)
-        except (OSError, ValueError):  # pragma: no cover - a closed or unusual socket
-            pass
-    return _StreamTransport(stream)
-
-
 class _Connection:
     def __init__(
         self,
@@ -774,7 +514,7 @@ class _Connection:
     ) -> None:
         self.server = server
         self.stream = stream
-        self.transport = _transport(stream, self)
+        self.transport = transport_for(stream, self)
         self.check_attach = check_attach
         self.peer = peer or "?"
         self.dialect: Dialect | None = None
@@ -848,6 +588,11 @@ class _Connection:
             m.Tunlinkat: always,
         }
 
+    @property
+    def parkable(self) -> bool:
+        """The shared poller may serve this connection once its dialect is negotiated."""
+        return bool(self._now)
+
     # --- the connection's lifetime -------------------------------------------------------------
 
     async def run(self) -> None:
@@ -877,7 +622,7 @@ class _Connection:
         while True:
             try:
                 data = await transport.receive()
-            except _ConnectionLost as exc:
+            except ConnectionLost as exc:
                 log.debug("9p %s: connection lost: %s", self.peer, exc)
                 return
             if data is None:  # the poller answered what came in; its replies are queued
@@ -1201,7 +946,7 @@ class _Connection:
         return table
 
     def serve_now(self, data: bytes, sock: socket.socket) -> tuple[bool, bytes | None]:
-        """The poller's part (see `_Poller`): answer the frames in ``data`` and send the replies
+        """The poller's part: answer the frames in ``data`` and send the replies
         without waiting. Returns (True, None) when all is done and the connection stays with
         the poller; else (False, what the connection's task must process: the first frame
         not answered and everything after it, or None when only replies are left to send)."""
@@ -1424,7 +1169,7 @@ class _Connection:
             while self._out:
                 out, self._out, self._out_bytes = self._out, [], 0
                 await self.transport.send(out[0] if len(out) == 1 else b"".join(out))
-        except _ConnectionLost as exc:
+        except ConnectionLost as exc:
             log.debug("9p %s: cannot send: %s", self.peer, exc)
             self._out.clear()
             self._out_bytes = 0

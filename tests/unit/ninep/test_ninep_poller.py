@@ -22,7 +22,7 @@ import trio
 import trio.testing
 
 from anvild.ninep import messages as m
-from anvild.ninep import server as server_module
+from anvild.ninep import transport as server_module
 from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode
 from anvild.ninep.constants import OREAD, Dialect
 from anvild.ninep.server import Server
