@@ -1,111 +1,23 @@
-"""The trio 9P server: one connection at a time over any `trio.abc.Stream`.
+"""The trio 9P server: `Server.serve(stream)` serves one 9P2000/.u/.L connection until it ends.
 
-Theory of operation
--------------------
-`Server` holds what is shared (the root factory, limits, counters); `Server.serve(stream)`
-runs one connection until EOF or a protocol error. Each connection owns:
-
-* a `FrameReader` (sans-IO framing bounded by msize) and the negotiated dialect;
-* a fid table: fid -> `_Fid` (the walked path from the attach root, plus open state: a node
-  `Handle`, or a directory-read snapshot);
-* a tag table: tag -> `_Request` (its trio cancel scope and a "done" event).
-
-The receive loop decodes frames in order and splits requests in two (the fast path):
-
-* **Inline** — every request that cannot wait for anything outside itself is answered in the
-  receive loop, before the next frame is decoded, with no task and no cancel scope: Tversion,
-  Tauth, Tattach, Twalk, Tstat, Tgetattr, Tstatfs, directory reads, Treaddir, the lock and xattr
-  refusals, Topen/Tlopen of a node whose ``open_blocks`` is False, and Tread/Twrite/Tclunk of a
-  handle whose ``read_blocks``/``write_blocks``/``clunk_blocks`` is False (a snapshot read, a
-  body write into memory, a clunk that only drops a cursor), plus every error found before a
-  node is called (unknown fid, fid not open, ...). Node lookups (``walk``, ``list``) are inline
-  too: the `Node` contract says they never wait for another request.
-* **In a task** — everything that may block (a stream read waiting for data, a ctl write running
-  a command, a clunk committing a body, create/remove/wstat/setattr/rename, Tflush itself) runs
-  in its own task in the connection's nursery, with its cancel scope in the tag table, so
-  several tags can be outstanding and a blocked read never stalls the connection (intro(5)).
-
-Why this keeps flush(5): a Tflush names a request the client sent earlier. An inline request was
-answered before the Tflush was even decoded, so it is no longer outstanding: the Tflush gets its
-Rflush, after that reply, which is exactly what flush(5) prescribes for a request that already
-took effect. A request in a task is outstanding until its reply is queued; Tflush (always a task)
-cancels its scope and waits for it to finish: a request blocked in a read is cancelled and its
-reply never sent, one that completed before the cancellation reached a checkpoint still sends
-its reply, and the Rflush always follows it. Tversion stays inline (version(5): it aborts all
-outstanding I/O and frees every fid before the reply).
-
-The hot path: the requests of a small operation (Twalk, Topen/Tlopen, Tread, Tclunk) go from
-the frame's bytes to the reply's bytes with precompiled `struct`s, calling the same checks and
-node methods as their handlers (`_walk_qids`, `_open_qid`/`_lopen_qid`, `_open_fid`) but without
-building message objects or passing through `_dispatch`. Each hot method declines, before it
-has changed anything, whenever the generic path has something to decide: a tag in use (or
-NOTAG, or the outstanding-request limit), an unknown fid, a call that may block (it needs a
-task), a frame of an unusual length or with a name that is not UTF-8; `_dispatch` then handles
-the frame exactly as it would have. Errors raised by the checks or the node get the same reply
-as on the generic path (a unit test replays every branch through the synchronous path below,
-the async hot path and `_dispatch`, and compares the bytes). In the connection's task each hot
-method first tries its synchronous twin (below), then the node's async call.
-A received batch that is exactly one whole frame (one request outstanding: the usual case) is
-answered without going through the `FrameReader`.
-
-The synchronous hot path and the shared poller: the same four requests can also be answered by
-plain functions (`_now_walk`, `_now_open`/`_now_lopen`, `_now_read`, `_now_clunk`) that call the
-node's synchronous twins (`Node.walk_now`, `Node.open_now`, `Handle.read_now`,
-`Handle.clunk_now`; each may answer `LATER`, having done nothing). A function cannot reach a trio
-checkpoint, so these may run in any task. When a socket connection's ``recv`` finds nothing, its
-task parks on the run's `transport.Poller` instead of waiting for readiness: one system task with a
-private level-triggered epoll that, when sockets become readable, receives, answers every frame
-it can synchronously and sends the replies, for every ready connection in one wake, with the
-connection's task still parked. The first frame it cannot answer (any other request, a node that
-says LATER, a tag in use, a frame to refuse) is handed back to the connection's task with every
-byte after it, so order is kept and everything else (tasks, Tflush, Tversion, errors, teardown)
-happens exactly as described above; so are EOF, socket errors, replies that did not fit the
-socket and more than a batch's share of frames. The poller's task exists while connections use
-it (see `transport.Poller`).
-
-I/O: on a `trio.SocketStream` the connection works on the socket itself, below trio's stream
-layer: it tries the non-blocking ``recv``/``send`` first and waits for readiness only on EAGAIN
-(every received batch of frames costs one ``recv``, and at most one scheduler pass when the
-socket is empty), or parks on the poller. Replies are queued in order as they are produced
-and the replies of one received batch go out in one ``send``; one task at a time sends, and the
-receive loop waits until the queue is drained before reading more (backpressure). Any other
-`trio.abc.Stream` (in-memory streams in tests) goes through ``receive_some``/``send_all`` with
-the same queue. A request's tag is freed when its reply is queued, before the client can see
-the reply and reuse the tag.
-
-"Library validates, handler decides" (plan9port lib9p `srv.c`): before a node is called, the
-server checks the fid exists and is (not) open, the open mode against the node's permission bits
-(open(5)), the name of a walk/create, offsets of directory reads (read(5): 0 or the end of the
-previous read) and Treaddir cookies, counts against msize, and that a non-empty write is never
-answered with 0 (plan9port's `9p` loops forever on that). Directory reads are done here from
-`Node.list()`; a read never splits an entry.
-
-Dialects: 9P2000 errors are Rerror(message); 9P2000.u adds the errno; 9P2000.L sends
-Rlerror(errno); each refusal is a kind whose errno is in `anvild.ninep.errors.ERRNO`. Tauth
-always fails ("authentication not required"; 9P2000.L: ENOENT, which diod's tools require).
-Walks from an open fid are refused in 9P2000/.u (walk(5)) and allowed in .L, where diod's tools
-walk `.` and `..` from an open directory. `.` and `..` are resolved here from
-the fid's path; `..` of the root is the root (intro(5)).
-
-Teardown: at EOF (plan9port's `9p` never clunks its root fid), after a protocol error, or on a
-second Tversion, in-flight requests are cancelled and every fid is dropped; open handles get
-`Handle.abort()` (shielded, bounded by a timeout). `statistics()` reports connections, fids, open
-handles and in-flight requests so tests can check nothing leaks.
-
-A malformed frame, or one larger than msize, closes the connection with a logged reason. A node
-that raises something other than `FsError` is a bug: it is logged with its traceback and the
-client gets EIO "internal error", and the connection keeps going. Every reply is queued by
-`_queue` (the fast paths' packed frames are bounded by construction), where an Rerror too long
-for msize is cut with a marker (`messages.fit_ename`) and its full text logged at warning.
-
-Limits (each refusal names its setting and what to do): a handshake deadline (`Server.serve`),
-``max_connections`` at once, and per connection ``max_fids`` (EMFILE) and ``max_outstanding``
-requests in tasks (EAGAIN; a Tflush has a reserve of the same size, so a client at the limit can
-flush). The fast paths share these checks (`_tag_refused`, `_new_fid`).
+A connection owns a fid table (fid -> `_Fid`), a tag table (tag -> `_Request`: the requests
+running in tasks) and a queue of reply frames, sent in order by one task at a time. Every request
+goes through one table, `_OPS` (message class -> `_Op`), and one decision (`_Connection._try_now`):
+the op's `now` handler checks the request and answers it without waiting, or returns INLINE
+(its async `later` handler is awaited in the receive loop: it never waits for another request)
+or TASK (`later` runs in a task of its own whose cancel scope Tflush cancels, flush(5)). A `now`
+that defers has changed nothing, so the shared poller (`anvild.ninep.transport.Poller`) calls
+the same `now` from outside the connection's task and hands deferred frames back to it, in
+order. Twalk, Topen/Tlopen, Tread and Tclunk are unpacked from the frame's bytes and answered
+with packed bytes (`_hot_table`); every other frame goes through the codec (`_dispatch`).
+Invariants: a request's tag is freed before its reply is queued; an inline request is answered
+before the next frame is decoded; fids, open modes, offsets and counts are checked before a node
+is called; a node's non-`FsError` exception is logged and answered EIO, and the connection goes on.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
 import inspect
 import logging
@@ -229,27 +141,34 @@ _TVERSION_MAX = 1024  # bytes: a Tversion is 13 + its version string
 V9FS_MAGIC = 0x01021997
 # Queued reply bytes that make the receive loop send before it decodes the next frame.
 _SEND_AT = 1 << 18
-# Frames of one received batch answered inline before the receive loop yields to other tasks.
+# Frames of one received batch answered before the receive loop yields to other tasks.
 _FAIRNESS_FRAMES = 128
-
-# The hot path's frame layouts (see "The hot path" in the module docstring).
-_TWALK = struct.Struct("<IBHIIH")
-_RWALK = struct.Struct("<IBHH")
-_QID = struct.Struct("<BIQ")
-_TLOPEN = struct.Struct("<IBHII")
-_TOPEN = struct.Struct("<IBHIB")
-_ROPEN = struct.Struct("<IBHBIQI")  # Ropen and Rlopen: qid[13] iounit[4]
-_TREAD = struct.Struct("<IBHIQI")
-_RREAD = struct.Struct("<IBHI")
-_TCLUNK = struct.Struct("<IBHI")
-_RCLUNK = struct.Struct("<IBH")
-_RCLUNK_SIZE = _RCLUNK.size
 _SIZE = struct.Struct("<I")
+
+# --- frames without the codec (the hot table's requests and their replies) ---------------------
+
+Unpack: TypeAlias = Callable[[bytes], "tuple[Any, ...] | None"]
+
+
+def _fixed(body: str) -> Unpack:
+    """An unpacker of a fixed-layout request: its body fields after size[4] type[1], tag first,
+    or None when the frame's length is not the layout's (the codec then says what is wrong)."""
+    layout = struct.Struct("<" + body)
+    size = 5 + layout.size
+    unpack_from = layout.unpack_from
+
+    def unpack(frame: bytes) -> tuple[Any, ...] | None:
+        return unpack_from(frame, 5) if len(frame) == size else None
+
+    return unpack
+
+
+_TWALK = struct.Struct("<IBHIIH")
 
 
 def _twalk_fields(frame: bytes) -> tuple[int, int, int, list[str]] | None:
-    """A Twalk frame's tag, fid, newfid and names, or None when the frame is not a well-formed
-    walk of at most MAXWELEM names (the generic path then answers it with the codec's error)."""
+    """A Twalk's tag, fid, newfid and names, or None when the frame is not a well-formed walk
+    of at most MAXWELEM names (the codec then says what is wrong)."""
     length = len(frame)
     if length < _TWALK.size:
         return None
@@ -270,12 +189,22 @@ def _twalk_fields(frame: bytes) -> tuple[int, int, int, list[str]] | None:
     return (tag, fid, newfid, names) if pos == length else None
 
 
-def _rwalk_bytes(tag: int, qids: Sequence[m.Qid]) -> bytes:
-    """An Rwalk reply packed directly (the same bytes as the codec's)."""
-    k = len(qids)
-    return _RWALK.pack(_RWALK.size + 13 * k, m.Rwalk.TYPE, tag, k) + b"".join(
-        [_QID.pack(q.type, q.version, q.path) for q in qids]
-    )
+_RWALK = struct.Struct("<IBHH")
+_QID = struct.Struct("<BIQ")
+_ROPEN = struct.Struct("<IBHBIQI")  # Ropen and Rlopen: qid[13] iounit[4]
+_RREAD = struct.Struct("<IBHI")
+_RCLUNK = struct.Struct("<IBH")
+
+Reply: TypeAlias = "m.Message | bytes"  # bytes: a reply frame its handler packed itself
+
+
+def _rwalk(tag: int, qids: Sequence[m.Qid]) -> Reply:
+    try:
+        return _RWALK.pack(_RWALK.size + 13 * len(qids), m.Rwalk.TYPE, tag, len(qids)) + b"".join(
+            [_QID.pack(q.type, q.version, q.path) for q in qids]
+        )
+    except struct.error:
+        return m.Rwalk(tag, tuple(qids))  # out-of-range qid fields: the codec says what
 
 
 _HEADER_SIZE = m.HEADER_SIZE
@@ -352,6 +281,45 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+class _Defer(enum.Enum):
+    """A `now` handler's answer when it cannot reply without waiting; it has changed nothing."""
+
+    INLINE = "await the op's `later` in the receive loop: it never waits for another request"
+    TASK = "run the op's `later` in a task of its own, with a cancel scope Tflush can cancel"
+
+
+INLINE = _Defer.INLINE
+TASK = _Defer.TASK
+
+
+def _whole(msg: m.Message) -> tuple[Any, ...]:
+    return (msg,)
+
+
+@attrs.frozen
+class _Op:
+    """How one request type is answered (see the module docstring).
+
+    ``now(conn, *args)`` returns the reply or a `_Defer`; ``later(conn, *args)`` is its async
+    form. ``args`` makes the handlers' arguments from a decoded message; ``unpack``, for the
+    hot table, makes the same arguments (tag first) from the frame's bytes.
+    """
+
+    name: str
+    now: Callable[..., Reply | _Defer]
+    later: Callable[..., Awaitable[Reply]] | None = None
+    args: Callable[[Any], tuple[Any, ...]] = _whole
+    unpack: Unpack | None = None
+
+
+def _in_task(conn: _Connection, msg: m.Message) -> _Defer:
+    return TASK
+
+
+def _inline(conn: _Connection, msg: m.Message) -> _Defer:
+    return INLINE
 
 
 class Server:
@@ -530,68 +498,14 @@ class _Connection:
         self._out_bytes = 0
         self._sending = False
         self._drained: trio.Event | None = None
-        # Message type byte -> hot-path method (set by Tversion for the negotiated dialect).
-        self._hot: dict[int, Callable[[bytes], Awaitable[bool]]] = {}
-        self._now: dict[int, Callable[[bytes], bool]] = {}
-        self._handlers: dict[type[m.Message], Callable[[Any], Awaitable[m.Message]]] = {
-            m.Tflush: self._flush,
-            m.Tauth: self._auth,
-            m.Tattach: self._attach,
-            m.Twalk: self._walk,
-            m.Topen: self._open,
-            m.Tcreate: self._create,
-            m.Tread: self._read,
-            m.Twrite: self._write,
-            m.Tclunk: self._clunk,
-            m.Tremove: self._remove,
-            m.Tstat: self._stat,
-            m.Twstat: self._wstat,
-            m.Tstatfs: self._statfs,
-            m.Tlopen: self._lopen,
-            m.Tlcreate: self._lcreate,
-            m.Tsymlink: self._refuse_link,
-            m.Tmknod: self._refuse_link,
-            m.Tlink: self._refuse_link,
-            m.Trename: self._rename,
-            m.Trenameat: self._renameat,
-            m.Treadlink: self._readlink,
-            m.Tgetattr: self._getattr,
-            m.Tsetattr: self._setattr,
-            m.Txattrwalk: self._xattr,
-            m.Txattrcreate: self._xattr,
-            m.Treaddir: self._readdir,
-            m.Tfsync: self._fsync,
-            m.Tlock: self._lock,
-            m.Tgetlock: self._getlock,
-            m.Tmkdir: self._mkdir,
-            m.Tunlinkat: self._unlinkat,
-        }
-        # Which requests may wait (see "Theory of operation"); every other one is inline.
-        always: Callable[[Any], bool] = lambda msg: True  # noqa: E731
-        self._may_block: dict[type[m.Message], Callable[[Any], bool]] = {
-            # Rare, and it may wait for the flushed request; a task keeps two Tflushes that name
-            # each other (sent in one write) from both being answered.
-            m.Tflush: always,
-            m.Tread: self._read_blocks,
-            m.Twrite: self._write_blocks,
-            m.Tclunk: self._clunk_blocks,
-            m.Topen: self._open_blocks,
-            m.Tlopen: self._open_blocks,
-            m.Tcreate: always,
-            m.Tlcreate: always,
-            m.Tmkdir: always,
-            m.Tremove: always,
-            m.Twstat: always,
-            m.Tsetattr: always,
-            m.Trename: always,
-            m.Trenameat: always,
-            m.Tunlinkat: always,
-        }
+        # Type byte -> (op, unpack) of the negotiated dialect's hot requests (set by Tversion).
+        self._hot: dict[int, tuple[_Op, Unpack]] = {}
+        self._max_outstanding = server.max_outstanding
 
     @property
     def parkable(self) -> bool:
         """The shared poller may serve this connection once its dialect is negotiated."""
-        return bool(self._now)
+        return self.dialect is not None
 
     # --- the connection's lifetime -------------------------------------------------------------
 
@@ -631,126 +545,146 @@ class _Connection:
             if not data:
                 log.debug("9p %s: EOF", self.peer)
                 return
-            if (
-                type(data) is bytes
-                and not reader.buffered
-                and _HEADER_SIZE <= len(data) == _SIZE.unpack_from(data)[0] <= reader.max_size
-            ):
-                # Exactly one whole frame (one request outstanding: the usual case): answer
-                # it without copying it through the frame reader.
-                try:
-                    hot = self._hot.get(data[4])
-                    if hot is None or not await hot(data):
-                        await self._dispatch(data)
-                except ProtocolError as exc:
-                    log.warning("9p %s: closing the connection: %s", self.peer, exc)
-                    await self._send_queued(wait=True)
-                    return
-                await self._send_queued(wait=True)
-                continue
-            reader.feed(data)
             try:
-                frames = 0
-                while (frame := reader.next_frame()) is not None:
-                    hot = self._hot.get(frame[4])
-                    if hot is None or not await hot(frame):
-                        await self._dispatch(frame)
-                    frames += 1
-                    if self._out_bytes >= _SEND_AT:
-                        await self._send_queued(wait=True)
-                    elif frames % _FAIRNESS_FRAMES == 0:
-                        # 64 KiB of tiny inline requests must not stall the other connections.
-                        await trio.lowlevel.checkpoint()
+                if (
+                    type(data) is bytes
+                    and not reader.buffered
+                    and _HEADER_SIZE <= len(data) == _SIZE.unpack_from(data)[0] <= reader.max_size
+                ):
+                    # Exactly one whole frame (one request outstanding: the usual case): no
+                    # copy through the frame reader.
+                    hot = self._hot.get(data[4])
+                    if hot is None or (args := hot[1](data)) is None:
+                        await self._dispatch(data)
+                    elif (defer := self._try_now(args[0], hot[0], args)) is not None:
+                        await self._later(args[0], hot[0], args, defer)
+                else:
+                    reader.feed(data)
+                    frames = 0
+                    while (frame := reader.next_frame()) is not None:
+                        hot = self._hot.get(frame[4])
+                        if hot is None or (args := hot[1](frame)) is None:
+                            await self._dispatch(frame)
+                        elif (defer := self._try_now(args[0], hot[0], args)) is not None:
+                            await self._later(args[0], hot[0], args, defer)
+                        frames += 1
+                        if self._out_bytes >= _SEND_AT:
+                            await self._send_queued(wait=True)
+                        elif frames % _FAIRNESS_FRAMES == 0:
+                            # 64 KiB of tiny inline requests must not stall other connections.
+                            await trio.lowlevel.checkpoint()
             except ProtocolError as exc:
                 log.warning("9p %s: closing the connection: %s", self.peer, exc)
                 await self._send_queued(wait=True)
                 return
-            # One send for every reply this batch of frames produced; and wait until the peer
-            # takes them before reading more (backpressure: a client that never reads its
-            # replies cannot make us buffer without bound).
+            # One send for every reply this batch produced, and wait until the peer takes them
+            # before reading more (backpressure: a client that never reads cannot make us
+            # buffer without bound).
             await self._send_queued(wait=True)
 
+    # --- dispatch: one table, one decision -------------------------------------------------------
+
     async def _dispatch(self, frame: bytes) -> None:
+        """A frame through the codec: every request not in the hot table, and any frame the hot
+        table's unpacker declines (the codec then names what is wrong)."""
         try:
             msg = m.decode(frame, self.dialect or Dialect.P9P2000)
         except UnknownMessageError as exc:
             self._fail(exc.tag, str(exc), NotSupported)
             return
-        cls = type(msg)
-        if cls is m.Tversion:
-            await self._version(msg)  # type: ignore[arg-type]
+        if type(msg) is m.Tversion:
+            await self._version(msg)
             return
         tag = msg.tag
         if self.dialect is None:
             self._fail(tag, "the first message must be Tversion", NotInProtocol)
             return
-        handler = self._handlers.get(cls)
-        if handler is None and not cls.__name__.startswith("T"):
-            name = cls.__name__
+        op = _OPS.get(type(msg))
+        if op is None:
+            name = type(msg).__name__
             self._fail(tag, f"{name} is a reply; a client sends T-messages", NotInProtocol)
             return
-        if tag in self.tags or tag == NOTAG:
+        args = op.args(msg)
+        defer = self._try_now(tag, op, args)
+        if defer is not None:
+            await self._later(tag, op, args, defer)
+
+    def _try_now(self, tag: int, op: _Op, args: tuple[Any, ...]) -> _Defer | None:
+        """A request up to where it would wait: its tag is refused, or ``op.now`` answers it
+        (the reply is queued: None), or says how ``op.later`` must run (nothing has changed).
+        Plain code, no checkpoint: the poller calls it from outside the connection's task."""
+        tags = self.tags
+        unusual = tag in tags or tag == NOTAG or len(tags) >= self._max_outstanding
+        if unusual and self._refused(tag, op):
+            return None
+        try:
+            reply = op.now(self, *args)
+        except Exception as exc:
+            self._put_error(op.name, tag, exc)
+            return None
+        if type(reply) is bytes:  # packed by its handler: fits msize by construction
+            self._out.append(reply)
+            self._out_bytes += len(reply)
+            return None
+        if isinstance(reply, _Defer):
+            return reply
+        self._put_reply(reply)
+        return None
+
+    def _refused(self, tag: int, op: _Op) -> bool:
+        """Refuse a request whose tag is in use, or one over the outstanding-request limit."""
+        tags = self.tags
+        if tag in tags or tag == NOTAG:
             self._fail(tag, f"tag {tag} is already in use by an outstanding request", TagInUse)
-            return
-        limit = self.server.max_outstanding
+            return True
+        limit = self._max_outstanding
         # A client at the limit must still be able to flush (the refusal tells it to): Tflush
         # has a reserve of its own, so the task count stays bounded.
-        if len(self.tags) >= (2 * limit if cls is m.Tflush else limit):
+        if op.name != "Tflush" or len(tags) >= 2 * limit:
             self._fail(
                 tag,
                 f"too many outstanding requests on this connection (limit {limit}, "
                 "max_outstanding); wait for replies or flush some",
                 TryAgain,
             )
-            return
-        may_block = self._may_block.get(cls)
-        if handler is None:
-            self._queue(await self._answer(handler, msg))
-            return
-        if may_block is None or not may_block(msg):
-            # Inline: answered before the next frame is even decoded (no task, no scope). The
-            # same as `_answer`, spelled out: this is the path of almost every request.
+            return True
+        return False
+
+    async def _later(self, tag: int, op: _Op, args: tuple[Any, ...], defer: _Defer) -> None:
+        """What `_try_now` deferred: await ``op.later`` in the receive loop, or start its task."""
+        later = op.later
+        assert later is not None, f"{op.name}: a `now` that defers needs a `later`"
+        if defer is INLINE:
             try:
-                reply = await handler(msg)
-            except FsError as exc:
-                reply = self._error_reply(tag, exc)
-            except Exception:
-                reply = self._internal_error_reply(msg)
-            self._queue(reply)
+                reply = await later(self, *args)
+            except Exception as exc:
+                self._put_error(op.name, tag, exc)
+                return
+            self._put_reply(reply)
             return
         req = _Request(tag)
         self.tags[tag] = req
         self.server._requests += 1
         assert self.nursery is not None
-        self.nursery.start_soon(self._run_request, req, handler, msg)
-
-    async def _answer(
-        self, handler: Callable[[Any], Awaitable[m.Message]] | None, msg: m.Message
-    ) -> m.Message:
-        try:
-            if handler is None:
-                raise NotSupported(f"{type(msg).__name__} is not supported by this server")
-            return await handler(msg)
-        except FsError as exc:
-            return self._error_reply(msg.tag, exc)
-        except Exception:
-            return self._internal_error_reply(msg)
-
-    def _internal_error_reply(self, msg: m.Message) -> m.Message:
-        return self._internal_error_for(type(msg).__name__, msg.tag)
-
-    def _internal_error_for(self, name: str, tag: int) -> m.Message:
-        log.exception("9p %s: internal error handling %s (tag %d)", self.peer, name, tag)
-        return self._error_reply(tag, _internal_error())
+        self.nursery.start_soon(self._run_request, req, op.name, later, args)
 
     async def _run_request(
-        self, req: _Request, handler: Callable[[Any], Awaitable[m.Message]], msg: m.Message
+        self,
+        req: _Request,
+        name: str,
+        later: Callable[..., Awaitable[Reply]],
+        args: tuple[Any, ...],
     ) -> None:
         try:
+            reply: Reply | None = None
             with req.scope:
-                reply = await self._answer(handler, msg)
-            if not req.scope.cancelled_caught:  # flushed (flush(5)): the reply is never sent
-                self._queue(reply, req)
+                try:
+                    reply = await later(self, *args)
+                except Exception as exc:
+                    reply = self._error_for(name, req.tag, exc)
+            # A flushed request's reply is never sent (flush(5)).
+            if reply is not None and not req.scope.cancelled_caught:
+                self._put_reply(reply, req)
                 await self._send_queued()
         finally:
             if self.tags.get(req.tag) is req:
@@ -758,198 +692,18 @@ class _Connection:
             self.server._requests -= 1
             req.done.set()
 
-    # --- the hot path -----------------------------------------------------------------------------
-    #
-    # Twalk, Topen/Tlopen, Tread and Tclunk straight from the frame's bytes to the reply's bytes,
-    # for the common case only: a method returns False, before it changes anything, whenever the
-    # generic path must decide (tag in use, unknown fid, a call that may block, a malformed or
-    # unusual frame), and `_dispatch` then handles the frame exactly as before.
+    def _hot_table(self, dialect: Dialect | None) -> dict[int, tuple[_Op, Unpack]]:
+        """The requests of this dialect that are unpacked from the frame without the codec."""
+        return {} if dialect is None else _HOT[dialect]
 
-    def _hot_table(self, dialect: Dialect | None) -> dict[int, Callable[[bytes], Awaitable[bool]]]:
-        if dialect is None:
-            return {}
-        table: dict[int, Callable[[bytes], Awaitable[bool]]] = {
-            m.Twalk.TYPE: self._hot_walk,
-            m.Tread.TYPE: self._hot_read,
-            m.Tclunk.TYPE: self._hot_clunk,
-        }
-        if dialect is Dialect.P9P2000_L:
-            table[m.Tlopen.TYPE] = self._hot_lopen
-        else:
-            table[m.Topen.TYPE] = self._hot_open
-        return table
-
-    def _tag_refused(self, tag: int) -> bool:
-        """True if `_dispatch` would refuse this tag (in use, NOTAG, too many outstanding)."""
-        tags = self.tags
-        return tag == NOTAG or tag in tags or len(tags) >= self.server.max_outstanding
-
-    def _put(self, frame: bytes) -> None:
-        self._out.append(frame)
-        self._out_bytes += len(frame)
-
-    def _put_error(self, name: str, tag: int, exc: Exception) -> None:
-        if isinstance(exc, FsError):
-            self._queue(self._error_reply(tag, exc))
-        else:
-            self._queue(self._internal_error_for(name, tag))
-
-    async def _hot_walk(self, frame: bytes) -> bool:
-        if self._now_walk(frame):
-            return True
-        walk = _twalk_fields(frame)
-        if walk is None:
-            return False
-        tag, fid, newfid, names = walk
-        if fid not in self.fids or self._tag_refused(tag):
-            return False
-        try:
-            qids = await self._walk_qids(fid, newfid, names)
-        except Exception as exc:
-            self._put_error("Twalk", tag, exc)
-            return True
-        self._put(_rwalk_bytes(tag, qids))
-        return True
-
-    async def _hot_lopen(self, frame: bytes) -> bool:
-        if self._now_lopen(frame):
-            return True
-        if len(frame) != _TLOPEN.size:
-            return False
-        _, _, tag, fid, flags = _TLOPEN.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or entry.node.open_blocks or self._tag_refused(tag):
-            return False
-        try:
-            qid = await self._lopen_qid(entry, flags)
-        except Exception as exc:
-            self._put_error("Tlopen", tag, exc)
-            return True
-        self._put_opened(m.Rlopen(tag, qid, self._iounit()))
-        return True
-
-    async def _hot_open(self, frame: bytes) -> bool:
-        if self._now_open(frame):
-            return True
-        if len(frame) != _TOPEN.size:
-            return False
-        _, _, tag, fid, mode = _TOPEN.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or entry.node.open_blocks or self._tag_refused(tag):
-            return False
-        try:
-            qid = await self._open_qid(entry, mode)
-        except Exception as exc:
-            self._put_error("Topen", tag, exc)
-            return True
-        self._put_opened(m.Ropen(tag, qid, self._iounit()))
-        return True
-
-    def _put_opened(self, reply: m.Ropen | m.Rlopen) -> None:
-        qid = reply.qid
-        try:
-            frame = _ROPEN.pack(
-                _ROPEN.size, reply.TYPE, reply.tag, qid.type, qid.version, qid.path, reply.iounit
-            )
-        except struct.error:
-            self._queue(reply)  # out-of-range qid fields: the codec says what is wrong
-            return
-        self._put(frame)
-
-    async def _hot_read(self, frame: bytes) -> bool:
-        if self._now_read(frame):
-            return True
-        if len(frame) != _TREAD.size:
-            return False
-        _, _, tag, fid, offset, count = _TREAD.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None:
-            return False
-        handle = entry.handle
-        mode = entry.open_mode
-        if (
-            handle is None
-            or handle.read_blocks
-            or mode is None
-            or not mode.read
-            or self._tag_refused(tag)
-        ):
-            return False
-        count = min(count, self.msize - IOHDRSZ)
-        try:
-            data = await handle.read(offset, count)
-        except Exception as exc:
-            self._put_error("Tread", tag, exc)
-            return True
-        self._put_read(tag, handle, data, count)
-        return True
-
-    def _put_read(self, tag: int, handle: Handle, data: bytes, count: int) -> None:
-        """Queue the Rread of `data` for a read of `count`, or the error the generic path gives."""
-        try:
-            n = len(data)
-            if n <= count:
-                # bytes(): the same conversion (and the same error for a non-bytes answer) as the
-                # generic path; it copies nothing when the node returned bytes.
-                reply = _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
-        except Exception as exc:
-            self._put_error("Tread", tag, exc)
-            return
-        if n > count:
-            log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
-            self._queue(self._error_reply(tag, _internal_error()))
-            return
-        self._put(reply)
-
-    async def _hot_clunk(self, frame: bytes) -> bool:
-        if self._now_clunk(frame):
-            return True
-        if len(frame) != _TCLUNK.size:
-            return False
-        _, _, tag, fid = _TCLUNK.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or entry.remove_on_close or self._tag_refused(tag):
-            return False
-        handle = entry.handle
-        if handle is not None and handle.clunk_blocks:
-            return False
-        self._forget_fid(fid)
-        if handle is not None:
-            try:
-                await handle.clunk()
-            except Exception as exc:
-                self._put_error("Tclunk", tag, exc)
-                return True
-        self._put(_RCLUNK.pack(_RCLUNK_SIZE, m.Rclunk.TYPE, tag))
-        return True
-
-    # --- the synchronous hot path (the poller's) --------------------------------------------------
-    #
-    # The same four requests answered without waiting: the node's ``*_now`` calls instead of its
-    # async ones. Each returns False, having changed nothing, when the generic path must decide
-    # or a node answers LATER; otherwise it has queued the reply (the same bytes as `_hot_*` and
-    # `_dispatch` would). These are plain functions: the shared poller runs them outside the
-    # connection's task, which is safe only because nothing in them can reach a checkpoint.
-
-    def _now_table(self, dialect: Dialect | None) -> dict[int, Callable[[bytes], bool]]:
-        if dialect is None:
-            return {}
-        table: dict[int, Callable[[bytes], bool]] = {
-            m.Twalk.TYPE: self._now_walk,
-            m.Tread.TYPE: self._now_read,
-            m.Tclunk.TYPE: self._now_clunk,
-        }
-        if dialect is Dialect.P9P2000_L:
-            table[m.Tlopen.TYPE] = self._now_lopen
-        else:
-            table[m.Topen.TYPE] = self._now_open
-        return table
+    # --- the poller's part ---------------------------------------------------------------------
 
     def serve_now(self, data: bytes, sock: socket.socket) -> tuple[bool, bytes | None]:
-        """The poller's part: answer the frames in ``data`` and send the replies
-        without waiting. Returns (True, None) when all is done and the connection stays with
-        the poller; else (False, what the connection's task must process: the first frame
-        not answered and everything after it, or None when only replies are left to send)."""
+        """Answer the frames in ``data`` and send the replies without waiting (see
+        `anvild.ninep.transport.Poller`). Returns (True, None) when all is done and the
+        connection stays with the poller; else (False, what the connection's task must process:
+        the first frame not answered and everything after it, or None when only replies are
+        left to send)."""
         reader = self.reader
         if (
             not reader.buffered
@@ -988,127 +742,13 @@ class _Connection:
         return True, None
 
     def answer_now(self, frame: bytes) -> bool:
-        """Answer one request frame without waiting, or return False having changed nothing."""
-        now = self._now.get(frame[4])
-        return now is not None and now(frame)
-
-    def _now_walk(self, frame: bytes) -> bool:
-        walk = _twalk_fields(frame)
-        if walk is None:
+        """Answer one hot-table request frame without waiting, or return False having changed
+        nothing (its op defers, or the frame needs the codec)."""
+        hot = self._hot.get(frame[4])
+        if hot is None:
             return False
-        tag, fid, newfid, names = walk
-        if fid not in self.fids or self._tag_refused(tag):
-            return False
-        try:
-            qids = self._walk_now(fid, newfid, names)
-        except Exception as exc:
-            self._put_error("Twalk", tag, exc)
-            return True
-        if qids is LATER:
-            return False
-        self._put(_rwalk_bytes(tag, qids))
-        return True
-
-    def _now_lopen(self, frame: bytes) -> bool:
-        return self._now_opened(frame, lopen=True)
-
-    def _now_open(self, frame: bytes) -> bool:
-        return self._now_opened(frame, lopen=False)
-
-    def _now_opened(self, frame: bytes, *, lopen: bool) -> bool:
-        """Tlopen (`lopen`) or Topen: the two differ in layout, mode bits and reply only."""
-        layout = _TLOPEN if lopen else _TOPEN
-        if len(frame) != layout.size:
-            return False
-        _, _, tag, fid, bits = layout.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or self._tag_refused(tag):
-            return False
-        try:
-            if lopen:
-                qid = self._open_now(entry, self._lopen_mode(entry, bits), False)
-            else:
-                qid = self._open_now(entry, self._omode(entry, bits), bool(bits & ORCLOSE))
-        except Exception as exc:
-            self._put_error("Tlopen" if lopen else "Topen", tag, exc)
-            return True
-        if qid is LATER:
-            return False
-        self._put_opened_now(m.Rlopen if lopen else m.Ropen, tag, qid)
-        return True
-
-    def _put_opened_now(self, cls: type[m.Ropen | m.Rlopen], tag: int, qid: m.Qid) -> None:
-        iounit = self.msize - IOHDRSZ
-        try:
-            frame = _ROPEN.pack(_ROPEN.size, cls.TYPE, tag, qid.type, qid.version, qid.path, iounit)
-        except struct.error:
-            self._queue(cls(tag, qid, iounit))  # out-of-range qid fields: the codec says what
-            return
-        self._put(frame)
-
-    def _now_read(self, frame: bytes) -> bool:
-        if len(frame) != _TREAD.size:
-            return False
-        _, _, tag, fid, offset, count = _TREAD.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None:
-            return False
-        handle = entry.handle
-        mode = entry.open_mode
-        if handle is None or mode is None or not mode.read or self._tag_refused(tag):
-            return False
-        count = min(count, self.msize - IOHDRSZ)
-        try:
-            data = handle.read_now(offset, count)
-        except Exception as exc:
-            self._put_error("Tread", tag, exc)
-            return True
-        if data is LATER:
-            return False
-        self._put_read(tag, handle, data, count)
-        return True
-
-    def _now_clunk(self, frame: bytes) -> bool:
-        if len(frame) != _TCLUNK.size:
-            return False
-        _, _, tag, fid = _TCLUNK.unpack(frame)
-        entry = self.fids.get(fid)
-        if entry is None or entry.remove_on_close or self._tag_refused(tag):
-            return False
-        handle = entry.handle
-        if handle is not None:
-            try:
-                if handle.clunk_now() is LATER:
-                    return False
-            except Exception as exc:
-                self._forget_fid(fid)  # clunk(5): the fid is released even if the clunk fails
-                self._put_error("Tclunk", tag, exc)
-                return True
-        self._forget_fid(fid)
-        self._put(_RCLUNK.pack(_RCLUNK_SIZE, m.Rclunk.TYPE, tag))
-        return True
-
-    # --- which requests may wait ----------------------------------------------------------------
-
-    def _read_blocks(self, msg: m.Tread) -> bool:
-        entry = self.fids.get(msg.fid)
-        return entry is not None and entry.handle is not None and entry.handle.read_blocks
-
-    def _write_blocks(self, msg: m.Twrite) -> bool:
-        entry = self.fids.get(msg.fid)
-        return entry is not None and entry.handle is not None and entry.handle.write_blocks
-
-    def _clunk_blocks(self, msg: m.Tclunk) -> bool:
-        entry = self.fids.get(msg.fid)
-        if entry is None:
-            return False
-        if entry.remove_on_close:
-            return True
-        return entry.handle is not None and entry.handle.clunk_blocks
-
-    def _open_blocks(self, msg: m.Topen | m.Tlopen) -> bool:
-        entry = self.fids.get(msg.fid)
-        return entry is not None and entry.node.open_blocks
+        args = hot[1](frame)
+        return args is not None and self._try_now(args[0], hot[0], args) is None
 
     # --- sending --------------------------------------------------------------------------------
 
@@ -1116,7 +756,7 @@ class _Connection:
         """Encode a reply and queue it; `_send_queued` sends it."""
         assert self.dialect is not None or isinstance(msg, m.Rerror | m.Rversion)
         dialect = self.dialect or Dialect.P9P2000
-        # Every error reply of every path (inline, task, hot path, poller) is bounded here.
+        # Every error reply, whoever answers the request, is bounded here.
         msg = self._fit_error(msg, dialect)
         try:
             frame = m.encode(msg, dialect)
@@ -1197,6 +837,26 @@ class _Connection:
             msg.ename,
         )
         return m.Rerror(msg.tag, ename, msg.errno)
+
+    def _put_reply(self, reply: Reply, req: _Request | None = None) -> None:
+        if type(reply) is bytes:  # packed by its handler: fits msize by construction
+            if req is not None and self.tags.get(req.tag) is req:
+                del self.tags[req.tag]
+            self._out.append(reply)
+            self._out_bytes += len(reply)
+        else:
+            assert isinstance(reply, m.Message)
+            self._queue(reply, req)
+
+    def _error_for(self, name: str, tag: int, exc: Exception) -> m.Message:
+        """The reply to a request whose handler raised ``exc`` (call it in the except block)."""
+        if isinstance(exc, FsError):
+            return self._error_reply(tag, exc)
+        log.exception("9p %s: internal error handling %s (tag %d)", self.peer, name, tag)
+        return self._error_reply(tag, _internal_error())
+
+    def _put_error(self, name: str, tag: int, exc: Exception) -> None:
+        self._queue(self._error_for(name, tag, exc))
 
     def _fail(self, tag: int, message: str, kind: type[FsError]) -> None:
         self._queue(self._error_reply(tag, kind(message)))
@@ -1292,7 +952,6 @@ class _Connection:
         # version(5): a Tversion aborts all outstanding I/O and frees all fids.
         await self._reset()
         self._hot = {}
-        self._now = {}
         if msg.msize < MIN_MSIZE:
             self.dialect = None
             self._queue(
@@ -1313,7 +972,6 @@ class _Connection:
         self.reader.max_size = self.msize
         self.dialect = dialect
         self._hot = self._hot_table(dialect)
-        self._now = self._now_table(dialect)
         if dialect is not None and self.check_attach is None:
             self._handshake_done()
         version = dialect.value if dialect is not None else VERSION_UNKNOWN
@@ -1333,7 +991,7 @@ class _Connection:
             await old.done.wait()
         return m.Rflush(msg.tag)
 
-    async def _auth(self, msg: m.Tauth) -> m.Message:
+    def _auth(self, msg: m.Tauth) -> m.Message:
         # diod's clients need ENOENT here; plan9port's `9p` accepts any error and carries on.
         raise NotFound("authentication not required")
 
@@ -1365,8 +1023,14 @@ class _Connection:
 
     # --- walk ---------------------------------------------------------------------------------
 
-    async def _walk(self, msg: m.Twalk) -> m.Message:
-        return m.Rwalk(msg.tag, await self._walk_qids(msg.fid, msg.newfid, msg.wnames))
+    def _walk(self, tag: int, fid: int, newfid: int, names: Sequence[str]) -> Reply | _Defer:
+        qids = self._walk_now(fid, newfid, names)
+        if qids is LATER:
+            return INLINE  # `Node.walk` is a lookup: it never waits for another request
+        return _rwalk(tag, qids)
+
+    async def _walk_later(self, tag: int, fid: int, newfid: int, names: Sequence[str]) -> Reply:
+        return _rwalk(tag, await self._walk_qids(fid, newfid, names))
 
     async def _walk_qids(self, fid: int, newfid: int, wnames: Sequence[str]) -> tuple[m.Qid, ...]:
         entry = self._walk_check(fid, newfid)
@@ -1504,8 +1168,22 @@ class _Connection:
             self.server._open_handles += 1
         return entry.node.stat().qid
 
-    async def _open(self, msg: m.Topen) -> m.Message:
-        return m.Ropen(msg.tag, await self._open_qid(self._fid(msg.fid), msg.mode), self._iounit())
+    def _open(self, tag: int, fid: int, mode_byte: int) -> Reply | _Defer:
+        entry = self._fid(fid)
+        qid = self._open_now(entry, self._omode(entry, mode_byte), bool(mode_byte & ORCLOSE))
+        if qid is LATER:
+            return TASK if entry.node.open_blocks else INLINE
+        return self._ropen(m.Ropen, tag, qid)
+
+    async def _open_later(self, tag: int, fid: int, mode_byte: int) -> Reply:
+        return self._ropen(m.Ropen, tag, await self._open_qid(self._fid(fid), mode_byte))
+
+    def _ropen(self, cls: type[m.Ropen | m.Rlopen], tag: int, qid: m.Qid) -> Reply:
+        iounit = self.msize - IOHDRSZ
+        try:
+            return _ROPEN.pack(_ROPEN.size, cls.TYPE, tag, qid.type, qid.version, qid.path, iounit)
+        except struct.error:
+            return cls(tag, qid, iounit)  # out-of-range qid fields: the codec says what
 
     async def _open_qid(self, entry: _Fid, mode_byte: int) -> m.Qid:
         mode = self._omode(entry, mode_byte)
@@ -1535,12 +1213,18 @@ class _Connection:
             bool(flags & L_O_APPEND),
         )
 
-    async def _lopen(self, msg: m.Tlopen) -> m.Message:
-        qid = await self._lopen_qid(self._fid(msg.fid), msg.flags)
-        return m.Rlopen(msg.tag, qid, self._iounit())
+    def _lopen(self, tag: int, fid: int, flags: int) -> Reply | _Defer:
+        entry = self._fid(fid)
+        qid = self._open_now(entry, self._lopen_mode(entry, flags), False)
+        if qid is LATER:
+            return TASK if entry.node.open_blocks else INLINE
+        return self._ropen(m.Rlopen, tag, qid)
 
-    async def _lopen_qid(self, entry: _Fid, flags: int) -> m.Qid:
-        return await self._open_fid(entry, self._lopen_mode(entry, flags))
+    async def _lopen_later(self, tag: int, fid: int, flags: int) -> Reply:
+        entry = self._fid(fid)
+        return self._ropen(
+            m.Rlopen, tag, await self._open_fid(entry, self._lopen_mode(entry, flags))
+        )
 
     def _lopen_mode(self, entry: _Fid, flags: int) -> OpenMode:
         if flags & L_O_DIRECTORY and not entry.node.stat().is_dir:
@@ -1591,26 +1275,40 @@ class _Connection:
 
     # --- read and write -----------------------------------------------------------------------
 
-    async def _read(self, msg: m.Tread) -> m.Message:
-        entry = self._fid(msg.fid)
+    def _read(self, tag: int, fid: int, offset: int, count: int) -> Reply | _Defer:
+        entry = self._readable(fid)
+        handle = entry.handle
+        if handle is None:
+            return INLINE  # a directory: read from `Node.list()`, a lookup
+        count = min(count, self.msize - IOHDRSZ)
+        data = handle.read_now(offset, count)
+        if data is LATER:
+            return TASK if handle.read_blocks else INLINE
+        return self._rread(tag, handle, data, count)
+
+    async def _read_later(self, tag: int, fid: int, offset: int, count: int) -> Reply:
+        entry = self._readable(fid)
+        count = min(count, self._iounit())  # read(5) allows fewer bytes; lib9p clamps too
+        handle = entry.handle
+        if handle is None:
+            return m.Rread(tag, await self._read_dir(entry, offset, count))
+        return self._rread(tag, handle, await handle.read(offset, count), count)
+
+    def _readable(self, fid: int) -> _Fid:
+        entry = self._fid(fid)
         if entry.open_mode is None or not entry.open_mode.read:
-            raise BadFid(f"fid {msg.fid} is not open for reading")
-        count = min(msg.count, self._iounit())  # read(5) allows fewer bytes; lib9p clamps too
-        if entry.handle is None:
-            if self.dialect is Dialect.P9P2000_L:
-                raise IsADirectory("use Treaddir to read a directory in 9P2000.L")
-            return m.Rread(msg.tag, await self._read_dir(entry, msg.offset, count))
-        data = await entry.handle.read(msg.offset, count)
-        if len(data) > count:
-            log.error(
-                "9p %s: %r returned %d bytes for a read of %d",
-                self.peer,
-                entry.handle,
-                len(data),
-                count,
-            )
+            raise BadFid(f"fid {fid} is not open for reading")
+        if entry.handle is None and self.dialect is Dialect.P9P2000_L:
+            raise IsADirectory("use Treaddir to read a directory in 9P2000.L")
+        return entry
+
+    def _rread(self, tag: int, handle: Handle, data: bytes, count: int) -> Reply:
+        n = len(data)
+        if n > count:
+            log.error("9p %s: %r returned %d bytes for a read of %d", self.peer, handle, n, count)
             raise _internal_error()
-        return m.Rread(msg.tag, bytes(data))
+        # bytes(): copies nothing when the node returned bytes, and refuses what is not bytes.
+        return _RREAD.pack(_RREAD.size + n, m.Rread.TYPE, tag, n) + bytes(data)
 
     async def _snapshot(self, node: Node) -> Sequence[Node]:
         return await node.list()
@@ -1647,24 +1345,38 @@ class _Connection:
         entry.dir_offset += len(out)
         return bytes(out)
 
-    async def _readdir(self, msg: m.Treaddir) -> m.Message:
-        entry = self._fid(msg.fid)
-        st = entry.node.stat()
-        if not st.is_dir:
-            raise NotADirectory(f"{st.name} is not a directory")
-        if entry.open_mode is None:
-            raise BadFid(f"fid {msg.fid} is not open; Tlopen it first")
-        count = min(msg.count, self._iounit())
-        # The offset of an entry is its index + 1 in the listing taken at offset 0, so a
-        # reader resumes exactly where it stopped (9P2000.L readdir).
+    # The offset of an entry is its index + 1 in the listing taken at offset 0, so a reader
+    # resumes exactly where it stopped (9P2000.L readdir).
+
+    def _readdir(self, msg: m.Treaddir) -> Reply | _Defer:
+        entry = self._readdir_fid(msg.fid)
         if msg.offset == 0 or entry.readdir_entries is None:
+            return INLINE  # a new listing: `Node.list()`, a lookup
+        return self._rreaddir(msg, entry.readdir_entries)
+
+    async def _readdir_later(self, msg: m.Treaddir) -> Reply:
+        entry = self._readdir_fid(msg.fid)
+        if msg.offset == 0 or entry.readdir_entries is None:
+            st = entry.node.stat()
             parent = entry.path[-2] if len(entry.path) > 1 else entry.node
             listing = [(st.qid, DT_DIR, "."), (parent.stat().qid, DT_DIR, "..")]
             for child in await self._snapshot(entry.node):
                 cst = child.stat()
                 listing.append((cst.qid, DT_DIR if cst.is_dir else DT_REG, cst.name))
             entry.readdir_entries = listing
-        entries = entry.readdir_entries
+        return self._rreaddir(msg, entry.readdir_entries)
+
+    def _readdir_fid(self, fid: int) -> _Fid:
+        entry = self._fid(fid)
+        st = entry.node.stat()
+        if not st.is_dir:
+            raise NotADirectory(f"{st.name} is not a directory")
+        if entry.open_mode is None:
+            raise BadFid(f"fid {fid} is not open; Tlopen it first")
+        return entry
+
+    def _rreaddir(self, msg: m.Treaddir, entries: list[tuple[m.Qid, int, str]]) -> m.Message:
+        count = min(msg.count, self._iounit())
         out = bytearray()
         i = msg.offset
         while i < len(entries):
@@ -1678,18 +1390,26 @@ class _Connection:
             i += 1
         return m.Rreaddir(msg.tag, bytes(out))
 
-    async def _write(self, msg: m.Twrite) -> m.Message:
+    def _write(self, msg: m.Twrite) -> _Defer:
+        return TASK if self._writable(msg.fid).write_blocks else INLINE
+
+    async def _write_later(self, msg: m.Twrite) -> m.Message:
         entry = self._fid(msg.fid)
-        if entry.open_mode is None or not entry.open_mode.write or entry.handle is None:
-            raise BadFid(f"fid {msg.fid} is not open for writing")
-        n = await entry.handle.write(msg.offset, msg.data)
+        handle = self._writable(msg.fid)
+        n = await handle.write(msg.offset, msg.data)
         if msg.data and n == 0:
             # plan9port's `9p` resends forever after Rwrite count=0; never answer that.
             raise FsError(f"{entry.node.stat().name}: the write was not accepted")
         if not 0 <= n <= len(msg.data):
-            log.error("9p %s: %r took %d of %d bytes", self.peer, entry.handle, n, len(msg.data))
+            log.error("9p %s: %r took %d of %d bytes", self.peer, handle, n, len(msg.data))
             raise _internal_error()
         return m.Rwrite(msg.tag, n)
+
+    def _writable(self, fid: int) -> Handle:
+        entry = self._fid(fid)
+        if entry.open_mode is None or not entry.open_mode.write or entry.handle is None:
+            raise BadFid(f"fid {fid} is not open for writing")
+        return entry.handle
 
     # --- clunk and remove ---------------------------------------------------------------------
 
@@ -1707,11 +1427,27 @@ class _Connection:
                     raise TimedOut("the file did not finish closing in time")
         return entry
 
-    async def _clunk(self, msg: m.Tclunk) -> m.Message:
-        entry = await self._release(msg.fid)
+    def _clunk(self, tag: int, fid: int) -> Reply | _Defer:
+        entry = self._fid(fid)
+        if entry.remove_on_close:
+            return TASK  # the remove may wait
+        handle = entry.handle
+        if handle is not None:
+            try:
+                later = handle.clunk_now() is LATER
+            except Exception:
+                self._forget_fid(fid)  # clunk(5): the fid is released even if the clunk fails
+                raise
+            if later:
+                return TASK if handle.clunk_blocks else INLINE
+        self._forget_fid(fid)
+        return _RCLUNK.pack(_RCLUNK.size, m.Rclunk.TYPE, tag)
+
+    async def _clunk_later(self, tag: int, fid: int) -> Reply:
+        entry = await self._release(fid)
         if entry.remove_on_close:
             await entry.node.remove()
-        return m.Rclunk(msg.tag)
+        return _RCLUNK.pack(_RCLUNK.size, m.Rclunk.TYPE, tag)
 
     async def _remove(self, msg: m.Tremove) -> m.Message:
         # remove(5): the fid is clunked even if the remove fails.
@@ -1739,7 +1475,7 @@ class _Connection:
 
     # --- stat, wstat, getattr, setattr, statfs --------------------------------------------------
 
-    async def _stat(self, msg: m.Tstat) -> m.Message:
+    def _stat(self, msg: m.Tstat) -> m.Message:
         entry = self._fid(msg.fid)
         return m.Rstat(msg.tag, self._to_stat(entry.node.stat()))
 
@@ -1769,7 +1505,7 @@ class _Connection:
         await self._apply(entry.node, change)
         return m.Rwstat(msg.tag)
 
-    async def _getattr(self, msg: m.Tgetattr) -> m.Message:
+    def _getattr(self, msg: m.Tgetattr) -> m.Message:
         entry = self._fid(msg.fid)
         st = entry.node.stat()
         mtime = st.mtime_ns
@@ -1820,20 +1556,20 @@ class _Connection:
         await self._apply(entry.node, change)
         return m.Rsetattr(msg.tag)
 
-    async def _statfs(self, msg: m.Tstatfs) -> m.Message:
+    def _statfs(self, msg: m.Tstatfs) -> m.Message:
         self._fid(msg.fid)
         return m.Rstatfs(msg.tag, V9FS_MAGIC, 4096, 0, 0, 0, 0, 0, 0, 255)
 
     # --- the rest of 9P2000.L ------------------------------------------------------------------
 
-    async def _refuse_link(self, msg: m.Message) -> m.Message:
+    def _refuse_link(self, msg: m.Message) -> m.Message:
         raise NotPermitted(_EPERM_LINKS)
 
-    async def _readlink(self, msg: m.Treadlink) -> m.Message:
+    def _readlink(self, msg: m.Treadlink) -> m.Message:
         entry = self._fid(msg.fid)
         raise InvalidInput(f"{entry.node.stat().name} is not a symbolic link")
 
-    async def _xattr(self, msg: m.Txattrwalk | m.Txattrcreate) -> m.Message:
+    def _xattr(self, msg: m.Txattrwalk | m.Txattrcreate) -> m.Message:
         self._fid(msg.fid)
         raise NotSupported("extended attributes are not supported")
 
@@ -1857,16 +1593,16 @@ class _Connection:
         await self._apply(path[-1], StatChange(name=msg.newname))
         return m.Rrenameat(msg.tag)
 
-    async def _fsync(self, msg: m.Tfsync) -> m.Message:
+    def _fsync(self, msg: m.Tfsync) -> m.Message:
         self._fid(msg.fid)
         return m.Rfsync(msg.tag)
 
-    async def _lock(self, msg: m.Tlock) -> m.Message:
+    def _lock(self, msg: m.Tlock) -> m.Message:
         # Advisory locks between clients of one synthetic tree are meaningless; grant them.
         self._fid(msg.fid)
         return m.Rlock(msg.tag, LOCK_SUCCESS)
 
-    async def _getlock(self, msg: m.Tgetlock) -> m.Message:
+    def _getlock(self, msg: m.Tgetlock) -> m.Message:
         self._fid(msg.fid)
         return m.Rgetlock(
             msg.tag, LOCK_TYPE_UNLCK, msg.start, msg.length, msg.proc_id, msg.client_id
@@ -1875,3 +1611,76 @@ class _Connection:
 
 def _internal_error() -> FsError:
     return FsError("internal error in the file server (see the daemon log)")
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+C = _Connection
+_OPS: dict[type[m.Message], _Op] = {
+    m.Tflush: _Op("Tflush", _in_task, C._flush),
+    m.Tauth: _Op("Tauth", C._auth),
+    m.Tattach: _Op("Tattach", _inline, C._attach),
+    m.Twalk: _Op(
+        "Twalk",
+        C._walk,
+        C._walk_later,
+        lambda msg: (msg.tag, msg.fid, msg.newfid, msg.wnames),
+        _twalk_fields,
+    ),
+    m.Topen: _Op(
+        "Topen", C._open, C._open_later, lambda msg: (msg.tag, msg.fid, msg.mode), _fixed("HIB")
+    ),
+    m.Tlopen: _Op(
+        "Tlopen", C._lopen, C._lopen_later, lambda msg: (msg.tag, msg.fid, msg.flags), _fixed("HII")
+    ),
+    m.Tcreate: _Op("Tcreate", _in_task, C._create),
+    m.Tlcreate: _Op("Tlcreate", _in_task, C._lcreate),
+    m.Tmkdir: _Op("Tmkdir", _in_task, C._mkdir),
+    m.Tread: _Op(
+        "Tread",
+        C._read,
+        C._read_later,
+        lambda msg: (msg.tag, msg.fid, msg.offset, msg.count),
+        _fixed("HIQI"),
+    ),
+    m.Twrite: _Op("Twrite", C._write, C._write_later),
+    m.Treaddir: _Op("Treaddir", C._readdir, C._readdir_later),
+    m.Tclunk: _Op("Tclunk", C._clunk, C._clunk_later, lambda msg: (msg.tag, msg.fid), _fixed("HI")),
+    m.Tremove: _Op("Tremove", _in_task, C._remove),
+    m.Tunlinkat: _Op("Tunlinkat", _in_task, C._unlinkat),
+    m.Tstat: _Op("Tstat", C._stat),
+    m.Tgetattr: _Op("Tgetattr", C._getattr),
+    m.Tstatfs: _Op("Tstatfs", C._statfs),
+    m.Twstat: _Op("Twstat", _in_task, C._wstat),
+    m.Tsetattr: _Op("Tsetattr", _in_task, C._setattr),
+    m.Trename: _Op("Trename", _in_task, C._rename),
+    m.Trenameat: _Op("Trenameat", _in_task, C._renameat),
+    m.Tsymlink: _Op("Tsymlink", C._refuse_link),
+    m.Tmknod: _Op("Tmknod", C._refuse_link),
+    m.Tlink: _Op("Tlink", C._refuse_link),
+    m.Treadlink: _Op("Treadlink", C._readlink),
+    m.Txattrwalk: _Op("Txattrwalk", C._xattr),
+    m.Txattrcreate: _Op("Txattrcreate", C._xattr),
+    m.Tfsync: _Op("Tfsync", C._fsync),
+    m.Tlock: _Op("Tlock", C._lock),
+    m.Tgetlock: _Op("Tgetlock", C._getlock),
+}
+del C
+
+
+def _hot(*classes: type[m.Message]) -> dict[int, tuple[_Op, Unpack]]:
+    table = {}
+    for cls in classes:
+        op = _OPS[cls]
+        assert op.unpack is not None
+        table[cls.TYPE] = (op, op.unpack)
+    return table
+
+
+# The requests of a small operation, unpacked from the frame: Topen exists in 9P2000 and .u,
+# Tlopen in .L (the codec answers the other one as unknown).
+_HOT: dict[Dialect, dict[int, tuple[_Op, Unpack]]] = {
+    Dialect.P9P2000: _hot(m.Twalk, m.Topen, m.Tread, m.Tclunk),
+    Dialect.P9P2000_U: _hot(m.Twalk, m.Topen, m.Tread, m.Tclunk),
+    Dialect.P9P2000_L: _hot(m.Twalk, m.Tlopen, m.Tread, m.Tclunk),
+}
