@@ -3,34 +3,13 @@
     anvild [--namespace DIR] [--listen tcp!127.0.0.1!5640 ...] [--allow-remote]
            [--data-dir DIR] [--config FILE] [-q] [--version]
 
-Start-up, in order, each refusal printed on stderr with what to do:
-
-1. `ANVIL_LOG` (debug|info|warning|error, default info) and the listen addresses are checked
-   (exit 2 when wrong);
-2. the data directory is prepared (`anvild.daemon.datadir`: 0700, ours, not a link) and the
-   configuration is loaded from `--config` or the user config file (a missing default file is
-   fine; a bad one is refused with the loader's message, exit 2). Its model names are checked
-   (`anvild.config.check`): a `default_model` or `compaction_model` that names no model is
-   refused (exit 2) with the key and the known aliases; a provider key that a configured model
-   needs and this environment lacks is a warning on stderr (and in the log), printed even with
-   `-q`: the other models work, and the key comes with a restart;
-3. the data directory is locked: one daemon per data directory; a second start exits 1 naming
-   the holder's pid, start time and socket;
-4. logging is configured once, here (`anvild.daemon.logs`): JSON lines to
-   `<data>/logs/anvild.log`, secrets redacted. Nothing is logged on stdout or stderr;
-5. the daemon runs (`anvild.daemon.app.Daemon`), with the session layer as a child
-   (`anvild.daemon.wiring`: every session restored from its records before the first
-   connection is accepted), the embedded llama-server as a child when it is the default model
-   (`anvild.daemon.llama`), and prints one line on stderr saying
-   where it listens, its data directory and its log file (`-q` silences it). The process's
-   garbage-collector policy (`anvild.daemon.gcpolicy`: a larger young threshold, long-lived
-   objects frozen out of the collector's scans) is set here, for this process only, and so is
-   the soft descriptor limit (`anvild.daemon.fdlimit`: raised so `max_connections` fits).
-
-The first SIGTERM or SIGINT asks the daemon to stop (`Daemon.request_shutdown`: stop
-accepting, the shutdown sequence, cancel the nursery, remove the socket and pid file); the lock
-file goes last. A second signal cancels at once. Exit status: 0 after a clean shutdown, 1 when
-the daemon cannot start (the reason is on stderr), 2 for a usage or configuration error.
+Start-up, each refusal on stderr with what to do: check `ANVIL_LOG` and listen addresses (exit
+2); prepare the data dir and load and check the config (exit 2; a missing provider key is only a
+warning); lock the data dir (exit 1 naming the holder); configure logging (file only); set the
+process's GC policy and descriptor limit; run the `Daemon` with the session layer (every session
+restored before the first connection) and llama-server when it is the default, printing one line
+(`-q` silences it). The first SIGTERM/SIGINT asks for a clean shutdown, a second cancels at
+once; the lock file goes last. Exit 0 clean, 1 cannot start, 2 usage or configuration error.
 """
 
 from __future__ import annotations

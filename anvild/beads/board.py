@@ -1,29 +1,15 @@
 """The bead board: every bead and convoy in memory, and each change as a pure function.
 
-`Board` is a frozen value. Every operation checks its arguments against the current board and
-either raises a `BeadError` (nothing changed) or returns a `Change`: the next board, the beads
-and convoys whose files must be rewritten, the commit message (what happened and who asked) and
-the events to publish. The store (`anvild.beads.store`) writes the files, commits, and only then
-adopts the new board, so a refused or failed change leaves memory, files and history untouched.
-
-Rules kept here (and only here):
-
+`Board` is frozen. Each operation raises a `BeadError` (nothing changed) or returns a `Change`:
+the next board, the files to rewrite, the commit message and the events. Rules kept here only:
 - a status change is a row of `model.TRANSITIONS`;
-- `claim` needs a pending bead whose dependencies are all completed; a bead claimed by someone
-  else is refused with the holder's name (compare-and-swap: the store serialises changes, so
-  of two claims the second sees the first's result);
-- a dependency must name an existing bead, not the bead itself, and must not close a cycle
-  (the message shows the cycle); dependencies change only while the bead is pending;
-- `complete` of a bead with `requires_approval` goes to pending_approval and counts one more
-  approval round (`submissions`); `approve` records `approved_by`; `reject` fails the bead with
-  the reason (see `anvild.beads.model`); neither is accepted from the session the bead is
-  assigned to (an agent never approves its own work), nor from any session but the bead's
-  `approver` (named at creation, never changed; `user` is always accepted); `decide` applies
-  the verdict of the assigned session's result gate, only while the bead still waits in that
-  same round;
-- a bead is in at most one convoy; a convoy takes beads while planning or in progress, moves
-  to in_progress when one of its beads is claimed, and completes by itself when a bead
-  completes and every member bead is then completed.
+- `claim` needs a pending bead with every dependency completed; a held bead names its holder;
+- dependencies exist, are not the bead itself, close no cycle, change only while pending;
+- `complete` with `requires_approval` -> pending_approval, one more round (`submissions`);
+  approve/reject are refused from the assigned session and from any session but the bead's
+  `approver` (`user` always accepted); `decide` applies only in the same round;
+- a bead is in at most one convoy; a convoy starts on its first claim and completes when every
+  member bead is completed.
 """
 
 from __future__ import annotations

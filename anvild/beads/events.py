@@ -1,29 +1,13 @@
 """Bead and convoy events: typed values, one JSON line each on `agent/events`.
 
-    BeadEvent = BeadCreated | BeadChanged | BeadOrphaned | BeadGate | ConvoyCreated
-              | ConvoyChanged
+    BeadEvent = BeadCreated | BeadChanged | BeadOrphaned | BeadGate | ConvoyCreated | ConvoyChanged
 
-Like the session events (`anvild.session.events`), each line carries a stable `type` tag and
-`ts` (UTC, RFC 3339 with milliseconds), so one `jq` filter reads the whole stream:
-
-    {"type":"bead_created","ts":"...","id":"research-auth-001","title":"Research auth",...}
-    {"type":"bead_changed","ts":"...","id":"research-auth-001","action":"claim",
-     "status":"in_progress","assigned_to":"a1b2c3d4","by":"user","detail":""}
-    {"type":"bead_orphaned","ts":"...","id":"research-auth-001","session":"a1b2c3d4",
-     "reason":"killed"}
-    {"type":"bead_gate","ts":"...","id":"implement-oauth-002","session":"a1b2c3d4",
-     "state":"open","detail":"..."}
-    {"type":"convoy_changed","ts":"...","id":"auth-system-001","action":"complete",
-     "status":"completed","done":3,"total":3,"by":"user","detail":"its last bead completed"}
-
-`action` is the verb that caused the change (`claim`, `complete`, `approve`, `dep add`, ...);
-`by` is who asked (`user` for a file write, `session <id>` for an agent tool).
-
-`bead_gate` follows a bead's approval through its session's result gate (published by the
-daemon's `BeadGates`, not committed): `state` is `open` (the session's `approval` file asks),
-`waiting` (opens when the session's running turn ends), `unavailable` (the session cannot wait:
-`detail` says why; the bead waits in pending_approval and its own ctl answers), or `closed`
-(the gate was closed to match a decision made on the bead's ctl, or withdrawn).
+Each line has a stable `type` tag and `ts` (UTC, RFC 3339, milliseconds), like the session
+events, so one `jq` filter reads the whole stream. `action` is the verb that caused a change,
+`by` who asked (`user` or `session <id>`).
+    {"type":"bead_changed","ts":"...","id":"research-auth-001","action":"claim",...}
+`bead_gate` (published by the coord bead gates, not committed) follows a bead's approval through
+its session's result gate: `state` open | waiting | unavailable (`detail` says why) | closed.
 """
 
 from __future__ import annotations

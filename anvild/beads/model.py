@@ -1,39 +1,14 @@
 """Beads and convoys as values, the bead status table, and the id scheme (all pure).
 
-A `Bead` is a durable unit of work, a `Convoy` a group of beads with a goal and shared context.
-Both are frozen attrs values; a change is `attrs.evolve` in `anvild.beads.board`.
-
-The bead status table
----------------------
-Every status change is one row of `TRANSITIONS` (verb, from-status) -> to-status; a verb on a
-bead whose status has no row is refused with the statuses it needs:
-
-    pending           claim    -> in_progress      (only when every dependency is completed)
-    pending           fail     -> failed           (a coordinator drops work nobody took)
-    in_progress       complete -> completed        (pending_approval if requires_approval)
-    in_progress       fail     -> failed
-    in_progress       release  -> pending          (assigned_to cleared: claimable again)
-    pending_approval  approve  -> completed        (approved_by recorded)
-    pending_approval  reject   -> failed           (the reason recorded; see below)
-    failed            release  -> pending          (a retry: claimable again)
-
-Reject means failed, not back to in_progress: the ideas file's result gate moves a rejected
-session to *stopped* (work does not go on by itself), and a bead that silently went back to its
-worker would look, from `list`, like work in progress nobody asked for. A person (or the
-coordinator) who wants another attempt writes `release`, and the bead is claimable again with
-its result and the rejection `reason` kept for the next worker to read. The same holds when the
-answer comes through the assigned session's result gate (a bead with requires_approval makes
-its session wait on one, see `anvild.beads`): reject there fails the bead and stops the session.
-
-Ids
----
-`<slug>-<NNN>`: the first two words of the title, lower-cased ASCII letters and digits joined by
-`-` (at most 24 characters; `bead` or `convoy` if nothing is left), then a counter of at least
-three digits, one counter for all beads and one for all convoys, each one more than the highest
-in the store. "Research auth system" is `research-auth-001`, the next bead "Implement OAuth" is
-`implement-oauth-002`. Ids are readable in `list`, valid file names, never reused while the
-store has the higher one, and never collide with the fixed names of `agent/beads/` (`ctl`,
-`list`, `ready`), which have no counter.
+`Bead` and `Convoy` are frozen attrs values; a change is `attrs.evolve` in `anvild.beads.board`.
+Every status change is one row of `TRANSITIONS` (verb, from-status) -> to-status; a verb with no
+row for the bead's status is refused naming the statuses it needs. `reject` fails the bead (it
+never goes back to its worker by itself); `release` makes a failed bead claimable again, its
+result and reason kept.
+Ids are `<slug>-<NNN>`: the first two title words (lower-case ASCII, at most 24 characters;
+`bead`/`convoy` if empty) and one counter for all beads (one for convoys), one more than the
+highest in the store: `research-auth-001`. Never reused while the store holds a higher one, and
+never equal to the fixed names of `agent/beads/` (`ctl`, `list`, `ready`).
 """
 
 from __future__ import annotations

@@ -1,49 +1,15 @@
 """The bead store: a git repository owned by the daemon, one file per bead and convoy.
 
-    <repo>/                       default <data dir>/beads, `[beads] repo` in the user config
-      README.md                   what this repository is (written by the first commit)
-      beads/<bead-id>.json        one bead (`anvild.beads.codec`)
-      convoys/<convoy-id>.json    one convoy
-
-Theory of operation
--------------------
-The repository is the store; memory holds a `Board` (`anvild.beads.board`) equal to what HEAD
-says. Every change runs under one `trio.Lock`:
-
-1. the pure board checks the request against the current board and returns a `Change` (or
-   raises: nothing was touched);
-2. each changed file is written to a temporary file in its directory, fsynced and renamed over
-   the old one (`os.replace`, atomic), then the directory is fsynced;
-3. `git add` and `git commit -- <those paths>` make it one commit whose message says what
-   happened and who asked (`claim research-auth-001 for a1b2c3d4 (by user)`); the author and
-   committer are always `anvild`, git runs with none of the user's config or hooks
-   (`anvild.beads.git`). `git log` is the audit trail. A change that alters no byte (the same
-   text written twice within one second) commits nothing and publishes nothing;
-4. only then the new board is adopted and the events are published.
-
-Steps 2 to 4 are shielded from cancellation (a Tflush or a cancelled tool call): a change
-happens entirely or not at all, and the caller's cancel takes effect right after it.
-
-If step 2 or 3 fails, the paths are put back as HEAD has them and the caller gets a
-`BeadStoreError`: no uncommitted change stays visible. Because of the lock, a claim is a
-compare-and-swap: the second of two claims checks the board the first one left, and is refused
-with the holder's name.
-
-One daemon per repository: `open` takes an exclusive `flock` on `.git/anvild.lock` (kept until
-`close` or the process ends; a kill -9 releases it), and a second daemon pointed at the same
-repository is refused with the holder's pid.
-
-Recovery (`open`): after a kill -9, files may have been renamed into place but not committed
-(the writer was never told it succeeded), temporary files may be left, and git may have left its
-`index.lock`. `open` removes a stale `index.lock` (the repository lock guarantees no other
-anvild uses it), puts every dirty path under `beads/` and `convoys/` back as
-HEAD has it (deleting files HEAD does not have), and logs each of these as `beads.recovered`;
-then it loads every file. Paths outside `beads/` and `convoys/` are never touched, so a
-repository configured inside a user's project keeps the user's own work; commits name their
-paths, so nothing the user staged is committed by the daemon.
-
-A file that does not decode (edited by hand) is logged as `beads.unreadable` and left out of the
-board, its id reserved so no new bead overwrites it; the daemon keeps serving the others.
+Memory holds a `Board` equal to HEAD. Every change runs under one `trio.Lock`: the pure board
+returns a `Change` (or raises: nothing touched); each file is written atomically (temp, fsync,
+rename, dir fsync); one `git commit -- <paths>` by `anvild` with no user config or hooks; only
+then is the new board adopted and its events published. Writing and committing are shielded
+from cancellation. A failed write or commit restores the paths from HEAD (`BeadStoreError`).
+The lock makes a claim a compare-and-swap.
+One daemon per repository (`flock` on `.git/anvild.lock`). `open` recovers from a kill -9:
+removes a stale `index.lock`, restores dirty paths under `beads/` and `convoys/` from HEAD
+(never any other path), logs `beads.recovered`. An undecodable file is logged
+(`beads.unreadable`), left out and its id reserved.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The bead tools a model uses, bound to its own session: list_ready, claim, complete, fail.
 
-    list_ready   the claimable beads (pending, every dependency completed), for this session's
-                 role or for all roles, and the beads this session holds
-    claim        claim one bead for THIS session (there is no argument naming a session)
-    complete     finish a bead this session holds, with its result
-    fail         give up a bead this session holds, with the reason
-
-`bead_tools(store)` is a tools factory (`anvild.session.chain_tools` adds it after the native
-tools): each session gets its own instances, bound to `ToolSetup.session_id` and its role. The
-identity is the daemon's: a model can claim only for itself and complete or fail only beads it
-holds (`only_session`), and there is no tool to approve, reject, release or create beads, so
-an agent cannot pass its own approval gate or take work from another session. Every change is
-one commit `... (by session <id>)` in the bead store.
-
-None of them touches files or processes outside the session (`Effects.none()`); the store
-serialises the changes, and a claim that loses a race is told who holds the bead.
-
-What `claim` answers is the brief a worker needs: the bead's description, the results of its
-dependencies, and its convoy's goal and shared context (which also enter the system prompt from
-the next turn on, see `anvild.beads.board.Board.context_for`).
+`bead_tools(store)` is a tools factory: each session gets its own instances, bound to its
+`ToolSetup.session_id` and role. A model can claim only for itself and complete or fail only
+beads it holds (`only_session`); there is no tool to approve, reject, release or create, so an
+agent cannot pass its own gate or take another session's work. Each change is one commit
+`... (by session <id>)`; no tool has file or process effects (`Effects.none()`).
+`claim` answers with the worker's brief: the description, the results of its dependencies, and
+its convoy's goal and context.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """Splitting a bead or convoy command line into words: quoting that works from rc and bash.
 
-    new "Research auth system" researcher "Analyze the existing auth code"
-    new 'Fix the parser' developer 'Handle the ''quoted'' case' research-auth-001
+Pure; no escapes outside quotes (a Plan 9 path or URL is taken as written). Blanks separate
+words; "double quotes" group (inside: `\\"` a quote, `\\\\` a backslash, other backslashes kept);
+'single quotes' group (inside: `''` is one quote, as tokenize(2)); adjacent quoted and unquoted
+parts make one word; a word with a quoted part is never a `key=value` option or a flag.
 
-Rules (pure, no escapes outside quotes, so a Plan 9 path or a URL is taken as written):
-
-- blanks (space, tab) separate words;
-- "double quotes" group a word that holds blanks; inside them `\\"` is a quote and `\\\\` a
-  backslash, any other backslash is kept as is;
-- 'single quotes' group too; inside them `''` is one quote (Plan 9's tokenize(2), as on every
-  other ctl file of the tree);
-- quoted and unquoted parts next to each other make one word (`a"b c"` is `ab c`);
-- a word with any quoted part is never taken as a `key=value` option or a flag.
-
-From bash and rc alike, put the whole line in single quotes and use double quotes inside:
-`echo 'new "Title" role "Description"' | 9p write agent/beads/ctl`. rc has no `\\` escapes
-and doubles a quote inside single quotes, so `''` there is what reaches us as `'`.
+    echo 'new "Title" role "Description"' | 9p write agent/beads/ctl
 """
 
 from __future__ import annotations

@@ -1,56 +1,16 @@
 """Approver sessions: the daemon's side of the `answer_approval` tool (`SessionApprovals`).
 
-    approvals = SessionApprovals(settle=gates.settle, office=office)
-    tools = mail_tools(office, gate, approvals)         # every session gets answer_approval
-    approvals.bind(manager)
-    manager on_event -> approvals.on_session_event      # a gate naming a session opened
-    await nursery.start(approvals.run)                  # tells that session, by mail
+    approvals = SessionApprovals(settle=gates.settle, office=office); approvals.bind(manager)
+    await nursery.start(approvals.run)                  # tells approver sessions, by mail
 
-Theory of operation: authority
-------------------------------
-A session's result gate waits until a person or its approver answers it. Who the approver is
-is named once, by whoever has the authority, when the thing that asks is created, and never
-changes afterwards:
-
-- a session's own gates (ctl `request_approval`, the model's `request_approval` tool): the
-  session's `approver`, given to `new approver=ID|ALIAS|user` on agent/ctl (a person), or by a
-  conductor's `start_session`, which can name only itself or nobody; default `user`;
-- a bead's gate (a bead with requires_approval, on its assigned session): the bead's
-  `approver`, given to `new ... approver=` on agent/beads/ctl (a person), or by a conductor's
-  `create_bead`, which can name only itself or `user`; default `user`.
-
-The gate carries its approver (`PendingResult.approver`, recorded in the session's journal with
-the request, so it holds after a restart), and `Session.answer_approval(line, by=<caller>)`
-refuses any session but that one: the check lives with the state it guards, so no other path
-(a tool, a script, a later feature) can skip it. The tool adds nothing to it: it names no
-approver, only the target, and always answers as the calling session (`ToolSetup.session_id`,
-set by the daemon). So a model answers only the gates that name it; never its own (refused by
-the session as before); never a tool call's approval (only a person answers those: the
-session refuses a tool approval by anyone but `user`); and `always` does not exist for it.
-The bead board re-checks the approver when the decision lands on the bead (`Board.approve`,
-`reject`, `decide`). `approved_by` is the caller's id. A person can answer any gate at any
-time by writing to the session's `approval` (or the bead's ctl), as before.
-
-The target is named by id or alias (or, for a conductor, by the short name it gave a session it
-started: `<name>.<its id>`, as its own tools accept); the name gives no authority, the gate's
-approver does. After the session recorded the decision, `settle` (the bead gates' `settle`)
-brings a bead gate's bead along before the tool returns, so the approver sees the bead
-completed (or failed) in its next read.
-
-Telling the approver. When a session goes to await_approval with a result gate that names an
-approver session, that session gets an APPROVAL_REQUEST in its inbox from `anvild` (metadata:
-`session`, `asked_by`, `ref`; the body has the summary and says to call `answer_approval`), so
-an approver with `mail=auto` is prompted when it is idle. The mail is sent by `run`, in order,
-after the state change (the event handler cannot wait on the disk); an approver that is no
-longer live is not told. It is a notice only: the gate itself is the session's record. A
-daemon that dies between the gate and its notice would leave the approver waiting for nothing,
-so `run` first catches up: for every open gate that names a live approver session it looks for
-the gate's notice in that session's mail (unread or read: metadata `session` and `gate`, a
-digest of the gate's asker, ref and summary) and sends the ones missing. A notice is therefore
-sent at least once per gate: a daemon that dies after writing a notice and before it could
-know sends none again, since the notice is on disk; only a gate with the same asker, ref and
-summary as an earlier one of the same session shares its digest (and would not be told again
-after such a crash: `approval` still shows who may answer).
+A gate's approver is named once, at creation of what asks (a session's `approver=`, a bead's
+`approver=`; a conductor can name only itself or `user`), and never changes. The gate carries
+it (`PendingResult.approver`, journaled) and `Session.answer_approval` refuses any other session:
+the check lives with the state it guards. The tool names only the target and always answers as
+the calling session; never its own gate, never a tool call's. After the decision, `settle`
+brings a bead gate's bead along before the tool returns.
+An approver session is told by an APPROVAL_REQUEST mail (at least once per gate: `run` first
+sends any notice a crash left unsent, found by the gate's digest in the approver's mail).
 """
 
 from __future__ import annotations

@@ -1,65 +1,18 @@
 """Bead approvals through the session result gate: `BeadGates`, the daemon's reconciler.
 
-    gates = BeadGates(store, lookup=..., publish=...)   # lookup(session id) -> Session | None
-    store.on_event -> gates.on_bead_event               # after each bead commit
-    manager on_event -> gates.on_session_event          # ResultDecided, state changes
-    await nursery.start(gates.run)                      # reconciles once, then follows events
-    await gates.answer(bead_id, "approve" | "reject", reason, by="user")   # the bead's ctl
+    gates = BeadGates(store, lookup=..., publish=...)    # store.on_event -> gates.on_bead_event
+    await nursery.start(gates.run)                       # reconciles once, then follows events
 
-Theory of operation
--------------------
-A bead with requires_approval that is completed (bead ctl `complete`, the agent's `complete`
-tool, a conductor) goes to pending_approval, and its assigned session opens a result gate for it
-(`Session.request_result_approval(summary=<the bead's result>, asked_by="bead <id>",
-ref=<the bead's approval round>, approver=<the bead's approver>)`): the session's `approval`
-shows `kind result`, `asked_by bead <id>`, `approver <the bead's>`, and either side answers
-both. So the session that may answer a bead's gate is the one the bead's creator named
-(`Bead.approver`), never the worker's own approver.
-
-There are two durable records of one decision: the session's journal (`ResultApprovalRequested`
-/ `ResultApprovalAnswered` with who answered; `Session.result_decision(asked_by)` reads it back)
-and the bead repository (pending_approval, then completed with approved_by, or failed with the
-reason). Nothing in memory is needed to bring them together: `sync(bead)` compares the two and
-makes the one that is behind follow the other, and it is safe to run at any time, any number of
-times:
-
-- the bead waits (pending_approval, this round) and the session has no gate and no decision for
-  it: open the gate (`waiting` if a turn is running: it opens when the turn ends). If the session
-  cannot wait (exited, ephemeral, stopped, gone, already waiting for another result), the bead
-  still waits and its own ctl answers it; a `bead_gate` event with state `unavailable` says why;
-- the bead waits and the session's records hold a decision for this round (approve or reject):
-  apply it to the bead (`BeadStore.decide`, which re-checks under the store's lock, so the
-  commit happens exactly once however often the decision is offered). A cancelled gate (stop,
-  restart, kill of the session) is not reopened: the bead's ctl answers;
-- the session's gate is open for a round the bead has left (decided on the bead's side, or a
-  later round): close it with the bead's verdict (completed -> approve, failed -> reject with the
-  bead's reason), or withdraw it.
-
-`sync` runs for every bead with a gate to look at once at start (`run`, after the sessions are
-restored), and afterwards whenever a bead commit (`complete`, `approve`, `reject`), a
-`ResultDecided` of a bead's gate, or a session's state change (a turn ended, a gate closed, a
-session stopped or exited) could have moved one of them. After a bead commit its session side
-is synced at once, in the committing task (so a bead the session's own `complete` tool finished
-has its gate asked for before the turn can end: the gate then opens as the turn ends, and
-`wait` on the session answers await_approval); everything else goes through one task, in
-order; a bead that is already queued is not queued twice. Only the bead's commit awaits, and
-it re-checks under the store's lock, so overlapping syncs cannot apply a decision twice.
-
-Answering. `approve` / `reject REASON` on the session's `approval` (or its ctl) is recorded by
-the session (by `user`, or by an approver session's id), then `sync` applies it to the bead
-before the write returns (`settle`, the session tree's `answered` hook; the `ResultDecided`
-event queues the same sync for answers that come another way)
-(approved_by = who answered; reject fails the bead, see `anvild.beads.model`; the session
-itself goes idle on approve and stopped on reject). On the bead's ctl, `answer` answers the
-session's open gate first (its journal records the decision, then the bead commits), so both
-sides always hold the same verdict: a decision is made in one place, the session, whenever the
-session is waiting, and only when it cannot wait does the bead's ctl decide alone. A crash
-between the two writes (kill -9 after the session's record, before the bead's commit) is
-finished by the reconciliation at the next start.
-
-An agent never approves its own work: the session refuses an answer by itself, and the board
-refuses an approval by the session the bead is assigned to. A session other than the gate's
-approver is refused by both as well (see `anvild.coord.approvers` for the tool).
+A completed bead with requires_approval opens a result gate on its assigned session
+(`asked_by="bead <id>"`, `ref=<round>`, the bead's `approver`). One decision has two durable
+records, the session's journal and the bead repository; `sync(bead)` makes the one behind
+follow the other and is safe to run any time, any number of times (`BeadStore.decide` re-checks
+under the store's lock, so a decision commits exactly once). A session that cannot wait leaves
+the bead to its own ctl (`bead_gate` `unavailable`); a cancelled gate is not reopened. `sync`
+runs for every waiting bead at start and after each bead commit or relevant session event
+(one queue task, in order). The bead's ctl answers the session's open gate first, so both hold
+one verdict; a crash between the two writes is finished at the next start. An agent never
+approves its own work. Details: docs/decisions.md, "Module notes" (anvild.coord.bead_gates).
 """
 
 from __future__ import annotations

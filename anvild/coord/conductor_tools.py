@@ -4,61 +4,14 @@
     manager = SessionManager(..., tools=chain_tools(default_tools, conductor.tools))
     conductor.bind(manager)          # the tools need the manager, which needs the tools factory
 
-`conductor.tools(setup)` returns nothing for any role but `conductor`; for a conductor session it
-returns tools bound to that session's id (`ToolSetup.session_id`, set by the daemon, never by
-the model):
-
-    start_session   a worker session: role, model, name, cwd, sandbox, ephemeral, approver
-    send_prompt     a prompt to one of its sessions (queued behind a running turn)
-    wait_sessions   block until each given session has handled its prompts (fan-in), or timeout
-    read_out        a session's last answer (reading it moves await to idle, as `out` does)
-    kill_session    end one of its sessions
-    my_sessions     its sessions: id, alias, role, state, model
-    create_convoy   a convoy (goal, shared context) coordinated by this conductor
-    create_bead     a bead (title, role, description, depends_on, convoy, requires_approval,
-                    approver)
-    assign_bead     claim a bead for one of its sessions
-    complete_bead   complete (or, with `failed`, fail) a bead assigned to one of its sessions
-    read_beads      beads by id or convoy: status, assignee, dependencies, result
-
-Mail (send_message, read_inbox, list_sessions) comes from `anvild.mail.mail_tools`, which every
-session has, the conductor included. The bead tools exist only when the daemon gives a
-`BeadStore` (`beads=`); every bead change is committed `by session <conductor id>`.
-
-Theory of operation: authority
-------------------------------
-A conductor must never get more authority through the sessions it starts than its own role
-allows (DESIGN section 7). Its role lets it coordinate workers, so `start_session` creates a
-worker only within these bounds, each refusal saying what was asked and what is allowed:
-
-- roles: developer, reviewer, planner, tester. Never `conductor` (a conductor does not start
-  coordinators, so the tree of agents stays one level deep and bounded);
-- sandbox: never `full-access` (only the user can grant it, in the user config or on the
-  daemon's command line, to a session the user starts); otherwise at most the role's own
-  default sandbox (`sandbox-roles/<role>.yaml`): a reviewer or planner cannot be started with
-  `workspace-write`. The child's permission ceiling is its role's, as for any session;
-- cwd: the conductor's own workspace or a directory inside it (symlinks resolved);
-- count: at most `max_sessions` live sessions per conductor;
-- approver: `approver: "me"` makes the conductor the approver of the session's result gates
-  (it answers them with the mail tool `answer_approval`); the only other choice is `user` (the
-  default: a person). A conductor can never name a third session, so it cannot hand approval
-  to a session it controls in some other way. `create_bead` likewise: `approver` "me" or
-  "user". The approver is fixed at creation (`anvild.coord.approvers`).
-
-Ownership. A conductor drives only the sessions it started. They are named by alias:
-`<name>.<conductor id>` (the name is the model's, or `<role><n>`), so ownership is a property of
-the daemon's own records: it survives a daemon restart with the sessions, and a conductor can
-never reach a session the user (or another conductor) started, e.g. one the user granted full
-access. The model may name a session by id, full alias or short name.
-
-Effects. `start_session`, `send_prompt` and `kill_session` act outside the conductor's own
-session: they declare `subprocess` effects (other agents run), so they are never batched
-concurrently and, outside bypass mode, ask for approval unless the user allows them (e.g.
-`allow = ["start_session", "send_prompt", "kill_session"]` in `[permissions]`).
-`wait_sessions`, `read_out` and `my_sessions` change nothing and run without asking; nor do the
-bead tools, which change only the daemon's own bead records (like the mail tools). A conductor
-assigns and completes beads only for the sessions it started (claims go through the store's
-compare-and-swap, so a bead someone else holds is refused with the holder's name).
+Only `conductor` sessions get tools (start_session, send_prompt, wait_sessions, read_out,
+kill_session, my_sessions, and with a `BeadStore` the bead tools), bound to the session's id.
+A conductor never gains authority through its workers (DESIGN section 7): roles developer,
+reviewer, planner, tester only; never `full-access`, at most the role's own sandbox; cwd inside
+its workspace; at most `max_sessions` live; approver only "me" or `user`. It drives only the
+sessions it started, named `<name>.<conductor id>` (ownership survives restarts).
+start_session, send_prompt and kill_session declare `subprocess` effects (never batched, asked
+unless allowed); the others change nothing outside the daemon's own records.
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """`Daemon`: the namespace, the listeners, the 9P server and the root tree under one nursery.
 
-Theory of operation
--------------------
-`Daemon.run` is a trio task (start it with `await nursery.start(daemon.run)`; it reports the
-`Endpoints` it bound). It
-
-1. prepares the namespace directory and claims the service (`ServiceFiles.claim`: pid lock,
-   stale socket check), so a second daemon is refused before it touches anything;
-2. binds the Unix socket, and each TCP address given (none by default), creating the token file
-   only when there is a TCP listener;
-3. starts its children (`children`: long-lived services such as the session manager and the
-   embedded llama-server, each `await nursery.start(child)` in the daemon's nursery, so each has
-   it as parent), before any connection is accepted: a client never sees a half-started tree
-   (connections arriving meanwhile wait in the listen backlog);
-4. serves every accepted connection with the one `anvild.ninep.server.Server` in a task of its
-   own (in the daemon's nursery too), after checking who it is:
-   - Unix: the peer's uid (SO_PEERCRED) must be ours, else the connection is closed at once;
-   - TCP: each Tattach must give the token as its attach name (aname), compared in constant
-     time; and where the dialect carries a numeric uid (9P2000.u/.L), it must be ours or root's
-     (root can read the token file anyway; v9fs mounts attach as root by default);
-5. stops, on `request_shutdown` (SIGTERM/SIGINT in `anvild.__main__`) or when cancelled:
-   a. stop accepting: the accept loops are cancelled and the listeners closed, so no new
-      client arrives while the daemon winds down;
-   b. publish `daemon_stopping` on `agent/events`;
-   c. run the shutdown sequence (`shutdown_steps`, in order, shielded, within
-      `DaemonConfig.shutdown_grace` seconds in all): the place where the session layer will end
-      turns and flush records while connections and children are still up. A step that fails
-      is logged and the next one runs; one cut by the deadline is logged by name;
-   d. close the event stream and cancel the daemon's nursery: connections are dropped (the
-      server releases every fid) and children are stopped (they reap their processes);
-   e. remove the socket and the pid file.
-
-Refusals are logged and published on `agent/events` (`client_refused`).
+`await nursery.start(daemon.run)` reports the bound `Endpoints`. In order it claims the service
+(`ServiceFiles.claim`: a second daemon is refused before touching anything); binds the Unix
+socket and any TCP addresses (the token file only with a TCP listener); starts its `children`
+before accepting any connection (no client sees a half-started tree); serves each connection
+with the one 9P `Server` after checking the peer: Unix by SO_PEERCRED uid, TCP by the token as
+attach name (constant-time) and, where the dialect has one, a uid of ours or root.
+On `request_shutdown` or cancellation: stop accepting; publish `daemon_stopping`; run
+`shutdown_steps` in order, shielded, within `shutdown_grace` (a failing step is logged and the
+next runs); close the event stream and cancel the nursery; remove the socket and pid file.
+Refusals are logged and published as `client_refused`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """The daemon's data directory: its checks, and the lock that allows one daemon per directory.
 
-Theory of operation
--------------------
-Everything anvild keeps (session records, trust grants, logs) lives in one data directory,
-`platformdirs.user_data_dir("anvil")` unless `--data-dir` says otherwise. It holds transcripts
-and may hold secrets a model saw, so `prepare_data_dir` creates it 0700 (parents with the
-default mode, as `mkdir -p` would) and refuses one that is a symbolic link, that another user
-owns, or that is group/world writable. Every refusal is a `DataDirError` whose message says
-what to do.
-
-`DataDirLock` makes the directory one daemon's: an exclusive, non-blocking `flock` on
-`<data>/anvild.lock`, held for the daemon's life. The file says who holds it (`pid=`,
-`started=` in UTC ISO 8601, `socket=` the namespace socket it serves), so a second start is
-refused with those facts instead of corrupting the first one's records. The lock is a kernel
-lock on an open file: it dies with the process, so a daemon killed with -9 leaves a file that
-the next start simply locks again.
-
-`release` removes the file before unlocking it. A contender that opened the old file in the
-meantime then holds a lock on an unlinked inode, so `acquire` checks after locking that its
-descriptor is still the file at the path (same device and inode) and starts over if not.
+`platformdirs.user_data_dir("anvil")` unless `--data-dir`. It holds transcripts and may hold
+secrets, so `prepare_data_dir` creates it 0700 and refuses a symlink, another user's, or a
+group/world writable one (`DataDirError` says what to do). `DataDirLock` is an exclusive
+non-blocking `flock` on `<data>/anvild.lock` naming its holder (`pid=`, `started=`, `socket=`);
+it dies with the process. `release` removes the file before unlocking, so `acquire` checks after
+locking that its descriptor is still the file at the path (device and inode) and retries if not.
 """
 
 from __future__ import annotations

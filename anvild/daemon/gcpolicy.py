@@ -1,33 +1,12 @@
 """The daemon's garbage-collector policy: keep long-lived objects out of the collector's scans.
 
-    policy = GcPolicy()                 # the daemon command's (anvild.__main__), not a library's:
-    sessions = Sessions.build(..., gc_policy=policy)    # it changes the whole process
-    # Sessions.run: policy.configure(), then nursery.start(policy.run) once sessions are
-    # restored; Sessions.build feeds it the manager's events (policy.on_event)
-
-Why. The daemon is one Python thread; a collection stops every session and every 9P reply
-for as long as it takes. A full (generation-2) collection walks every container object the
-process holds: a daemon with a hundred sessions (their tools, schemas, histories, trio tasks)
-paused 60-520 ms for one, the largest item of the streaming latency tail (docs/PERF.md,
-"Sessions"). Almost all of those objects live as long as their session: scanning them again
-and again finds nothing.
-
-Theory of operation. `gc.freeze()` moves every object the collector tracks into the permanent
-generation, which no collection scans (objects there are still freed when their reference
-count drops to zero; only cycles among them wait). So:
-
-- at start-up (sessions restored, the daemon serving) everything is frozen;
-- after a session is created (`SessionCreated`) its objects are frozen with the rest, once
-  the events of a burst of creations have settled (`SETTLE` seconds);
-- after a session ended (`SessionEnded`: killed, or an ephemeral session reaped) its objects
-  may be unreachable cycles inside the frozen set, so the set is unfrozen, collected once
-  (one full collection, at a time the policy chooses, coalescing a burst of kills), and frozen
-  again. That keeps memory bounded over many sessions' lives.
-- `GEN0_THRESHOLD` (instead of CPython's 700) makes young collections rarer: streaming
-  allocates many short-lived containers, nearly all freed by reference counting, and each
-  young collection also ages survivors towards the expensive generations.
-
-Every freeze and collection is logged at debug level with its duration.
+A full collection walks every container and stops every session and 9P reply meanwhile (60-520
+ms with a hundred sessions; docs/PERF.md, "Sessions"), yet session objects live as long as the
+session. So `gc.freeze()` everything at start-up and after each burst of `SessionCreated`
+(`SETTLE` seconds); after `SessionEnded`, unfreeze, collect once (coalescing bursts) and freeze
+again, keeping memory bounded. `GEN0_THRESHOLD` makes young collections rarer. Process-wide:
+only the daemon command configures it (`Sessions.build(..., gc_policy=...)`), never a library.
+Each freeze and collection is logged at debug level with its duration.
 """
 
 from __future__ import annotations

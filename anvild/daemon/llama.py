@@ -1,56 +1,17 @@
 """The embedded default model: llama.cpp's llama-server, run by the daemon as a child process.
 
-When is it used
----------------
-`embedded_default_wanted(config, env)`: when nothing tells anvil which model to use, that is
-when neither the user config (nor a project) sets any `providers.*`, `models.*` or
-`default_model` key, and no built-in provider's key variable (`ANTHROPIC_API_KEY`, ...) is set
-in the environment. Then the default model is the provider `local` (kind openai-chat) at the
-llama-server this module starts; `with_local_model(config, base_url)` is the configuration the
-session layer builds its registry from (provider `local`, alias `local`, `default_model =
-"local"`). A user who configures anything, or exports a key, never gets a surprise process.
-
-Finding it
-----------
-`LlamaPaths.find` asks `llama-server env` (the recipe shipped as package data, `anvild.data`,
-that builds the binary, fetches the SmolLM2-135M GGUF model and knows the chat template) where
-they are; each of `ANVIL_LLAMA_SERVER`, `ANVIL_LLAMA_MODEL` and `ANVIL_LLAMA_TEMPLATE` in the
-environment overrides its answer (tests put a fake server there). A missing binary or model is a
-`LlamaNotBuilt` whose message says to run `make llama-server` (`anvil-llama-server setup` where
-anvild is installed); the daemon starts without it. `ANVIL_LLAMA_THREADS` (default 2) sets its
-threads: llama.cpp's threads wait for each other after every operation, so on a machine busy
-with other work one thread is several times faster than two (the tests use one).
-
-Running it
-----------
-`LlamaServer.run` is a daemon child (`Daemon(local_model=...)` starts it in the daemon's
-nursery). It reports started at once, so the daemon does not wait for the model to load, and
-then supervises:
-
-1. pick a free loopback port; spawn `setpriv --pdeathsig KILL -- llama-server --host 127.0.0.1
-   --port P --jinja --chat-template-file T --ctx-size 8192 --parallel 1 ...` in a new session
-   (its own process group), with a scrubbed environment (`child_env`: no API keys), stdin
-   closed, and stdout/stderr to `<data>/logs/llama-server.log` (the previous run's log is kept
-   as `.1`), never on the daemon's terminal;
-2. poll `GET /health` until 200 within `health_timeout` seconds (llama-server answers 503
-   while it loads the model); then the state is `ready` and `base_url` is set;
-3. wait for the process to exit (a pidfd, no polling). If it dies, restart it after a short
-   backoff, at most `max_restarts` times within `restart_window` seconds; beyond that, or when
-   it never becomes healthy, the state is `failed` (logged with the reason and the log file)
-   and the daemon carries on without it;
-4. on cancellation (daemon shutdown): SIGTERM to the process group, SIGKILL after
-   `stop_timeout` seconds, and reap.
-
-No orphans, even when the daemon is killed with SIGKILL and cannot run step 4: the kernel
-sends the child SIGKILL when its parent dies (`PR_SET_PDEATHSIG`, set by util-linux `setpriv`
-just before it execs the server, so no Python runs between fork and exec). The parent-death
-signal fires when the *thread* that forked the child exits, so the process is spawned with
-`subprocess.Popen` on the trio thread itself (the main thread, which lives as long as the
-daemon), never through `trio.run_process`, which forks from a worker thread that trio retires
-after a few idle seconds.
-
-`wait_ready()` is what the session layer awaits before the first request: it returns the base
-URL once the server is healthy and raises `LlamaUnavailable` if it failed or stopped.
+Used only when nothing names a model: no `providers.*`, `models.*` or `default_model` key in any
+config and no built-in provider's key variable set (`embedded_default_wanted`); then provider and
+alias `local` point at this server (`with_local_model`). `LlamaPaths.find` asks the shipped
+recipe (`ANVIL_LLAMA_SERVER`/`_MODEL`/`_TEMPLATE` override); a missing build is `LlamaNotBuilt`
+(run `make llama-server`) and the daemon starts without it. `ANVIL_LLAMA_THREADS` (default 2).
+`LlamaServer.run` (a daemon child) reports started at once, then spawns the server on a free
+loopback port with a scrubbed environment and its log in `<data>/logs/llama-server.log`, waits
+for `/health`, restarts it within `max_restarts`/`restart_window`, else `failed`; on shutdown
+SIGTERM then SIGKILL to its process group. No orphans even after SIGKILL of the daemon:
+`setpriv --pdeathsig KILL`, spawned from the main trio thread (the signal fires when the forking
+thread exits, so never from a worker thread). `wait_ready()` gives the base URL or raises
+`LlamaUnavailable`. Details: docs/decisions.md, "Module notes" (anvild.daemon.llama).
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """The daemon's log: structlog JSON lines in a rotating file in the data dir, secrets masked.
 
-Theory of operation
--------------------
-Logging is configured once, by the `anvild` entry point (`configure_logging`); library modules
-only call `structlog.get_logger()` (or, in older modules, `logging.getLogger`). Both kinds end
-up in the same place because structlog is set up on top of the standard library:
-
-    structlog logger -> structlog processors -> stdlib logging -> root handler
-    stdlib logger    ----------------------------------------> root handler
-
-The root handler is a `logging.handlers.RotatingFileHandler` on `<data>/logs/anvild.log`
-(size-based: `MAX_BYTES` per file, `BACKUPS` old files kept, so the log never grows without
-bound), with a `structlog.stdlib.ProcessorFormatter` that turns every record, structlog's or
-a foreign stdlib one, into one JSON object per line with `timestamp` (UTC), `level`, `logger`
-and `event`. The daemon never logs on stdout or stderr: those belong to whoever started it
-(the entry point itself prints its one startup line, and its refusals, directly).
-
-Secrets: the last two steps before a line is written are `Redactor.redact_json` over the event
-dict and `Redactor.redact` over the rendered line (a secret with characters that JSON escapes
-is caught by the first, one that a renderer built out of several values by the second). The
-redactor comes from the daemon's environment and the configured providers' key variables
-(`anvild.sandbox.secrets`), so an API key that reaches a log call is written as
-`[redacted:NAME]`.
-
-The level comes from `ANVIL_LOG` (`parse_level`): debug, info (the default), warning or error.
-HTTP client libraries log every request at info; they are held at warning unless the level is
-debug.
+`configure_logging` is called once by the entry point; modules only call
+`structlog.get_logger()` (or `logging.getLogger`): both reach one root `RotatingFileHandler` on
+`<data>/logs/anvild.log` (`MAX_BYTES`, `BACKUPS`) whose formatter writes one JSON object a line
+(`timestamp` UTC, `level`, `logger`, `event`). Nothing is logged on stdout or stderr.
+The last two steps before a line is written redact it (`Redactor.redact_json` over the event,
+`Redactor.redact` over the line), so a key reaching a log call shows `[redacted:NAME]`.
+`ANVIL_LOG` sets the level (`parse_level`); HTTP libraries stay at warning unless debug.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """Where the daemon posts its socket: the plan9port namespace directory, its checks and files.
 
-Theory of operation
--------------------
-plan9port clients find a service `agent` as the Unix socket `<namespace>/agent`, where the
-namespace is `$NAMESPACE`, else `/tmp/ns.$USER.$DISPLAY` (lib9 `getns.c`: the user is the name of
-the real uid, `:0.0` is canonicalised to `:0`, `/` in the display becomes `_`; we default DISPLAY to
-`:0` so a terminal-only machine still has a namespace). `9p read agent/list` then works unchanged.
-
-The directory is the security boundary of the Unix socket, so `prepare_namespace` creates it
-0700 and refuses one that another user owns, that is group/world writable, or that is a symlink
-(an attacker in /tmp could otherwise pre-create it and watch or replace our socket). Every refusal
-is a `NamespaceError` whose message says what to do.
-
-`ServiceFiles` holds what we put there for the service `agent`:
-
-- `agent.pid`: our pid, and an exclusive `flock` held for the daemon's life. Two daemons starting
-  at once cannot both pass: the second finds the lock taken and is told the pid of the first.
-- `agent`: the socket. One left behind by a daemon that died is replaced only when nothing
-  answers on it (connect is refused); if a live daemon answers, we refuse and say so.
-- `agent.token`: the random token TCP clients must give as the attach name (0600). It is created
-  only when a TCP listener is enabled and kept across restarts (so a v9fs mount line keeps
-  working); delete the file to rotate it. It is hex: a token beginning with `-` (which
-  `token_urlsafe` gave one time in 64) read as an option in `anvilctl -A "$(cat agent.token)"`
-  and other command lines, so such a token file, written before, is replaced at start.
-
-Everything here is synchronous: it runs once at start-up and at shutdown.
+The namespace is `$NAMESPACE`, else `/tmp/ns.$USER.$DISPLAY` as lib9's `getns.c` computes it
+(DISPLAY defaults to `:0`), so `9p read agent/list` works unchanged. The directory is the Unix
+socket's security boundary: `prepare_namespace` creates it 0700 and refuses one owned by another
+user, group/world writable, or a symlink (`NamespaceError` says what to do).
+`ServiceFiles`: `agent.pid` (pid, with a `flock` held for life: a second daemon is told the
+first's pid); `agent` (the socket; a stale one is replaced only when nothing answers);
+`agent.token` (hex, 0600, only with a TCP listener, kept across restarts; delete to rotate; an
+older token starting with `-` is replaced). Synchronous: runs at start-up and shutdown.
 """
 
 from __future__ import annotations

@@ -1,73 +1,18 @@
 """The session layer inside the daemon: registry, settings, manager, tree, events, shutdown.
 
-    root = RootTree(version=__version__)
     sessions = Sessions.build(config, root, env=env, data_dir=data_dir, redactor=redactor,
                               local_model=local_model)
-    daemon = Daemon(DaemonConfig(...), tree=root, children=[sessions.run],
-                    local_model=local_model)
+    daemon = Daemon(DaemonConfig(...), tree=root, children=[sessions.run], ...)
     sessions.attach(daemon)
 
-Theory of operation
--------------------
-`build` turns the loaded (trusted) configuration into what `anvild.session` needs:
-
-- a `Registry` over one shared `httpx.AsyncClient` (`provider_client`: `LeanTransport`, or
-  httpx's own transport when a proxy variable is set), its `resolve` handed to the manager
-  (the transport's idle watch, `IdleWatch.run`, runs in `run`'s nursery beside the manager);
-- with the embedded default (`local_model` given), the configuration of
-  `anvild.daemon.llama.with_local_model`: provider and alias `local`, the default model. Its
-  port is only known once the server runs (and changes when it restarts), so the adapter behind
-  `local` is a `LocalModelProvider`: each request first awaits `local_model.wait_ready()` (a
-  session created while the model loads just waits), then builds the openai-chat adapter for
-  the current base URL. A server that failed or stopped fails the request with a
-  non-retryable `TransportError` saying why and what to do, so the session ends its turn with
-  that message in `out`;
-- the tools: `default_tools`, then `ConductorTools` (`anvild.coord.conductor_tools`: only
-  sessions with role conductor get them; bound to the manager once it exists; their bead tools
-  use the bead store below), the mail tools, and the bead tools (`anvild.beads.tools`:
-  list_ready, claim, complete, fail, bound to each session's id);
-- `ProjectConfigs` (`anvild.session.project_config`): each session's cwd brings its
-  `.anvil/config.toml`, merged onto `config` (instructions in the prompt, rules, granted
-  providers and models), shown in the session's `config` file (`anvild.tree.config`);
-- each session's `outcome` file (`anvild.tree.outcome`): its last turn's outcome as one
-  line, from its records;
-- each session's `systemprompt`, `history` and `env` files (`anvild.tree.introspection`):
-  what its model and its commands are given, redacted;
-- `SessionSettings`: the permission rules (`[permissions]`), the env passthrough (to the sandbox
-  too), the redactor's `redact`, a concurrency cap of 1 for `local` (llama-server runs with
-  `--parallel 1`).
-
-`build` also mounts the `SessionTree` on the root tree (`agent/models` lists every configured
-alias) and bridges session events to `agent/events`. Mail (`anvild.mail`, served by
-`anvild.tree.mail`) is built alongside: a `PostOffice` over `<data dir>/mail`, the mail
-tools added to every session's tools (`chain_tools`), the per-session mailbox files and
-`agent/user/`, mail events on `agent/events`, and auto-prompt poked whenever a session becomes
-idle. The bead store (`anvild.beads.BeadStore`, in `beads_repo`, default `<data dir>/beads`)
-is built too, and its `BeadsTree` (`agent/beads/`, `agent/convoys/`) mounted: claims resolve
-session ids and aliases through the manager, a session's exit marks its beads orphaned, and
-`SessionSettings.extra_context` puts its beads' convoy context in its system prompt. Beads with
-requires_approval use the session result gate: `BeadGates` (`anvild.coord.bead_gates`) hears
-every bead commit and every session event, opens the assigned session's gate when such a bead
-is completed, applies a gate's decision to the bead, and answers the gate when the bead's ctl
-decides; `run` starts it once the sessions are restored, and it first reconciles every bead
-that waits (so a decision recorded before a kill -9 still lands). Approver sessions answer a
-gate that names them with the mail tool `answer_approval`, through `SessionApprovals`
-(`anvild.coord.approvers`), which settles a bead's gate through the bead gates. `run` opens
-the store (creating or recovering the repository) before any session is restored;
-`attach(daemon)` adds the shutdown step
-`sessions` (the daemon must serve that same root). `run` is a daemon child (`Daemon` starts its
-children before it accepts a connection): it starts `SessionManager.run` in a cancel scope of
-its own, which restores every session from its records before reporting started (with a
-`gc_policy`, which the daemon command passes, the policy starts then and hears of every created
-and ended session: `anvild.daemon.gcpolicy`). The shutdown
-step cancels that scope and waits until the manager has ended every turn (never approving a
-pending call) and synced and closed every journal, while connections are still up and within
-the daemon's grace period.
-
-Settings from the config (`anvild.config.load`): `[permissions]` gives the rules, the default
-mode (`mode`), the widest mode a `new permission=` may ask for (`max_mode`) and the full-access
-grant (`full_access`, user config only); `[sessions]` the per-session defaults (`max_steps`,
-`token_budget`, `turn_deadline`, `reap_delay`; `max_prompt_bytes` goes to the `SessionTree`).
+`build` turns the loaded (trusted) configuration into what `anvild.session` needs and wires
+every part that sits on it: the provider `Registry` (one shared HTTP client; `local` through a
+`LocalModelProvider` that waits for llama-server), the tools chain (default, conductor, mail,
+beads), `ProjectConfigs`, the `SessionExtension`s (config, outcome, introspection, compaction),
+`SessionSettings`, the `SessionTree`, mail, the bead store and tree, `BeadGates` and
+`SessionApprovals`. `run` (a daemon child) opens the bead store before any session is restored,
+then runs the manager; the shutdown step `sessions` cancels it and waits until every turn ended
+(no pending call approved) and every journal is closed. More: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

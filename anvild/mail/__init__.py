@@ -1,22 +1,14 @@
 """anvild.mail: typed messages between sessions and the human (DESIGN sections 4 and 7).
 
-    message.py  Message, Draft, MessageType; checking what a sender wrote; JSON; ids (pure)
-    store.py    MailStore: the mailboxes on disk (inbox, received, sent; durable writes)
+    message.py  Message, Draft, MessageType; checks, JSON, ids (pure)   store.py  MailStore on disk
     post.py     PostOffice: send, deliver, undeliverable -> ERROR_REPORT, read; mail events
-    auto.py     AutoMail: prompt an idle session when new mail arrives (per-mailbox setting)
-    tools.py    list_sessions, send_message, read_inbox, request_approval, answer_approval
-                (bound to a session)
-    errors.py   MailError and its subclasses
+    auto.py     AutoMail: prompt an idle session on new mail   errors.py  MailError and kin
+    tools.py    list_sessions, send_message, read_inbox, request/answer_approval (per session)
 
-This package imports the agent's tool interface and the session's `ToolSetup`; never the 9P
-service, the tree or the daemon (a test checks). The daemon serves it
-(`anvild.tree.mail`): per session `inbox`, `outbox`, `mail/received/`, `mail/sent/`, the
-human's `agent/user/`, and mail events on `agent/events`.
-
-Wiring (the daemon):
+Imports the agent's tool interface and the session's `ToolSetup`; never ninep, the tree or the
+daemon (a test checks). `anvild.tree.mail` publishes it (`inbox`, `outbox`, `mail/`, `agent/user/`).
 
     office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=...)
-    auto = AutoMail(office, prompter)
     tools = chain_tools(default_tools, mail_tools(office, gate, answers))
 """
 

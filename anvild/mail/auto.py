@@ -1,20 +1,10 @@
 """Auto-prompt: an idle session with new mail is told so, once per batch of new mail.
 
-A mailbox with auto-prompt on (`new ... mail=auto`, or `automail on` on the session's ctl;
-stored in the mailbox's `settings.json`, so it survives a restart) is marked *pending* when a
-message is delivered to it. A pending session is prompted as soon as it is idle with nothing
-queued: right away if it already is, else when the daemon reports it idle again (`poke`). The
-prompt says how many messages wait and from whom, and tells the model to use `read_inbox`. The
-mark is cleared when the prompt is submitted, so one batch of mail gives one prompt; mail that
-arrives while that prompt runs marks the session again, and if the model read it during the
-turn (the inbox is empty by then) no second prompt is sent.
-
-Not prompted: a session in `await` (its answer in `out` has not been read: a prompt would
-replace it before anyone saw it; reading `out` makes it idle and then it is prompted), a
-stopped, failed or approval-waiting session, and, after a daemon restart, mail that was already
-waiting (the next delivery prompts).
-
-The daemon adapts its sessions to the narrow `Prompter` protocol.
+A mailbox with auto-prompt on (`mail=auto`, or ctl `automail on`; kept in `settings.json`) is
+marked pending on delivery and prompted as soon as it is idle with nothing queued (`poke`). The
+mark is cleared when the prompt is submitted: one batch gives one prompt. Not prompted: a session
+in `await` (its `out` is unread), stopped, failed or waiting for approval, nor mail that waited
+across a daemon restart. Sessions are reached through the narrow `Prompter` protocol.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
-"""Mail messages: the typed value, the rules a sent message must follow, and its JSON form.
+"""Mail messages: the typed value, the rules a sent message must follow, and its JSON form. Pure.
 
-A message as stored, shown in `inbox` and archived under `mail/` is one JSON object:
-
-    {"id":"msg-0193a4c2f1e07b3a","from":"a1b2c3d4","to":"e5f6a7b8","type":"REVIEW_RESPONSE",
-     "subject":"Re: OAuth","body":"Two problems ...","metadata":{"verdict":"changes"},
-     "timestamp":1739587200,"in_reply_to":"msg-0193a4c2e9d1c044"}
-
-What a sender writes (to an `outbox`, or as `send_message`'s arguments) is a *draft*: `to`,
-`type`, and at least one of `subject` and `body`; optionally `metadata` (an object: bead_id,
-verdict, ...) and `in_reply_to` (a message id). `parse_draft` checks it and says precisely what is
-wrong: the JSON is read strictly (`anvild.mail.strict_json`: depth, numbers, duplicate keys, ...),
-malformed JSON names the line and column, an unknown type lists the types, a missing or
-empty `to` says so, an unknown field lists the fields, every size cap names its limit. A
-REVIEW_RESPONSE must carry `metadata.verdict`, `lgtm` or `changes`, so scripts and conductors can
-branch on it without reading prose.
-
-`id`, `from` and `timestamp` are the daemon's. A draft may contain them (a client that re-sends a
-message it read, a model that copies the format), but they are ignored: `from` is always the
-mailbox whose outbox was written (or the session whose tool was called), never what the body
-claims. We overwrite rather than reject, so an honest client that echoes a whole message still
-gets it delivered, and a dishonest one still cannot speak for anybody else; the claim is kept in
-`Draft.claimed_from` for the `mail_sent` event, so an attempt is visible. `timestamp` is unix
-seconds (UTC), as in the AnviLLM format.
-
-Ids are `msg-` and 16 hex digits: milliseconds since the epoch in the high bits and a random or
-incremented low part (`MessageIds`), so sorting ids sorts messages by when the daemon made them,
-across restarts, without a shared counter.
-
-Pure: no I/O. Errors: `InvalidMessage` (a `MailError`, see `anvild.mail`).
+A sender writes a *draft*: `to`, `type`, at least one of `subject`/`body`, optional `metadata`
+(an object) and `in_reply_to`. `parse_draft` reads it strictly (`anvild.mail.strict_json`) and
+says precisely what is wrong (line and column, the known types or fields, the cap hit). A
+REVIEW_RESPONSE must carry `metadata.verdict` (`lgtm` or `changes`).
+`id`, `from` and `timestamp` are the daemon's: a draft's own are ignored, never trusted (`from`
+is always the writing mailbox; the claim is kept in `Draft.claimed_from` for the event).
+Ids are `msg-` and 16 hex digits, milliseconds in the high bits, so sorting ids sorts messages
+by creation time across restarts. Errors: `InvalidMessage`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """`PostOffice`: sending, delivering and reading mail; the one place mail is moved.
 
-Theory of operation.
-
-- Who is who. A mailbox is a live session's id or `user` (the human). The post office does not
-  know sessions: it asks a narrow `Peers` protocol (the daemon adapts its session manager) to
-  list the live sessions and to find one by id or alias. A draft's `to` may be an id, an alias
-  or `user`; the stored message's `to` is the mailbox it went to (the id), so replies and
-  scripts never depend on an alias that may change.
-- Sending (`send`, `send_bytes`). The draft is checked first (`anvild.mail.message`): a bad one
-  raises `InvalidMessage` and nothing is written anywhere. The sender is the caller's mailbox,
-  never the draft's `from`. Then the message gets its id and time and is delivered at once:
-  written to the recipient's inbox, then to the sender's `sent` (`MailStore.deliver`), and a
-  `mail_sent` event goes out. A message to nobody (an unknown name, a session that exited) is
-  kept in the sender's `sent` and comes back to the sender as an ERROR_REPORT from `anvild`,
-  `in_reply_to` the message (`mail_undeliverable` event); `send` returns that outcome so a tool
-  can also say it directly.
-- Rejections of a write the tree could not accept (`report_rejected`): an event; and when the
-  refusal could only come at Tclunk (a body that ended before its JSON value did), which some
-  clients (plan9port's `9p write`) ignore, an ERROR_REPORT to the writer saying what was wrong.
-- Reading. `unread` lists the inbox; `mark_read` moves messages to `received` (the tree calls
-  it when a reader reached the end of `inbox` and clunked; the `read_inbox` tool right after it
-  returned them). `take_unread` is both.
-- Watchers. `watch(callback)` registers a synchronous `callback(mailbox, message)` called after
-  each delivery (auto-prompt uses it).
-
-File I/O runs in worker threads (`trio.to_thread`); the store's writes are atomic per file, so
-concurrent sends never interleave bytes.
+- A mailbox is a live session's id or `user`; sessions are reached through the narrow `Peers`
+  protocol. A stored message's `to` is the id, never an alias.
+- `send` checks the draft first (`InvalidMessage`: nothing written), takes the sender from the
+  caller, never the draft, then writes the recipient's inbox, then the sender's `sent`. A message
+  to nobody is kept in `sent` and comes back as an ERROR_REPORT from `anvild`.
+- `report_rejected`: a write refused only at Tclunk also gets an ERROR_REPORT (some clients
+  ignore clunk errors).
+- `mark_read` moves messages to `received`; `watch(callback)` is called after each delivery.
+File I/O runs in worker threads; writes are atomic per file.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
-"""`MailStore`: every mailbox's messages on disk, under the daemon's data dir.
+"""`MailStore`: every mailbox's messages on disk, `<data dir>/mail/<mailbox>/`.
 
-    <data dir>/mail/<mailbox>/inbox/<id>.json      delivered, not read yet
-    <data dir>/mail/<mailbox>/received/<id>.json   read (moved here from inbox)
-    <data dir>/mail/<mailbox>/sent/<id>.json       what this mailbox sent
-    <data dir>/mail/<mailbox>/settings.json        {"auto": true} (auto-prompt on new mail)
+    inbox/<id>.json  received/<id>.json  sent/<id>.json  settings.json ({"auto": true})
 
-A mailbox is a session id or `user` (the human). One file per message, one JSON object each
-(`anvild.mail.message.encode`).
-
-Durability. A file is written as `.<name>.tmp` in its directory, fsynced, renamed into place,
-and the directory fsynced, so after a crash (kill -9, power loss) a message file is either
-whole or absent, never torn; leftover `.tmp` files are ignored (and removed at the next write of
-the same name). Delivery writes the recipient's copy first and the sender's `sent` copy second:
-a crash between them leaves a delivered message whose sender has no copy, never a message
-recorded as sent that nobody received. Marking read is one rename per message (inbox ->
-received), atomic on its own; a crash in the middle of a batch leaves the rest unread, never
-lost.
-
-A file that does not decode (edited by hand, a disk error) is left where it is, skipped and
-logged: one bad file never hides the others or stops the daemon.
-
-Everything here is blocking file I/O; the post office calls it from worker threads.
+One JSON object per file. Each file is written as `.<name>.tmp`, fsynced, renamed, and the
+directory fsynced: after a crash a message is whole or absent. Delivery writes the recipient's
+copy before the sender's `sent` copy (a crash never leaves a message sent that nobody got).
+Marking read is one rename per message. A file that does not decode is skipped and logged,
+never hiding the others. Blocking I/O: the post office calls it from worker threads.
 """
 
 from __future__ import annotations

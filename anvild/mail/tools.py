@@ -1,24 +1,13 @@
 """The coordination tools a model uses to talk to its peers, bound to its own session.
 
-    list_sessions     the live sessions: id, alias, role, state (the ideas file's peer-bot)
-    send_message      one typed message; `from` is always this session
-    read_inbox        the unread messages, which are then marked read (archived)
-    request_approval  ask for approval of this turn's result (a result gate, see below)
-    answer_approval   approve or reject another session's result when the gate names you
+    list_sessions  send_message  read_inbox  request_approval  answer_approval
 
-`mail_tools(office, gate)` is a tools factory (`anvild.session.chain_tools` adds it after the
-native tools): each session gets its own instances, bound to `ToolSetup.session_id`. The identity
-is the daemon's: no argument names the sender, so a model can neither read another session's
-inbox nor send as someone else. None of them touches files or processes (`Effects.none()`).
-
-`request_approval` goes through the narrow `ResultGate` protocol (the daemon adapts its session
-manager): the session records the request, and when the turn ends it waits in await_approval
-until a human or an approver session writes `approve` (idle) or `reject REASON` (stopped).
-
-`answer_approval` is how an approver session answers: through the narrow `ApprovalAnswers`
-protocol (the daemon's `anvild.coord.approvers.SessionApprovals`), always as the calling
-session. Whoever created the worker (or the bead) named its approver; the tool cannot name
-anyone, so a model can answer only the gates that name it, never its own, never a tool call's.
+`mail_tools(office, gate, answers)` is a tools factory: each session gets instances bound to its
+`ToolSetup.session_id`. No argument names the sender, so a model can neither read another
+session's inbox nor send as someone else; no file or process effects (`Effects.none()`).
+`request_approval` records a result gate (`ResultGate`): after the turn the session waits in
+await_approval. `answer_approval` answers, always as the calling session, only gates that name
+it as approver (`ApprovalAnswers`): never its own, never a tool call's.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Usage and cost text for a session's `usage` and `cost` files (course 13.3, 18.3). Pure.
+"""Usage and cost text for a session's `usage` and `cost` files. Pure.
 
-`usage` is "used/window (pct%)". The last response's reported input + cache_read +
-cache_write + output is the baseline: what the context held when the model last answered, its
-answer included. Everything appended to the transcript after that answer is estimated at one
-token per four bytes (UTF-8) of its content. The baseline is reset (None) by a model change, a
-clear, a restart and any other context replacement; then, and before any usage at all, the file
-reads "-": unknown is never shown as a guess. Input and output must have been reported; cache
-counts a provider does not report are taken as no cache use (such providers have no prompt
-cache to report on).
-
-`cost` lists the session's tokens by kind, the cache hit rate (cache reads over all input
-tokens) and the USD cost from the model's pricing, or "n/a" when a price or a count it needs is
-unknown: input or output not reported, or a price missing for tokens used. A cache count the
-provider did not report costs nothing (`Pricing.cost`: such a provider has no prompt cache), so
-one openai-chat turn without `cached_tokens` does not make the cost unknown for ever; then,
-for the recent turns it is given, one line each with that turn's input, cache reads and writes
-and hit rate.
+`usage` is "used/window (pct%)": the last response's reported input + cache + output is the
+baseline, plus one token per four UTF-8 bytes appended since. A model change, clear, restart or
+other context replacement resets the baseline, and the file then reads "-": unknown is never
+shown as a guess. Unreported cache counts are taken as no cache use.
+`cost` lists tokens by kind, the cache hit rate and the USD cost, or "n/a" when a price or a
+needed count is unknown; then one line per recent turn.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""The session supervisor's errors: one root, `SessionError`.
+"""The session supervisor's errors: one root, `SessionError`, whose `str()` says what to do.
 
-    SessionError                 every refusal of the supervisor; the message says what to do
+    SessionError
      ├── IllegalTransition       a state change the lifecycle table does not allow (a bug)
-     ├── SessionRefused          a verb or a write that is not possible now (the session is
-     │                           stopped, a turn is running, role written after the first
-     │                           prompt, no approval pending, ...)
+     ├── SessionRefused          not possible now (stopped, turn running, nothing pending, ...)
      ├── SessionNotFound         no session with this id or alias
-     ├── InvalidSessionRequest   a `new` or a write with bad arguments: unknown model (lists
-     │                           the aliases), missing cwd, unknown role, alias reserved,
-     │                           bad sandbox name
+     ├── InvalidSessionRequest   bad `new` or write arguments (unknown model, missing cwd, ...)
      │    └── NameTaken          an alias that is another session's alias or id
-     └── RecordWriteFailed       the session's record could not be written (disk full, I/O
-                                 error): the session moved to `error`; the daemon carries on
+     └── RecordWriteFailed       the record could not be written: the session is in `error`
 
-The tree turns each into a 9P error string: `str(error)` is written for a person.
+The tree turns each into a 9P error string.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """`model NAME`: can the history be replayed to another model, or does it need a handoff? Pure.
 
-Replay (course 09.3, DESIGN section 6): an adapter sends reasoning and provider meta back only
-to the provider that produced them, and drops foreign ones. So the history a new model would
-see is the transcript with foreign reasoning removed, and images removed when the target takes
-none. `replayable` builds that view and validates it: if it is still a valid transcript (no
-message left empty, roles still alternating, every call answered) and nothing but foreign
-reasoning was lost, the transcript is kept as it is and only the model changes. Otherwise the
-switch records an explicit text handoff: the conversation rendered as text (`handoff_text`)
-becomes the first user message of a fresh context (`ContextReplaced`, reason handoff), so
-nothing is silently dropped.
+Adapters send reasoning and provider meta back only to the provider that produced them.
+`replayable` builds the transcript a new model would see (foreign reasoning dropped, images
+dropped when the target takes none) and keeps it only if it is still valid and nothing but
+foreign reasoning was lost. Otherwise the switch records a text handoff (`handoff_text`) as the
+first user message of a fresh context (`ContextReplaced`, reason handoff): nothing is silently
+dropped.
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
 """`SessionManager`: every session of the daemon, their task tree, creation and restoration.
 
-Theory of operation.
-
-- Tasks. `await nursery.start(manager.run)` opens the manager's nursery, restores every session
-  from its records, then reports started. Each session's task is `await
-  nursery.start(session.run)` in that nursery. Cancelling the manager's scope (daemon shutdown)
-  cancels every turn (approvals are cancelled, never approved), records how each turn ended,
-  then syncs and closes every journal (shielded).
-- Creation (`create`) validates everything before anything is written: the model (an unknown
-  one lists the aliases), the cwd (it must exist), the role, the sandbox, the alias (not a
-  reserved name, not an id or alias in use). Then the journal is created (`SessionStarted`,
-  synced) and the session started.
-- Restoration (`run`, at daemon start): every `<id>.jsonl` of the store is opened (a torn tail
-  is cut), sessions that ended (killed, reaped) stay on disk only, and the others are recovered
-  (`Journal.recover`: a call that started without a durable finish gets a result saying its
-  outcome is unknown and is never re-run, naming the temporary file of an unfinished write,
-  removed first (`anvild.session.leftovers`); the session is idle with a note). A file that cannot
-  be loaded is left untouched and reported (`SessionFailed` on `events`, and the log). Sessions
-  come back in creation order. Before them, what sandboxes of a killed daemon left in
-  workspaces (placeholders, seeds) is removed (`anvild.sandbox.litter.sweep`).
-- Providers. Every request a session makes goes through its provider's `trio.CapacityLimiter`
-  (`SessionSettings.concurrency`): a provider with one slot serves one request at a time and
-  the others wait, in arrival order, parked (no polling).
-- Project config. With `configs` (`anvild.session.project_config.ProjectConfigs`), a session's
-  model is resolved by the config that applies in its cwd (at creation and restoration), and
-  `configs.before_turn` is applied at creation, restoration and every turn start.
-- Events. Session created/ended, state changes, usage thresholds and failures are typed
-  (`anvild.session.events`), published as JSON lines on `manager.events` and handed to
-  `on_event` (the daemon bridges them to `agent/events`).
+- `await nursery.start(manager.run)` restores every session from its records, then serves; each
+  session runs in the manager's nursery. Cancelling it cancels every turn (approvals cancelled,
+  never approved), records how each ended, then syncs and closes every journal (shielded).
+- `create` validates everything (model, cwd, role, sandbox, alias) before anything is written.
+- Restoration never re-runs a call whose finish is not durable (`Journal.recover`); a file that
+  cannot be loaded is left untouched and reported (`SessionFailed`). Sessions come back in
+  creation order, after sandbox litter of a killed daemon is swept.
+- Every provider request passes its provider's `trio.CapacityLimiter` (arrival order, parked).
+- Session events are typed (`anvild.session.events`), published on `manager.events` and handed
+  to `on_event`. Details: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""The layered system prompt of a session (DESIGN section 5, course 13.1).
+"""The layered system prompt of a session (DESIGN section 5).
 
-    base instructions        BASE_INSTRUCTIONS, written for anvild (under 60 lines)
-    AGENTS.md chain          the user config dir's AGENTS.md, then every AGENTS.md from the git
-                             root down to the cwd (most general first), each capped at
-                             MAX_INSTRUCTION_BYTES with a note saying so
-    role                     the role's text (`anvild.session.roles.role_text`)
-    extra                    per session, asked at every turn start (`SessionSettings.
-                             extra_context`): the config's `instructions` (user, then project:
-                             `anvild.session.project_config`), then its beads' convoy context
-    context                  the session's `context` file
-
-in that order, under clear headers. `PromptLayers` is a frozen value and `render` is a pure
-function of it, so the prompt is byte-identical across the turns of a session (provider prompt
-caches depend on it). The files are read once, when the session starts (creation, daemon
-start, `restart`): an AGENTS.md edited during a session applies from its next restart. A write to
-`context` makes a new `PromptLayers` (recorded as `ContextFileChanged`), used from the next turn.
+Layers, in order, under clear headers: BASE_INSTRUCTIONS; the AGENTS.md chain (user config dir,
+then git root down to cwd, each capped at MAX_INSTRUCTION_BYTES with a note); the role's text;
+the per-turn extra context (config `instructions`, convoy context); the session's `context` file.
+`PromptLayers` is frozen and `render` pure, so the prompt is byte-identical across turns
+(provider prompt caches depend on it). Files are read when the session starts; a `context`
+write makes new layers (`ContextFileChanged`) used from the next turn.
 """
 
 from __future__ import annotations

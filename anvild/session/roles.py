@@ -1,22 +1,14 @@
-"""Roles: what a session's role sets (DESIGN section 7).
+"""Roles: what a session's role sets (DESIGN section 7), chosen before the first prompt.
 
-A role is three things, all chosen when the session is created (or before its first prompt):
-
-- its text, a prompt layer: `<name>.txt` shipped with anvild (package data in
-  `anvild/data/roles/`), overridden by the user's
-  `platformdirs.user_config_dir("anvil")/roles/<name>.txt`. A project can never supply one;
-- its sandbox: the sandbox role file `<name>.yaml` (`anvild.sandbox.roles.load_role`: shipped in
-  `anvild/data/sandbox-roles/`, user overrides in the config dir's `sandbox-roles/`), which says
-  what commands may read and write;
+- its text, a prompt layer: shipped `anvild/data/roles/<name>.txt`, overridden by the user config
+  dir's `roles/<name>.txt`; a project can never supply one;
+- its sandbox role file `<name>.yaml` (`anvild.sandbox.roles.load_role`);
 - its permission ceiling (`RoleCeiling`): reviewer, planner and conductor write no files and run
-  no mutating git; the tester writes only under test directories. The policy enforces it
-  whatever the rules, the mode or the model say, and the native file tools' boundary
-  (`file_access`) has the same limits, so a bypassed policy still cannot write.
+  no mutating git; the tester writes only under test directories. The policy and the file tools'
+  boundary (`file_access`) both enforce it, whatever rules, mode or model say.
 
-The roles are the built-in ones (`ROLES`); a user overrides their text and sandbox, but cannot
-invent a role without a ceiling. Every role ships its sandbox file (a test checks); the
-conductor's (`conductor.yaml`) says why it reads and never writes. `SANDBOX_OF` remains for an
-installation whose conductor file is missing: it then borrows the planner's.
+Only the built-in `ROLES` exist (a user cannot invent a role without a ceiling); every role ships
+its sandbox file (a test checks). `SANDBOX_OF` covers a missing conductor file (the planner's).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """The session lifecycle: its states and the one transition table (DESIGN section 4).
 
-    starting ──> idle <──────────────┐ (out read to EOF, start, restart)
-                  │ prompt            │
-                  v                   │
-    ┌──────── running <──> await_approval
-    │             │ turn ended
-    │             v
-    │           await ──> running (the next queued prompt)
-    │
-    idle, await, running (its turn ended) ──> await_approval   (a result gate: request_approval)
-                      await_approval ──> idle (approve) | stopped (reject REASON)
-    any live state ──> stopped (stop) ──> idle (start)
-    any live state ──> error (a record could not be written) ──> idle (start, restart)
-    any live state ──> exited (kill; an ephemeral session's turn ended)   [terminal]
+    starting -> idle -> running <-> await_approval;  running -> await -> running (next prompt)
+    idle/await/running -> await_approval (result gate) -> idle (approve) | stopped (reject)
+    any live state -> stopped (stop) -> idle (start);  -> error (record write failed) -> idle
+    any live state -> exited (kill; an ephemeral session's turn ended)   [terminal]
 
-The supervisor (`anvild.session.session.Session`) is the only owner of a session's state, and
-it derives every change from its own loop: a prompt taken, a turn ended, an approval asked or
-answered, a verb. No client and no model can write a state. Every change goes through `check`,
-and a change the table does not list raises `IllegalTransition` (a bug in the supervisor; the
-tests walk the whole table). The states themselves are the store's `SessionStatus`, so what is
-recorded and what is enforced are one vocabulary.
+The supervisor (`Session`) is the only owner of a session's state; no client or model writes
+one. Every change goes through `check`; a change the table does not list raises
+`IllegalTransition` (a bug; the tests walk the whole table). The states are the store's
+`SessionStatus`: what is recorded and what is enforced are one vocabulary.
 """
 
 from __future__ import annotations

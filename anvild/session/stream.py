@@ -1,30 +1,13 @@
 """`LineBroadcast`: a session's `log` and `events` streams, with a cursor per reader.
 
-Theory of operation (DESIGN section 3, "Streams"). The supervisor `publish`es one line at a
-time. Each open of a stream file calls `open_reader()` and gets its own `LineReader`, which
-starts with a copy of the bounded backlog (the last `backlog_lines` lines) and then receives
-every later line. A reader holds at most `reader_lines` lines and `reader_bytes` bytes: a line
-that does not fit is dropped and counted, and the next line it does take is preceded by one
-explicit marker, `{"type":"lagged","dropped":N}`, exactly where the gap is (a reader that
-drains everything while lines are being dropped gets the marker on its own). Loss is never
-silent, and a slow reader never makes the daemon buffer without bound.
-
-Terminal lines are never the ones lost. A broadcast made with `terminal=` (for agent events:
-`is_turn_finished`, the last event of every turn) keeps each terminal line: when one does not
-fit, the reader drops its *oldest* unread lines instead, as many as it takes (a marker then
-stands first, where that gap is; a partly read line is finished first), so a reader that
-drains its buffer always ends a turn with the turn's `turn_finished`, however slow it was. A
-terminal line larger than the whole buffer is still kept, alone: the bound is then that one
-line.
-
-Reads behave like reads from a pipe: `read_nowait(count)` returns up to `count` bytes (whole
-lines when they fit; a line longer than `count` is split across reads), `None` when nothing is
-there yet and b"" at end of stream; `await read(count)` waits for something (a plain cancel
-point: a Tflush or a clunk cancels it, and no task is spawned per reader). `close()` on the
-broadcast ends the stream: readers return what they hold, then end-of-file.
-
-This duplicates the shape of `anvild.fs.stream` on purpose: the session layer may not import
-the tree (DESIGN section 2), and the tree serves these readers as they are.
+Each `open_reader()` gets its own `LineReader`: a copy of the bounded backlog, then every later
+line. A reader holds at most `reader_lines` lines / `reader_bytes` bytes; a line that does not
+fit is dropped and the next one taken is preceded by `{"type":"lagged","dropped":N}` where the
+gap is. Loss is never silent and memory never unbounded. Lines marked `terminal=` (a turn's
+`turn_finished`) are never the ones lost: the oldest unread lines go instead.
+Reads behave like a pipe: `read_nowait` returns bytes, None (nothing yet) or b"" (EOF);
+`await read` is a plain cancel point (Tflush, clunk). `close()` ends the stream.
+Mirrors `anvild.fs.stream` on purpose: the session layer may not import fs.
 """
 
 from __future__ import annotations

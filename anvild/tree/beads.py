@@ -1,67 +1,16 @@
 """The bead and convoy part of the `agent/` tree (DESIGN.md section 4), served from a `BeadStore`.
 
-    agent/beads/
-      ctl        new "Title" ROLE ["Description"] [DEP-ID ...] [convoy=ID] [requires_approval]
-                     [approver=SESSION|user]
-                 dep add BEAD DEP | dep remove BEAD DEP
-                 (a read on the same fid after `new` returns the new bead's id)
-      list       one line per bead, creation order: id status role assigned_to title
-                 (tab-separated, `-` for empty; a last field `orphaned` when the bead is in
-                 progress and the session it is assigned to has ended)
-      ready      the same lines for the pending beads whose dependencies are all completed
-      <bead-id>/ status title description role assigned_to result depends_on requires_approval
-                 approver approved_by convoy reason wait ctl
-                 wait: a read blocks until the bead is completed, failed or pending_approval
-                 and returns that status (at once if it already is)
-                 ctl: claim SESSION | complete [RESULT] | fail REASON | approve | reject REASON
-                      | release
-                 description and result are writable (the body of one open, at clunk;
-                 each Twrite is refused at once when the bead's status forbids the change)
-    agent/convoys/
-      ctl        new "Title" ["Goal"] [coordinator=SESSION]   (read after: the new id)
-      list       id status done/total coordinator title
-      <id>/      title goal status coordinator beads context progress wait ctl
-                 wait: a read blocks until the convoy is completed, failed or abandoned
-                 ctl: add_bead ID | remove_bead ID | complete | abandon | fail REASON
-                 context is writable (the body of one open, at clunk)
+    agent/beads/  ctl (new, dep add|remove)  list  ready  <bead-id>/ (fields, wait, ctl)
+    agent/convoys/  ctl (new)  list  <id>/ (title goal status ... context progress wait ctl)
 
-Theory of operation
--------------------
-Like the session tree (`anvild.tree.sessions`), this tree owns no state: every file asks the
-store at open (a snapshot) or calls one store verb when a ctl line is written or a body is
-clunked, and turns the store's refusal (`BeadError`, whose message says what to do) into the
-write's 9P error. The store validates and serialises; a refused write changes nothing.
-
-Command lines are split by `anvild.beads.words` (double and single quotes, see there), not by
-the tree's default tokenizer, so `echo 'new "Fix it" developer "Details"'` works unchanged from
-bash and rc. Unquoted `key=value` words are options; quoted words are always text.
-
-Identity: a write through the files is done `by user` (the 9P socket admits only the daemon's
-user; a sandboxed agent never reaches it). `claim SESSION` names the session that will do the
-work: a live session's id or alias (stored as its id), or `user` for work a person takes.
-The agent tools (`anvild.beads.tools`) claim for their own session only.
-
-Orphans: a bead is orphaned when it is in progress and assigned to a session that is no longer
-live (killed, exited, or not restored after a restart). `list` marks it, and when a session
-exits, `on_session_event` puts one `bead_orphaned` event per such bead on `agent/events`
-(`announce_orphans` does the same once at daemon start, for sessions that were not restored).
-`release` makes it pending again, with `assigned_to` cleared.
-
-Approval: `approve` and `reject REASON` on a bead's ctl go through `answer` (set by the daemon
-to `anvild.coord.bead_gates.BeadGates.answer`): when the assigned session waits on its result
-gate for the bead, that gate is answered too, so the session and the bead hold the same verdict.
-`approver=SESSION` on `new` (a live session's id or alias, stored as its id; default `user`)
-names the session that may approve the bead besides a person (through its `answer_approval`
-tool); it needs requires_approval, is shown read-only in `approver`, and never changes (a ctl
-line `approver ...` is refused saying so).
-
-Directory nodes are made once per bead or convoy id and kept (beads are never deleted), so
-their qid paths stay stable.
-
-`wait` (per bead and per convoy) works like a session's `wait`: the first read on an open blocks
-in the store (`wait_bead`, `wait_convoy`, woken by every committed change) and fixes the answer,
-the status and a newline, for that open; later reads slice it, so EOF follows. A Tflush cancels
-the blocked read; a clunk ends it with an empty read. No polling: a script waits on the file.
+Like the session tree this owns no state: each file asks the store at open or calls one store
+verb on a ctl line or a clunked body, and turns a `BeadError` into the write's 9P error (a
+refused write changes nothing). Lines are split by `anvild.beads.words`; unquoted `key=value`
+words are options, quoted words are always text. File writes are `by user`; `claim SESSION`
+names who works. A bead in progress whose session is gone is orphaned (`list` marks it, one
+`bead_orphaned` event). `approve`/`reject` go through `answer` (the coord bead gates), so a bead
+and its session's result gate hold one verdict. Directory nodes are kept (stable qids); `wait`
+blocks in the store once per open, no polling. Details: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

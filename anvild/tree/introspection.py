@@ -1,43 +1,15 @@
-"""Three read-only files that show what a session's model and tools are given, added to every
-session directory as a `SessionExtension` (`anvild.daemon.wiring`). Each is a snapshot taken at
-the open, and nothing in them is a secret: every text goes through the daemon's redactor
-(`SessionSettings.redact`, `anvild.sandbox.secrets.Redactor`).
+"""Three read-only files showing what a session's model and tools are given (a `SessionExtension`).
 
-    9p read agent/ID/systemprompt   the system prompt the next request sends
-    9p read agent/ID/history        the conversation as that request sends it, JSONL
-    9p read agent/ID/env            NAME=VALUE of the environment the session's commands get
+    agent/ID/systemprompt   the system prompt the next request sends (`Session.system_prompt`)
+    agent/ID/history        the transcript as the next request sends it, one JSON line a message
+    agent/ID/env            NAME=VALUE, sorted: the environment the session's commands get
 
-`systemprompt` is `Session.system_prompt`: every layer in order (base instructions, the AGENTS.md
-chain, the role's text, the config's instructions and bead context, the `context` file;
-`anvild.session.prompt`), exactly as rendered for the next turn, secrets masked as
-`[redacted:NAME]`.
-
-`history` is one JSON object a line. A message line is the canonical message as the llm layer's
-converter writes it (`anvild.llm.types.converter`: `{"role": "user", "content": [{"type":
-"text", "text": ...}, ...]}`), every string redacted. It is the transcript as the next request
-would send it if it were sent now (`ContextWindow.for_request` over the agent's transcript): the
-old tool results the window clears are their one-line stubs (`[Cleared to save context: ...]`,
-`anvild.agent.context.clearing`), not the full results the records keep. After a compaction
-the transcript starts with the summary message (its first text begins `[Compacted history:`,
-`anvild.agent.context.compaction.SUMMARY_MARK`), and the line before it is a marker, not a
-message (it has `marker` where a message has `role`):
-
-    {"marker": "compacted", "at": "2026-12-02T07:30:00Z", "trigger": "auto", "dropped": 12,
-     "model": "fake-model"}
-
-(on one line; `at`, `trigger`, `dropped` and `model` are the last compaction's, as in
-`compactions`, and absent when the session's records hold none: a session started `from=` a
-compacted conversation). A compaction the next request would trigger has not happened yet and is
-not shown. A turn adds its messages: the prompt, then each step's assistant message and its tool
-results.
-
-`env` is one `NAME=VALUE` line per variable, sorted by name: exactly the environment a command of
-the session (the bash tool) starts with, read from the daemon's environment at the open, as
-`anvild.sandbox.bwrap.sandbox_env` builds it for a sandboxed session (the allowlist, the
-`env_passthrough` names, HOME, TMPDIR and git's safe.directory) and the daemon's whole
-environment for `sandbox=full-access` (which inherits it). A variable whose name looks like a
-credential (`anvild.sandbox.secrets.is_secret_name`) shows `***`; every other value goes through
-the redactor; a newline in a value shows as `\\n`.
+Each is a snapshot at open and holds no secret: every text goes through the daemon's redactor,
+and a credential-looking variable shows `***`. `history` uses `ContextWindow.for_request`
+(cleared results as stubs); before a compaction's summary stands one line with `marker` where a
+message has `role`: `{"marker": "compacted", "at": ..., "trigger": ..., "dropped": ..., ...}`.
+`env` is `sandbox_env` for a sandboxed session, the daemon's environment for full-access; a
+newline in a value shows as `\\n`.
 """
 
 from __future__ import annotations

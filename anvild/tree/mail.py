@@ -1,46 +1,16 @@
 """Mail in the tree: every session's mailbox files, the human's `agent/user/`, mail events.
 
-    agent/<id>/inbox                 read: JSON array of unread messages (reading marks them read)
-    agent/<id>/outbox                write: one JSON message (committed at clunk)
-    agent/<id>/mail/received/<msg-id>.json   read messages (archive)
-    agent/<id>/mail/sent/<msg-id>.json       sent messages (archive)
-    agent/<id>/ctl                   + `automail on|off`; agent/ctl `new` + `mail=auto|off`
-    agent/user/{inbox,outbox,mail/}  the same for the human (`from` is `user`)
-    agent/events                     mail_sent, mail_undeliverable, mail_rejected, mail_read
+    agent/<id>/inbox  outbox  mail/received/  mail/sent/   agent/user/ (the same for the human)
 
-Theory of operation
--------------------
-The tree owns no mail: every file calls the `PostOffice` (`anvild.mail.post`) at the moment 9P
-asks, and the mailbox a file belongs to is fixed when the directory is made, so a session can
-only send from its own outbox and read its own inbox (`from` is the mailbox of the outbox that
-was written, whatever the body says).
-
-`inbox`: the unread messages are a snapshot taken at open. They are marked read (moved to
-`mail/received/`) only when a read on that open returned the snapshot's last byte and the fid is
-then clunked, like `out`. So a client that opens and dies (its connection drops: the fid is
-aborted, not clunked), or clunks before reading to the end, loses nothing: the messages stay
-unread. Mail delivered after the open is not in the snapshot and stays unread. An empty inbox
-reads `[]`.
-
-`outbox`: a JSON body file (`anvild.fs.body`, `Framing.JSON`): each Twrite is checked as it
-arrives (size, UTF-8, JSON syntax and depth), and the Twrite that completes the JSON value
-checks the whole draft (`anvild.mail.message.parse_draft`, `anvild.mail.strict_json`), its
-recipient (a live session or `user`, else ENOENT) and delivers it; a refusal fails that Twrite
-with the reason, sends nothing, leaves every inbox as it was and puts a `mail_rejected` event on
-`agent/events`. Only a body that ends (clunk) before its value does is refused at the Tclunk;
-as clients ignore that reply, it also comes back as an ERROR_REPORT in the writer's inbox.
-
-`mail/received/` and `mail/sent/` list the archive directory at each directory read; each file
-is a snapshot of one message (one JSON object and a newline). The listing (and a walk's one
-stat) runs in a worker thread (`PostOffice.ids`, `PostOffice.has`), so an archive of thousands
-of messages never holds up the 9P loop: other clients are answered while it is read. The disk
-stays the only truth (no index to keep in step, nothing to rebuild after a crash).
-
-Sessions are adapted to the mail package's narrow protocols here: `SessionPeers` (the live
-sessions, found by id or alias), `SessionPrompter` (auto-prompt) and `SessionResultGate` (the
-`request_approval` tool). Each is bound to its
-`SessionManager` after construction (`bind`): the manager needs the tools factory, which needs
-them.
+Every file calls the `PostOffice` when 9P asks; the mailbox a file belongs to is fixed when its
+directory is made, so a session sends only from its own outbox (`from` is that mailbox).
+`inbox` is a snapshot per open, marked read only when a read reached its end and the fid is
+clunked (a dropped connection loses nothing). `outbox` is a JSON body (`Framing.JSON`): the
+Twrite completing the value checks the draft and recipient and delivers it, or fails with the
+reason and sends nothing (`mail_rejected`); a refusal only at clunk also comes back as an
+ERROR_REPORT. Archive listings run in a worker thread; the disk is the only truth.
+`SessionPeers`, `SessionPrompter`, `SessionResultGate` adapt sessions to mail's protocols and
+are bound to the manager after construction (`bind`).
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
-"""A session's `outcome` file (read-only): how its last turn ended, as one line a script can
-test without parsing prose. Added to every session directory as a `SessionExtension`
-(`anvild.daemon.wiring`).
+"""A session's `outcome` file (read-only, a `SessionExtension`): how its last turn ended, one line.
 
-    9p read agent/ID/outcome      done
-                                  error HttpError: HTTP 401: {"error": {"message": ...}}
-                                  max_steps stopped after 50 steps
-                                  cancelled the turn was cancelled
-                                  -                  (no turn has ended yet)
+    9p read agent/ID/outcome   ->  done | error HttpError: HTTP 401: ... | - (no turn ended yet)
 
-The first word is the outcome, the vocabulary of `anvilctl -p`'s exit statuses
-(`anvilctl.headless.EXIT_CODES`, from `anvild.agent.events.TurnOutcome`): done, error,
-max_steps, max_tokens, refused, budget_exceeded, protocol_stopped, cancelled. The rest of the
-line, when there is one, is the turn's detail (for an error `KIND: message`), its white space
-(newlines included) folded to single spaces. A turn a crash cut is ended by recovery at the
-next start as `error anvild stopped during the turn; ...`.
-
-It reads the session's records (`SessionState.last_turn`, the `TurnEnded` of the last turn),
-so it survives a daemon restart. While a turn runs it still holds the previous turn's outcome:
-read it after `wait` (which returns once no turn runs), as `anvilctl wait` does for its exit
-status.
+The first word is the outcome (`anvild.agent.events.TurnOutcome`, the vocabulary of
+`anvilctl -p`'s exit statuses); the rest is the detail, white space folded to single spaces.
+Read from the records (`SessionState.last_turn`), so it survives a restart; a turn a crash cut
+reads `error anvild stopped during the turn; ...`. While a turn runs it holds the previous one's:
+read it after `wait`.
 """
 
 from __future__ import annotations

@@ -1,59 +1,15 @@
 """Roles and workflow scripts as files: `agent/roles/`, `agent/sandbox-roles/`, `agent/scripts/`.
 
-    agent/
-      roles/NAME                 a role's prompt text (`anvild.session.roles.role_text`)
-      sandbox-roles/NAME.yaml    a sandbox role (`anvild.sandbox.roles.load_role`)
-      scripts/NAME               the workflow scripts, read-only: fanout fanout.rc DevReview
-                                 Planning conductor (`bash <(9p read agent/scripts/fanout) ...`)
-
-Theory of operation
--------------------
-A role file shows what a session would load now: the user's file in the user config directory
-(`SessionSettings.role_text_dir` / `sandbox_role_dir`, by default platformdirs'
-`~/.config/anvil/roles/NAME.txt` and `~/.config/anvil/sandbox-roles/NAME.yaml`) if there is one,
-else the file shipped in the package (`anvild/data/`). The directories list the union, read from
-the disk at each listing, so a file edited by hand shows too.
-
-Writing a role file writes the user's file: the shipped files are never changed. The body of one
-open is checked at each Twrite as a whole (`RoleKind.check`: the same parse and checks a session
-runs when it loads the file, `parse_role` and the path expansion of `Role.resolve` for a sandbox
-role, fail-closed: a file that would fail to load is never written), and the file is replaced
-atomically at clunk (a temporary file renamed over it), so a session that starts meanwhile reads
-the old file or the new one, never half of one. The next session of that role uses it; live
-sessions keep what they loaded.
-
-Where a body ends cannot be known before the clunk, and `9p write` never shows the Rclunk, so a
-refusal must come on a Twrite. The rule: a Twrite after which the body is a complete, valid file
-passes; one after which it is invalid is refused at once when the body ends with a newline (the
-usual end of a file) and the error is not YAML's "unexpected end of stream" (which more text
-could mend); otherwise the decision waits for the next Twrite or the clunk. A file written in
-several Twrites (one of 4,096 bytes each from `9p write`) whose cut lands on a line end in the
-middle of a multi-line construct (a flow list over several lines) can therefore be refused
-although its whole would pass; role files are a few hundred bytes, and the error names the line.
-A body that is invalid at the clunk (one without a final newline) is refused there, which
-`9p write` does not show: the file is unchanged either way. A refused Twrite refuses the open:
-later writes and the clunk repeat it and nothing is written. An open that wrote nothing (9pfuse's
-truncating open before the real one) writes nothing.
-
-Create makes a new user file, empty (the narrowest valid role: nothing writable, no network;
-`9p create` then `9p write` are two connections, so the file must exist in between): a sandbox
-role of any name `ROLE_NAME_RE` allows (used by
-`anvilctl sandbox --role NAME`; a session's sandbox is still its role's file). A role text can be
-written for the built-in roles only: a role is also a permission ceiling that only anvild defines
-(`anvild.session.roles`), so a new role name is refused (EPERM) saying so. Remove deletes the
-user's file: the shipped file of that name, if any, is what the file shows again; removing a
-file that is only shipped is refused (EPERM).
-
-Who may write: everyone connected. Every connection to the tree is the owner's: the Unix socket
-admits only the daemon's uid (SO_PEERCRED, `anvild.daemon.listeners`) and TCP only a client with
-the token (`anvild.daemon.app`), so a finer rule would have nothing to tell apart. The files say
-so in their mode (0644, directories 0755). A session's tools cannot reach these files: its
-commands run in the bubblewrap sandbox, where the namespace directory (the socket and the TCP
-token, `agent.token`) is not there (an empty tmpfs over /tmp, /run and $HOME, and
-`default_hidden` masks it and the config and data directories wherever a bound path would show
-them), and the network, when allowed, reaches a TCP listener only with that token; the native
-file tools are confined to the workspace and never write anvild's own directories
-(`anvild.session.roles.daemon_dirs`), so they cannot edit the user's role files on disk either.
+A role file shows what a session would load now: the user's file in the config dir if any, else
+the shipped one (`anvild/data/`); listings are the union, read at each listing. A write writes
+the user's file (never the shipped one), checked at each Twrite with the same parse a session
+runs (fail-closed: a file that would not load is never written) and replaced atomically at
+clunk; the next session of that role uses it. A Twrite that leaves an invalid body ending in a
+newline is refused at once (`9p write` never shows Rclunk); a refused Twrite refuses the open.
+Create makes an empty (narrowest) sandbox role; role texts exist for built-in roles only (EPERM
+otherwise). Remove deletes the user's file; a shipped-only file cannot be removed (EPERM).
+Every connection is the owner's (socket uid check, TCP token), so the files are 0644; sandboxed
+sessions cannot reach them. Details: docs/decisions.md, "Module notes" (anvild.tree.roles).
 """
 
 from __future__ import annotations

@@ -1,87 +1,18 @@
 """The session part of the `agent/` tree (DESIGN.md section 4), served from a `SessionManager`.
 
-    agent/
-      ctl        + `new [MODEL] [/DIR] [ROLE] [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
-                 [max_steps=N] [permission=MODE] [budget=TOKENS] [approver=ID|ALIAS|user]
-                 [from=ID|ALIAS|latest] [ephemeral] [headless]`, `kill ID` (positional words:
-                 `new_args`)
-      list       `manager.list_text()`
-      models     one line per usable model: alias provider model window key-present
-      roles/     one file per role: its prompt text (the user's override if any), and
-      sandbox-roles/, scripts/: `anvild.tree.roles` (writes, create, remove there)
-      <id>/      one directory per live session, also reachable as agent/<alias>/; removing
-                 it kills the session, renaming it sets the alias (see "File verbs"):
-                 ctl in out wait queue state usage cost approval role context alias model cwd
-                 sandbox approver created first_prompt log events todos
+    agent/ctl (new, kill)  list  models  roles/  sandbox-roles/  scripts/
+    agent/<id>/ (also agent/<alias>/): ctl in out wait queue state usage cost approval role
+                context alias model cwd sandbox approver created first_prompt log events todos
 
-Theory of operation
--------------------
-The tree observes sessions; it owns none of their state. Every file calls the `Session` method
-that `anvild.session`'s docstring names for it, at the moment 9P asks: a snapshot file at open,
-a body file (`in`, `context`, `role`) at clunk, a ctl line when it is written. The supervisor
-validates and decides; this module only turns its refusals (`SessionError`, whose message says
-what to do) into the 9P error of the write or clunk that caused them, prefixed with the file's
-name as every ctl error of the tree is.
-
-A session's directory node is made once, on first lookup, and kept while the session is live,
-so its qid path stays stable; the alias walks to that same node. When a session leaves
-`manager.sessions()` its directory is forgotten at the next lookup or listing. A fid that is
-already open on one of its files keeps working against the `Session` object (reads show its last
-state; writes get the supervisor's refusal for an exited session).
-
-`in` and `context` take at most `max_prompt_bytes` (`[sessions] max_prompt_bytes`, default 1 MiB)
-per open: the Twrite that crosses it fails naming that key, and nothing of the open is kept.
-
-File verbs on a session's directory (`_SessionDirectory`; the 9P server's general Tremove /
-Tunlinkat and Twstat / Trename / Trenameat paths reach them): removing `agent/<id>` (or
-`agent/<alias>`) is `SessionManager.remove_session`, i.e. ctl `kill`, refused (EBUSY, with the
-reason) while the session waits for an approval; renaming it within `agent/` is
-`SessionManager.set_alias` with the new name (EEXIST when it is a session's alias or id,
-EINVAL for a name an alias cannot be). The listing still shows the id; the alias walks. A move
-to another directory is refused by the server (EXDEV). The files inside refuse removal and
-renaming (EPERM), so GNU `rm -r agent/<id>` kills nothing: it reports each file and then skips
-the directory (coreutils never removes a directory whose entries it could not remove);
-`rmdir agent/<id>` over a mount, or a client's Tremove of the directory, kills.
-
-Four files need handles of their own:
-
-- `out`: the text is a snapshot per open; when a read on that open returned the last byte (or the
-  text is empty), the clunk calls `mark_out_read()`, which moves await to idle. If another turn
-  replaced `out` in between, the clunk does nothing: the reader has not seen the new answer.
-- `wait`: `accepted_seq()` is taken at open; the first read blocks in `wait_handled` and fixes the
-  answer (the state and a newline) for that open; later reads slice it, so EOF follows. A Tflush
-  cancels the blocked read (no reply); a clunk of the fid ends it with an empty read.
-- `queue` and `approval`: a snapshot to read, and command lines to write (`drop`; `approve`,
-  `always`, `reject REASON`), each line handed to the session, failing the write on refusal.
-  ctl also takes `request_approval [SUMMARY]` (a result gate), `approve` and `reject REASON`
-  (the same answers as `approval`; a reason with a quote character is easier on `approval`,
-  which does not tokenize).
-- `log` and `events`: a `LineReader` per open (`anvild.session.stream`), closed at clunk, which
-  also releases a read still waiting.
-
-`approver` (read-only) names who may answer the session's result gates besides a person: the
-approver session's id given to `new approver=`, or `user` (only a person). It is fixed at
-creation: a ctl line `approver ...` is refused saying so (an agent can never widen its own
-authority, and nobody re-points it later).
-
-Two read-only files exist for listings such as `anvilctl sessions` (they are not in `list`,
-whose format scripts parse): `created`, when the session was created, RFC 3339 in UTC to the
-second (`2026-11-30T21:12:33Z`), and `first_prompt`, the first line of the session's first
-prompt (at most 200 characters; `-` before any prompt has run). Both come from the session's
-records (`SessionStarted.created_at` and the first user message), so they survive a restart.
-
-Extensions (`SessionExtension`, added with `SessionTree.extend` before `mount`) let other parts
-of the daemon add to every session directory without this module knowing them: files (mail's
-`inbox`, `outbox`, `mail/`), ctl verbs (`automail on|off`) and `new` keys (`mail=auto`). A new
-key's `check` runs before the session is created (a bad value refuses `new` and nothing is
-created); its `apply` runs right after. An extension's `answered` is awaited after a write that
-answered a result gate, before the write returns (the bead gates use it, so that after
-`approve` on a session's `approval` the bead it was asked for is already completed).
-
-Mounting (`SessionTree.mount`) adds the verbs to `RootTree.commands`, `models`, `roles/`,
-`sandbox-roles/` and `scripts/` (`anvild.tree.roles`) to the
-root directory, makes the sessions the root's dynamic children and `manager.list_text` its `list`.
-`forward_events` bridges the manager's `on_event` to the root's `events` stream.
+The tree observes sessions and owns none of their state: each file calls one `Session` method
+when 9P asks (a snapshot at open, a body at clunk, a ctl line when written) and turns a
+`SessionError` into the 9P error, prefixed with the file's name. A session's directory node is
+made once and kept while it lives (stable qid; the alias walks to it). Removing it is `kill`
+(EBUSY while an approval waits), renaming it sets the alias; removing a file inside removes
+nothing. `in`/`context` take at most `[sessions] max_prompt_bytes` per open. `out` is marked
+read at clunk only after a read reached its end; `wait` answers once per open.
+`SessionExtension`s (`SessionTree.extend`, before `mount`) add files, ctl verbs and `new` keys.
+Per-file details: docs/decisions.md, "Module notes" (anvild.tree.sessions).
 """
 
 from __future__ import annotations
