@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from anvild.sandbox import ReadOnly, SandboxError, WorkspaceWrite, policy_name
-from anvild.sandbox.bwrap import Sandbox, describe_plan
+from anvild.sandbox.bwrap import describe_plan
+from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import DEFAULT_ROLE, Role, load_role
 
 SANDBOX_FAILED = 125

@@ -103,10 +103,9 @@ from anvild.sandbox import (
     SandboxUnavailable,
     WorkspaceWrite,
     litter,
-    policy_name,
 )
 from anvild.sandbox.gitguard import Guard, config_pairs, find_repositories
-from anvild.sandbox.roles import DEFAULT_ROLE, GitAccess, ResolvedRole, Role
+from anvild.sandbox.roles import GitAccess, ResolvedRole
 from anvild.sandbox.secrets import child_env
 
 log = structlog.get_logger("anvild.sandbox.bwrap")
@@ -1213,88 +1212,6 @@ def which(program: str) -> str | None:
     return shutil.which(program, path=os.environ.get("PATH", os.defpath))
 
 
-@attrs.frozen
-class Sandbox:
-    """A policy and a role, ready to confine commands: `prepare(command, cwd)` per command."""
-
-    policy: ReadOnly | WorkspaceWrite
-    role: Role = DEFAULT_ROLE
-    settings: SandboxSettings = SandboxSettings()
-
-    def describe(self) -> str:
-        return f"{policy_name(self.policy)}, role {self.role.name}"
-
-    def plan_for(self, cwd: Path, *, facts: HostFacts | None = None) -> Plan:
-        home = Path(os.path.expanduser("~"))
-        canonical_cwd = Path(os.path.realpath(cwd))
-        resolved = self.role.resolve(cwd=canonical_cwd, home=home)
-        resolved = attrs.evolve(
-            resolved,
-            read_only=tuple(Path(os.path.realpath(p)) for p in resolved.read_only),
-            read_write=tuple(Path(os.path.realpath(p)) for p in resolved.read_write),
-        )
-        spec = SandboxSpec(
-            policy=self.policy,
-            role=resolved,
-            cwd=canonical_cwd,
-            home=home,
-            hidden=default_hidden(home),
-            nested_git_limit=self.settings.nested_git_limit,
-            git_configs=user_git_configs(home),
-        )
-        return plan(spec, facts if facts is not None else LiveFacts())
-
-    def prepare(self, command: Sequence[str], cwd: Path) -> Launch:
-        """Everything needed to run `command` in the sandbox. Raises `SandboxUnavailable`
-        (the machine cannot sandbox) or `SandboxRefused` (this command cannot be confined as
-        asked); never returns something that would run unconfined."""
-        from anvild.sandbox import probe, seccomp  # probe imports this module
-
-        probe.ensure_available(self.settings)
-        bwrap = which(self.settings.bwrap)
-        setpriv = which(self.settings.setpriv) or self.settings.setpriv
-        if bwrap is None:  # removed since the probe passed: probe again, which says why
-            probe.clear_cache()
-            probe.ensure_available(self.settings)
-            bwrap = self.settings.bwrap
-        drop = self.settings.drop()
-        the_plan = self.plan_for(cwd)
-        check_access(the_plan, drop)
-        env = sandbox_env(Path(os.path.expanduser("~")), passthrough=self.settings.passthrough)
-        seccomp_fd = seccomp.filter_fd()
-        opened = [seccomp_fd]
-        try:
-            status_read, status_write = os.pipe()
-            opened += (status_read, status_write)
-            lifeline_read, lifeline_write = os.pipe()
-            opened += (lifeline_read, lifeline_write)
-            supervisor = supervisor_argv(lifeline_read)
-        except BaseException:
-            for fd in opened:
-                os.close(fd)
-            raise
-        argv = supervisor + bwrap_argv(
-            the_plan,
-            command,
-            bwrap=bwrap,
-            seccomp_fd=seccomp_fd,
-            status_fd=status_write,
-            drop=drop,
-            setpriv=setpriv,
-        )
-        return Launch(
-            argv,
-            env,
-            the_plan,
-            seccomp_fd=seccomp_fd,
-            status_read=status_read,
-            status_write=status_write,
-            lifeline_read=lifeline_read,
-            lifeline_write=lifeline_write,
-            settings=self.settings,
-        )
-
-
 def describe_plan(the_plan: Plan) -> str:
     """The layout as a person reads it (for `anvilctl sandbox`)."""
     lines = [f"network: {'on' if the_plan.network else 'off'}", f"cwd: {the_plan.cwd}"]
@@ -1324,7 +1241,6 @@ __all__ = [
     "Op",
     "PathKind",
     "Plan",
-    "Sandbox",
     "SandboxSettings",
     "SandboxSpec",
     "bwrap_argv",

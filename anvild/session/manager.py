@@ -42,7 +42,7 @@ from anvild.llm.registry import Pricing, ResolvedModel
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
 from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite, litter
-from anvild.sandbox.bwrap import Sandbox
+from anvild.sandbox.confine import Sandbox
 from anvild.session import accounting, leftovers, roles
 from anvild.session.errors import (
     InvalidSessionRequest,

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from anvild.sandbox import ReadOnly, WorkspaceWrite, probe
-from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox, SandboxSettings
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, SandboxSettings
+from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import Role
 
 ROOT = os.geteuid() == 0

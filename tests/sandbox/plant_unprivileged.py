@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 
 from anvild.sandbox import WorkspaceWrite
-from anvild.sandbox.bwrap import Sandbox, SandboxSettings
+from anvild.sandbox.bwrap import SandboxSettings
+from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import load_role
 from tests.sandbox import planting
 

@@ -26,7 +26,8 @@ import platformdirs
 import pytest
 
 from anvild.sandbox import ReadOnly, WorkspaceWrite
-from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
+from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import load_role
 from tests.sandbox.conftest import ROOT, give, make_repo, pids_with, run_in
 
@@ -492,7 +493,7 @@ def _daemon_code(ws: Path, script: str) -> str:
         "import subprocess, sys\n"
         "from pathlib import Path\n"
         "from anvild.sandbox import WorkspaceWrite\n"
-        "from anvild.sandbox.bwrap import Sandbox\n"
+        "from anvild.sandbox.confine import Sandbox\n"
         f"launch = Sandbox(WorkspaceWrite()).prepare({command!r}, Path({str(ws)!r}))\n"
         "subprocess.Popen(launch.argv, env=launch.env, pass_fds=launch.pass_fds, cwd='/')\n"
         "print('started', flush=True)\n"

@@ -109,7 +109,7 @@ async def test_env_has_no_api_key(ws: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 async def test_new_session_and_seccomp_are_in_the_command_line(ws: Path) -> None:
-    from anvild.sandbox.bwrap import Sandbox
+    from anvild.sandbox.confine import Sandbox
 
     with Sandbox(WorkspaceWrite()).prepare(("true",), ws) as launch:
         argv = launch.argv

@@ -25,7 +25,8 @@ import trio
 from anvild.agent.tools.base import Failed, ToolContext
 from anvild.agent.tools.bash import BashTool, SandboxWrapper
 from anvild.sandbox import ReadOnly, WorkspaceWrite
-from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, Sandbox, SandboxSettings, uid_may
+from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID, SandboxSettings, uid_may
+from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import load_role
 from tests.sandbox import planting
 from tests.sandbox.conftest import ROOT, give, run_reported

@@ -52,7 +52,7 @@ from anvild.agent.tools.base import (
     ToolOutput,
 )
 from anvild.sandbox import FullAccess, ReadOnly, SandboxError, SandboxPolicy, WorkspaceWrite
-from anvild.sandbox.bwrap import Sandbox
+from anvild.sandbox.confine import Sandbox
 
 DEFAULT_TIMEOUT_MS: Final = 120_000
 MAX_TIMEOUT_MS: Final = 600_000
