@@ -1,25 +1,12 @@
 """MessageBuilder: folds a stream of `StreamEvent`s into one assistant `Completion`.
 
-Theory of operation. The builder keeps one *slot* per block index, created when the block first
-appears, and remembers the order of first appearance. Transitions are checked, because a stream
-that breaks sequencing is a protocol bug in the adapter or the provider and must not be papered
-over (review finding 8):
-
-    event            no slot yet                   slot of the same kind    slot of another kind
-    TextDelta        start a text slot             append                   DecodeError
-    ReasoningDelta   start a reasoning slot        append                   DecodeError
-    BlockMeta        start an empty reasoning slot merge into its meta      DecodeError (text)
-    ToolCallStart    start a tool slot             identical: ignore,       DecodeError
-                                                   conflicting: DecodeError
-    ToolCallDelta    DecodeError (before start)    append arguments         DecodeError
-    UsageReport      absorbed into the usage, at any point before Finish
-    Finish           ends the stream; anything after it is a DecodeError
-
-Malformed *model output* is different from malformed *sequencing*: arguments that are not valid
-JSON are kept verbatim (as a string) and flagged in `Completion.invalid_arguments`, so the loop
-can answer the model with a correcting tool result instead of failing the turn. A completion
-whose finish is not clean (truncated, refused, unsupported) reports `executable == False`: its
-provisional tool calls must never run.
+One slot per block index, in order of first appearance. Sequencing is checked, because a broken
+stream is a protocol bug and must not be papered over: a delta of another kind on a block, a
+`ToolCallDelta` before its `ToolCallStart`, a conflicting second start, or anything after
+`Finish` is a `DecodeError`. `UsageReport` is absorbed at any point before `Finish`.
+Malformed model output is not a protocol error: arguments that are not valid JSON are kept as a
+string and flagged in `Completion.invalid_arguments`, so the loop can correct the model. A
+completion whose finish is not clean has `executable == False`: its tool calls must never run.
 """
 
 from __future__ import annotations

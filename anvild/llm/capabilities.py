@@ -1,4 +1,4 @@
-"""What each provider target can take: the capability table (course 05.B).
+"""What each provider target can take: the capability table.
 
 Adapters consult a `Capabilities` value instead of hard-coding provider names: whether images
 may be sent, which tool-schema dialect the target accepts, whether signed reasoning can be

@@ -4,16 +4,14 @@
      ├── HttpError          non-2xx status: status, body (bounded), retry_after seconds
      ├── TransportError     connect/read/write failures and deadlines (stalled bodies included)
      ├── ApiError           the provider reported an error in a 2xx body: kind, message
-     ├── ContextOverflow    the request is larger than the model's context window: message,
-     │                      requested and limit tokens when the provider says them
+     ├── ContextOverflow    larger than the context window: requested and limit when known
      ├── DecodeError        bytes or events that break the protocol (bad SSE, bad sequencing)
      ├── UnexpectedEof      the stream ended before its Finish
      └── ConfigError        the request cannot be made as configured (missing key, bad alias)
 
-Lower-layer exceptions (httpx, json) are converted at the boundary with `raise ... from exc`.
-`is_retryable` follows the course (2.1): 408, 429 and 5xx (Anthropic's 529 included), transport
-timeouts and connection failures, and the overloaded/rate-limit API kinds. A ContextOverflow is
-never retryable: the same request overflows again; only a smaller one can succeed.
+Lower-layer exceptions are converted at the boundary (`raise ... from exc`). `is_retryable`:
+408, 429, 5xx (529 included), transport timeouts, failed connects, overload kinds. A
+ContextOverflow is never retryable: only a smaller request can succeed.
 """
 
 from __future__ import annotations

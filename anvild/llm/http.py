@@ -1,24 +1,13 @@
 """Thin trio/httpx glue shared by the provider adapters: status checks and SSE over HTTP.
 
     async with open_event_stream(client, request, timeouts=Timeouts()) as events:
-        async for sse in events:       # SseEvent, decoded by our SseDecoder
-            ...
+        async for sse in events: ...
 
-Deadlines are ours, not httpx's, because mock transports never exercise httpx's read timeout
-and a provider that sends headers and then stalls must still end the turn:
-
-- `request`: a finite deadline for the response headers (connect + upload + time to first byte);
-- `idle`: the longest gap allowed between two body chunks. A stalled body ends with a
-  `TransportError` that says so; it does not claim the provider stopped generating or billing.
-
-A response from the daemon's `LeanTransport` (`anvild.llm.transport`) is read through its
-body directly (`SseStream`: every payload byte one socket read brought goes to the decoder in
-one push, the idle deadline is the body's); any other response (httpx's own transport, a mock
-transport in tests) through `aiter_bytes`, with the same events, errors and deadlines.
-
-Errors from httpx are converted to `LlmError`s here (`raise ... from exc`). A non-2xx status is an
-`HttpError`, unless the caller's `on_http_error` recognises it as something more precise (an
-adapter's context-overflow shape).
+Deadlines are ours, not httpx's: `request` bounds the wait for response headers, `idle` the gap
+between body chunks (a stalled body is a `TransportError` that says so). A `LeanTransport`
+response is read through its body directly; any other through `aiter_bytes`, with the same
+events, errors and deadlines. httpx errors become `LlmError`s here; a non-2xx status is an
+`HttpError` unless `on_http_error` recognises something more precise (a context overflow).
 """
 
 from __future__ import annotations

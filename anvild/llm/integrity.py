@@ -1,20 +1,11 @@
 """Transcript integrity: the structural rules every request and every committed step must meet.
 
-`validate_transcript` enforces, in one pass over the original blocks (so a duplicate is seen before
-any set could hide it):
-
-- the first message is from the user and roles strictly alternate (an anvil convention that keeps
-  every provider's replay simple, not a rule all APIs impose);
-- tool calls appear only on assistant messages and tool results only on user messages;
-- call ids and result ids are non-empty;
-- a call id is unique across the whole transcript, within one message and across steps;
-- every call in assistant message *i* has exactly one result in message *i + 1*; a result that
-  answers no call of the previous message is an orphan, a second one for the same call a duplicate;
-- the final assistant message may leave calls unanswered only when the caller says it is in the
-  execution state between "the model asked" and "the tools ran" (`allow_pending_tail=True`).
-
-Violations raise `TranscriptError`, which names the message index, the block kind, the offending
-id and the `Rule` broken.
+`validate_transcript`, in one pass: the first message is the user's and roles alternate; calls
+only on assistant messages, results only on user messages; ids non-empty and unique across the
+transcript; every call of assistant message *i* has exactly one result in message *i + 1* (no
+orphans, no duplicates); the last assistant message may leave calls unanswered only with
+`allow_pending_tail=True`. Violations raise `TranscriptError` naming the message index, block
+kind, id and `Rule`.
 """
 
 from __future__ import annotations

@@ -1,35 +1,17 @@
 """The model registry: from a name to a ready provider, a model id, limits and capabilities.
 
     registry = Registry(providers, models, default_model="tiny", client=client)
-    resolved = registry.resolve("tiny")              # an alias from config
-    resolved = registry.resolve("ollama:qwen3:8b")   # provider:model, no alias needed
+    resolved = registry.resolve("ollama:qwen3:8b")   # an alias, or provider:model
     async with resolved.provider.stream(request) as events: ...
 
-The registry takes configuration as plain, already-trusted data (`ProviderSpec`, `ModelSpec`):
-deciding which config file may say what is `anvild.config`'s job, and `anvild.llm` imports
-nothing else from the project. Names resolve in this order: a configured alias; else
-`provider:model`, split at the first colon (so `ollama:qwen3:8b` is provider `ollama`, model
-`qwen3:8b`), with the provider's conservative default limits; else a `ConfigError` that lists
-the known aliases and providers.
-
-Credentials (review finding 4, course 06.B). A provider's key is read from its `api_key_env`
-variable when the model is resolved, and handed to the adapter only when the origin (scheme,
-host, port) of the provider's `base_url` is the provider's `credential_origin`: the origin the
-trusted config approved for that key. A provider whose endpoint was moved elsewhere gets no
-key at all (and a warning), so a key can never follow an endpoint to a host nobody approved
-for it. A key that is needed but not set is an error a person can act on (`MissingKey`): it
-says that it is anvild's environment that lacks it (the daemon reads keys from its own
-environment when it resolves a model, never from the environment of the `anvilctl` that asked)
-and how to restart anvild with it: "ANTHROPIC_API_KEY is not set in anvild's environment
-(needed by provider 'anthropic') ... `ANTHROPIC_API_KEY=... anvild` ...".
-
-The `client` is shared by every adapter. Create it with `timeout=None`: deadlines are anvil's
-own (`anvild.llm.http.Timeouts`: request and idle), and httpx's 5 s default read timeout would
-end a slow local model's stream between two tokens.
-
-Every resolved provider is wrapped in `Retry`. Pricing is optional: without it cost is
-unknown (`None`), never zero. `Pricing.cost` needs the input and output counts; a cache count
-the provider did not report costs nothing (such a provider has no prompt cache to bill).
+Takes already-trusted config (`ProviderSpec`, `ModelSpec`); which file may say what is
+`anvild.config`'s job. Names resolve: a configured alias; else `provider:model` split at the
+first colon, with conservative default limits; else a `ConfigError` listing aliases and providers.
+A key is read from `api_key_env` at resolve time and given to the adapter only when the
+`base_url` origin is the provider's approved `credential_origin`: a key never follows an
+endpoint to a host nobody approved. A missing key is `MissingKey`, naming anvild's environment.
+The shared `client` must have `timeout=None` (deadlines are `anvild.llm.http.Timeouts`). Every
+provider is wrapped in `Retry`. Without pricing, cost is unknown (`None`), never zero.
 """
 
 from __future__ import annotations
@@ -154,7 +136,7 @@ class ModelSpec:
     model: str
     limits: Limits
     pricing: Pricing | None = None
-    # Field overrides of the provider kind's capability table (course 05.B), e.g. images=False.
+    # Field overrides of the provider kind's capability table, e.g. images=False.
     capabilities: Mapping[str, object] = attrs.field(factory=dict)
 
 

@@ -1,34 +1,14 @@
-"""Retry: a Provider that wraps another and retries the failures worth retrying (course 6.2, 06.B).
+"""Retry: a Provider that wraps another and retries the failures worth retrying.
 
     provider = Retry(AnthropicProvider(...), RetryPolicy(max_attempts=5, deadline=90))
-    async with provider.stream(request) as events:
-        async for event in events:
-            ...
 
-Theory of operation. Opening a stream is one *attempt*: enter the inner provider's context
-manager and wait for the first `StreamEvent`. An attempt that fails with an `LlmError` whose
-`is_retryable` is true (408, 429, 5xx including Anthropic's 529, timeouts and failed connects,
-the overloaded/rate-limit API kinds) is closed and, after a delay, tried again. Everything else
-(401, 403, 400, a decode error) is raised at once: a bad key is attempted exactly once.
-
-Retrying stops at the first event. Once an event has been handed to the caller the stream is
-theirs, and an error later in it is raised as is: a half-consumed stream is never replayed,
-because the caller may already have shown or acted on its beginning.
-
-The delay before attempt n+1 is the server's Retry-After when it sent one (seconds or an
-HTTP-date, parsed in `anvild.llm.http`), else jittered exponential backoff: the exponential
-step `min(cap, base * 2**(n-1))`, scaled by a random factor in [0.5, 1) ("equal jitter", so
-clients that failed together do not retry together, yet every wait is at least half the step).
-A total deadline bounds the whole: when the next wait would end past it, or attempts run out,
-the last error is raised with a note (PEP 678) saying why retrying stopped, instead of sleeping
-past the deadline. Time is trio's clock, so tests run on `autojump_clock`.
-
-Every retry is logged with structlog (`provider.retry`: provider, status or error kind, attempt,
-delay), and told, when it starts, to the *retry listener* of the task that opened the stream:
-`with retry_listener(callback):` around the `stream(...)` call (a context variable, so the
-caller needs no reference to this wrapper, and this layer none to the caller's: the agent loop
-turns each `RetryNotice` into its `retrying` event). A listener that raises is logged and
-otherwise ignored: it never changes what is retried.
+One attempt = opening the inner stream and waiting for its first event. Only an `LlmError` with
+`is_retryable` (408, 429, 5xx, timeouts, failed connects, overload kinds) is retried; a bad key
+is attempted exactly once. Retrying stops at the first event: a half-consumed stream is never
+replayed. The delay is Retry-After when given, else equal-jitter exponential backoff; a total
+deadline bounds it, and the last error is raised with a note saying why retrying stopped (trio's
+clock, so tests use `autojump_clock`). Each retry is logged (`provider.retry`) and told to the
+opening task's `retry_listener` (a context variable); a listener that raises is only logged.
 """
 
 from __future__ import annotations

@@ -1,39 +1,14 @@
 """Tool schemas for Gemini's legacy `parameters` field: a deliberately limited compiler.
 
-Gemini's `FunctionDeclaration` takes a tool's parameters in one of two fields (Google API
-reference, "FunctionDeclaration"): `parametersJsonSchema`, full JSON Schema, which adapters send
-verbatim whenever the target's capability table says it is accepted, and the older `parameters`, a
-`Schema` object that is "a select subset of an OpenAPI 3.0 schema object". This module compiles a
-JSON Schema into that subset for targets that only have the second field.
-
-Theory of operation (course 5.1 and 05.B, review finding 6). The compiler walks *schema
-positions* only: the root, each value of `properties`, `items`, and each member of `anyOf` /
-`oneOf` / a one-member `allOf`. A `properties` map is a map from names to schemas, never a schema
-itself, so a property called `title`, `type` or `format` keeps its name and stays in `required`.
-At each position every keyword is handled by one row of a table:
-
-    kept as is        description title format pattern minLength maxLength minimum maximum
-                      minItems maxItems minProperties maxProperties required propertyOrdering
-                      default example nullable
-    translated        type (names upper-cased; ["string", "null"] -> STRING + nullable;
-                      ["string", "integer"] -> anyOf of both, never narrowed to one)
-                      enum / const (strings as is; integers as `format: enum` with string
-                      values; a null member becomes nullable)
-                      anyOf / oneOf (-> anyOf; a {"type": "null"} member becomes nullable and a
-                      single remaining member is merged into its parent)
-                      properties, items (walked as schemas)
-    dropped           annotations and validation the dialect lacks, where dropping only widens
-                      what is accepted ($schema $id $comment examples readOnly writeOnly
-                      deprecated exclusiveMinimum exclusiveMaximum multipleOf uniqueItems
-                      contentMediaType contentEncoding, boolean additionalProperties, x-*)
-    rejected          everything else, with the JSON path of the offending keyword: $ref and
-                      $defs (no reference resolution in this dialect), allOf with several
-                      members, not, if/then/else, tuple items, map-valued additionalProperties,
-                      non-string enums other than integers, boolean schemas, unknown keywords
-
-`oneOf` becomes `anyOf`: the dialect has no exclusive union, and accepting a superset keeps every
-valid call valid (the tool still validates its arguments). A union is never narrowed: a value the
-original schema accepts is accepted by the compiled one, or the schema is rejected.
+Targets that accept `parametersJsonSchema` get full JSON Schema verbatim; this compiles JSON
+Schema into the `parameters` subset (OpenAPI 3.0 `Schema`) for those that do not. It walks
+*schema positions* only (root, `properties` values, `items`, `anyOf`/`oneOf` members, a
+one-member `allOf`), so a property named `title` or `type` stays a name. Each keyword is kept,
+translated (type names upper-cased, null members -> nullable, integer enums, `oneOf` -> `anyOf`),
+dropped where dropping only widens what is accepted, or rejected with the JSON path of the
+offending keyword ($ref, multi-member allOf, not, if/then/else, tuple items, ...).
+Invariant: a union is never narrowed; a value the original accepts is accepted by the compiled
+schema, or the schema is rejected. The keyword table: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

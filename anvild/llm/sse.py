@@ -1,32 +1,15 @@
-"""A sans-IO, size-bounded decoder for `text/event-stream` (WHATWG HTML, "Server-sent events",
-section 9.2.6 "Interpreting an event stream").
+"""A sans-IO, size-bounded decoder for `text/event-stream` (WHATWG HTML section 9.2.6).
 
     decoder = SseDecoder()
-    for chunk in body_chunks:
-        for event in decoder.push(chunk):
-            ...
-    decoder.finish()        # always [] : an event without its blank line is discarded
+    for event in decoder.push(chunk): ...
+    decoder.finish()        # always []: an event without its blank line is discarded
 
-What the specification asks, and how this decoder meets it:
-
-- A UTF-8 byte order mark at the very start of the stream is stripped once (even when it arrives
-  split across chunks); a BOM anywhere else is data.
-- Lines end with CRLF, LF or a lone CR. A CR at the end of a chunk may be the first half of a
-  CRLF, so the decoder remembers it and drops a LF that opens the next chunk.
-- A line starting with `:` is a comment. `field:value` drops one space after the colon, if
-  present; a line with no colon is a field with an empty value. Unknown fields are ignored.
-- `data` lines accumulate, joined by LF. A blank line dispatches the event only if at least one
-  `data` field was seen; the event type resets at every blank line, the last event id persists
-  (and an `id` containing NUL is ignored).
-- At end of input, an incomplete event is discarded, never dispatched.
-
-Design. Line ends are normalised to LF per chunk with `bytes.replace`, the end of the last
-complete event is found with `rfind(b"\\n\\n")`, and only complete events are decoded from UTF-8
-(so a multi-byte character split across chunks is never cut). Incomplete input waits in a list of
-chunks; before it grows past `max_event_bytes` (or its last line past `max_line_bytes`) the decoder
-raises `DecodeError` instead of buffering more, so a hostile or broken server cannot make the
-client allocate without bound. Everything per byte happens in C (`replace`, `rfind`, `split`,
-`decode`); Python touches each *line* once.
+Follows the specification: one leading BOM stripped (even split); CRLF, LF or lone CR line ends
+(a CR ending a chunk may pair with the next LF); comments, fields, `data` joined by LF; the event
+type resets per event, the last id persists (an id with NUL ignored); an incomplete event at the
+end is never dispatched. Only complete events are decoded from UTF-8 (a split character is never
+cut). Input beyond `max_event_bytes` or `max_line_bytes` raises `DecodeError` instead of
+buffering: a hostile server cannot make the client allocate without bound. Per-byte work is in C.
 """
 
 from __future__ import annotations

@@ -3,20 +3,12 @@
     StreamEvent = TextDelta | ReasoningDelta | BlockMeta | ToolCallStart | ToolCallDelta
                 | UsageReport | Finish
 
-Every content event names its *block*: a small integer that identifies one content block of the
-response (an Anthropic content-block index, a Responses output index, a Gemini part position, an
-OpenAI tool-call index offset past the text). Blocks appear in the completed message in the order
-they first occur. Naming the block lets interleaved blocks stay apart, and lets opaque state that
-arrives late find its owner: an Anthropic `signature_delta` after the thinking text, or a Gemini
-`thoughtSignature` on a later empty text part, is a `BlockMeta` for the reasoning block it signs.
-
-Text and reasoning blocks start implicitly with their first delta; a tool call starts explicitly
-with `ToolCallStart` (it needs an id and a name) and its arguments arrive as JSON text fragments.
-A stream ends with exactly one `Finish`; nothing may follow it.
-
-`Usage` counts tokens with anvil's meaning: `input` is *uncached* input, and cache reads and
-writes are separate. A field is `None` when the provider did not report it: unknown is never
-zero, is never printed as a number, and poisons any sum it takes part in.
+Every content event names its *block*, a small integer for one content block of the response;
+blocks appear in the message in order of first occurrence, and late opaque state (a signature)
+finds its owner as a `BlockMeta`. Text and reasoning start with their first delta; a tool call
+starts with `ToolCallStart` and its arguments arrive as JSON fragments. Exactly one `Finish`
+ends a stream. `Usage.input` is *uncached* input; a count the provider did not report is `None`:
+never zero, never printed as a number, and it poisons any sum.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Test doubles for the llm layer. Nothing in production imports this module (a test checks).
 
 `ScriptedProvider([script.tool_call("c1", "read_file", {...}), script.text("done")])` plays one
-script per request, in order, and records every request in `requests`. A script is a list of
-steps: `StreamEvent`s are yielded, a `Pause` sleeps (trio time: instant under `autojump_clock`),
-an `LlmError` is raised at that point. An `LlmError` instead of a script is raised when the
-stream opens (like an HTTP error); running out of scripts raises `ConfigError("script
-exhausted ...")`, so a test that makes more requests than it planned fails loudly.
-
-With `window=N` it acts like a model with an N-token context window: each request is measured
-(`measure`, default `estimate_tokens`: UTF-8 bytes of system, tool specs JSON and message
-content, over 4, rounded up). A larger one raises `ContextOverflow(requested, limit)` and
-consumes no script; otherwise a script whose usage leaves out input (or output) reports it
-before its Finish: input = the measured size, output = the same estimate of what it streamed.
-With `respond`, a function of the request, the script of a request comes from it once the
-listed scripts are used up (a long conversation whose requests a test cannot list in advance).
+script per request and records each request in `requests`. Steps: `StreamEvent`s are yielded, a
+`Pause` sleeps (trio time), an `LlmError` is raised there (instead of a script: at open). Running
+out of scripts raises `ConfigError("script exhausted ...")`. With `window=N` a larger request
+(`measure`, default `estimate_tokens`) raises `ContextOverflow` and consumes no script, and
+missing usage is filled from the estimate. `respond(request)` supplies scripts once the listed
+ones are used up.
 """
 
 from __future__ import annotations

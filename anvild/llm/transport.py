@@ -1,58 +1,17 @@
 """A lean HTTP/1.1 transport for httpx on trio sockets, built for long streamed responses.
 
     client = httpx.AsyncClient(transport=LeanTransport(), timeout=None)
-    response = await client.send(request, stream=True)
-    body = lean_body(response)          # the LeanBody, or None (another transport, a coding)
-    while data := await body.receive_some(idle=120.0):
-        ...                             # every payload byte the socket had, de-chunked
+    body = lean_body(await client.send(request, stream=True))   # LeanBody, or None
+    while data := await body.receive_some(idle=120.0): ...       # de-chunked payload bytes
 
-Why it exists (docs/decisions.md, 2026-12-01). The daemon streams model answers for many
-sessions at once, one SSE event per HTTP chunk, tens of thousands of chunks a second in all.
-Through httpx's default stack every chunk climbs httpcore's and httpx's generators, h11's event
-machinery and two trio cancel scopes (httpcore's read timeout and our idle deadline): a
-profile of the busy daemon put about half its CPU there. This transport keeps httpx's API
-(requests, `Response`, headers, status handling, `MockTransport`/respx in tests) and replaces
-only the wire: `receive_some` decodes *all* the payload one `recv` brought (many chunks when
-the daemon is behind) in one pass, and opens a cancel scope only when it really has to wait.
-
-Theory of operation
--------------------
-- `ResponseParser` is sans-IO (h11's shape): feed it bytes, get a `ResponseHead` once the
-  status line and headers are complete (at most `MAX_HEAD_BYTES`; 1xx interim responses are
-  skipped), then the body framing of RFC 9112 section 6.3: no body (HEAD, 204, 304),
-  `Transfer-Encoding` ending in chunked (`ChunkedDecoder`: hex size, extensions ignored, data,
-  CRLF, last chunk, trailers ignored), `Content-Length` (`LengthDecoder`), else until the
-  server closes. A body decoder's `feed` returns the payload bytes in the input; bytes after the
-  end of the message are kept in `leftover`. Every violation raises `ProtocolError`.
-- `LeanTransport.handle_async_request` sends the request (head and body in one `send_all`),
-  reads the head, and returns an `httpx.Response` whose stream is a `LeanBody`; the body is
-  also in `response.extensions[BODY_EXTENSION]` so that `anvild.llm.http` can read it directly.
-  Iterating it (what httpx's `aiter_bytes`, `aread` and friends do) is `receive_some` in a
-  loop, as a plain async iterator (no generator left for the garbage collector to finalise).
-- `receive_some` first decodes what is buffered, then reads the socket. A plain-TCP connection
-  reads with a non-blocking `recv` (`os.read` on its descriptor): data that is already there is
-  taken with a cancellation check and a scheduling point but no deadline; only when the socket
-  is empty does it wait in `wait_readable`. The idle deadline of that wait is kept by the
-  transport's `IdleWatch` when its owner runs it (the daemon does: one task that looks at every
-  waiting socket twice a second, instead of a cancel scope per wait, which cost as much as the
-  rest of the read), else by a `move_on_after(idle)`. A TLS connection (`trio.SSLStream`,
-  httpx's default SSL context: certifi, ALPN http/1.1) always waits under a scope.
-- Connections are kept per origin for reuse when a response ended cleanly (HTTP/1.1, no
-  `Connection: close`, framed body read to its end, nothing after it). An idle connection older
-  than `KEEPALIVE_EXPIRY`, or one whose socket became readable while idle (the server closed
-  it), is dropped when it is taken. A request on a reused connection that gets EOF or a reset
-  before the first byte of a response is sent once more on a new connection (the keep-alive
-  race of every pooled client; the server never answered).
-- Deadlines are the caller's: httpx's `timeout` settings are not applied (the llm layer's
-  `Timeouts` are trio scopes around `send` and `receive_some`'s `idle`). No proxy support: the
-  daemon builds its client with this transport only when no proxy variable is set
-  (`proxy_configured`), and with httpx's own transport otherwise.
-
-Errors are httpx's, so the callers' conversion is unchanged: a failed connect (refused,
-unresolvable host) is `httpx.ConnectError`; a reset or I/O error while reading is
-`httpx.ReadError`, while sending `httpx.WriteError`; a malformed response, oversized headers, a
-bad chunk size or a body cut short is `httpx.RemoteProtocolError`; an idle deadline is
-`httpx.ReadTimeout`.
+Keeps httpx's API and replaces only the wire, because httpx's stack cost about half the busy
+daemon's CPU (docs/decisions.md, 2026-12-01). `ResponseParser` is sans-IO (RFC 9112 framing;
+violations raise `ProtocolError`). `receive_some` decodes all a `recv` brought in one pass and
+waits (under `IdleWatch` or a scope) only when the socket is empty. Connections are reused per
+origin only after a cleanly ended response; a reused one failing before any response byte is
+retried once. Deadlines are the caller's (httpx `timeout` is not applied); no proxy support
+(the daemon uses httpx's transport when a proxy is set). Errors are httpx's (`ConnectError`,
+`ReadError`, `WriteError`, `RemoteProtocolError`, `ReadTimeout`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The canonical conversation: the provider-neutral shape every adapter maps to and from.
 
-A transcript is a sequence of `Message`s with two roles only (user and assistant); system text
-travels on the request, and tool results are blocks on a user message, never a role of their own.
-Each message holds content blocks:
-
-    ContentBlock = Text | Image | Reasoning | ToolCall | ToolResult
-
-`Reasoning` and `ToolCall` may carry a `ProviderMeta`: opaque state that only the provider which
-produced it can replay (an Anthropic thinking signature, a Gemini thoughtSignature, an OpenAI
-Responses reasoning item). Adapters replay meta whose `provider` is their own and drop foreign
-meta.
-
-Values are `attrs` frozen classes: change them with `attrs.evolve`. JSON goes through the one
-converter in this module (`converter`); block kinds are tagged with stable strings (`"text"`,
-`"tool_call"`, ...), never class names, and absent meta is omitted from the JSON.
+A transcript is `Message`s with two roles (user, assistant); system text travels on the request,
+and tool results are blocks on a user message. `ContentBlock = Text | Image | Reasoning |
+ToolCall | ToolResult`. `Reasoning` and `ToolCall` may carry a `ProviderMeta`, opaque state only
+its provider can replay: adapters replay their own and drop foreign meta.
+Values are frozen `attrs` classes (`attrs.evolve`). JSON goes through this module's `converter`;
+block kinds are tagged with stable strings (`"text"`, `"tool_call"`), absent meta is omitted.
 """
 
 from __future__ import annotations

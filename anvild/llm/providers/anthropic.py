@@ -1,72 +1,16 @@
 """Anthropic Messages (`POST /v1/messages`, `anthropic-version: 2023-06-01`), streamed.
 
-Follows Anthropic's "Messages" and "Streaming Messages" API references, plus the extended
-thinking, prompt caching and "Handling stop reasons" guides. llama.cpp's `llama-server` speaks
-the same protocol on its `/v1/messages` endpoint (fixtures/recorded/llama-server/anthropic_*).
-
-Request (`to_wire`, pure):
-
-- `system` is the request's system text; `tools` carry `input_schema`; `max_tokens` always (the
-  API requires it), `temperature` only when the target accepts it and the request sets it.
-- Text blocks that are empty are left out: the API rejects them.
-- Tool results go on user messages as `tool_result` blocks (`is_error` kept), *before* any other
-  content of that message, as the API requires. Images are `base64` sources.
-- Reasoning is replayed only from Anthropic's own meta: a signed block as `thinking`
-  {thinking, signature}, a redacted one as `redacted_thinking` {data}. Reasoning without meta, or
-  with another provider's meta, is dropped: a thinking block without a valid signature is
-  rejected, and foreign state cannot be signed (review finding 9).
-- A message left with no blocks (say, an assistant turn that produced nothing) is dropped and its
-  neighbours of the same role are merged, so the request stays well formed.
-- `cache=True` places `cache_control: {"type": "ephemeral"}` breakpoints, the prompt-caching
-  guide's "stable prefix + moving tail" pattern. The API renders tools, then system, then
-  messages, and a breakpoint caches everything before and including its block. One on each of:
-    1. the last tool (the tools alone stay cached when the system prompt changes);
-    2. the system text block;
-    3. with `stable_prefix` n > 0, the last block of the rendered prefix made only of the first
-       n messages (a compaction summary stays cached while the turns after it change);
-    4. the last block of the last message, so the conversation so far is cached for the next turn.
-  Each lands on the last block of its part that may carry one (thinking blocks may not); a part
-  that is absent, or a breakpoint that falls on a block already marked, is skipped, so there
-  are never more than the four the API allows.
-
-Response (`StreamState`, sans-IO). Theory of operation: the stream is
-`message_start`, then per content block `content_block_start`, `content_block_delta`*,
-`content_block_stop`, then `message_delta` (stop reason, cumulative usage), then `message_stop`.
-The content-block `index` is used as the StreamEvent block, so interleaved blocks and a
-`signature_delta` that arrives after the thinking text land on the right block.
-
-    wire                                        StreamEvent
-    message_start usage                         UsageReport(input, cache_read, cache_write, output)
-    content_block_start text / thinking         TextDelta / ReasoningDelta if it carries text
-    content_block_start redacted_thinking       BlockMeta {"redacted_thinking": data}
-    content_block_start tool_use                ToolCallStart (a start `input` that is not
-                                                empty is used only if no input_json_delta comes)
-    text_delta / thinking_delta                 TextDelta / ReasoningDelta (empty ones dropped)
-    signature_delta                             BlockMeta {"signature": ...} on that block
-    input_json_delta                            ToolCallDelta
-    message_delta                               UsageReport; the stop reason is remembered
-    message_stop                                Finish, exactly once
-    ping, unknown events, unknown deltas        ignored (Anthropic's versioning policy)
-    error                                       ApiError(error.type, error.message), or
-                                                ContextOverflow as below
-
-Stop reasons: end_turn, tool_use, max_tokens, stop_sequence and refusal map to their
-FinishReason; model_context_window_exceeded is MAX_TOKENS (the answer was cut short); pause_turn
-(a server-tool continuation this harness does not drive) and anything unknown are UNSUPPORTED
-with the raw reason as detail, never END_TURN.
-
-End of stream. Finish is emitted at `message_stop`. If the body ends without one, what decides
-is whether a `message_delta` already carried the stop reason: the server sends it only once
-generation is over and every content block has been sent, so nothing but the terminator is
-missing and `on_end` emits the Finish for that stop reason. (anthropic-sdk-python's recorded
-streams end exactly so: their last event, `message_stop`, has no closing blank line, and a
-WHATWG decoder rightly discards it.) A body that ends before any stop reason was sent is
-truncated, and `on_end` raises UnexpectedEof.
-
-Context overflow. The API refuses a request larger than the window with HTTP 400
-`{"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long:
-208310 tokens > 200000 maximum"}}`; that (in a 400 body or an `error` event) is a
-`ContextOverflow` with both counts, and so is llama-server's own shape (`_overflow`).
+`to_wire` (pure): `system`, tools with `input_schema`, `max_tokens` always; empty text blocks
+left out; tool results first on their user message; reasoning replayed only from Anthropic's own
+signed meta (foreign reasoning cannot be signed, so it is dropped); an emptied message is dropped
+and same-role neighbours merged. `cache=True` places at most the API's four `cache_control`
+breakpoints: last tool, system, the `stable_prefix` end, the last message.
+`StreamState` (sans-IO) maps the events by content-block `index` (so a late `signature_delta`
+lands on its block). Stop reasons map to `FinishReason`; `pause_turn` and unknown ones are
+UNSUPPORTED, never END_TURN. A body ending after `message_delta` carried the stop reason is
+finished by `on_end`; one ending before is `UnexpectedEof`. "prompt is too long: N > M" (and
+llama-server's shape) is a `ContextOverflow` with both counts. The full wire mapping:
+docs/decisions.md, "Module notes" (anvild.llm.providers.anthropic).
 """
 
 from __future__ import annotations

@@ -1,70 +1,16 @@
 """Gemini GenerateContent (`POST {base_url}/models/{model}:streamGenerateContent?alt=sse`).
 
-Follows Google's API reference for `models.streamGenerateContent` (Content, Part, FunctionCall,
-PartialArg, FunctionResponse, UsageMetadata, FinishReason) and the Gemini API guide on thought
-signatures. This is the GenerateContent family only; the Interactions API is a different protocol
-and is not mixed in (review finding 9).
-
-Request (`to_wire`, pure). The call id -> function name map is built from the whole transcript
-first, because a `functionResponse` names its function, not its call. Then, per message (role
-`user` or `model`):
-
-    Text                    {"text"} (empty text dropped)
-    Image                   {"inlineData": {"mimeType", "data"}}
-    ToolCall                {"functionCall": {"name", "args"[, "id"]}} plus `thoughtSignature`
-                            on that same part when the call's meta is Gemini's
-    ToolResult              {"functionResponse": {"name", "response": {"result" | "error":
-                            content}[, "id"]}}, before the user's own text
-    Reasoning, Gemini meta  the signed part it came from, at its place (see below)
-    Reasoning, other meta   dropped: another provider's reasoning cannot be replayed here
-
-The system prompt is `systemInstruction`; tools are `functionDeclarations` whose schema goes in
-`parametersJsonSchema` verbatim when the target's `schema_dialect` is json-schema (the default),
-else in `parameters`, compiled by `anvild.llm.schema.gemini_schema` (a tool without parameters
-then declares none: the legacy dialect refuses an empty OBJECT); `generationConfig` carries the
-token cap and the temperature.
-
-Prompt caching: nothing is sent for `cache`, `stable_prefix` or `cache_key`. Gemini caches a
-repeated prefix implicitly and reports it as `cachedContentTokenCount`; explicit
-`cachedContents` are not used.
-
-Thought signatures. Gemini returns opaque `thoughtSignature`s on parts and wants each one back
-on the same part of the same turn. A signature on a function call lives in that call's meta
-(`{"thoughtSignature": ...}`, with `"id"` when Gemini named the call). Any other signature is a
-`BlockMeta`, which makes a reasoning block holding `{"thoughtSignature": ...}`:
-
-    signed thought part         reasoning text + signature -> {"text", "thought": true,
-                                "thoughtSignature"}
-    signed empty text part      an empty reasoning block -> {"text": "", "thoughtSignature"}
-                                (streaming sends the final signature this way)
-    signed non-empty text part  an empty reasoning block marked `"part": "text"`, right after
-                                the text block -> the signature goes back on that text part
-
-Signatures are sent only when the target's capabilities say `replay = thought-signatures` (the
-default for this kind); a compatible endpoint configured otherwise gets none.
-
-Gemini does not number calls: a call's id is Gemini's `id` when it sends one, otherwise a fresh
-unique id, so two parallel calls to the same function never share one. Synthesized ids are not
-sent back (Gemini matches responses to calls by order and name).
-
-Stream (`StreamState`, sans-IO). Each SSE event is a `GenerateContentResponse`. Text parts extend
-the open text block, `thought: true` parts the open reasoning block, and each function call opens
-a block of its own. Streamed arguments (`partialArgs` with RFC 9535 `jsonPath`s and
-`willContinue`, Vertex) are assembled and sent as one `ToolCallDelta` when the call ends: at a
-part without `willContinue` (often an empty `functionCall: {}`), at the next call, or at the end.
-`usageMetadata` repeats on every chunk; each report is normalized (input = promptTokenCount -
-cachedContentTokenCount, cache_read = cachedContentTokenCount, output = candidatesTokenCount +
-thoughtsTokenCount; Gemini's JSON omits zero counts, so a missing count is zero once the prompt
-count is present) and absorbed by the builder. The finish reason is kept and `Finish` is emitted
-by `on_end`: STOP -> TOOL_USE when a call was made, else END_TURN; MAX_TOKENS -> MAX_TOKENS;
-SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII (and their image variants) and a blocked
-prompt -> REFUSAL; anything else -> UNSUPPORTED with the reason. An `{"error": ...}` payload
-inside the stream is an `ApiError` with its status and message.
-
-Context overflow: Gemini refuses a request larger than the window with HTTP 400
-`{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "The input token count (N)
-exceeds the maximum number of tokens allowed (M)."}}`; that body (also wrapped in a one-element
-list, or as an error payload inside the stream) is a `ContextOverflow` with both counts.
+The GenerateContent family only (the Interactions API is another protocol). `to_wire` (pure)
+maps call ids to function names over the whole transcript first (a `functionResponse` names its
+function); reasoning with another provider's meta is dropped; schemas go verbatim in
+`parametersJsonSchema`, or compiled to `parameters` for the legacy dialect. Nothing is sent for
+caching (Gemini caches implicitly).
+Thought signatures go back on the same part they came on (call meta, or a reasoning block's
+`BlockMeta`), only when the target says `replay = thought-signatures`. A call without a Gemini id
+gets a fresh unique one, never sent back. `StreamState` (sans-IO) assembles streamed
+`partialArgs` into one `ToolCallDelta` per call, normalizes usage (missing counts are zero) and
+maps finish reasons (safety kinds -> REFUSAL, unknown -> UNSUPPORTED). An input-token-count
+400 is a `ContextOverflow`. Details: docs/decisions.md, "Module notes" (...providers.gemini).
 """
 
 from __future__ import annotations

@@ -1,63 +1,17 @@
-"""OpenAI Chat Completions (`POST {base_url}/chat/completions`), streamed, for OpenAI itself and
-the servers that copy it: Ollama, llama.cpp's `llama-server`, vLLM, Groq, Anthropic's and
-Gemini's compatibility endpoints.
+"""OpenAI Chat Completions (`POST {base_url}/chat/completions`), streamed: OpenAI and the servers
+that copy it (Ollama, llama-server, vLLM, Groq, compatibility endpoints).
 
-Follows OpenAI's "Create chat completion" and "The chat completion chunk object" references;
-every departure below is a quirk seen from a real server (and covered by a fixture or a test).
-
-Request (`to_wire`, pure):
-
-- the system prompt first, as a `system` message;
-- per canonical user message: its tool results first, each as a `tool` message (an error
-  result's content starts with `ERROR: `, since the role has no error flag), then the rest of
-  its text and images as one `user` message: a plain string when it is only text (Ollama turns
-  each part of a content array into a message of its own), else content parts with images as
-  `data:` URLs;
-- per assistant message: `content` is its text, or null when it has tool calls and no text
-  (an empty string when it has neither, since the message needs one of them); `tool_calls`
-  only when there are some, arguments as JSON text (text the model wrote that was not valid
-  JSON is sent back verbatim);
-- reasoning is dropped: Chat Completions has no way to replay it;
-- `stream: true` with `stream_options.include_usage`, and the output cap in the field the
-  target reads (`max_completion_tokens` on OpenAI, `max_tokens` on compatible servers).
-- `prompt_cache_key` is the request's `cache_key` (OpenAI routes requests with one key to the
-  same prompt cache), only when the target's capabilities say `prompt_cache_key`: OpenAI's own
-  endpoint (`for_target`). llama-server would tolerate it (it copies body fields it does not know
-  into its sampling parameters, which ignore unknown names), but it does not use it, and other
-  compatible servers may refuse a field they do not know. `cache` and `stable_prefix` are not
-  sent: these servers cache a repeated prefix by themselves.
-
-Response (`StreamState`, sans-IO). Theory of operation: only choice 0 is read. Blocks are
-numbered in order of first appearance: one reasoning block, one text block, and one per tool
-call. Tool-call deltas are keyed by their wire `index`, which may start anywhere (Anthropic's
-compatibility endpoint starts at 1) or be missing (then a delta with a new `id` starts a new
-call and one without continues the last). A delta that brings a *different* id on an index that
-already has a call starts a new call, for servers that send every whole call at index 0. The id
-and name come on a call's first delta only; a missing id is synthesized (`call_<uuid4 hex>`,
-unique), and a call whose name has not arrived yet buffers its arguments until it does.
-
-The finish reason arrives on one chunk and the usage on a later one (`choices: []`), so Finish
-is emitted at `data: [DONE]` or, for servers that do not send `[DONE]`, by `on_end`:
-
-    finish_reason        FinishReason
-    stop                 END_TURN, or TOOL_USE when the response has tool calls
-    tool_calls           TOOL_USE (and the legacy function_call)
-    length               MAX_TOKENS
-    content_filter       REFUSAL (also a `stop` after a `delta.refusal`)
-    anything else        UNSUPPORTED, the raw reason as detail
-    (none, at the end)   UnexpectedEof
-
-`delta.reasoning` (Ollama, Groq, OpenRouter, new vLLM) and `delta.reasoning_content` (DeepSeek,
-llama.cpp, older vLLM) are reasoning. Usage is normalized to anvil's meaning: input =
-prompt_tokens - prompt_tokens_details.cached_tokens, cache_read = cached_tokens, cache_write = 0
-(Chat Completions caches without a write charge), output = completion_tokens. A server that does
-not report cached_tokens (Ollama) leaves cache_read unknown and input = prompt_tokens. An error
-sent inside the 200 stream (`event: error`, or a `data:` object with an `error` key, as Groq and
-Ollama do) raises ApiError with the provider's code (else type) and message.
-
-Context overflow: an error object with code `context_length_exceeded` (OpenAI, in an HTTP 400
-body or inside the stream) or llama-server's `exceed_context_size_error` is a `ContextOverflow`,
-with the counts the provider gave (`_overflow`); any other error stays what it was.
+`to_wire` (pure): system message first; tool results as `tool` messages before the user's text
+(an error result's content starts `ERROR: `); text-only user content as a plain string; reasoning
+dropped (no replay here); the output cap in the field the target reads; `prompt_cache_key` only
+when the target's capabilities say so.
+`StreamState` (sans-IO) reads choice 0; tool calls are keyed by wire `index` (any start, or
+missing; a different id on a used index starts a new call); missing ids are synthesized and
+unique. Finish comes at `[DONE]` or `on_end`; unknown reasons are UNSUPPORTED, none at all is
+`UnexpectedEof`. Usage: input = prompt - cached, cache_write 0; unreported cache stays unknown.
+Errors inside the 200 stream raise `ApiError`; `context_length_exceeded` and llama-server's
+`exceed_context_size_error` are `ContextOverflow`. Wire table and server quirks:
+docs/decisions.md, "Module notes" (anvild.llm.providers.openai_chat).
 """
 
 from __future__ import annotations

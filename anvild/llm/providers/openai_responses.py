@@ -1,61 +1,15 @@
 """OpenAI Responses (`POST {base_url}/responses`): request mapping and the stream state machine.
 
-Follows OpenAI's API reference for "Create a model response" and its "Streaming events" page,
-plus what real servers send (fixtures/recorded/openai-responses and llama-server).
-
-Request (`to_wire`, pure). The system prompt is `instructions`; the transcript is a list of
-`input` items, in transcript order:
-
-    user text / images      {"role": "user", "content": [input_text | input_image ...]}
-    user tool results       {"type": "function_call_output", "call_id", "output"}, before the
-                            user's own text, so each output directly follows its calls
-    assistant text          {"type": "message", "role": "assistant",
-                             "content": [{"type": "output_text", "text"}]}
-    assistant reasoning     the reasoning item exactly as the server sent it (ProviderMeta
-                            "openai-responses", `data` = the item), at its place; reasoning from
-                            any other provider is dropped
-    assistant tool call     {"type": "function_call", "call_id", "name", "arguments": JSON text}
-
-The request is stateless (`store: false`), so it asks for `include:
-["reasoning.encrypted_content"]`: the encrypted reasoning comes back inside each reasoning item
-and is replayed with it on the next request. Both depend on the target's capabilities
-(`replay = reasoning-items`, the default for this kind); a compatible server configured with
-`replay = none` gets neither. Tools are flat `{"type": "function", name,
-description, parameters, strict: false}` entries (strict mode would reject ordinary schemas that
-do not list every property as required).
-`prompt_cache_key` is the request's `cache_key`, sent only when the target's capabilities say
-`prompt_cache_key` (OpenAI's own endpoint, `for_target`; compatible servers, llama-server's
-included, get none, as in the Chat Completions adapter). `cache` and `stable_prefix` are not
-sent: the API caches a repeated prefix by itself.
-
-Stream (`StreamState`, sans-IO). Events are JSON objects with a `type`. Output items are told
-apart by `output_index`, or by item id for servers that omit the index (llama.cpp omits
-`output_index`, `sequence_number` and `function_call_arguments.done`); each item is one block
-of the completion, in order of first appearance:
-
-    response.output_item.added (function_call)    ToolCallStart
-    response.function_call_arguments.delta        ToolCallDelta
-    response.function_call_arguments.done        ToolCallDelta with the whole arguments, only
-                                                  if no delta came
-    response.output_text.delta / refusal.delta    TextDelta
-    response.reasoning_summary_text.delta         ReasoningDelta (summary parts separated by a
-    response.reasoning_text.delta                 blank line)
-    response.output_item.done (reasoning)         BlockMeta(openai-responses, the whole item)
-    response.output_item.done (other)             whatever content no delta carried
-    response.completed                            UsageReport, Finish(TOOL_USE if a call was
-                                                  made, REFUSAL after a refusal, else END_TURN)
-    response.incomplete                           UsageReport, Finish(MAX_TOKENS for
-                                                  max_output_tokens, REFUSAL for content_filter)
-    response.failed, error                        ApiError(code, message); ContextOverflow
-                                                  for code `context_length_exceeded`
-
-Usage follows anvil's meaning: `input` = input_tokens - input_tokens_details.cached_tokens,
-`cache_read` = cached_tokens. Unknown event types are ignored. The provider stops reading at the
-terminal event (a server that keeps the connection open must not hold the turn until the idle
-deadline), and the state machine ignores anything after it.
-
-Context overflow: code `context_length_exceeded` (an HTTP 400 body, a `response.failed` or an
-`error` event) and llama-server's `exceed_context_size_error` are `ContextOverflow` (`_overflow`).
+`to_wire` (pure): the system prompt is `instructions`, the transcript `input` items in order
+(tool outputs before the user's text); reasoning items are replayed exactly as received, only
+from this provider. Stateless (`store: false`) with `include: ["reasoning.encrypted_content"]`,
+both only when the target says `replay = reasoning-items`. Tools are `strict: false` (strict
+mode rejects ordinary schemas); `prompt_cache_key` only when the target's capabilities say so.
+`StreamState` (sans-IO) tells items apart by `output_index` or item id (llama.cpp omits the
+index), one block per item; unknown event types are ignored, and nothing after the terminal
+event is read. Usage: input = input_tokens - cached. `context_length_exceeded` and
+llama-server's `exceed_context_size_error` are `ContextOverflow`. The event table:
+docs/decisions.md, "Module notes" (anvild.llm.providers.openai_responses).
 """
 
 from __future__ import annotations
