@@ -1,32 +1,17 @@
 """Authority boundaries for what an agent may touch.
 
-`anvild.sandbox.files.FileAccess` is the one boundary every native file tool (read, write, edit,
-glob, grep) goes through. The policies below say how a subprocess (the bash tool) may run:
-
-- `ReadOnly(network)`: the command sees a minimal read-only view of the system and the workspace;
-- `WorkspaceWrite(network)`: the same, plus the role's writable roots (protected paths excluded);
-- `FullAccess(granted_by)`: no sandbox at all.
-
-The sandboxed policies run under bubblewrap (`anvild.sandbox.bwrap`, role configs in
-`anvild.sandbox.roles`, the seccomp program in `anvild.sandbox.seccomp`, the startup check in
-`anvild.sandbox.probe`). If the sandbox cannot be set up, the command is refused and never run
-unsandboxed. Nothing defaults to `FullAccess`: `ToolContext` defaults to `ReadOnly()`. Only the
-user (user config or command line) may grant `FullAccess`, never a role or a project file
-(DESIGN section 5); `granted_by` records who did, for the session record.
-
-Errors of the subprocess sandbox share one root:
+`files.FileAccess` confines every native file tool. Subprocess policies: `ReadOnly(network)`,
+`WorkspaceWrite(network)` (plus the role's writable roots, protected paths excluded), both run
+under bubblewrap (`bwrap`, `roles`, `seccomp`, `probe`), and `FullAccess(granted_by)`: no
+sandbox. A sandbox that cannot be set up refuses the command; it never runs unsandboxed.
+Nothing defaults to `FullAccess` (`ToolContext` defaults to `ReadOnly()`); only the user grants
+it, never a role or project file. Imports nothing from `anvild.agent` (tools depend on this).
 
     SandboxError
-     ├── SandboxUnavailable   this machine cannot run the sandbox (bwrap, user namespaces,
-     │                        seccomp or the privilege drop missing); the message says what
-     │                        to install or enable
-     ├── SandboxRefused       the sandbox works, but this command cannot be confined as asked
-     │                        (an unwritable workspace, a protected path that is a symlink)
-     ├── SandboxFailed        bubblewrap started but never ran the command (its status stream
-     │                        ended without an exit code)
-     └── RoleConfigError      a sandbox role file is invalid (the file, the key, what was expected)
-
-This package imports nothing from `anvild.agent`: tools depend on the boundary, not the reverse.
+     ├── SandboxUnavailable   this machine cannot run the sandbox (says what to install)
+     ├── SandboxRefused       this command cannot be confined as asked
+     ├── SandboxFailed        bubblewrap never ran the command (no exit code)
+     └── RoleConfigError      an invalid sandbox role file (file, key, what was expected)
 """
 
 from __future__ import annotations

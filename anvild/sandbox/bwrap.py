@@ -1,81 +1,18 @@
 """The bubblewrap sandbox: what a sandboxed command sees, as a bwrap command line, and its launch.
 
-Threat model. The command is whatever a model chose to run, possibly steered by hostile text in
-the repository. It may try to write outside the workspace, plant something that runs later outside
-the sandbox (a git hook or alias, a shell rc file, a project `.anvil` config), read credentials,
-reach the daemon (its 9P socket grants everything) or the network, or outlive its call. The
-sandbox is the kernel's answer to that; the permission policy decides what may run at all.
-
-Theory of operation. `Sandbox.prepare` turns (policy, role, cwd, command) into a launch:
-
-1. The startup probe (`anvild.sandbox.probe`, cached) must have passed: bwrap present, user
-   namespaces working, seccomp available, the privilege drop working. Otherwise
-   `SandboxUnavailable` with what to install or enable. Nothing runs unsandboxed instead.
-2. `plan` (pure, given `HostFacts`) lays the filesystem out, in this order:
-   - a minimal read-only system: /usr, the merged-/usr symlinks (/bin, /lib, ...), a curated
-     /etc (`ETC_ENTRIES`: name service, TLS roots, alternatives, timezone; no secrets), a fresh
-     /proc and /dev;
-   - an empty tmpfs over /tmp, /run, /var/tmp and $HOME: pathname Unix sockets there (docker,
-     ssh-agent, the 9P namespace directory) cannot be connected to, because they are not there;
-     the daemon's config and data dirs live under $HOME and are gone with it;
-   - the role's read-only paths and the workspace (always readable), then the writable roots
-     (WorkspaceWrite only), binds sorted parents first so a deeper entry wins;
-   - protections inside writable roots, read-only re-binds: `.git` per role (`GitAccess`: commit
-     roles get the git directory's top level writable, but every name there that git reads
-     configuration or programs from read-only or held (`GIT_READ_ONLY_FILES`,
-     `GIT_READ_ONLY_DIRS`, `commondir` seeded with `.`, `objects/info`), read-only roles get all
-     of it read-only; also for the resolved gitdir of a worktree or submodule, its common dir,
-     every linked worktree's and submodule's git directory, every nested repository found below
-     the root (`NESTED_GIT_LIMIT` directories visited) and the repository enclosing the
-     workspace), `.anvil`, shell rc files. What mounts cannot stop (new repositories, names git
-     never writes) `anvild.sandbox.gitguard` quarantines after the command. A protected path
-     that is missing gets an empty read-only directory mounted where it would be (bwrap creates
-     the mount point), so it cannot be created; an empty directory rather than /dev/null because
-     git walks past an empty `.git` directory to the enclosing repository, where a stray file
-     would break it, and a leftover one is harmless. The daemon removes those mount points after
-     the last sandbox using them ends (`_PLACEHOLDERS`), and lists them under the data dir
-     first, so the next start removes what a crash left (`anvild.sandbox.litter`). A protected
-     path that is a symlink is refused: a mount follows the link, so it cannot be protected
-     where it stands;
-   - hidden paths (credentials such as ~/.ssh, the daemon's own config, data and namespace
-     directories, the role's `hidden` list) inside anything bound are masked with an empty
-     read-only tmpfs or /dev/null.
-3. `bwrap_argv` (pure) adds the rest: a user namespace that cannot make more
-   (`--disable-userns`), pid, ipc and uts namespaces (and net unless the policy allows the
-   network), `--die-with-parent`, `--new-session` (no terminal to inject into), the seccomp
-   program (`anvild.sandbox.seccomp`), `--json-status-fd`, `--chdir`, then `bash -c COMMAND`.
-4. The command line starts with the supervisor (`anvild.sandbox.supervisor`, run by the daemon's
-   interpreter), then `setpriv --pdeathsig=KILL`, then bwrap. The supervisor is a child
-   subreaper holding the read end of a lifeline pipe whose only write end stays in the daemon
-   (`Launch`): when the daemon dies, however and whenever, the kernel closes that end, the
-   supervisor reads end-of-file and SIGKILLs bwrap and every orphan reparented to it (bwrap's
-   sandbox init, whose death takes the whole pid namespace with it). It does the same on
-   SIGTERM (the bash tool's group kill) and when bwrap ends. This is correct by construction;
-   parent-death signals are not, and were measured to fail twice: bwrap 0.8.0 arms
-   `PR_SET_PDEATHSIG` in its sandbox init only after the whole mount setup and never checks
-   `getppid()` afterwards, so a daemon killed during setup left the sandbox running; and the
-   signal fires when the forking *thread* exits, which trio's worker threads do after ten idle
-   seconds, killing longer commands. setpriv's and bwrap's own (`--die-with-parent`) stay as a
-   second layer, now relative to the single-threaded supervisor.
-   When the daemon is root, setpriv also drops to the configured unprivileged uid (default
-   65534), clearing groups, inheritable, ambient and bounding capabilities and setting
-   no_new_privs, before bwrap runs: bwrap started by root is not a sandbox (the child keeps its
-   capabilities and can remount / read-write). Workspace-write is refused, with the reason, when
-   that uid cannot write a writable root.
-5. The environment is `anvild.sandbox.secrets.child_env` (an allowlist plus the user's trusted
-   passthrough), with HOME, TMPDIR and git's `safe.directory` (the workspace belongs to another
-   uid as seen from the sandbox) set through `GIT_CONFIG_COUNT`. It is handed to bwrap as its
-   process environment, not as `--setenv` arguments: a command line is readable by every local
-   user (`ps`), an environment is not. The supervisor, setpriv and bwrap therefore never see
-   the daemon's secrets either.
-6. After the command ends, `Launch.verdict` reads the status stream to its end: a stream
-   without an `exit-code` object means bwrap never started the command (a sandbox failure, not a
-   command failure), and the caller refuses it as such; it never re-runs it another way.
-
-Limits. The workspace and the other bound paths are what they are: a secret committed to the
-workspace is readable. The network, when the policy allows it, is the host's. Nested repositories
-beyond `NESTED_GIT_LIMIT` visited directories are not found (the plan says so). Descendants are
-confined to the pid namespace and die with it; CPU and memory are not limited.
+Threat: the command is what a model chose, possibly steered by hostile repository text; it may
+try to write outside the workspace, plant something that runs later unsandboxed (git hooks and
+config, shell rc, `.anvil`), read credentials, reach the daemon's socket or the network, or
+outlive its call. `Sandbox.prepare` refuses unless the probe passed (`SandboxUnavailable`:
+nothing ever runs unsandboxed instead). `plan` (pure, given `HostFacts`) lays out a minimal
+read-only system, empty tmpfs over /tmp, /run, /var/tmp and $HOME (no reachable sockets), the
+role's paths (parents first), read-only re-binds of `.git` internals, `.anvil` and rc files
+inside writable roots (a missing one gets an empty read-only placeholder; a symlink is refused),
+and masks hidden paths. `bwrap_argv` (pure) adds namespaces, `--new-session`, seccomp and the
+status fd. The launch runs supervisor -> setpriv (drops root) -> bwrap, so nothing outlives the
+daemon; the environment is `child_env`, passed as bwrap's environment, never on its command
+line. A status stream without an exit code is a sandbox failure, never re-run another way.
+Layout rules, the lifeline rationale and limits: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,67 +1,16 @@
 """FileAccess: the one boundary every native file tool (read, write, edit, glob, grep) goes through.
 
-The shell sandbox only wraps subprocesses; the native tools run in the daemon itself, so they need
-their own confinement (review finding 3). A `FileAccess` has readable and writable roots
-(canonical directories; writable roots are readable too), an optional `write_check` (a role's
-narrower rule, e.g. the tester's test directories: given the canonical target of a write, it
-returns why the write is refused, or None), and two fixed path classes. `granting` adds, for
-one call, the paths outside the workspace that a person granted (the permission policy's
-escalations): a directory as a root, a file alone.
-
-- protected paths, never writable: anything under `.git` or `.anvil`, `.env*`, `.ssh`, `.aws`,
-  `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*`;
-- credential files, never readable or searchable: `.env*`, anything under `.ssh` or `.aws`,
-  `.netrc`, `.npmrc`, `.pypirc`, `.git-credentials` and `id_*` private keys (not `*.pub`).
-
-Classes are matched on the path components below the root, on both the path as given and the
-canonical path it resolves to: a symlink named `notes` that points at `.env` is a credential, and
-so is `.env` when it is a symlink to `config.txt`. Files with more than one hard link are refused
-for writes (the other link may be outside the roots).
-
-Theory of operation. Paths are made absolute against the caller's cwd and normalised lexically
-(`..` collapses before any symlink is followed), then matched to the longest root that contains
-them. Where the kernel has openat2 (Linux 5.6+) every open is `openat2(root_fd, relative_path,
-RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`: the kernel resolves symlinks itself and fails with
-EXDEV when any step would leave the root, so a symlink pointing outside cannot be followed even if
-it is swapped in after our checks. RESOLVE_BENEATH also refuses every absolute symlink, even
-one pointing inside; for those (and for symlinks into another root) the path is canonicalised
-with `realpath` and reopened beneath the root containing the result with RESOLVE_NO_SYMLINKS, so
-a component swapped after the `realpath` makes the open fail instead of redirecting it. The
-canonical path of what was opened is read back from
-`/proc/self/fd` and classified after the open, so reads are checked against the file actually
-held. Without openat2 (ENOSYS, or EPERM from a seccomp filter) the fallback canonicalises with
-`realpath`, checks, and opens the canonical path with O_NOFOLLOW on the final component.
-
-Writes replace files atomically: a temporary file is created with O_EXCL in the canonical parent
-directory (held open as a descriptor obtained with RESOLVE_NO_SYMLINKS), written, fsynced, given
-the old file's mode, and renamed over the target. Rename replaces the directory entry, never the
-old inode's contents, so a target swapped for a symlink or a hard link after the check is replaced
-rather than written through. New files check the nearest existing parent, then create the missing
-directories one at a time relative to the held parent descriptor.
-
-Searches walk descriptor-relative (`scandir` on a directory fd, children opened with O_NOFOLLOW |
-O_DIRECTORY) and do not follow symlinks; credential files and directories are dropped from the
-listing before a caller sees them.
-
-Remaining races (also in docs/decisions.md):
-
-1. Fallback path (no openat2): between `realpath` and `open`, a directory component can be
-   replaced by a symlink to outside; O_NOFOLLOW only protects the last component.
-2. Both paths: a directory we hold open (the parent of a write, a directory being walked) can be
-   renamed by another process to a place outside the roots after we opened it; the write or read
-   then happens outside. Descriptors pin the inode, not its location.
-3. Both paths: the canonical path read back from `/proc/self/fd` after an open is the file's name
-   at that moment; a credential file renamed to an innocent name between open and read-back is
-   read. Without /proc the name is recomputed with `realpath`, which has the same window.
-4. Freshness (checked by the tools just before the rename) and the rename are not atomic: a user
-   edit landing between them is overwritten.
-
-Not a race but a limit: a hard link has no canonical path, so a hard link inside a root to a
-file outside is read as an inside file (writes refuse it: more than one link).
-
-All of these need a concurrent local process that already has write access to the tree; a
-sandboxed file worker would close them. Every method here blocks: call them from a worker thread
-(`trio.to_thread.run_sync`).
+The native tools run in the daemon, outside the shell sandbox, so they are confined here: readable
+and writable roots, an optional role `write_check`, per-call `granting` of person-approved paths.
+Protected paths (`.git`, `.anvil`, `.env*`, `.ssh`, `.aws`, `.netrc`, `id_*`, ...) are never
+writable; credential files never readable or searchable. Classes match the path as given and its
+canonical target; a file with several hard links is never written.
+Opens use `openat2(root_fd, rel, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` where the kernel has
+it (absolute symlinks re-resolved and reopened with RESOLVE_NO_SYMLINKS), else `realpath` and
+O_NOFOLLOW; the opened file's canonical path is classified after the open. Writes are atomic
+(O_EXCL temp in the held parent, fsync, rename). Searches walk descriptor-relative without
+following symlinks and drop credential entries. Every method blocks: call from a worker thread.
+The remaining races and limits: docs/decisions.md, "Module notes" (anvild.sandbox.files).
 """
 
 from __future__ import annotations

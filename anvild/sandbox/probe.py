@@ -1,21 +1,11 @@
 """The startup probe: can this machine run the sandbox at all?
 
-The daemon calls `probe` at startup (from a worker thread: it runs a process) and every sandboxed
-command calls `ensure_available`, which uses the cached result. The probe checks, in order:
-
-1. bwrap is on PATH (Debian/Ubuntu package `bubblewrap`);
-2. setpriv is on PATH (package `util-linux`): it ties bwrap's life to the sandbox supervisor's
-   (`--pdeathsig`) and, when the daemon is root, drops to an unprivileged uid first, because
-   bwrap started by root is not a sandbox;
-3. libseccomp is there and compiles the filter (`anvild.sandbox.seccomp`);
-4. a real sandbox starts: the privilege drop, a user namespace (that cannot create more), pid,
-   net, ipc and uts namespaces, the seccomp program and the status stream, exactly as a command
-   gets them, running a check that the process inside has no capabilities (effective,
-   permitted, and, after a drop, bounding) and has no_new_privs set.
-
-A failure names what to install or enable. The result is cached per settings for the life of the
-process; `clear_cache` forgets it (tests, or after the user fixed the machine). The probe never
-decides to run anything unsandboxed: a failed probe means sandboxed commands are refused.
+`probe` runs at startup (in a worker thread: it runs a process); every sandboxed command calls
+`ensure_available`, which uses the cached result. It checks bwrap and setpriv on PATH,
+libseccomp compiling the filter, then starts a real sandbox exactly as a command gets it and
+checks the process inside has no capabilities and no_new_privs set. A failure names what to
+install or enable. Cached per settings for the process's life (`clear_cache` forgets it). A failed
+probe means sandboxed commands are refused, never run unsandboxed.
 """
 
 from __future__ import annotations

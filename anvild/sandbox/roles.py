@@ -1,33 +1,15 @@
-"""Sandbox roles: what a role's commands may read and write, as `<role>.yaml` files.
+"""Sandbox roles: what a role's commands may read and write, as `<role>.yaml` files (DESIGN 7).
 
-A role file (DESIGN section 7):
-
-    description: Writes code, runs the tests and commits.
     network: false            # the role's default; the session's policy has the last word
-    git: commit               # commit: .git writable except what sets programs or config
-                              # read-only: all of .git read-only
-    filesystem:
-      read_only: ["{HOME}/.cargo/registry"]
-      read_write: ["{CWD}"]
-      hidden: ["{CWD}/.env*", "!{CWD}/.env.example"]  # masked: an empty file or directory
+    git: commit               # or read-only
+    filesystem: {read_only: [...], read_write: ["{CWD}"], hidden: ["{CWD}/.env*", "!..."]}
 
-Paths are absolute after expansion of `{CWD}` (the session's working directory), `{HOME}`,
-`{TMPDIR}` (`$TMPDIR`, else /tmp) and `{NAME}` for any other environment variable of the daemon.
-An entry whose variable is unset is left out (`ResolvedRole.skipped` says which), so one file
-serves machines with and without, say, `$CARGO_HOME`. Missing paths are left out when the sandbox
-is built. A `hidden` entry may use `*`, `?` and `[...]` in its last part (matched against what is
-there when each command starts); one starting with `!` takes its matches back out.
-
-Where roles come from, first match wins: the user config dir
-(`platformdirs.user_config_dir("anvil")/sandbox-roles/`), then the files shipped with anvild
-(package data, `anvild/data/sandbox-roles/`). A project's files are never consulted: a
-repository cannot widen its own sandbox. No key of a role file can ask for `FullAccess`; only the
-user grants that (user config or command line), and the loader says so when a file tries.
-
-A role gives the session its default policy (`Role.default_policy`): `WorkspaceWrite` when it
-has writable paths, else `ReadOnly`, with the role's network setting. What a command finally gets
-is the intersection: writes need both a `WorkspaceWrite` policy and a writable path of the role,
-and the network follows the policy (escalations are the permission policy's business).
+Paths expand `{CWD}`, `{HOME}`, `{TMPDIR}` and `{NAME}` (any daemon variable; unset -> the entry
+is skipped, `ResolvedRole.skipped`); missing paths are left out; `hidden` may glob its last part.
+Roles come from the user config dir, then the shipped files; never from a project (a repository
+cannot widen its own sandbox), and no key can ask for `FullAccess`. `Role.default_policy` is
+`WorkspaceWrite` with writable paths, else `ReadOnly`; a command gets the intersection of policy
+and role.
 """
 
 from __future__ import annotations

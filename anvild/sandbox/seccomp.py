@@ -1,30 +1,12 @@
 """The seccomp program every sandboxed command runs under, as classic BPF for `bwrap --seccomp FD`.
 
-What it is for. bubblewrap's namespaces do not cover everything a command can reach (measured in
-docs/sandbox-escapes.md): `socket(AF_VSOCK)` works inside `--unshare-net` and, on a VM, is a
-path to the host; netlink talks to the kernel's routing, audit and uevent machinery; AF_PACKET
-reads and forges raw frames; io_uring is a second system-call interface that a filter on
-`socket`/`connect` does not see and has been a rich source of kernel bugs. The filter denies:
-
-- `socket(family, ...)` for AF_VSOCK, AF_NETLINK and AF_PACKET: EAFNOSUPPORT, so programs treat
-  the family as absent. The family argument is an `int`, so the rule compares its low 32 bits only
-  (a masked compare): a caller cannot slip past with garbage in the upper half of the register.
-- io_uring_setup, io_uring_enter, io_uring_register: ENOSYS, so liburing users fall back to
-  ordinary system calls.
-- ioctl TIOCSTI and TIOCLINUX (push input into a terminal): EPERM. bwrap's `--new-session`
-  already detaches the sandbox from the terminal; this is the second layer the bwrap manual
-  recommends.
-- keyctl, add_key, request_key: EPERM. The kernel keyrings are not namespaced.
-
-Everything else is allowed: the filesystem and network views come from the namespaces. The
-program is built for the native architecture only; a system call made through another ABI (i386
-`int 0x80`, x32) does not match the architecture check and kills the process (libseccomp's
-default bad-architecture action), so 32-bit binaries cannot run in the sandbox.
-
-How. libseccomp compiles the rules (`seccomp_export_bpf`) through `pyseccomp`, a ctypes binding
-over the system library (Debian `libseccomp2`). No libseccomp means no seccomp program, and then
-the sandboxed policies refuse (`SandboxUnavailable`): DESIGN section 5, "no seccomp, no sandboxed
-mode". The program depends only on the machine, so it is built once per process and cached.
+Namespaces do not cover everything (docs/sandbox-escapes.md). Denied: `socket` for AF_VSOCK,
+AF_NETLINK, AF_PACKET (EAFNOSUPPORT; the family is compared on its low 32 bits only); io_uring
+setup/enter/register (ENOSYS); ioctl TIOCSTI and TIOCLINUX (EPERM); keyctl, add_key, request_key
+(EPERM: keyrings are not namespaced). Everything else is allowed. Native architecture only: a
+call through another ABI kills the process (no 32-bit binaries in the sandbox).
+Compiled by libseccomp through `pyseccomp`; without it the sandboxed policies refuse
+(`SandboxUnavailable`: no seccomp, no sandboxed mode). Built once per process and cached.
 """
 
 from __future__ import annotations

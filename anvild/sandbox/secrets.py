@@ -1,43 +1,15 @@
 """Secrets: the environment a child process gets, and masking of secret values in text.
 
-Two defences, neither a guarantee (review, chapter 12: "useful defense, not a guarantee against
-all secrets or exfiltration"):
-
-1. Scrubbing. A child (the bash tool's command, an MCP server, a hook) never inherits the
-   daemon's environment. `child_env` builds its environment from an allowlist of names that carry
-   no authority (`ENV_ALLOWLIST`, plus every `LC_*`), then adds the names the user explicitly
-   trusted (`env_passthrough` in the user config, or a project config under a trust grant; the
-   config loader enforces who may set it), then the caller's overrides (the sandbox sets its own
-   HOME and TMPDIR). Everything else is dropped, API keys included, whatever they are called.
-
-2. Redaction. A `Redactor` holds secret values and replaces each occurrence in a text with
-   `[redacted:NAME]`. It is built from the daemon's environment (`Redactor.from_environ`):
-
-   - every variable whose *name* looks like a credential (`is_secret_name`: `*_API_KEY`,
-     `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `AWS_*`, ...) is a secret, even when the user passes it
-     through to children: passing a token to `gh` does not make it fit for a transcript;
-   - every other variable that scrubbing drops is a secret too (its name says nothing, so its
-     value is treated as one), except values that are plainly structure rather than secrets:
-     absolute or home paths and path lists (`/run/user/1000`, `OLDPWD`), plain numbers, and a few
-     well-known names (`BENIGN_NAMES`). Masking those would garble every listing that mentions
-     the workspace and hide nothing;
-   - values shorter than `MIN_SECRET_LENGTH` (8) characters are ignored: masking `1` or `true`
-     everywhere would destroy output and protect nothing (course 12.3);
-   - callers add what the environment does not show: provider keys named by `api_key_env`
-     (`extra_secret_names`), or values read from elsewhere (`with_secrets`).
-
-   `redact` masks every occurrence, longest secret first, so a secret that contains another is
-   masked whole. It also masks a *fragment* of a secret (at least `MIN_FRAGMENT` characters) at
-   the very start or end of the text, or a text that is wholly a piece of a secret: output
-   truncated to a head and a tail can cut a key in two, and the cut half is still a leak. So
-   callers that join truncated pieces should redact each piece before joining. `redact_json`
-   walks JSON-like values (records, log event dicts).
-
-Limits: a secret that reaches the text transformed (base64, URL-encoded, split across lines,
-reversed) is not recognised; redaction masks known values, it does not detect unknown secrets.
-
-This module is pure (no I/O beyond reading the mapping it is given) and imports nothing from the
-rest of the project, so the sandbox, the tools, the loop and the record writer can all use it.
+Two defences, neither a guarantee. Scrubbing: `child_env` gives a child only `ENV_ALLOWLIST`
+(plus `LC_*`), the user's trusted `env_passthrough`, and the caller's overrides; everything else,
+API keys included, is dropped. Redaction: a `Redactor` (`from_environ`) replaces each secret
+value with `[redacted:NAME]`: every credential-named variable (`is_secret_name`, even when passed
+through), every other dropped variable except plain structure (paths, numbers, `BENIGN_NAMES`),
+plus `extra_secret_names` and `with_secrets`. Values shorter than `MIN_SECRET_LENGTH` are
+ignored, since masking `1` or `true` would destroy output and protect nothing.
+`redact` masks longest first, and also a fragment (>= `MIN_FRAGMENT`) at the very start or end
+of a text: redact truncated pieces before joining them. A transformed secret (base64, split) is
+not recognised. Pure; imports nothing else from the project.
 """
 
 from __future__ import annotations

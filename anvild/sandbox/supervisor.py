@@ -1,31 +1,15 @@
 """The sandbox's supervisor: the first process of every sandboxed launch, whose only job is that
 nothing it started outlives the daemon, a kill of its process group, or the command.
 
-Run as `python -I -S supervisor.py LIFELINE_FD -- setpriv ... -- bwrap ... -- COMMAND`, with the
-standard library only (it is started per command: no site, no anvild imports). What it does:
+    python -I -S supervisor.py LIFELINE_FD -- setpriv ... -- bwrap ... -- COMMAND
 
-1. `PR_SET_CHILD_SUBREAPER`: every process of the launch that loses its parent (bwrap's sandbox
-   init, when bwrap itself dies) is reparented to the supervisor rather than to the host's init,
-   so it stays findable (a child) and killable.
-2. It spawns the rest of the command line (setpriv, then bwrap) and waits for the first of:
-   - end-of-file on the lifeline: the read end of a pipe whose only write end lives in the
-     daemon (close-on-exec, never passed to a child). The kernel closes it when the daemon dies,
-     however it dies and whenever: before the supervisor even started, the pipe already reads
-     end-of-file. No timing is involved, unlike a parent-death signal (see below);
-   - SIGTERM, SIGINT or SIGHUP (the bash tool's group kill, a terminal);
-   - the exit of the spawned process (the command ended: bwrap exits when it does).
-3. Then it SIGKILLs the spawned process if still there and every child it has (orphans
-   reparented to it, in practice bwrap's sandbox init, pid 1 of the sandbox's pid namespace,
-   whose death takes every process in that namespace with it), and reaps until it has no child
-   left. Then it exits with the spawned process's status, or dies of the signal it was sent.
-
-Why not a parent-death signal: `PR_SET_PDEATHSIG` (what `setpriv --pdeathsig` and bwrap's
-`--die-with-parent` use) has two holes for us, both measured. It is set by the child itself
-after it started, and a parent that died before that is never noticed: bwrap sets it in its
-sandbox init only after the whole mount setup, so a daemon killed while bwrap sets up leaves the
-sandbox running (reparented to the host's init). And it fires when the *thread* that forked the
-child exits, not the process: the daemon spawns from trio's worker threads, which exit after ten
-idle seconds, which killed every sandboxed command running longer than that.
+Standard library only (no site, no anvild imports). It becomes a child subreaper, spawns the
+rest and waits for the first of: end-of-file on the lifeline (the daemon holds the only write
+end, so the kernel closes it whenever the daemon dies), SIGTERM/SIGINT/SIGHUP, or the spawned
+process's exit. Then it SIGKILLs the spawned process and every child (bwrap's sandbox init takes
+its pid namespace with it), reaps them all, and exits with the spawned status or its signal.
+Not a parent-death signal: that is armed too late by bwrap and fires when the forking *thread*
+exits (docs/decisions.md, "Sandbox cleanup when the daemon dies").
 """
 
 from __future__ import annotations
