@@ -30,37 +30,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.errors import ApiError, HttpError, LlmError
-from anvild.llm.providers import anthropic, gemini, openai_chat, openai_responses
-from anvild.llm.sse import SseDecoder, SseEvent
-from anvild.llm.stream import StreamEvent
+from anvild.llm.kinds import KIND_TABLE, KINDS
+from anvild.llm.providers._events import WireState
+from anvild.llm.sse import SseDecoder
 from anvild.llm.types import converter
 
 CHUNKS_SUFFIX = ".chunks.jsonl"
-
-
-class StreamState(Protocol):
-    def on_sse(self, event: SseEvent) -> list[StreamEvent]: ...
-
-    def on_end(self) -> list[StreamEvent]: ...
-
-
-def new_state(kind: str) -> StreamState:
-    if kind == anthropic.KIND:
-        return anthropic.StreamState()
-    if kind == openai_chat.KIND:
-        return openai_chat.StreamState()
-    if kind == openai_responses.KIND:
-        return openai_responses.StreamState()
-    if kind == gemini.KIND:
-        return gemini.StreamState()
-    raise ValueError(f"unknown provider kind {kind!r}")
-
-
-KINDS = (anthropic.KIND, openai_chat.KIND, openai_responses.KIND, gemini.KIND)
 
 
 def sse_body(data: bytes, name: str) -> bytes:
@@ -81,7 +60,7 @@ def sse_body(data: bytes, name: str) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-def replay(body: bytes, state: StreamState) -> Completion:
+def replay(body: bytes, state: WireState) -> Completion:
     """The Completion a stream body collects to, or the LlmError it ends in."""
     builder = MessageBuilder()
     decoder = SseDecoder()
@@ -137,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"anvilctl replay-stream: {path}: {exc}", file=sys.stderr)
         return 2
     try:
-        completion = replay(body, new_state(args.provider))
+        completion = replay(body, KIND_TABLE[args.provider].new_state())
     except LlmError as error:
         print(json.dumps(error_json(error), ensure_ascii=False, indent=2))
         print(f"anvilctl replay-stream: {type(error).__name__}: {error}", file=sys.stderr)

@@ -44,6 +44,7 @@ from anvild.config.schema import (
 from anvild.config.trust import TrustStore, authority_of, digest
 from anvild.llm.errors import ConfigError
 from anvild.llm.http import Timeouts
+from anvild.llm.kinds import KIND_TABLE
 from anvild.llm.registry import (
     Kind,
     Limits,
@@ -63,38 +64,27 @@ APP: Final = "anvil"
 PROJECT_DIR: Final = ".anvil"
 CONFIG_FILE: Final = "config.toml"
 
+
+def _hosted(kind: Kind, context_window: int) -> dict[str, Any]:
+    """A built-in provider for the hosted service of `kind` (the provider kinds table)."""
+    row = KIND_TABLE[kind]
+    return {
+        "kind": kind,
+        "base_url": row.base_url,
+        "api_key_env": row.api_key_env,
+        "context_window": context_window,
+        "max_output_tokens": 4096,
+    }
+
+
 # Conservative limits: the smallest context and output the models behind each provider are
 # known to accept, so `provider:model` without an alias never overflows a window.
 BUILTIN: Final[Mapping[str, Any]] = {
     "providers": {
-        "anthropic": {
-            "kind": "anthropic",
-            "base_url": "https://api.anthropic.com/v1",
-            "api_key_env": "ANTHROPIC_API_KEY",
-            "context_window": 200_000,
-            "max_output_tokens": 4096,
-        },
-        "openai": {
-            "kind": "openai-responses",
-            "base_url": "https://api.openai.com/v1",
-            "api_key_env": "OPENAI_API_KEY",
-            "context_window": 128_000,
-            "max_output_tokens": 4096,
-        },
-        "openai-chat": {
-            "kind": "openai-chat",
-            "base_url": "https://api.openai.com/v1",
-            "api_key_env": "OPENAI_API_KEY",
-            "context_window": 128_000,
-            "max_output_tokens": 4096,
-        },
-        "gemini": {
-            "kind": "gemini",
-            "base_url": "https://generativelanguage.googleapis.com/v1beta",
-            "api_key_env": "GEMINI_API_KEY",
-            "context_window": 128_000,
-            "max_output_tokens": 4096,
-        },
+        "anthropic": _hosted("anthropic", 200_000),
+        "openai": _hosted("openai-responses", 128_000),
+        "openai-chat": _hosted("openai-chat", 128_000),
+        "gemini": _hosted("gemini", 128_000),
         "ollama": {
             "kind": "openai-chat",
             "base_url": "http://127.0.0.1:11434/v1",

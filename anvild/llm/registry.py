@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Final, Literal, TypeAlias
+from typing import TypeAlias
 from urllib.parse import urlsplit
 
 import attrs
@@ -28,14 +28,14 @@ import structlog
 from anvild.llm import capabilities as caps
 from anvild.llm.errors import ConfigError
 from anvild.llm.http import Timeouts
+from anvild.llm.kinds import KIND_TABLE
+from anvild.llm.kinds import KINDS as KINDS  # re-exported: the config schema checks against it
+from anvild.llm.kinds import Kind as Kind
 from anvild.llm.provider import Provider
 from anvild.llm.retry import Retry, RetryPolicy
 from anvild.llm.stream import Usage
 
 log = structlog.get_logger(__name__)
-
-Kind: TypeAlias = Literal["anthropic", "openai-chat", "openai-responses", "gemini"]
-KINDS: Final[tuple[Kind, ...]] = ("anthropic", "openai-chat", "openai-responses", "gemini")
 
 
 def origin_of(url: str) -> str:
@@ -170,30 +170,8 @@ ProviderFactory: TypeAlias = Callable[[Kind, AdapterArgs], Provider]
 
 
 def adapter_factory(kind: Kind, args: AdapterArgs) -> Provider:
-    """Construct the adapter for `kind` (anvild.llm.providers.*)."""
-    # Imported here: each adapter pulls in its own wire helpers, and a registry that only ever
-    # sees one kind should not import the other three.
-    if kind == "anthropic":
-        from anvild.llm.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(
-            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
-        )
-    if kind == "openai-chat":
-        from anvild.llm.providers.openai_chat import OpenAiChatProvider
-
-        return OpenAiChatProvider(
-            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
-        )
-    if kind == "openai-responses":
-        from anvild.llm.providers.openai_responses import OpenAIResponsesProvider
-
-        return OpenAIResponsesProvider(
-            args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
-        )
-    from anvild.llm.providers.gemini import GeminiProvider
-
-    return GeminiProvider(
+    """Construct the adapter for `kind` (the provider kinds table, `anvild.llm.kinds`)."""
+    return KIND_TABLE[kind].adapter()(
         args.client, args.base_url, args.api_key, args.name, args.capabilities, args.timeouts
     )
 

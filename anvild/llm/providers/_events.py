@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import abc
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import httpx
 
 from anvild.llm.capabilities import Capabilities
-from anvild.llm.errors import HttpError, LlmError
+from anvild.llm.errors import ContextOverflow, HttpError, LlmError
 from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.providers import _overflow
 from anvild.llm.sse import SseEvent
 from anvild.llm.stream import Finish, StreamEvent
 from anvild.llm.types import ChatRequest
@@ -68,41 +69,50 @@ class ProviderEvents:
 class SseProvider(abc.ABC):
     """The HTTP glue every adapter shares: it holds the client, the endpoint and the settings,
     and `stream` sends the adapter's request and yields `ProviderEvents` over its SSE body.
-    An adapter supplies only what differs: `build_request` (URL, headers, body) and
-    `new_state` (its sans-IO StreamState)."""
+    An adapter supplies only what differs: its `kind`, `default_capabilities`, `wire_state`
+    (its sans-IO StreamState), `overflow` (its reading of an error object as a context
+    overflow), `endpoint` (from the configured base URL) and `build_request`."""
+
+    kind: ClassVar[str]
+    default_capabilities: ClassVar[Capabilities]
+    wire_state: ClassVar[Callable[[], WireState]]
+    overflow: ClassVar[Callable[[Mapping[str, Any]], ContextOverflow | None]]
 
     def __init__(
         self,
         client: httpx.AsyncClient,
-        endpoint: str,
-        api_key: str | None,
-        name: str,
-        capabilities: Capabilities,
-        timeouts: Timeouts,
+        base_url: str,
+        api_key: str | None = None,
+        name: str | None = None,
+        capabilities: Capabilities | None = None,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self._client = client
-        self._endpoint = endpoint
+        self._endpoint = self.endpoint(base_url)
         self._api_key = api_key
-        self._name = name
-        self.capabilities = capabilities
-        self._timeouts = timeouts
+        self._name = self.kind if name is None else name
+        self.capabilities = self.default_capabilities if capabilities is None else capabilities
+        self._timeouts = Timeouts() if timeouts is None else timeouts
 
     @property
     def name(self) -> str:
         return self._name
 
+    @staticmethod
+    @abc.abstractmethod
+    def endpoint(base_url: str) -> str:
+        """What the adapter's requests are sent to, from the configured base URL."""
+
     @abc.abstractmethod
     def build_request(self, request: ChatRequest) -> httpx.Request:
         """The adapter's HTTP request for one sample."""
 
-    @abc.abstractmethod
-    def new_state(self) -> WireState:
-        """A fresh stream state machine for one response."""
-
     def http_error(self, error: HttpError) -> LlmError:
-        """The error a non-2xx response raises: `error` itself unless the adapter recognises its
-        body (say, as a context overflow)."""
-        return error
+        """The error a non-2xx response raises: a `ContextOverflow` when the adapter's
+        `overflow` recognises a 400's error object, else `error` itself."""
+        body = _overflow.error_object(error.body) if error.status == 400 else None
+        overflow = type(self).overflow(body) if body is not None else None
+        return error if overflow is None else overflow
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -110,4 +120,4 @@ class SseProvider(abc.ABC):
         async with open_event_stream(
             self._client, http_request, timeouts=self._timeouts, on_http_error=self.http_error
         ) as sse:
-            yield ProviderEvents(sse, self.new_state())
+            yield ProviderEvents(sse, type(self).wire_state())

@@ -28,11 +28,8 @@ from anvild.llm.errors import (
     ConfigError,
     ContextOverflow,
     DecodeError,
-    HttpError,
-    LlmError,
     UnexpectedEof,
 )
-from anvild.llm.http import Timeouts
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
@@ -63,14 +60,12 @@ from anvild.llm.types import (
 
 KIND: Final = "anthropic"
 API_VERSION: Final = "2023-06-01"
-DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 
 # Keys of the ProviderMeta data this adapter writes and reads back.
 SIGNATURE: Final = "signature"
 REDACTED: Final = "redacted_thinking"
 
 _EPHEMERAL: Final = {"type": "ephemeral"}
-_DEFAULT_TIMEOUTS: Final = Timeouts()
 # Blocks the API does not let carry cache_control.
 _NOT_CACHEABLE: Final = frozenset({"thinking", "redacted_thinking"})
 # The API refuses a request with more cache_control breakpoints than this.
@@ -489,16 +484,11 @@ def messages_url(base_url: str) -> str:
 class AnthropicProvider(SseProvider):
     """A Provider for the Anthropic Messages API and servers that speak it."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str = DEFAULT_BASE_URL,
-        api_key: str | None = None,
-        name: str = KIND,
-        capabilities: Capabilities = ANTHROPIC,
-        timeouts: Timeouts = _DEFAULT_TIMEOUTS,
-    ) -> None:
-        super().__init__(client, messages_url(base_url), api_key, name, capabilities, timeouts)
+    kind = KIND
+    default_capabilities = ANTHROPIC
+    wire_state = StreamState
+    overflow = context_overflow
+    endpoint = staticmethod(messages_url)
 
     def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {
@@ -511,11 +501,3 @@ class AnthropicProvider(SseProvider):
         return self._client.build_request(
             "POST", self._endpoint, headers=headers, json=to_wire(request, self.capabilities)
         )
-
-    def new_state(self) -> StreamState:
-        return StreamState()
-
-    def http_error(self, error: HttpError) -> LlmError:
-        body = _overflow.error_object(error.body) if error.status == 400 else None
-        overflow = context_overflow(body) if body is not None else None
-        return error if overflow is None else overflow

@@ -24,17 +24,14 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from anvild.llm.capabilities import Capabilities, Replay, SchemaDialect
+from anvild.llm.capabilities import GEMINI, Capabilities, Replay, SchemaDialect
 from anvild.llm.errors import (
     ApiError,
     ConfigError,
     ContextOverflow,
     DecodeError,
-    HttpError,
-    LlmError,
     UnexpectedEof,
 )
-from anvild.llm.http import Timeouts
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
@@ -580,18 +577,14 @@ def _usage(metadata: dict[str, Any]) -> Usage | None:
 class GeminiProvider(SseProvider):
     """The Gemini API (generativelanguage.googleapis.com/v1beta) or a compatible endpoint."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        api_key: str | None,
-        name: str,
-        capabilities: Capabilities,
-        timeouts: Timeouts | None = None,
-    ) -> None:
-        super().__init__(
-            client, base_url.rstrip("/"), api_key, name, capabilities, timeouts or Timeouts()
-        )
+    kind = KIND
+    default_capabilities = GEMINI
+    wire_state = StreamState
+    overflow = context_overflow
+
+    @staticmethod
+    def endpoint(base_url: str) -> str:
+        return base_url.rstrip("/")
 
     def url(self, model: str) -> str:
         model = model.removeprefix("models/")
@@ -608,11 +601,3 @@ class GeminiProvider(SseProvider):
             json=to_wire(request, self.capabilities),
             headers=headers,
         )
-
-    def new_state(self) -> StreamState:
-        return StreamState()
-
-    def http_error(self, error: HttpError) -> LlmError:
-        body = _overflow.error_object(error.body) if error.status == 400 else None
-        overflow = context_overflow(body) if body is not None else None
-        return error if overflow is None else overflow

@@ -30,11 +30,8 @@ from anvild.llm.errors import (
     ConfigError,
     ContextOverflow,
     DecodeError,
-    HttpError,
-    LlmError,
     UnexpectedEof,
 )
-from anvild.llm.http import Timeouts
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
@@ -61,7 +58,6 @@ from anvild.llm.types import (
 
 KIND: Final = "openai-chat"
 ERROR_PREFIX: Final = "ERROR: "
-_DEFAULT_TIMEOUTS: Final = Timeouts()
 
 _FINISH_REASONS: Final = {
     "stop": FinishReason.END_TURN,
@@ -407,16 +403,11 @@ class OpenAiChatProvider(SseProvider):
     """A Provider for Chat Completions servers. Without an API key no Authorization header is
     sent (local Ollama and llama-server need none)."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        api_key: str | None = None,
-        name: str = KIND,
-        capabilities: Capabilities = OPENAI_CHAT_COMPAT,
-        timeouts: Timeouts = _DEFAULT_TIMEOUTS,
-    ) -> None:
-        super().__init__(client, completions_url(base_url), api_key, name, capabilities, timeouts)
+    kind = KIND
+    default_capabilities = OPENAI_CHAT_COMPAT
+    wire_state = StreamState
+    overflow = context_overflow
+    endpoint = staticmethod(completions_url)
 
     def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -425,11 +416,3 @@ class OpenAiChatProvider(SseProvider):
         return self._client.build_request(
             "POST", self._endpoint, headers=headers, json=to_wire(request, self.capabilities)
         )
-
-    def new_state(self) -> StreamState:
-        return StreamState()
-
-    def http_error(self, error: HttpError) -> LlmError:
-        body = _overflow.error_object(error.body) if error.status == 400 else None
-        overflow = context_overflow(body) if body is not None else None
-        return error if overflow is None else overflow

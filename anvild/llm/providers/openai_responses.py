@@ -21,17 +21,14 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from anvild.llm.capabilities import Capabilities, Replay
+from anvild.llm.capabilities import OPENAI_RESPONSES, Capabilities, Replay
 from anvild.llm.errors import (
     ApiError,
     ConfigError,
     ContextOverflow,
     DecodeError,
-    HttpError,
-    LlmError,
     UnexpectedEof,
 )
-from anvild.llm.http import Timeouts
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
@@ -489,17 +486,14 @@ def _api_error(
 class OpenAIResponsesProvider(SseProvider):
     """A Responses endpoint: OpenAI's, or a compatible server's (llama.cpp, vLLM, ...)."""
 
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        api_key: str | None,
-        name: str,
-        capabilities: Capabilities,
-        timeouts: Timeouts | None = None,
-    ) -> None:
-        endpoint = base_url.rstrip("/") + "/responses"
-        super().__init__(client, endpoint, api_key, name, capabilities, timeouts or Timeouts())
+    kind = KIND
+    default_capabilities = OPENAI_RESPONSES
+    wire_state = StreamState
+    overflow = context_overflow
+
+    @staticmethod
+    def endpoint(base_url: str) -> str:
+        return base_url.rstrip("/") + "/responses"
 
     def build_request(self, request: ChatRequest) -> httpx.Request:
         headers = {"accept": "text/event-stream"}
@@ -508,11 +502,3 @@ class OpenAIResponsesProvider(SseProvider):
         return self._client.build_request(
             "POST", self._endpoint, json=to_wire(request, self.capabilities), headers=headers
         )
-
-    def new_state(self) -> StreamState:
-        return StreamState()
-
-    def http_error(self, error: HttpError) -> LlmError:
-        body = _overflow.error_object(error.body) if error.status == 400 else None
-        overflow = context_overflow(body) if body is not None else None
-        return error if overflow is None else overflow
