@@ -1,20 +1,15 @@
 """anvild.store: durable session records (DESIGN section 8).
 
 One append-only JSONL file per session, `<data dir>/sessions/<id>.jsonl`, of versioned,
-sequence-numbered records (`records`), folded by one pure reducer (`reducer.apply`) both live
-and when loading, so `replay(records) == live state` after every mutation. The journal
-(`journal`) writes and loads the files with a documented durability policy; `recovery` turns a
-session a crash interrupted back into a valid, idle one without re-running anything.
+sequence-numbered records folded by one pure reducer both live and when loading, so
+`replay(records) == live state` after every mutation; `recovery` brings a crashed session back
+to a valid, idle one without re-running anything.
 
-    records.py   the Record union, its stable JSON tags, the converter, the schema upgrade
-    state.py     SessionState, the value the records build
-    reducer.py   apply / replay (pure), message_records (transcript diff -> records)
-    recovery.py  recover (pure): unknown tool outcomes, interrupted turns
-    journal.py   Journal, SessionStore, read_journal (blocking file I/O)
-    errors.py    StoreError and its subclasses
+    records.py  the Record union, tags, schema upgrade   state.py    SessionState
+    reducer.py  apply / replay, message_records          recovery.py recover (pure)
+    journal.py  Journal, SessionStore (blocking I/O)     errors.py   StoreError and kin
 
-This package sits low: it imports `anvild.llm` (canonical types) and nothing of the agent, the
-9P service, the tree or the daemon (a test checks).
+Imports `anvild.llm` (canonical types) and nothing of the agent, ninep, the tree or the daemon.
 """
 
 from anvild.store.errors import (

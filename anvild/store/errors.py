@@ -1,19 +1,14 @@
 """The store's errors: one root, `StoreError`.
 
     StoreError
-     ├── RecordError            a record does not apply to the state (the reducer's rules), or a
-     │                          decoded line is not a record; pure code raises it
-     └── JournalError           a session file (`path`) cannot be read or written
-          ├── CorruptJournalError   a malformed interior line, a sequence gap, a record that
-          │                         does not apply, no header: names the file and the line
-          ├── SchemaVersionError    written by a newer anvild (refused, the file untouched), or an
-          │                         unknown version
-          └── JournalWriteError     an append or sync failed (disk full, I/O error); `intact` says
-                                    whether the file was cut back to its last complete record
+     ├── RecordError              a record does not apply to the state, or a line is no record
+     └── JournalError             a session file (`path`) cannot be read or written
+          ├── CorruptJournalError   a bad interior line, a seq gap, no header: file and line
+          ├── SchemaVersionError    a newer or unknown schema (refused, the file untouched)
+          └── JournalWriteError     an append or sync failed; `intact`: cut back to a record
 
-The supervisor turns `JournalWriteError` into the session's `error` state; it never stops the
-daemon. `CorruptJournalError` and `SchemaVersionError` at daemon start leave that one session out
-of the tree (and in the log), untouched on disk.
+`JournalWriteError` puts that session in `error`, never stops the daemon. A corrupt or newer
+file at start leaves that one session out of the tree (and in the log), untouched on disk.
 """
 
 from __future__ import annotations

@@ -1,65 +1,19 @@
 """Session journals: one append-only JSONL file per session, written and loaded.
 
-    SessionStore(dir)            the data dir's `sessions/`: <id>.jsonl per session
-      .create(SessionStarted) -> Journal     new file, header synced, directory synced
-      .open(id)               -> Journal     load for writing: torn tail cut, old schema upgraded
-      .read(id)               -> JournalContents   load read-only (never modifies the file)
-      .ids()                                 the session ids with a file, sorted
-    Journal
-      .state                                 the SessionState the records build
-      .append(record)         -> SessionState    apply, write, (sync), then publish the state
-      .recover()              -> Recovery    append what a crash left undone (see recovery.py)
-      .sync(), .close()
+    store = SessionStore(dir)   # .create(SessionStarted) / .open(id) / .read(id) / .ids()
+    journal.append(record)      # apply, write, (sync), then publish the state
 
-Theory of operation.
-
-- Writing. `append` first applies the record with the reducer (a record that does not fit
-  raises `RecordError` and nothing is written), encodes it as one line, writes the whole line
-  with its newline through an `O_APPEND` descriptor (looping only if the kernel takes part of
-  it), and only then replaces `state`: a mutation is recorded before it is visible. There is no
-  user-space buffer: after `write` returns, the line survives the death of the daemon (kill -9),
-  though not a power loss or kernel crash; that needs fsync.
-- Durability policy. These records are fsynced before `append` returns (`needs_sync`):
-  `SessionStarted` (and the directory, so the file itself survives power loss), `ToolStarted`
-  (synced *before* the side effect: after a crash, a call with no durable start certainly never
-  began), `ToolFinished` (synced *after* it: the result is the only trace of what happened),
-  `SessionEnded` (a killed session must not come back), `Compacted` (its summary cost a model
-  request; without it the next request overflows again). Everything else is only written:
-  losing the last few of them to a power loss leaves an earlier, consistent state, and fsync
-  covers the whole file, so each synced record also makes every earlier one durable. `sync()`
-  syncs on demand (daemon shutdown). Flush is not power-loss durability; only these fsyncs are.
-- A failed write (disk full: ENOSPC; file size limit: EFBIG; I/O error) raises
-  `JournalWriteError` and cuts the file back to its last complete record (`ftruncate` to the
-  length before the attempt), so a partial line is never left behind and `state` is unchanged.
-  If the cut fails too, or an fsync failed (after a failed fsync the kernel may have dropped
-  dirty pages, so what is on disk is unknown), the journal refuses every further append: the
-  supervisor moves the session to `error`, and the daemon carries on.
-- Loading. The file is split at b"\\n" (never `str.splitlines`, which also splits on U+2028).
-  Bytes after the last newline are a torn final line, and so is a last complete line that is
-  not JSON; both are dropped (`Journal.open` truncates them away and logs `store.torn_tail`;
-  `read` only reports them). Any other bad line (not JSON, not a record, a seq that is not the
-  previous plus one, a record the reducer rejects) is a `CorruptJournalError` naming the file
-  and the 1-based line. The final transcript is validated once (a pending tail is allowed: the
-  daemon may have stopped between a call and its result).
-- Schema. A file from an older schema is upgraded in memory (`records.upgrade_lines`);
-  `Journal.open` then rewrites it in the current schema (temp file, fsync, a hard-link backup
-  `<id>.schema<N>.bak`, atomic rename, directory fsync). A file from a newer schema raises
-  `SchemaVersionError` before anything is opened for writing: its bytes are untouched.
-
-Calling from trio. Every method here blocks on file I/O and is synchronous. Measured on the
-development machine (a shared, busy 2-core VM, ext4; 3000-record loops of ~300-byte lines; a
-plain `sum(range(100))` takes ~4 µs there, several times a laptop's): `write(2)` of one line
-~6 µs; a whole unsynced `append` (reduce, encode, write) 40-75 µs; a synced `append` 1.2-4.7
-ms, fsync dominating (a laptop SSD is similar; a busy disk or network storage far slower);
-loading 40-65 µs per record. So: call appends that `needs_sync(record)` says are synced through
-`await trio.to_thread.run_sync(journal.append, record)`, and the others directly (tens of
-microseconds, like a log line). Appends of one session must not overlap: serialise them in the
-session (one writer task, or a `trio.Lock` held across the call); the journal also holds a
-`threading.Lock`, so an overlap is safe but would block the trio thread for the length of an
-fsync. `SessionStore.open`, `read` and `Journal.recover` read whole files and may rewrite or
-sync them: run them in a thread at daemon start.
-
-Errors: see `anvild.store.errors`.
+`append` applies the record first (`RecordError`: nothing written), writes the whole line through
+an `O_APPEND` descriptor, then replaces `state`: a mutation is recorded before it is visible.
+`needs_sync` records are fsynced before `append` returns: `SessionStarted` (and the directory),
+`ToolStarted` (before the side effect), `ToolFinished`, `SessionEnded`, `Compacted`. A failed
+write raises `JournalWriteError` and cuts the file back to its last record; if that or an fsync
+fails, every later append is refused (the session goes to `error`, the daemon carries on).
+Loading splits at b"\\n"; a torn last line is dropped (`open` truncates it), any other bad line is
+`CorruptJournalError` naming file and line. Older schemas are upgraded and rewritten (with a
+`.bak`); a newer schema is `SchemaVersionError`, the file untouched. Blocking I/O: run synced
+appends, `open`, `read`, `recover` in a thread; one session's appends never overlap (timings:
+docs/decisions.md, "Module notes").
 """
 
 from __future__ import annotations

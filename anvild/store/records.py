@@ -1,49 +1,16 @@
 """Session records: the versioned `Record` union, its JSON converter, and the schema upgrade.
 
-A session's journal is one JSONL file; every line is one record in an envelope that carries its
-sequence number (1, 2, 3, ... with no gaps) before the record's own stable `type` tag:
+Every line of a journal is one record in an envelope with its sequence number (1, 2, 3, ... no
+gaps) and the record's stable `type` tag:
 
-    {"seq":1,"type":"session_started","schema":2,"id":"s1","alias":null,"role":"developer",...}
-    {"seq":2,"type":"message_appended","message":{"role":"user","content":[...]}}
+    {"seq":1,"type":"session_started","schema":4,"id":"s1","alias":null,"role":"developer",...}
     {"seq":3,"type":"tool_started","call_id":"c1","name":"bash"}
 
-    Record = SessionStarted | MessageAppended | MessageExtended | ContextReplaced | ModelChanged
-           | StateChanged | TodosChanged | ToolStarted | ToolFinished | UsageReported
-           | TurnEnded | ContextFileChanged | RoleChanged | AliasChanged | PromptQueued
-           | PromptTaken | PromptDropped | ApprovalRequested | ApprovalAnswered
-           | PermissionsRemembered | ResultApprovalRequested | ResultApprovalAnswered | Note
-           | FileSeen | TextStreamed | Compacted | SessionEnded
-
-Tags are the `TAG` of each class (never a class name) and must never change: files written
-today are read by every later version. Messages and blocks inside records go through
-`anvild.llm.types.converter` (the record converter hands them to it), so provider meta
-such as a Gemini thought signature round-trips unchanged.
-
-Schema versions. The first record of a file (`SessionStarted`) carries `schema`; the current one
-is `SCHEMA_VERSION` (4). `upgrade_lines` turns an older file's decoded lines into current ones:
-
-- Schema 3 is schema 4 without `compacted` records (a summary that replaced the history), and
-  without the `context_replaced` reason `fork` (a session started from another's conversation,
-  `new from=ID`; added in the same release as schema 4, so no older anvild reads either).
-- Schema 2 is schema 3 without `text_streamed` records (an answer's text while it streams, so
-  a crash does not lose what `out` showed) and without `turn_ended.interrupted`. Schema 1 is
-  schema 2 without `file_seen` records (what the file tools saw, for freshness after a
-  restart). Upgrading either only renumbers the header's `schema`. Each version was raised for
-  its new tag: an older anvild refuses a newer file untouched instead of failing on an unknown
-  record in the middle of it.
-
-- Schema 0 is the course prototype format (course chapter 14.1): the first line is a `meta`
-  record `{"type":"meta","id":..,"model":..,"cwd":..,"created_at":<unix seconds>}` with no
-  `schema` field; no line has a `seq` (records are numbered by position); `tool_finished` is
-  flat (`{"type":"tool_finished","call_id":..,"content":..,"is_error":..}`); `context_replaced`
-  has no `reason`. The other tags it knew (`message_appended`, `message_extended`,
-  `model_changed`, `todos_changed`, `tool_started`, `usage`) have their schema 1 shape.
-  Upgrading numbers the lines, rewrites `meta` as `session_started` (role "developer", sandbox
-  "workspace-write", not ephemeral, no alias: what every prototype session was), nests the
-  tool result, and gives replacements the reason `compaction` (the only way a prototype
-  replaced its context).
-
-Nothing here does I/O; the journal (`anvild.store.journal`) reads and writes the lines.
+Tags are each class's `TAG` (never a class name) and never change: every later version reads
+today's files. Messages go through `anvild.llm.types.converter`, so provider meta round-trips.
+The header carries `schema` (`SCHEMA_VERSION`); `upgrade_lines` turns schemas 0-3 into the
+current one. A version is raised with each new tag, so an older anvild refuses a newer file
+untouched. Pure: the journal does the I/O. Schema history: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """Crash recovery for one session: `recover(state) -> Recovery`, pure.
 
-After a crash (kill -9, power loss) a session's records can stop anywhere. The journal's loader
-already dropped a torn final line; what is left is a valid prefix of what the session did, and
-it may end in the middle of a turn. `recover` says which records bring it back to rest:
-
-- A pending approval is answered `cancelled` (a restart never approves anything).
-- A result approval (`request_approval`) is not interrupted by a crash: no turn runs while it
-  waits. A session in await_approval with a result approval pending stays exactly so, and comes
-  back waiting for `approve` or `reject`. (A result approval recorded without the state change
-  that follows it, cut by the crash, is answered `cancelled`.)
-- A trailing assistant message whose calls have no results gets one user message of results,
-  one per call, in call order:
-  - a call with a durable `ToolFinished`: its recorded result (the work is known, not redone);
-  - a call with `ToolStarted` but no durable finish: an error result saying the outcome is
-    unknown and that it was not re-run, plus a `Note` for the session's log. The call may have
-    run partly, fully or not at all; only the world can tell, so the model (and the human
-    reading `log`) is told to check before trying again. Nothing is ever re-run automatically.
-    The temporary files such a call left, which the caller removed before recovering (`removed`,
-    by call id: `anvild.session.leftovers`), are named in its result and in a note;
-  - a call never started (its `ToolStarted` was not written, so its side effect never began):
-    an error result saying it was not run.
-- A session that was running or awaiting approval ends its turn (`TurnEnded` with outcome
-  `error`, the reason, `interrupted`) and gets a note in the transcript's trailing user message
-  (so the model knows the turn was cut; if an answer was streaming, that its shown part is not
-  in the conversation: `streamed` is display only). It, and a session that was still starting,
-  goes to `idle`, and the log says so.
-
-Queued prompts are kept: they were accepted and never handled. Sessions that were idle, await,
-stopped, exited or in error stay as they were (their transcript is repaired all the same), and an
-ended session needs nothing. Recovery is idempotent: the state it leads to needs no recovery.
-After it, `validate_transcript(state.messages)` holds (the tests check it).
+Brings a valid record prefix that may end mid-turn back to rest. Nothing is ever re-run:
+- a pending tool approval is answered `cancelled` (a restart never approves); a result approval
+  with its state change recorded survives as it was (no turn runs while it waits);
+- unanswered calls get results: the recorded one for a durable `ToolFinished`; "outcome unknown,
+  not re-run" (plus a `Note`, naming removed temp files) for a start without a finish; "not run"
+  for a call never started;
+- a running or approval-waiting turn ends (`TurnEnded` error, `interrupted`) with a note in the
+  transcript; it and a starting session go to `idle`.
+Queued prompts are kept. Idempotent; afterwards `validate_transcript(state.messages)` holds.
 """
 
 from __future__ import annotations

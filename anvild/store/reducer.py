@@ -1,45 +1,15 @@
 """The one reducer: `apply(state, record) -> state`, used live and when loading.
 
-Every session mutation is a record; the supervisor appends it through the journal, which calls
-`apply` and only then publishes the new state, and the loader folds the same function over the
-file (`replay`). So `replay(records) == live state` holds after every mutation by construction,
-and the tests check it through the real file.
-
-`apply` is pure and cheap (no transcript-wide validation: the loader validates the final
-transcript once). It raises `RecordError` for a record that does not fit the state; such a
-record is never written. The rules it enforces:
-
-- `SessionStarted` comes first, with the current schema, and only once; nothing follows
-  `SessionEnded` (which also sets the status to exited), and it needs a transcript with no
-  unanswered calls and no pending approval (the turn ends first), so an ended session's
-  transcript is always valid.
-- `MessageAppended` carries content and keeps roles alternating, the first message from the
-  user; a user message answers the calls in flight (`tools` empties). `MessageExtended` needs a
-  last message and no calls in flight.
-- Neither changes the transcript while an approval is pending; `ContextReplaced` needs no calls
-  in flight and no pending approval.
-- `ToolStarted` names a call (id and name) of the trailing assistant message, once;
-  `ToolFinished` a started call, once. `ApprovalRequested` a call of that message not started
-  yet, with no other request pending; `ApprovalAnswered` the pending one.
-- `ResultApprovalRequested` needs no approval of either kind pending (and forgets the last
-  decision of the same asker); `ResultApprovalAnswered` needs a pending result approval and is
-  never `always`; it keeps the decision in `result_decisions` (the newest per `asked_by`).
-- `PermissionsRemembered` adds to `remembered` (never removed: an `always` holds for the rest
-  of the session, across clear, restart and daemon restarts).
-- The queue is FIFO: `PromptTaken` takes the head; `PromptQueued` ids are unique in the queue;
-  `PromptDropped` names queued prompts.
-- `Compacted` replaces the transcript as `ContextReplaced` does (with its preconditions), adds
-  its summary requests' usage, lists the compaction, and sets the usage baseline to its
-  estimated size after (what the context holds until the next response says better).
-- `PromptTaken` starts a turn (`turn_count`); `UsageReported` adds to the turn's usage too, and
-  `TurnEnded` files it in `turns` (the last `RECENT_TURNS`), for `cost`'s per-turn lines.
-- `TextStreamed` adds to `streamed` (display only, never the transcript); an assistant
-  `MessageAppended` (the step's answer, now in the transcript), `PromptTaken` (a new turn)
-  and `ContextReplaced` clear it.
-
-`message_records(old, new)` is the supervisor's helper for the agent's transcript: the records
-that turn one transcript into the next (appends, an extension of the last message, or a
-replacement when the caller says why).
+The journal calls `apply` before publishing a state and the loader folds it over the file
+(`replay`), so `replay(records) == live state` after every mutation, by construction. `apply` is
+pure and cheap; a record that does not fit raises `RecordError` and is never written. Rules:
+`SessionStarted` first and once, nothing after `SessionEnded` (which needs no calls in flight and
+no pending approval); roles alternate, the user first; no transcript change while an approval is
+pending; each call started and finished once; one approval pending at a time, a result approval
+never `always`; `PermissionsRemembered` is never undone; the queue is FIFO; `Compacted` replaces
+the transcript as `ContextReplaced` does; `TextStreamed` is display only, never the transcript.
+`message_records(old, new)` gives the records that turn one transcript into the next.
+The full rule list: docs/decisions.md, "Module notes" (anvild.store.reducer).
 """
 
 from __future__ import annotations
