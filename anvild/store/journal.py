@@ -10,10 +10,9 @@ an `O_APPEND` descriptor, then replaces `state`: a mutation is recorded before i
 write raises `JournalWriteError` and cuts the file back to its last record; if that or an fsync
 fails, every later append is refused (the session goes to `error`, the daemon carries on).
 Loading splits at b"\\n"; a torn last line is dropped (`open` truncates it), any other bad line is
-`CorruptJournalError` naming file and line. Older schemas are upgraded and rewritten (with a
-`.bak`); a newer schema is `SchemaVersionError`, the file untouched. Blocking I/O: run synced
-appends, `open`, `read`, `recover` in a thread; one session's appends never overlap (timings:
-docs/decisions.md, "Module notes").
+`CorruptJournalError` naming file and line. Older schemas are upgraded and rewritten (`.bak`
+kept); a newer one is `SchemaVersionError`, untouched. Blocking I/O: run synced appends, `open`,
+`read`, `recover` in a thread; one session's appends never overlap (docs/decisions.md).
 """
 
 from __future__ import annotations
