@@ -40,6 +40,11 @@ server asks `lookup`), a snapshot's open when its generate function is a plain o
 snapshot, of a ctl answer and of a body file's value, a stream read that has lines buffered (or
 is at its end), and the clunks that only drop state. Everything else answers `LATER`.
 
+A directory made with `keep_children=True` (a session's) is a view whose removal is a verb:
+removing anything in it (Tremove, Tunlinkat) succeeds and removes nothing (`keep_on_remove`,
+also for children found later and, recursively, in subdirectories), so that GNU `rm -r`, which
+unlinks every entry first and skips the directory if one failed, reaches the directory.
+
 Files that take writes accept OTRUNC at open and a wstat that only truncates to length 0
 (9pfuse turns a shell `>` into Topen + Twstat(length=0), v9fs into Tsetattr(size=0)): both are
 no-ops, because every open already starts from an empty body.
@@ -78,6 +83,7 @@ __all__ = [
     "SnapshotFile",
     "StreamFile",
     "ValueFile",
+    "keep_on_remove",
     "new_qid_path",
     "owner_names",
 ]
@@ -114,6 +120,9 @@ def _check_name(name: str) -> str:
 class FsNode(Node):
     """A node with a fixed name and permission, a stable qid path, a version and an mtime."""
 
+    kept_on_remove = False
+    """Removing this node succeeds and removes nothing (`keep_on_remove`)."""
+
     def __init__(self, name: str, perm: int) -> None:
         self._name = name if name == "/" else _check_name(name)
         self._perm = perm
@@ -138,6 +147,10 @@ class FsNode(Node):
 
     def length(self) -> int:
         return 0
+
+    async def remove(self) -> None:
+        if not self.kept_on_remove:
+            await super().remove()
 
     def stat(self) -> NodeStat:
         st = self._stat
@@ -198,10 +211,14 @@ class Directory(FsNode):
         *,
         dynamic: DynamicChildren | None = None,
         perm: int = 0o555,
+        keep_children: bool = False,
     ) -> None:
+        """`keep_children`: removing a child, static or dynamic, at any depth succeeds and
+        removes nothing (`keep_on_remove`; the directory's own removal is its own)."""
         super().__init__(name, DMDIR | perm)
         self._children: dict[str, Node] = {}
         self._dynamic = dynamic
+        self._keep_children = keep_children
         for child in children:
             self.add(child)
 
@@ -210,9 +227,16 @@ class Directory(FsNode):
         name = node.stat().name
         if name in self._children:
             raise ValueError(f"{self._name}: a child named {name!r} already exists")
+        if self._keep_children:
+            keep_on_remove(node)
         self._children[name] = node
         self.touch()
         return node
+
+    def _kept(self, node: Node) -> None:
+        """A dynamic child just found: kept on remove if this directory keeps its children."""
+        if self._keep_children and not (isinstance(node, FsNode) and node.kept_on_remove):
+            keep_on_remove(node)
 
     def discard(self, name: str) -> Node | None:
         """Remove the static child `name`, if any, and return it."""
@@ -237,18 +261,39 @@ class Directory(FsNode):
         node = self._children.get(name)
         if node is None and self._dynamic is not None:
             node = await self._dynamic.lookup(name)
+            if node is not None:
+                self._kept(node)
         return node
 
     def walk_now(self, name: str) -> Node | Later | None:
         node = self._children.get(name)
         if node is None and self._dynamic is not None:
-            return self._dynamic.lookup_now(name)
+            found = self._dynamic.lookup_now(name)
+            if isinstance(found, Node):
+                self._kept(found)
+            return found
         return node
 
     async def list(self) -> Sequence[Node]:
         if self._dynamic is None:
             return list(self._children.values())
-        return [*self._children.values(), *await self._dynamic.entries()]
+        dynamic = await self._dynamic.entries()
+        for node in dynamic:
+            self._kept(node)
+        return [*self._children.values(), *dynamic]
+
+
+def keep_on_remove(node: Node) -> None:
+    """Make removing `node` succeed and remove nothing; for a directory, removing anything in
+    it too. For the entries of a view whose own removal is a verb (a session's directory), so
+    that `rm -r` reaches it. The mark is the node's: it holds wherever the node is reached."""
+    if not isinstance(node, FsNode):
+        raise TypeError(f"{node.stat().name}: only an FsNode can be kept on remove")
+    node.kept_on_remove = True
+    if isinstance(node, Directory) and not node._keep_children:
+        node._keep_children = True
+        for child in node._children.values():
+            keep_on_remove(child)
 
 
 # --- handles shared by several kinds --------------------------------------------------------

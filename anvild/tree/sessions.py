@@ -292,10 +292,10 @@ class _ReaderFile(FsNode):
 
 class _SessionDirectory(Directory):
     """`agent/<id>/`: its removal kills the session, a rename sets its alias (the module
-    docstring, "File verbs"). Its files keep the default refusal of both (EPERM)."""
+    docstring, "File verbs"). Removing what is in it removes nothing; renaming it is refused."""
 
     def __init__(self, session: Session, manager: SessionManager, files: Iterable[Node]) -> None:
-        super().__init__(session.id, files)
+        super().__init__(session.id, files, keep_children=True)
         self._session = session
         self._manager = manager
 

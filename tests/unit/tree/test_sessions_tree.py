@@ -508,19 +508,19 @@ def rename_to(name: str) -> m.Stat:
     return attrs.evolve(m.Stat.dont_touch(), name=name)
 
 
-async def test_removing_a_session_directory_kills_it_and_its_files_refuse(tmp_path: Path) -> None:
+async def test_removing_a_session_directory_kills_it_and_its_files_stay(tmp_path: Path) -> None:
     async with served(tmp_path, []) as (manager, con, _):
         c = await con()
         sid = await new_session(c, b"alias=doomed")
         other = await new_session(c)
-        # `rm -r` unlinks the entries first: each refuses (EPERM) and nothing is killed.
+        listed = await dir_names(c, sid)
+        # `rm -r` unlinks the entries first: each succeeds, removes nothing and kills nothing.
         for name in ("ctl", "in", "log", "alias"):
             assert isinstance(await walk(c, 40, sid, name), m.Rwalk)
-            reply = await c.raw.rpc(m.Tremove(0, 40))
-            assert isinstance(reply, m.Rerror), reply
-            assert reply.errno == errno.EPERM
-            assert reply.ename == f"{name}: cannot be removed"
+            assert await c.raw.rpc(m.Tremove(0, 40)) == m.Rremove(0)
         assert await live_ids(c) == [sid, other]
+        assert await dir_names(c, sid) == listed
+        assert await c.get(f"{sid}/alias") == "doomed\n"
         # The directory itself (walked by its alias): killed and reaped at once.
         session = manager.get(sid)
         assert isinstance(await walk(c, 41, "doomed"), m.Rwalk)
@@ -631,11 +631,15 @@ async def test_dot_l_unlinkat_kills_and_renameat_sets_the_alias(tmp_path: Path) 
         sid = await new_session(u)
         gone = await new_session(u)
         c = await con(Dialect.P9P2000_L)
-        # v9fs's rm -r: the entries first (EPERM each), then the directory (AT_REMOVEDIR).
+        # v9fs's rm -r: the entries first (each kept), then the directory (AT_REMOVEDIR).
         assert await c.raw.rpc(m.Tunlinkat(0, 0, f"{gone}", 0)) == m.Rlerror(0, errno.EISDIR)
         assert isinstance(await walk(c, 80, gone), m.Rwalk)
-        assert await c.raw.rpc(m.Tunlinkat(0, 80, "ctl", 0)) == m.Rlerror(0, errno.EPERM)
+        assert await c.raw.rpc(m.Tunlinkat(0, 80, "ctl", 0)) == m.Runlinkat(0)
+        assert await c.raw.rpc(m.Tunlinkat(0, 80, "ctl", AT_REMOVEDIR)) == m.Rlerror(
+            0, errno.ENOTDIR
+        )
         assert await live_ids(u) == [sid, gone]
+        assert isinstance(await walk(c, 84, gone, "ctl"), m.Rwalk)
         assert await c.raw.rpc(m.Tunlinkat(0, 0, gone, AT_REMOVEDIR)) == m.Runlinkat(0)
         assert await live_ids(u) == [sid]
         # mv agent/ID agent/NAME; a move out of agent/ is refused (EXDEV).
