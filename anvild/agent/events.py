@@ -3,28 +3,14 @@
     AgentEvent = StepStarted | TextDelta | ReasoningDelta | ToolCallStarted | ToolCallFinished
                | Usage | StepFailed | Retrying | TodosUpdated | Lagged | TurnFinished
                | ApprovalRequested | ApprovalAnswered | CompactionStarted | CompactionFinished
+               | HookReported
 
-Every turn emits exactly one `TurnFinished`, last, whatever ended it: its `outcome` is the turn's
-end as a value (done, max_steps, max_tokens, refused, cancelled, protocol_stopped,
-budget_exceeded, error). `Lagged` is not emitted by the loop: the bounded event channel
-(`anvild.agent.channel`) puts it where it had to drop events for a consumer that fell behind.
-Nor are `ApprovalRequested` and `ApprovalAnswered`: the session (`anvild.session`) puts them on
-its `events` when it starts waiting on its `approval` file (a tool call, during a turn; or its
-result, after one) and when that wait ends, so a client follows approvals from the stream
-instead of polling `approval`. `CompactionStarted` and `CompactionFinished` frame a compaction
-(`anvild.agent.context`), during a turn or on the `compact` verb. `Retrying` says, when the wait
-starts, that a failed request will be tried again (`anvild.llm.retry` tells the loop through its
-retry listener), so a client can show each retry as it happens rather than only the final error.
-
-The JSON form (stream-json on a session's `events` file, session records) goes through the one
-converter here, `event_converter`: each object carries a stable `type` tag (the `TAG` of its
-class, never a class name), e.g.
-
-    {"type":"text_delta","step":1,"text":"Hel"}
+Every turn emits exactly one `TurnFinished`, last, its `outcome` the turn's end as a value.
+Not from the loop: `Lagged` (the event channel, where it dropped events), `ApprovalRequested`/
+`ApprovalAnswered` (the session, when its `approval` wait starts and ends). JSON goes through the
+one `event_converter`, each object tagged with its class's stable `TAG`:
     {"type":"turn_finished","outcome":"done","steps":2,"usage":{"input":12,...},"detail":""}
-
-Token counts are `anvild.llm.stream.Usage` values: `None` means the provider did not report it,
-and unknown is never printed or summed as zero.
+Token counts are `Usage` values: `None` (unreported) is never printed or summed as zero.
 """
 
 from __future__ import annotations
@@ -47,6 +33,7 @@ __all__ = [
     "ApprovalRequested",
     "CompactionFinished",
     "CompactionStarted",
+    "HookReported",
     "Lagged",
     "ReasoningDelta",
     "Retrying",
@@ -264,6 +251,20 @@ class CompactionFinished:
     detail: str = ""
 
 
+@attrs.frozen
+class HookReported:
+    """A user hook (`anvild.hooks`) that did more than go on: `outcome` is `blocked` (exit 2,
+    or output that blocks, denies or continues), `error` (another exit, output that is not
+    what its event takes, a command that could not start: never blocks) or `timeout` (its
+    process group was killed); `detail` is what it wrote or why."""
+
+    TAG: ClassVar[str] = "hook"
+    name: str
+    event: str
+    outcome: str
+    detail: str = ""
+
+
 AgentEvent: TypeAlias = (
     StepStarted
     | TextDelta
@@ -280,6 +281,7 @@ AgentEvent: TypeAlias = (
     | ApprovalAnswered
     | CompactionStarted
     | CompactionFinished
+    | HookReported
 )
 
 EVENT_TYPES: Final[tuple[type, ...]] = (
@@ -298,6 +300,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
     ApprovalAnswered,
     CompactionStarted,
     CompactionFinished,
+    HookReported,
 )
 
 

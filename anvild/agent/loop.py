@@ -2,52 +2,17 @@
 
     sample -> commit only a clean completion -> decide -> dispatch -> append results -> validate
 
-repeated up to `max_steps` (`Agent._steps` is the whole algorithm, on one screen). A turn's end is
-a value: `run_turn` returns the `TurnFinished` it also emitted, with a `TurnOutcome`. Exceptions
-mean errors: provider and stream failures (`LlmError`) and transcript violations become a
-`StepFailed` event and the `error` outcome; anything else is a bug, reported as `error` and
-re-raised.
-
-Theory of operation.
-
-- The transcript (`Agent.messages`, an immutable tuple replaced on every change) only ever holds
-  valid states. Every change goes through `_commit`, which validates the would-be transcript
-  (`anvild.llm.integrity.validate_transcript`) before it replaces the old one; the pending tail
-  (an assistant message whose calls have no results yet) is allowed only between committing the
-  model's calls and committing their results. It is validated again before each request.
-- A completion is committed only after its stream finished. An abnormal finish (max_tokens,
-  refusal, unsupported stop) executes nothing: its text is committed, its provisional calls are
-  not, and the turn ends with max_tokens / refused / protocol_stopped. A stream or provider error
-  commits nothing of the step.
-- Each call is first `decide`d (the permission hook; the default allows; a deny, or a hook that
-  fails, answers the model with the reason and runs nothing). A batch whose allowed calls are all
-  read-only by their own `effects(args)` runs concurrently, results kept in call order; a batch
-  with any write, subprocess or unknown effect runs one call at a time, in order.
-- Cancellation. `Agent.cancel()` cancels the running turn's scope (an enclosing scope works too,
-  and then `trio.Cancelled` goes on after the turn is reported). Whatever was in flight, the
-  transcript is left valid: calls that finished keep their results, calls that were interrupted
-  get a result saying so (and that their effects are uncertain, unless they only read), calls
-  that never started say they were not run. A cancelled sample commits nothing; the trailing user
-  message gets a note that the turn was cancelled, and the next prompt is merged into that
-  trailing user message (roles keep alternating; nothing the model did not finish is put in its
-  mouth).
-- Budget. With `AgentConfig.token_budget` set, the turn stops with budget_exceeded before a
-  request once the tokens reported for the turn (input, output, cache reads and writes) reach the
-  budget. A provider that leaves any of them unreported makes the spend unknown, and unknown is
-  not zero: the turn stops too, saying why. It is a soft ceiling, checked between requests.
-- Secrets. With `redact` set (a `Redactor.redact`), every tool result, denials included, is
-  redacted before the model, the events or the transcript see it.
-- Context. With a `ContextWindow`, every request is sized first: past `clear_at` the oldest
-  tool results are stubbed in the request (never in the transcript); past `auto_compact` the
-  history is compacted at the step boundary (no call in flight) and the turn goes on. A
-  provider's `ContextOverflow` clears every old result, then compacts once, then retries; only
-  then does the turn end, saying what to do. A prompt larger than the whole window ends the
-  turn before any request. A compaction is adopted only after `on_compaction` (the
-  session's record) accepted it; otherwise the transcript is unchanged.
-- Events go out through `emit` (normally `EventChannel.send_nowait`), which never blocks. Every
-  turn emits exactly one `TurnFinished`, last. A provider that retries a failed request (the
-  `anvild.llm.retry` wrapper) tells the loop through the retry listener set around each request
-  (a summary's too), and the loop emits `Retrying` when the wait starts.
+up to `max_steps` (`Agent._steps` is the whole algorithm). A turn's end is a value: `run_turn`
+returns the `TurnFinished` it emitted (exactly one per turn, last). `LlmError`s and transcript
+violations become `StepFailed` and the `error` outcome; anything else is a bug, re-raised.
+Invariants: the transcript only ever holds valid states (every change goes through `_commit`,
+which validates it; a pending tail only between a step's calls and their results). A completion
+is committed only after a clean finish: an abnormal one commits its text and runs no call.
+Allowed calls run concurrently only when all are read-only by their `effects(args)`. On
+cancellation the transcript is left valid (interrupted calls say so) and no unfinished text is
+put in the model's mouth. Unknown token spend stops a budgeted turn. Tool results are redacted
+before anyone sees them. The `ContextWindow` clears, compacts, and retries an overflow once;
+`TurnHooks` run around calls, stop and compaction; `emit` never blocks. More: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -64,6 +29,7 @@ from anvild.agent.context import Compaction, ContextWindow, SummaryFailed
 from anvild.agent.context.compaction import facts, is_compacted, plan, rebuild, summary_block
 from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
+from anvild.agent.hookpoints import NO_HOOKS, TurnHooks
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm import stream
@@ -221,6 +187,7 @@ class Agent:
         window: ContextWindow | None = None,
         on_compaction: Callable[[Compaction], Awaitable[bool]] = _adopt,
         summariser: Provider | None = None,
+        hooks: TurnHooks = NO_HOOKS,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -237,6 +204,7 @@ class Agent:
         self.on_compaction = on_compaction  # records a compaction; False: not adopted
         self.summariser = summariser  # the provider of `compaction_model` ("": `provider`)
         self._compact_asked: str | None = None  # a `compact` asked during a turn: its focus
+        self.hooks = hooks
 
     @property
     def todos(self) -> tuple[ev.Todo, ...]:
@@ -310,6 +278,7 @@ class Agent:
             return TurnOutcome.ERROR, too_large
         self._commit(Message(Role.USER, prompt))
         turn.start = len(self.messages) - 1
+        continued = 0  # how often `before_stop` continued this turn
         for step in range(1, self.config.max_steps + 1):
             if (over := self._over_budget(turn)) is not None:
                 return TurnOutcome.BUDGET_EXCEEDED, over
@@ -323,7 +292,11 @@ class Agent:
                 return outcome, completion.finish_detail or why
             self._commit(completion.message, pending=True)
             if not completion.tool_calls:
-                return TurnOutcome.DONE, ""
+                if (more := await self.hooks.before_stop(continued)) is None:
+                    return TurnOutcome.DONE, ""
+                continued += 1
+                self._commit(Message(Role.USER, (Text(more),)))
+                continue
             turn.batch = _Batch.of(step, completion.tool_calls)
             await self._run_batch(turn.batch, completion)
             self._commit_results(turn)
@@ -384,6 +357,7 @@ class Agent:
         if why:
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
             return why
+        await self.hooks.before_compact(trigger, focus)
         todos = [(t.content, t.status.value) for t in self.todos]
         found = facts(chosen.dropped, todos, self.tools.effects)
         model = self.config.compaction_model or self.config.model
@@ -483,6 +457,9 @@ class Agent:
                 why = completion.invalid_arguments[call.id]
                 message = f"The arguments of {call.name} were not run: {why}. Send one JSON object."
                 self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
+            elif (blocked := await self.hooks.before_call(call)) is not None:
+                message = f"Blocked by a hook before {call.name} ran: {blocked}"
+                self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
             elif isinstance(decision := await self._decide(call), Deny):
                 message = f"Permission denied for {call.name}: {decision.reason}"
                 self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
@@ -505,7 +482,10 @@ class Agent:
 
     async def _run_call(self, batch: _Batch, index: int, context: ToolContext) -> None:
         batch.started[index] = True
-        result = await self.tools.dispatch(batch.calls[index], context)
+        call = batch.calls[index]
+        result = await self.tools.dispatch(call, context)
+        if note := await self.hooks.after_call(call, result):
+            result = ToolResult(result.call_id, f"{result.content}\n\n{note}", result.is_error)
         self._finish_call(batch, index, result)
 
     def _finish_call(self, batch: _Batch, index: int, result: ToolResult) -> None:

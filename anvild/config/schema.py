@@ -75,6 +75,22 @@ PERMISSION_KEYS: Final = ("allow", "ask", "deny", "mode", "max_mode", "full_acce
 RULE_KEYS: Final = ("allow", "ask", "deny")
 MODES: Final = ("plan", "default", "accept-edits", "bypass")
 """The permission modes (`anvild.agent.permissions.policy.Mode`), narrowest authority first."""
+HOOK_EVENTS: Final = (
+    "SessionStart",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "Stop",
+    "PreCompact",
+    "SessionEnd",
+    "Notification",
+)
+"""The events a `[hooks.NAME]` table may run on (Claude Code's names; `anvild.hooks`)."""
+MATCHED_EVENTS: Final = ("PreToolUse", "PostToolUse", "PreCompact", "SessionStart")
+"""The events whose hooks may have a `matcher` (a tool name, a compaction trigger, a source)."""
+HOOK_KEYS: Final = ("event", "command", "matcher", "timeout", "max_blocks")
+HOOK_TIMEOUT_LIMIT: Final = 3600
+MAX_BLOCKS_LIMIT: Final = 100
 SESSION_KEYS: Final = (
     "max_steps",
     "token_budget",
@@ -263,6 +279,10 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                 if not Path(path).expanduser().is_absolute():
                     raise c.fail((top, name), "an absolute path (or one starting with ~)", item)
                 c.set((top, name), path)
+        elif top == "hooks":
+            for name, entry in c.table(key, value).items():
+                sub = (top, c.name((top, name), name))
+                c.set(sub, _check_hook(c, sub, entry))
         elif top == "sessions":
             table = c.table(key, value)
             c.known(key, table, SESSION_KEYS)
@@ -368,6 +388,67 @@ def _check_model(c: _Checker, key: Key, value: object) -> None:
                     c.set(at, c.string(at, setting))
                 else:
                     c.set(at, c.boolean(at, setting))
+
+
+def _check_hook(c: _Checker, key: Key, value: object) -> dict[str, Any]:
+    """One `[hooks.NAME]` table, checked and kept as one leaf (`anvild.hooks` reads it): `event`
+    and `command` (a string run with `sh -c`, or an argv array) are required."""
+    table = c.table(key, value)
+    c.known(key, table, HOOK_KEYS)
+    for required in ("event", "command"):
+        if required not in table:
+            raise ConfigFileError(
+                c.file,
+                (*key, required),
+                f"missing: a hook needs event (one of {', '.join(HOOK_EVENTS)}) and command",
+            )
+    event = c.choice((*key, "event"), table["event"], HOOK_EVENTS)
+    hook: dict[str, Any] = {"event": event}
+    command = table["command"]
+    if isinstance(command, list):
+        argv = c.strings((*key, "command"), command)
+        if not argv or not argv[0].strip():
+            raise c.fail((*key, "command"), "a command string or a non-empty argv array", command)
+        hook["command"] = argv
+    else:
+        hook["command"] = c.string((*key, "command"), command)
+    if "matcher" in table:
+        at = (*key, "matcher")
+        if event not in MATCHED_EVENTS:
+            raise ConfigFileError(
+                c.file,
+                at,
+                f"{event} hooks take no matcher; only {', '.join(MATCHED_EVENTS)} hooks do",
+            )
+        pattern = c.string(at, table["matcher"], nonempty=False)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigFileError(
+                c.file,
+                at,
+                f"not a regular expression ({exc}): write a tool name (bash), an alternation "
+                '(bash|write_file), a pattern (mcp__.*) or "*" for every tool',
+            ) from exc
+        hook["matcher"] = pattern
+    if "timeout" in table:
+        timeout = table["timeout"]
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= HOOK_TIMEOUT_LIMIT
+        ):
+            limit = HOOK_TIMEOUT_LIMIT
+            raise c.fail((*key, "timeout"), f"seconds above 0, at most {limit}", timeout)
+        hook["timeout"] = float(timeout)
+    if "max_blocks" in table:
+        at = (*key, "max_blocks")
+        if event != "Stop":
+            raise ConfigFileError(
+                c.file, at, "only a Stop hook takes max_blocks (how often it may continue a turn)"
+            )
+        hook["max_blocks"] = c.bounded_int(at, table["max_blocks"], MAX_BLOCKS_LIMIT)
+    return hook
 
 
 def parse_bytes(data: bytes, file: Path | str) -> Layer:

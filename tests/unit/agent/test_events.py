@@ -77,6 +77,11 @@ ALL_EVENTS: list[tuple[ev.AgentEvent, str]] = [
         '"after":900,"dropped":12,"detail":""}',
     ),
     (
+        ev.HookReported("no-rm", "PreToolUse", "blocked", "rm -rf is not allowed"),
+        '{"type":"hook","name":"no-rm","event":"PreToolUse","outcome":"blocked",'
+        '"detail":"rm -rf is not allowed"}',
+    ),
+    (
         FINISHED,
         '{"type":"turn_finished","outcome":"done","steps":2,'
         '"usage":{"input":10,"output":5,"cache_read":null,"cache_write":0},"detail":""}',

@@ -20,6 +20,7 @@ instructions = "Prefer small diffs."
 base_url = "http://127.0.0.1:9999/v1"
 
 [hooks.format]
+event = "PostToolUse"
 command = ["ruff", "format"]
 """
 
@@ -59,7 +60,8 @@ def test_show_lists_authority_with_source_and_state(
         "trust: not granted: authority-bearing keys below are ignored",
         "authority-bearing keys (2):",
         f'  providers.local.base_url = "http://127.0.0.1:9999/v1"    [endpoint; from {file}]',
-        f'  hooks.format = {{"command": ["ruff", "format"]}}    [executable; from {file}]',
+        f'  hooks.format = {{"event": "PostToolUse", "command": ["ruff", "format"]}}    '
+        f"[executable; from {file}]",
         "instruction and data keys (2):",
         f'  default_model = "tiny"    [from {file}]',
         f'  instructions = "Prefer small diffs."    [from {file}]',
@@ -87,7 +89,7 @@ def test_grant_records_the_digest_in_the_user_data_dir(
     status, out, _ = trust(capsys, "show")
     assert "trust: granted " in out
     config = load(repo)
-    assert config.hooks == {"format": {"command": ["ruff", "format"]}}
+    assert config.hooks == {"format": {"event": "PostToolUse", "command": ["ruff", "format"]}}
     assert config.providers["local"].base_url == "http://127.0.0.1:9999/v1"
 
     # Any edit voids it, and `show` says so.

@@ -1,0 +1,367 @@
+"""A session's hooks: Claude Code's hook contract at the agent loop's and the session's points.
+
+`SessionHooks` implements `anvild.agent.hookpoints.TurnHooks` (PreToolUse, PostToolUse, Stop,
+PreCompact) and the session's own points (`prompt_submit`, `session_start`, `session_end`);
+`approver(inner)` wraps the permission gate's approver (Notification, and PreToolUse `allow`).
+Each point runs the matching hooks of the config that applies now (`source()`), concurrently,
+with the event's JSON on stdin. Exit 0 goes on (stdout may be JSON: `decision`/`reason`,
+`hookSpecificOutput.permissionDecision`, `additionalContext`); exit 2 blocks with stderr where
+the event can block; anything else, a timeout or unreadable output is reported (`HookReported`
+on the session's events) and never blocks.
+
+Authority: a PreToolUse `deny` or exit 2 refuses the call; `allow` only answers the approval the
+permission gate would ask for (the gate still applies the mode, the role's ceiling, deny rules
+and the sandbox: what it denies stays denied); `ask` asks a person even where the policy would
+not. A Stop hook continues a turn at most its `max_blocks` times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from anvild.agent import events as ev
+from anvild.agent.permissions.approval import (
+    ApprovalAnswer,
+    ApprovalRequest,
+    ApproveAlways,
+    ApproveOnce,
+    Approver,
+    Reject,
+    Unavailable,
+)
+from anvild.hooks.process import HookRun, hook_env, run_hook
+from anvild.hooks.spec import Event, HookSet, HookSpec
+from anvild.llm.types import ToolCall, ToolResult
+
+HookTables = Mapping[str, Mapping[str, Any]]
+
+
+class PromptBlocked(Exception):
+    """A UserPromptSubmit hook rejected the prompt; the message says which and why."""
+
+
+def _nothing() -> str:
+    return ""
+
+
+def _output(run: HookRun) -> dict[str, Any]:
+    """The JSON object a hook that exited 0 printed ({} for none or plain text)."""
+    text = run.stdout.strip()
+    if run.exit_code != 0 or not text.startswith("{"):
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _specific(output: Mapping[str, Any], key: str) -> str:
+    specific = output.get("hookSpecificOutput")
+    value = specific.get(key) if isinstance(specific, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _stderr(run: HookRun) -> str:
+    return run.stderr.strip() or f"exit {run.exit_code} with nothing on stderr"
+
+
+class SessionHooks:
+    """The hooks of one session; see the module docstring."""
+
+    def __init__(
+        self,
+        source: Callable[[], HookTables],
+        *,
+        session_id: str,
+        cwd: Path,
+        role: Callable[[], str],
+        mode: Callable[[], str],
+        emit: Callable[[ev.AgentEvent], None],
+        bead: Callable[[], str] = _nothing,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._source = source
+        self.session_id = session_id
+        self.cwd = cwd
+        self._role = role
+        self._mode = mode
+        self.emit = emit
+        self._bead = bead
+        self._env = hook_env(os.environ if environ is None else environ, cwd, session_id)
+        self._tables: HookTables | None = None
+        self._set = HookSet()
+        self._approved: dict[str, str] = {}  # call id -> the hook that allowed it
+        self._inner: Approver | None = None
+
+    # -- the config that applies ------------------------------------------------------------
+
+    def hooks(self) -> HookSet:
+        """The hooks of the config that applies now (parsed again only when it changed)."""
+        try:
+            tables = self._source()
+        except Exception as exc:  # the config's trouble is reported there; keep the last set
+            self.emit(ev.HookReported("-", "-", "error", f"the hooks could not be read: {exc}"))
+            return self._set
+        if tables is not self._tables:
+            if self._tables is None or tables != self._tables:
+                self._set = HookSet.of(tables)
+            self._tables = tables
+        return self._set
+
+    def _payload(self, event: Event, **fields: Any) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "cwd": str(self.cwd),
+            "permission_mode": self._mode(),
+            "hook_event_name": event.value,
+            "role": self._role(),
+            "bead": self._bead(),
+            **fields,
+        }
+
+    async def _run(self, event: Event, subject: str, **fields: Any) -> list[HookRun]:
+        """Run the hooks of `event` matching `subject`, concurrently; report the failures."""
+        specs = self.hooks().matching(event, subject)
+        if not specs:
+            return []
+        payload = self._payload(event, **fields)
+        runs: list[HookRun | None] = [None] * len(specs)
+
+        async def one(index: int, spec: HookSpec) -> None:
+            runs[index] = await run_hook(spec, payload, cwd=self.cwd, env=self._env)
+
+        async with trio.open_nursery() as nursery:
+            for index, spec in enumerate(specs):
+                nursery.start_soon(one, index, spec)
+        done = [r for r in runs if r is not None]
+        for run in done:
+            if run.exit_code is None:
+                outcome = "timeout" if run.timed_out else "error"
+                self._report(run, outcome, run.problem)
+            elif run.exit_code not in (0, 2):
+                self._report(run, "error", f"exit {run.exit_code}: {run.stderr.strip()}")
+            elif run.exit_code == 0 and run.stdout.lstrip().startswith("{") and not _output(run):
+                self._report(run, "error", f"stdout is not a JSON object: {run.stdout[:200]}")
+        return done
+
+    def _report(self, run: HookRun, outcome: str, detail: str) -> None:
+        self.emit(ev.HookReported(run.spec.name, run.spec.event.value, outcome, detail.strip()))
+
+    # -- the agent loop's points (TurnHooks) ------------------------------------------------
+
+    async def before_call(self, call: ToolCall) -> str | None:
+        """PreToolUse: a refusal (exit 2 or `deny`), or None; `allow` and an approved `ask`
+        answer the permission gate's question for this call (it asks nothing else)."""
+        if len(self._approved) > 256:  # calls the gate decided without asking
+            self._approved.clear()
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        runs = await self._run(
+            Event.PRE_TOOL_USE,
+            call.name,
+            tool_name=call.name,
+            tool_input=arguments,
+            tool_use_id=call.id,
+        )
+        refusals: list[str] = []
+        asks: list[tuple[str, str]] = []
+        allowed = ""
+        for run in runs:
+            name = run.spec.name
+            if run.exit_code == 2:
+                refusals.append(f"PreToolUse hook {name}: {_stderr(run)}")
+                self._report(run, "blocked", run.stderr)
+                continue
+            output = _output(run)
+            decision = _specific(output, "permissionDecision")
+            reason = _specific(output, "permissionDecisionReason")
+            if not decision:  # the older form: decision approve|block, reason
+                legacy = output.get("decision")
+                decision = {"approve": "allow", "block": "deny"}.get(str(legacy), "")
+                reason = str(output.get("reason", "")) if decision else reason
+            if decision == "deny":
+                refusals.append(f"PreToolUse hook {name}: {reason or 'denied'}")
+                self._report(run, "blocked", reason)
+            elif decision == "ask":
+                asks.append((name, reason))
+            elif decision == "allow":
+                allowed = allowed or name
+        if refusals:
+            return "\n".join(refusals)
+        if asks:
+            return await self._ask(call, arguments, asks)
+        if allowed:
+            self._approved[call.id] = allowed
+        return None
+
+    async def _ask(
+        self, call: ToolCall, arguments: dict[str, Any], asks: Sequence[tuple[str, str]]
+    ) -> str | None:
+        why = "; ".join(f"hook {n} asks: {r}" if r else f"hook {n} asks" for n, r in asks)
+        if self._inner is None:
+            return f"{why}, and this session has no approver"
+        request = ApprovalRequest(call.id, call.name, arguments, why)
+        answer = await self._inner.request_approval(request)
+        match answer:
+            case ApproveOnce() | ApproveAlways():
+                self._approved[call.id] = asks[0][0]
+                return None
+            case Reject(feedback=feedback):
+                said = f" and said: {feedback.strip()}" if feedback.strip() else ""
+                return f"the user rejected this call ({why}){said}"
+            case Unavailable(reason=reason):
+                return reason
+
+    async def after_call(self, call: ToolCall, result: ToolResult) -> str:
+        """PostToolUse: what the hooks tell the model about the result ("" for nothing)."""
+        self._approved.pop(call.id, None)
+        if not self.hooks().matching(Event.POST_TOOL_USE, call.name):
+            return ""
+        runs = await self._run(
+            Event.POST_TOOL_USE,
+            call.name,
+            tool_name=call.name,
+            tool_input=call.arguments if isinstance(call.arguments, dict) else {},
+            tool_response={"content": result.content, "is_error": result.is_error},
+            tool_use_id=call.id,
+        )
+        notes: list[str] = []
+        for run in runs:
+            name = run.spec.name
+            if run.exit_code == 2:
+                notes.append(f"PostToolUse hook {name}: {_stderr(run)}")
+                self._report(run, "blocked", run.stderr)
+                continue
+            output = _output(run)
+            if output.get("decision") == "block":
+                reason = str(output.get("reason", "")) or "it blocked without a reason"
+                notes.append(f"PostToolUse hook {name}: {reason}")
+                self._report(run, "blocked", reason)
+            if context := _specific(output, "additionalContext"):
+                notes.append(f"PostToolUse hook {name}: {context}")
+        return "\n".join(notes)
+
+    async def before_stop(self, continued: int) -> str | None:
+        """Stop: a message that continues the turn (exit 2, or `decision: block`), or None.
+        A hook that already continued this turn `max_blocks` times is reported instead."""
+        runs = await self._run(Event.STOP, "", stop_hook_active=continued > 0)
+        reasons: list[str] = []
+        for run in runs:
+            if run.exit_code == 2:
+                reason = _stderr(run)
+            elif (output := _output(run)).get("decision") == "block":
+                reason = str(output.get("reason", "")) or "continue"
+            else:
+                continue
+            if continued >= run.spec.max_blocks:
+                self._report(
+                    run,
+                    "error",
+                    f"asked to continue the turn again after {continued} times "
+                    f"(max_blocks = {run.spec.max_blocks}); the turn ends: {reason}",
+                )
+                continue
+            self._report(run, "blocked", reason)
+            reasons.append(f"Stop hook {run.spec.name}: {reason}")
+        return "\n".join(reasons) if reasons else None
+
+    async def before_compact(self, trigger: str, focus: str) -> None:
+        """PreCompact: run for their effects (they cannot stop a compaction)."""
+        await self._run(Event.PRE_COMPACT, trigger, trigger=trigger, custom_instructions=focus)
+
+    # -- the session's points ---------------------------------------------------------------
+
+    async def prompt_submit(self, prompt: str) -> str:
+        """UserPromptSubmit: the context the hooks add to `prompt` ("" for none), or
+        `PromptBlocked` (exit 2, or `decision: block`) with which hook and why."""
+        runs = await self._run(Event.USER_PROMPT_SUBMIT, "", prompt=prompt)
+        refusals: list[str] = []
+        context: list[str] = []
+        for run in runs:
+            name = run.spec.name
+            if run.exit_code == 2:
+                refusals.append(f"the UserPromptSubmit hook {name} rejected it: {_stderr(run)}")
+                self._report(run, "blocked", run.stderr)
+            elif run.exit_code == 0:
+                output = _output(run)
+                if output.get("decision") == "block":
+                    reason = str(output.get("reason", "")) or "no reason given"
+                    refusals.append(f"the UserPromptSubmit hook {name} rejected it: {reason}")
+                    self._report(run, "blocked", reason)
+                elif extra := _specific(output, "additionalContext"):
+                    context.append(extra)
+                elif not output and run.stdout.strip():
+                    context.append(run.stdout.strip())
+        if refusals:
+            raise PromptBlocked("; ".join(refusals))
+        return "\n\n".join(context)
+
+    async def session_start(self, source: str) -> str:
+        """SessionStart (`source`: startup, resume, clear): the context the hooks add."""
+        runs = await self._run(Event.SESSION_START, source, source=source)
+        context: list[str] = []
+        for run in runs:
+            if run.exit_code != 0:
+                if run.exit_code == 2:
+                    self._report(run, "error", run.stderr)
+                continue
+            output = _output(run)
+            if extra := _specific(output, "additionalContext"):
+                context.append(extra)
+            elif not output and run.stdout.strip():
+                context.append(run.stdout.strip())
+        return "\n\n".join(context)
+
+    async def session_end(self, reason: str) -> None:
+        """SessionEnd: run for their effects."""
+        for run in await self._run(Event.SESSION_END, "", reason=reason):
+            if run.exit_code == 2:
+                self._report(run, "error", run.stderr)
+
+    async def notify(self, message: str, **fields: Any) -> None:
+        """Notification: run for their effects (a person is asked something)."""
+        runs = await self._run(Event.NOTIFICATION, "", message=message, **fields)
+        for run in runs:
+            if run.exit_code == 2:
+                self._report(run, "error", run.stderr)
+
+    def approver(self, inner: Approver) -> Approver:
+        """The permission gate's approver: a call a PreToolUse hook allowed (or a person
+        approved when a hook asked) is approved without asking again; any other request runs
+        the Notification hooks, then asks `inner`."""
+        self._inner = inner
+        return _HookApprover(self, inner)
+
+    def take_approval(self, call_id: str) -> str | None:
+        """The hook that approved this call, once (None: none did)."""
+        return self._approved.pop(call_id, None)
+
+
+class _HookApprover:
+    def __init__(self, hooks: SessionHooks, inner: Approver) -> None:
+        self._hooks = hooks
+        self._inner = inner
+
+    async def request_approval(self, request: ApprovalRequest) -> ApprovalAnswer:
+        hooks = self._hooks
+        name = hooks.take_approval(request.id)
+        if name is not None:
+            detail = f"approved {request.tool}: {request.reason}"
+            hooks.emit(ev.HookReported(name, Event.PRE_TOOL_USE.value, "approved", detail))
+            return ApproveOnce()
+        await hooks.notify(
+            f"anvil needs your permission to use {request.tool}: {request.reason}",
+            notification_type="permission_prompt",
+            tool_name=request.tool,
+            tool_input=dict(request.arguments),
+        )
+        return await self._inner.request_approval(request)
+
+
+__all__ = ["HookTables", "PromptBlocked", "SessionHooks"]
