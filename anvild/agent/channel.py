@@ -1,26 +1,12 @@
 """EventChannel: the bounded, coalescing, never-blocking path from a running agent to its consumer.
 
-Theory of operation. The agent loop must never wait for whoever renders its events: a slow
-renderer may not slow the model's stream down or make the daemon buffer without bound, and a
-renderer that went away may not hang a turn (review finding 10, course 08.B). So `send_nowait`
-never blocks, and the channel holds at most `capacity` items:
-
-- a text (or reasoning) delta that arrives while the newest buffered event is a delta of the
-  same kind and step is merged into it: a slow consumer gets fewer, longer deltas and loses no
-  text, and a fast one sees them as they came;
-- an event that finds the buffer full makes room by folding the two oldest adjacent droppable
-  items (events or markers) into one `Lagged(dropped=N)` marker, so the consumer learns that, and
-  where, it missed something, and what it reads after catching up is the recent past (the
-  answer streaming now, not tool chatter from minutes ago);
-- a `TurnFinished` is never folded while any other pair can be: only a consumer that has read
-  nothing for about `capacity / 2` whole turns can lose one, and then behind a marker too.
-
-The consumer side is a single reader (`receive`, `async for`); the session supervisor fans events
-out to its own readers. `close()` is the producer's end: the reader drains what is buffered and
-then gets `trio.EndOfChannel`. `close_receiver()` is the reader's end: from then on events are
-discarded at once (a vanished renderer costs nothing, and nothing waits for it). Events carry
-information only; approvals never travel through this channel, so losing a renderer can never
-grant anything.
+The loop never waits for its renderer: `send_nowait` never blocks and the channel holds at most
+`capacity` items. A delta of the same kind and step as the newest buffered one is merged into it
+(no text lost); a full buffer folds its two oldest adjacent droppable items into one
+`Lagged(dropped=N)` marker, so the reader learns where it missed something and reads the recent
+past. A `TurnFinished` is folded only when nothing else can be. One reader (`receive`);
+`close()` ends the producer side (drain, then `EndOfChannel`), `close_receiver()` the reader's
+(events discarded at once). Approvals never travel here: losing a renderer grants nothing.
 """
 
 from __future__ import annotations

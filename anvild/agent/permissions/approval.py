@@ -1,4 +1,4 @@
-"""Approvals: asking a person about a call the policy could not decide (course 11.3).
+"""Approvals: asking a person about a call the policy could not decide.
 
     Approver.request_approval(ApprovalRequest) -> ApproveOnce | ApproveAlways | Reject | Unavailable
 
@@ -10,9 +10,9 @@
 - `ApprovalBroker` is the approver a session's `approval` file serves: requests wait in
   `pending()` until `answer(id, ...)` settles them.
 
-Nothing but an explicit answer approves: a wait that is cancelled raises `trio.Cancelled` (the
-turn is cancelled; the call was never run), and closing the broker settles every pending and
-later request as `Unavailable`. (Review finding 10: approval waits need bounded cancellation.)
+Nothing but an explicit answer approves: a cancelled wait raises `trio.Cancelled` (the call was
+never run), and closing the broker settles every pending and later request as `Unavailable`, so
+no approval wait outlives its session.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The permission gate: the agent loop's per-call `decide` hook (`Agent(decide=gate)`).
 
-For each call, in order, before anything runs:
-
-1. validate it the way dispatch will (known tool, arguments a JSON object that fits the schema);
-   an invalid call is denied with the validation message;
-2. classify it (`Tool.effects(args)`; a tool's optional `permission_subject(args)` names the
-   subject of a non-file tool) and resolve its resources (`resolve_request`, canonical paths, in
-   a worker thread: it follows symlinks);
-3. `Policy.decide`: Allow and Deny are final;
-4. Ask goes to the `Approver`: once -> allow; always -> allow and remember the answer's rules
-   and grants in `gate.policy` for the rest of the session (and hand them to `on_remember`, so
-   the session records them and restores them after a daemon restart); reject -> deny with the
-   person's feedback; unavailable (headless, closed) -> deny with its reason. A cancelled wait
-   raises.
-
-An allowed call that reaches paths outside the workspace (granted by the user's config, an
-`always`, or this approval) runs with a context whose `FileAccess` admits exactly those paths
-(`FileAccess.granting`): the boundary and the policy agree, so an approved escalation is not
-refused afterwards. Commands are not widened: what they reach is the sandbox's business.
-
-A denied call never runs: the loop answers the model with `Permission denied for TOOL: REASON`
-as an error result. `gate.policy` is public: a mode switch replaces it (`attrs.evolve`).
+Per call, before anything runs: validate as dispatch will (invalid -> deny with the message);
+classify (`Tool.effects`, `permission_subject`) and resolve resources in a worker thread;
+`Policy.decide` (Allow and Deny are final); Ask goes to the `Approver`: once -> allow, always ->
+allow and remember in `gate.policy` (and `on_remember`, so it survives restarts), reject -> deny
+with the feedback, unavailable -> deny with its reason; a cancelled wait raises.
+An allowed call reaching granted outside paths runs with `FileAccess.granting` those paths, so
+the boundary and the policy agree. A denied call never runs: the model gets `Permission denied
+for TOOL: REASON`. A mode switch replaces `gate.policy` (`attrs.evolve`).
 """
 
 from __future__ import annotations

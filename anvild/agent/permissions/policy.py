@@ -1,30 +1,15 @@
 """The permission policy: `Policy.decide(request) -> Allow | Ask | Deny`, pure and synchronous.
 
-In order (docs/decisions.md says why this order):
-
-1. Validate the request. A call that is invalid (unknown tool, arguments that break the schema,
-   an empty command) is denied with the reason; nothing is asked about a call that cannot run.
-2. What no rule, mode or answer can lift, checked against every reading of a command
-   (`readings`: wrappers, paths, pipelines, the text of lines outside the shell subset):
-   hard denies (`rm -rf /`, mkfs, ...); plan-mode and role ceilings (`RoleCeiling`: reviewer and
-   planner write nothing and run no mutating git, the tester writes only under test directories;
-   lines outside the subset are denied there); the user's deny rules, including path deny rules
-   over the paths a command names, and any opaque line when a deny rule for commands exists.
-3. Resources are resolved per call before the policy sees them (`resolve_request`): paths
-   canonical (symlinks resolved), a command's redirect targets and named paths included.
-4. Escalations need a separate grant (`Grants`) in every mode: a path outside the workspace,
-   network access, full access. "always" on such a question grants it for the session.
-5. The user's ask rules; then, for commands, `_command`: only a line in the shell subset may be
-   allowed (by bypass mode, or by rules covering every segment and naming its dangerous
-   arguments, with its redirect targets allowed by edit rules or accept-edits); other calls are
-   allowed by allow and session rules covering every subject, or by bypass mode.
-6. The mode's default for other calls: reads and calls without effects are allowed; in `default`
-   mode writes and calls with unknown effects ask; `accept-edits` allows file edits inside the
-   workspace.
-
-The decision is a value. `Ask` carries the reason and what an "always" answer adds (session
-rules and grants, `Ask.remember`); `Deny` carries a reason the model and the user can act on.
-Session rules and grants live in the `Policy` value: `remember` returns a new policy.
+In order (docs/decisions.md, "Permissions", says why): 1. an invalid call is denied; 2. what
+nothing can lift, checked against every reading of a command: hard denies, plan-mode and role
+ceilings, the user's deny rules (opaque lines too, when a command deny rule exists); 3. resources
+arrive resolved (`resolve_request`: canonical paths, redirect targets); 4. escalations (outside
+paths, network, full access) need a separate grant in every mode; 5. ask rules, then allow: a
+command only when in the shell subset with every segment and dangerous argument covered (or
+bypass mode), other calls by rules covering every subject; 6. the mode's default (reads allowed;
+`default` asks for writes and unknown effects; `accept-edits` allows workspace edits).
+The decision is a value: `Ask` carries the reason and what "always" adds (`Ask.remember`), `Deny`
+a reason the model and user can act on. `remember` returns a new `Policy`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """What programs do with their arguments: the one table of arguments that run code or write.
 
-A prefix rule such as `bash(find:*)` names a program, not everything the program can be told
-to do. `findings(words)` lists the arguments of one command that run another program, run code
-or write files (`find -exec`, `sed -i`, `git --output`, `npm --script-shell`, `xargs CMD`, ...):
-each carries the index of the word that names it, so an allow rule covers it only when the rule
-spells that word out (`bash(sed -i:*)`); otherwise the call asks. `PROGRAMS` is the table, one
-entry per program; README's "Dangerous arguments" lists it. Long options match any prefix of
-one letter or more, as GNU getopt and git accept any unambiguous abbreviation.
-
-`commands(words)` is every command a command runs: itself, each command a wrapper or an
-argument runs (`env X=1 nice rm`, `find -exec rm`, `xargs rm`, `sh -c '...'`'s text), with
-paths reduced to program names; deny rules and hard denies are matched against all of them.
-`Finding.opaque` marks a command that runs text it does not show (a shell reading standard
-input, `sed s///e`): a deny rule for commands can then not be ruled out.
-Everything here is pure and synchronous.
+A prefix rule such as `bash(find:*)` names a program, not everything it can be told to do.
+`findings(words)` lists the arguments that run a program or code or write files (`find -exec`,
+`sed -i`, `git --output`, `xargs CMD`, ...), each with the index of the word naming it: an allow
+rule covers it only when it spells that word out (`bash(sed -i:*)`), else the call asks.
+`PROGRAMS` is the table (README, "Dangerous arguments"); long options match any unambiguous
+prefix. `commands(words)` is every command a command runs (wrappers, `-exec`, `sh -c` text),
+program names reduced; deny rules match all of them. `Finding.opaque` marks a command running
+text it does not show (a shell on stdin, `sed s///e`). Pure and synchronous.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Every way a command line can be read, as deny rules and hard denies see it.
 
-Allow rules need the exact commands of an in-subset line; deny rules must hold against any
-reading of any line. `readings(analysis)` gives both kinds:
-
-- `commands`: exact commands, program names reduced to their base names: each segment of an
-  in-subset line and each command it runs through wrappers and arguments (`programs.runs`);
-- `texts`: token runs in which any suffix may be a command: the whole text of a line outside
-  the subset (quotes, backslashes and `$'...'` decoded), and code given in arguments
-  (`sh -c '...'`, `sed 'e ...'`, `git -c core.pager=...`);
-- `opaque`: why the line may run a program whose name is in none of them (an expansion or a
-  substitution builds text at run time; a shell reads commands from its input), or None.
-
-`command_hits` matches one deny rule against all of it: words with glob characters match any
-word their pattern matches (`/bin/r?` is `rm`), and inside texts an exact rule matches as a
-prefix. A line too long to read whole is opaque. Everything here is pure and synchronous.
+Allow rules need a line's exact commands; deny rules must hold against any reading of any line.
+`readings(analysis)` gives `commands` (exact commands, base program names, including what
+wrappers and arguments run: `programs.runs`), `texts` (token runs where any suffix may be a
+command: the decoded text of an out-of-subset line, code in arguments such as `sh -c '...'`) and
+`opaque` (why the line may run a program named in none of them, or None).
+`command_hits` matches one deny rule against all of it (glob words match what they could match;
+in texts an exact rule matches as a prefix). A line too long to read whole is opaque. Pure.
 """
 
 from __future__ import annotations

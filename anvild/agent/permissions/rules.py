@@ -1,37 +1,16 @@
 """Permission rules: `tool(pattern)` strings, parsed once and matched against a call's subjects.
 
-The syntax is the one users already write for Claude Code, with this harness's tool names:
-
-    read_file                     every call of read_file
-    bash(cargo test:*)            a command whose words start with `cargo test` (prefix)
-    bash(git status)              exactly that command (compared word by word, so quoting and
-                                  spacing do not matter: `git  "status"` is the same command)
-    bash(git log *)               a glob over the command line (`*` matches any characters)
-    edit_file(src/**)             a gitignore-style glob over the canonical, workspace-relative
-                                  path: `src/**`, `*.md` (at any depth), `/docs/**` or `./docs/**`
-                                  (anchored at the workspace), `~/notes/**` (the home directory),
-                                  `//etc/hosts` (absolute)
-    mcp__github__*                a tool-name wildcard: every tool of the github MCP server
-    mcp__github                   the same (a bare server name selects its tools)
-    Bash(...), Read, Edit, Write, Glob, Grep
-                                  Claude Code's tool names, as aliases (`Read` covers read_file,
-                                  glob and grep; `Edit` covers edit_file and write_file)
-
-The tool selector and the subject pattern are separate languages: `*` in the selector matches
-tool-name characters only and never reaches into the pattern; the pattern's meaning depends on
-the subject the tool has (`Subject`): a command for the shell tool, paths for file and search
-tools, plain text for others (e.g. an MCP tool that names its own subject). `tool(*)` matches
-every subject. A rule with a pattern never matches a call that has no subject.
-
-A call can have several subjects (every segment of a shell command, every path a call touches).
-`Rule.matches` answers for one subject; the policy asks "does an allow rule cover every
-subject?" and "does a deny rule hit any subject?" (review finding 2: every affected resource).
-
-Errors. `RuleSyntaxError` (a `ValueError`) carries the rule, the 0-based position, and what was
-expected there; its message gives a 1-based column. Config loading turns it into a config error.
-
-This module is pure and imports nothing from the rest of the project, so `anvild.config` can use
-it to validate rules without depending on the agent.
+Claude Code's syntax with this harness's tool names (and Claude Code's, `Read`/`Edit`/`Bash`...,
+as aliases): `read_file`, `bash(cargo test:*)` (word prefix), `bash(git status)` (exact, word by
+word), `bash(git log *)` (glob over the line), `edit_file(src/**)` (gitignore-style over the
+canonical workspace-relative path; `/x` or `./x` anchored, `~/x` home, `//x` absolute),
+`mcp__github__*` or `mcp__github` (every tool of that MCP server).
+The selector and the pattern are separate languages: `*` in the selector never reaches into the
+pattern, whose meaning depends on the tool's `Subject` (a command, paths, or text). A rule with a
+pattern never matches a call without a subject. `Rule.matches` answers for one subject; the
+policy requires an allow rule to cover *every* subject and lets a deny rule hit *any*.
+`RuleSyntaxError` (a `ValueError`) gives the rule, position and what was expected. Pure and
+imports nothing else from the project, so `anvild.config` validates rules with it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Shell command syntax: the subset of the shell language the policy understands exactly.
 
-`analyze` reads a command line with a strict lexer of its own. A command is *in the subset* when
-it is simple commands of literal words (quoted or not; no expansion of any kind; no newline or
-control character inside a word) joined by `;`, `&&`, `||`, `|` and newlines, with redirects to
-literal targets. Only then are its `segments` the exact commands bash will run, so only then may
-allow rules or a mode's auto-allow decide it. Anything else sets `outside` (each reason names the
-construct) and the policy asks; the text is still read as a `Reading` (every word-like token with
-quoting removed, and whether the line can build command text at run time) so deny rules and hard
-denies apply to every way bash might read it. Unquoted `*` and `?` in arguments are kept as globs
-(`Word.glob`); `cd DIR` is understood and moves the directory later paths resolve against.
-
-Where tree-sitter-bash reads an in-subset line differently (other words, other spans, any node
-outside the subset's grammar), the line is put outside the subset: two parsers must agree before
-anything is allowed. docs/sandbox-escapes.md ("Permission layer") lists the grammar and why.
-Everything here is pure and synchronous.
+`analyze` lexes strictly. A line is *in the subset* when it is simple commands of literal words
+(no expansion, no control character in a word) joined by `;`, `&&`, `||`, `|` and newlines, with
+literal redirect targets; only then are its `segments` exactly what bash runs, and only then may
+allow rules or a mode allow it. Otherwise `outside` names each construct and the policy asks; the
+text is still read (`Reading`) so deny rules and hard denies apply to every way bash might read
+it. Unquoted `*`/`?` stay globs (`Word.glob`); `cd DIR` moves where later paths resolve.
+tree-sitter-bash must read an in-subset line the same way, else it is put outside: two parsers
+must agree before anything is allowed (docs/sandbox-escapes.md, "Permission layer"). Pure.
 """
 
 from __future__ import annotations

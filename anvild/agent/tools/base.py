@@ -1,25 +1,17 @@
-"""What a tool is: the protocol every native (and later MCP) tool implements, and its context.
+"""What a tool is: the protocol every native (and MCP) tool implements, and its context.
 
-A tool has a `name`, a `description` (a prompt: the model reads it to decide when and how to call
-the tool), an `input_schema` (JSON Schema, draft 2020-12, top-level `"type": "object"`), a stated
-`cancellation` behaviour, a per-call `effects(args)` classification, and `call(args, ctx)`.
+A tool has a `name`, a `description` (the model reads it), an `input_schema` (JSON Schema
+2020-12, top-level object), a `cancellation` behaviour, per-call `effects(args)`, and
+`call(args, ctx)`. `ToolRegistry.dispatch` validates arguments before `effects` or `call` see
+them, so both may index required keys. Effects are per call, never a static flag; the loop runs a
+batch concurrently only when every call is `read_only`.
 
-Arguments are validated against the schema by `ToolRegistry.dispatch` (with `validate_args`)
-before `effects` or `call` see them, so both may index `args` by the schema's required keys.
-
-Errors a tool reports go up as `ToolError`s and come back to the model as an error tool result:
-
-    ToolError
-     ├── InvalidArgs   the arguments are wrong; the message names the field and how to fix it
-     ├── Failed        the tool ran and could not do what was asked (file missing, no match, ...)
+    ToolError                   -> an error tool result for the model
+     ├── InvalidArgs   the arguments are wrong; names the field and how to fix it
+     ├── Failed        the tool ran and could not do what was asked
      └── Cancelled     the tool stopped before finishing because it was asked to
 
-Any other exception from a tool is a bug; the registry still turns it into an error result. trio's
-own `Cancelled` is a `BaseException`: it is never caught here, so cancel scopes keep working.
-
-Effects are per call, never a static read-only flag: `read_file` reads one path, `bash` is a
-subprocess whose reach is unknown, a subagent's authority depends on the definition it selects
-(review finding 10). The loop runs a batch concurrently only when every call is `read_only`.
+Any other exception is a bug (still an error result). trio's `Cancelled` is never caught here.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """The bash tool: one `bash -c` per call, supervised so that it can never hang or outlive a turn.
 
-Theory of operation (course 10.4, review finding 10):
-
-- Authority first. The command is handed to a `CommandWrapper` chosen from the session's sandbox
-  policy (`ToolContext.sandbox`) before anything is spawned. `FullAccessWrapper` runs it as is and
-  serves only an explicit `FullAccess` grant; `ReadOnly` and `WorkspaceWrite` run it under
-  bubblewrap (`SandboxWrapper`, `anvild.sandbox.bwrap`; a session passes its role's sandbox with
-  `BashTool(wrapper_for=...)`), and a missing policy is refused. A sandbox that cannot be set up
-  refuses the command with what to install or enable, before or after spawning (a `guard` reads
-  bwrap's status stream): the command is never re-run unsandboxed.
-- The process: `bash -c COMMAND` in the context's cwd, stdin from /dev/null, stdout and stderr on
-  pipes, in a session (and so a process group) of its own (`start_new_session`), so one signal
-  reaches everything it started that stayed in the group.
-- Output: two reader tasks drain the pipes for as long as they are open, into `HeadTailBuffer`s
-  that keep the first and the last bytes of each stream and count the rest. Memory is bounded by
-  the buffers whatever the command prints, and a command never blocks on a full pipe.
-- The end. The leader is waited for without being reaped (a pidfd), so its pid, which is the
-  group id, cannot be reused while we signal the group. When it exits, times out, or the call is
-  cancelled, the group gets SIGTERM (and SIGCONT, so stopped members see it), a grace period
-  (`KILL_GRACE`) while members remain, then SIGKILL. Background jobs therefore do not outlive the
-  call. Then the readers get `READER_GRACE` to reach end-of-file; a descendant that left the
-  group (setsid, a daemon) may still hold a pipe open, and is abandoned rather than waited for.
-  Such descendants are beyond a process-group kill: only the sandbox's PID namespace reaches them.
-- Cleanup runs in a shielded, time-bounded scope, so a cancelled call still kills and reaps its
-  process (the cleanup outlives the cancelled dispatch) before `trio.Cancelled` goes on.
-
-Results: `Exit code: N` and the labelled streams. A non-zero exit is an ordinary result (grep
-exits 1 when nothing matched: that is information); a spawn failure or a timeout is a `Failed`.
+- Authority first: a `CommandWrapper` from the session's sandbox policy wraps the command before
+  anything spawns (`FullAccessWrapper` only for an explicit grant; `SandboxWrapper` for ReadOnly
+  and WorkspaceWrite; no policy is refused). A sandbox failure refuses; never re-run unsandboxed.
+- `bash -c` in the cwd, stdin /dev/null, in a new session (its own process group).
+- Output is drained into bounded `HeadTailBuffer`s: memory bounded, a pipe never blocks.
+- The leader is held by a pidfd (its pid, the group id, is never reused while signalled); at
+  exit, timeout or cancel the group gets SIGTERM+SIGCONT, `KILL_GRACE`, then SIGKILL. Readers get
+  `READER_GRACE`; a descendant that left the group is abandoned (only the sandbox reaches it).
+- Cleanup is shielded and time-bounded, so a cancelled call still kills and reaps.
+A non-zero exit is an ordinary result; a spawn failure or a timeout is `Failed`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""read_file, write_file and edit_file: the native file tools (course 10.1, 10.2, 10.B).
+"""read_file, write_file and edit_file: the native file tools.
 
 Every path goes through the context's `FileAccess` (canonical paths, roots, protected and
 credential files, hard links); blocking I/O runs in a worker thread. Freshness is by content:
@@ -8,7 +8,7 @@ hashes to it. After the agent's own write the tracker is refreshed, so the agent
 file twice in a row while an edit by someone else in between is caught.
 
 The freshness check runs inside the same worker call as the atomic replace, just before it; the
-short window between the two is race 4 of `anvild.sandbox.files`.
+short window between the two is race 4 of docs/decisions.md, "Module notes" (sandbox.files).
 """
 
 from __future__ import annotations

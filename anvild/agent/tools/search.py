@@ -1,21 +1,11 @@
-"""glob and grep: the search tools (course 10.3), walking through `FileAccess`.
+"""glob and grep: the search tools, walking through `FileAccess`.
 
-Both walk the tree descriptor-relative without following symlinks (`FileAccess.walk`), which has
-already removed credential files and directories, so a denied file is never listed, opened or
-matched. On top of that they skip `.git` directories and whatever `.gitignore` files exclude:
-every `.gitignore` from the readable root down to the directory being walked applies to the paths
-below it, deeper files taking precedence (git's rule), compiled with `pathspec.GitIgnoreSpec`.
-An ignored directory is pruned: nothing under it can be re-included (also git's rule). Hidden
-files are searched (a `.github` workflow is code); `.git/info/exclude` and the user's global
-excludes file are not read.
-
-Patterns (glob's `pattern`, grep's `glob`): `*` and `?` stay within one path component, `**`
-crosses directories, `[...]` and `{a,b}` work as in shells. A pattern without `/` matches file
-names at any depth (`*.py` is `**/*.py`), as in `.gitignore` and ripgrep's `--glob`.
-
-The walk runs in a worker thread; a cancelled call sets a flag the walk checks between files, so
-an abandoned search stops promptly. grep matches line by line with Python `re` (a file is first
-searched whole; candidate lines are confirmed one by one, so a match never spans lines).
+Both walk descriptor-relative without following symlinks (`FileAccess.walk`, credential files
+already removed), skip `.git` and what every `.gitignore` from the root down excludes (git's
+precedence; an ignored directory is pruned), and search hidden files. `.git/info/exclude` and
+global excludes are not read. Patterns: `*` and `?` within a component, `**` across, `[...]` and
+`{a,b}`; one without `/` matches names at any depth. The walk runs in a worker thread and stops
+promptly when cancelled. grep uses Python `re` line by line (a match never spans lines).
 """
 
 from __future__ import annotations
