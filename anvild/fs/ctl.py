@@ -1,21 +1,11 @@
 """Command lines written to ctl files: splitting, tokenizing and validating them.
 
-This module is pure: it turns the bytes of one Twrite into validated `Command` values, or raises
-`CommandError` with a message a person can act on. Running the commands is the ctl file's job
-(`anvild.fs.nodes.CtlFile`).
-
-Wire habits it meets (DESIGN.md section 3, fixtures/9p/README.md):
-
-- One Twrite carries one or more complete lines. `9p rdwr` strips the final newline, so a last
-  line without one is a complete command too. `\\r\\n` line ends are accepted; blank lines are
-  skipped, so an empty write (plan9port sends one for empty stdin) runs nothing and succeeds.
-- Words are split like Plan 9's tokenize(2): blanks separate words; single quotes group a word
-  that holds blanks, and inside quotes `''` stands for one quote (`cwd='/src/my app'`).
-- `key=value` words are options when the command declares that key, bare words listed as the
-  command's flags are flags, and every other word is a positional argument.
-
-Every line of a write is validated before any of them runs, so a typo on line 3 does not leave
-lines 1 and 2 applied.
+Pure: the bytes of one Twrite become validated `Command`s, or `CommandError` with a message a
+person can act on; `anvild.fs.nodes.CtlFile` runs them. A Twrite holds one or more complete
+lines (a last line without newline counts; `\\r\\n` accepted; blank lines skipped, so an empty
+write succeeds). Words split like Plan 9's tokenize(2) (single quotes group, `''` is a quote).
+`key=value` words are options when the command declares the key, declared bare words are flags,
+the rest positional. Every line of a write is validated before any runs.
 """
 
 from __future__ import annotations

@@ -1,53 +1,18 @@
 """The file kinds of the synthetic tree, built on `anvild.ninep.backend`'s `Node` and `Handle`.
 
-Theory of operation
--------------------
-The 9P server validates fids, modes, offsets and msize; a node only decides (STYLE.md, "library
-validates, handler decides"). Every file's `open` returns a fresh handle that holds that open's
-state, so two clients reading the same file never share a cursor or a half-written body:
-
-=================  ===========================================================================
-`Directory`        static children (added in order) and optional `DynamicChildren` (e.g. the
-                   sessions, supplied later by the supervisor); walk tries static names first.
-`SnapshotFile`     content generated at open (`list`, `version`, `state`); reads at any offset
-                   and count see that one snapshot, so `cat` and a v9fs `cache=none` mount
-                   agree even when the content changes between two reads.
-`CtlFile`          command lines (`anvild.fs.ctl`): every Twrite holds complete lines, write
-                   offsets are ignored (`9p rdwr` writes at offset = bytes read), an invalid
-                   command fails that write with the reason (EINVAL); a read on the same fid
-                   returns the answer of the last write, and nothing before any write.
-`BodyFile`         the writes of one open are checked at each Twrite (`anvild.fs.body`: size,
-                   UTF-8, the file's `admit`, a line's or JSON value's syntax) and committed
-                   when complete: at clunk, or at the Twrite that ends the line or JSON value.
-                   A refused Twrite refuses the open: later writes and the clunk fail alike,
-                   nothing of it is committed; an aborted open commits nothing.
-`ValueFile`        a `BodyFile` that also reads back the current value.
-`StreamFile`       a blocking line stream (`anvild.fs.stream`): each open has its own cursor,
-                   starting with the backlog; a read waits for new lines; clunk, abort or flush
-                   release the waiter.
-=================  ===========================================================================
-
-Every node has a qid path from one process-wide counter (stable for the node's life, never
-reused) and an mtime that `touch()` moves when the content changes; a directory's qid.version
-counts its changes, a file's is always 0 and its length 0 (content is made per open), which
-tells page-cached clients to read through (README, "Mounting"). Owner and group are the
-daemon's user.
-
-The kinds that can answer without waiting also implement the synchronous calls of
-`anvild.ninep.backend` (answered by the server's poller, outside the connection's task): a
-directory's walk to a static child (`DynamicChildren.lookup_now` for the others; by default the
-server asks `lookup`), a snapshot's open when its generate function is a plain one, reads of a
-snapshot, of a ctl answer and of a body file's value, a stream read that has lines buffered (or
-is at its end), and the clunks that only drop state. Everything else answers `LATER`.
-
-A directory made with `keep_children=True` (a session's) is a view whose removal is a verb:
-removing anything in it (Tremove, Tunlinkat) succeeds and removes nothing (`keep_on_remove`,
-also for children found later and, recursively, in subdirectories), so that GNU `rm -r`, which
-unlinks every entry first and skips the directory if one failed, reaches the directory.
-
-Files that take writes accept OTRUNC at open and a wstat that only truncates to length 0
-(9pfuse turns a shell `>` into Topen + Twstat(length=0), v9fs into Tsetattr(size=0)): both are
-no-ops, because every open already starts from an empty body.
+The server validates fids, modes, offsets and msize; a node only decides. Every `open` returns a
+fresh handle holding that open's state (no shared cursor or half-written body):
+`Directory` (static children, then `DynamicChildren`); `SnapshotFile` (content made at open, one
+snapshot for every read of it); `CtlFile` (command lines, `anvild.fs.ctl`: offsets ignored, an
+invalid line fails its write with EINVAL, a read returns the last write's answer); `BodyFile`
+(checked at each Twrite by `anvild.fs.body`, committed at clunk or when the line/JSON value ends;
+a refused Twrite refuses the whole open; an aborted open commits nothing); `ValueFile` (a body
+that reads back its value); `StreamFile` (a per-open cursor on `anvild.fs.stream`).
+Qid paths come from one process-wide counter, never reused; a file's length and qid.version are
+0 (content is per open), so page-cached clients read through. Kinds that can answer without
+waiting implement the backend's synchronous calls; everything else answers `LATER`. A
+`keep_children=True` directory removes nothing when its entries are removed (`keep_on_remove`).
+Writable files accept OTRUNC and a truncate-to-0 wstat as no-ops (a shell `>` over 9pfuse/v9fs).
 """
 
 from __future__ import annotations

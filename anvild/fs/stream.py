@@ -1,32 +1,14 @@
 """Line broadcast with per-reader cursors: the core of every blocking stream file.
 
-Theory of operation
--------------------
-A `Broadcast` is the pure, synchronous heart of files such as `events` and `log`. Producers
-`publish()` one line at a time. Each open of the file `subscribe()`s and gets its own `Cursor`,
-which starts with a copy of the bounded backlog (the last `backlog_lines` lines) so that an
-attacher sees some context, then receives every later line.
-
-A slow reader must never make the daemon buffer without bound (DESIGN.md section 3, "Streams").
-Each cursor therefore holds at most `reader_lines` lines and `reader_bytes` bytes. When a line
-arrives and does not fit, the cursor drops it and counts it. As soon as room is available again,
-the next accepted line is preceded by one explicit marker line::
-
-    {"type":"lagged","dropped":N}
-
-so loss is never silent and the marker sits exactly where the gap is. A reader that drains its
-buffer while lines are being dropped gets the marker on its own (`read_nowait` emits it once the
-buffer is empty), so it learns about the gap even if nothing else is ever published.
-
-Reads are like reads from a pipe: the 9P offset is ignored, each read returns what is buffered up
-to the requested count, whole lines when they fit and a split line only when a single line is
-longer than the count (the rest of it comes on the next read). `close()` ends the stream: cursors
-return what they still hold, then end-of-file.
-
-`LineStream` adds the only asynchronous part: a reader that finds nothing waits on a `trio.Event`
-that every publish replaces. The wait is a plain cancel point, so a Tflush (which cancels the
-request's scope) or a clunk releases it, and nothing stays behind: no task is spawned per reader
-and an unsubscribed cursor is unreachable.
+`Broadcast` (pure, synchronous): producers `publish()` lines; each open `subscribe()`s and gets a
+`Cursor` starting with a copy of the bounded backlog. A cursor holds at most `reader_lines` lines
+and `reader_bytes` bytes: a line that does not fit is dropped and counted, and the next accepted
+line is preceded by `{"type":"lagged","dropped":N}` exactly where the gap is (a reader that
+drains everything gets the marker alone). Loss is never silent, memory never unbounded.
+Reads are like a pipe's: the offset is ignored; whole lines when they fit, a line longer than the
+count split across reads. `close()` ends the stream after what cursors hold. `LineStream` adds
+the wait: a reader that finds nothing awaits a `trio.Event` (a plain cancel point for Tflush and
+clunk; no task per reader).
 """
 
 from __future__ import annotations

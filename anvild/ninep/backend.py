@@ -1,64 +1,17 @@
 """The interface between the 9P server and a synthetic file tree: `Node`, `Handle`, `NodeStat`.
 
-Theory of operation
--------------------
-"Library validates, handler decides" (plan9port lib9p `srv.c`; hugelgupf/p9): the server in
-`anvild.ninep.server` owns everything the protocol defines — fids, tags, open modes, offsets,
-msize, directory reads, `.` and `..`, dialect-specific replies — and checks it *before* it calls a
-node. A tree implements only what is specific to each file:
-
-* A `Node` is one file or directory. `stat()` describes it (`NodeStat`: name, mode incl. `DMDIR`,
-  length, mtime, owner, a stable qid path and a version). Directories answer `walk(name)` (one
-  name, never `.` or `..` — the server resolves those from the fid's path) and `list()` (their
-  entries, in the order a directory read should show them).
-* `open(mode)` returns a `Handle`: the per-open state (a snapshot, a stream cursor, a body being
-  accumulated). The server has already checked `mode` against `stat().mode` (a write to a file
-  without a write bit, or a write open of a directory, never reaches the node). Directories are
-  never opened through `open`: the server reads them itself from `list()`.
-* `Handle.read(offset, count)` returns at most `count` bytes (b"" is end of file). It may block
-  until data exists; it must then be a trio checkpoint, because Tflush cancels the request's
-  cancel scope (flush(5)): the cancelled read's reply is never sent.
-* Blocking is declared, not guessed: `Node.open_blocks` and `Handle.read_blocks`/`write_blocks`/
-  `clunk_blocks` default to True (the call runs in a task of its own, which Tflush can cancel).
-  A node or handle whose call completes at once sets its flag to False and the server answers
-  that request inline in the connection's receive loop, several times cheaper. `walk` and `list`
-  are always inline: they are lookups and must never wait for another request.
-* `Handle.write(offset, data)` returns how many bytes it took. The server never forwards a
-  non-empty write that was answered with 0 (plan9port's `9p` would loop forever on
-  `Rwrite count=0`): it turns that into an error. Empty writes are forwarded (the empty-stdin
-  case of `9p write`), and the answer 0 is correct for them.
-* `Handle.clunk()` runs on Tclunk/Tremove. It may raise `FsError` (a body rejected at commit): the
-  client gets the error on the Tclunk and the fid is released anyway (clunk(5)).
-  `Handle.abort()` runs instead when the fid disappears without a clunk: the connection closed
-  (plan9port's `9p` never clunks its root fid), or a second Tversion reset the session. A body file
-  should discard on abort; the default does nothing.
-* Clunking a fid does not cancel a request still running on it (a client that wants that sends
-  Tflush first, as v9fs does when a process is interrupted): a handle whose reads block should
-  release its own waiters in ``clunk``/``abort`` so such a read returns.
-* The synchronous calls, for the server's poller: `Node.walk_now`, `Node.open_now`,
-  `Handle.read_now` and `Handle.clunk_now` answer the same question as their async twins but
-  *without waiting*: they are plain functions, so they cannot reach a trio checkpoint. Each
-  returns `LATER` (the default) when it cannot answer at once, having done nothing; the server
-  then calls the async method from the connection's own task, exactly as before. A tree opts in
-  per kind of file (a static directory, a snapshot file, a buffered stream read); the server
-  may call these from a task other than the connection's (the shared poller in
-  `anvild.ninep.server`), which is safe only because they never await.
-* `Node.wstat(change)` handles Twstat (9P2000/.u) and Tsetattr (9P2000.L) as one `StatChange`.
-  The server itself accepts a change that changes nothing (stat(5): "a wstat with all don't-touch
-  values is a request to sync"). Everything else goes to the node; the default refuses. A file that
-  accepts a shell `>` through 9pfuse (Topen OWRITE + Twstat length=0) or v9fs (Tsetattr size=0)
-  overrides `wstat` and accepts `change.is_truncate_only()`.
-* Every refusal is an `FsError` of the kind whose errno fits (`anvild.ninep.errors` holds the
-  one table from kind to errno; a protocol-level refusal names its errno); the server turns it
-  into the dialect's error reply. Any other exception from a node is a bug: the server logs it
-  with its traceback and answers EIO "internal error", and the connection keeps working.
-
-The server itself (`anvild.ninep.server.Server`) is constructed with a root factory — a callable
-taking the `AttachRequest` and returning the root `Node` — and each `serve(stream, ...)` call takes
-an attach check for that connection (the listener decides who may attach; the check raises
-`FsError` to refuse).
-
-This module imports nothing from the project beyond `anvild.ninep`; it does no I/O.
+"Library validates, handler decides": the server owns fids, tags, modes, offsets, msize,
+directory reads, `.`/`..` and dialect replies, and checks them before calling a node. A `Node`
+gives `stat()`, directories `walk(name)` and `list()`; `open(mode)` returns a `Handle`, the
+per-open state. `Handle.read` returns at most `count` bytes (b"" is EOF); one that blocks must be
+a trio checkpoint (Tflush cancels it, its reply is never sent). Calls that may wait are declared
+(`*_blocks`); the synchronous `walk_now`/`open_now`/`read_now`/`clunk_now` answer at once or
+return `LATER` having done nothing, and never await (the server may call them from another task).
+A non-empty write answered with 0 becomes an error. `clunk` may raise `FsError` (the fid is
+released anyway); `abort` runs instead when a fid vanishes unclunked; blocking handles release
+their waiters in both. `wstat` gets one `StatChange` (truncate-only is the shell `>` case).
+Every refusal is an `FsError` of a kind from the one errno table (`anvild.ninep.errors`); any
+other exception is a bug, answered EIO. No I/O; imports nothing beyond `anvild.ninep`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """9P message types and their wire codec: 9P2000, 9P2000.u and 9P2000.L. Pure: no I/O.
 
-What it owns: one frozen attrs class per message (intro(5) and the 9P2000.L protocol
-description), the stat structure (stat(5), with the 9P2000.u extension), Rreaddir entries, and
-`encode`/`decode` of whole frames. Every message is ``size[4] type[1] tag[2] body``, little
-endian; strings are ``len[2]`` + UTF-8 (intro(5)).
-
-Theory of operation: each class declares its body layout as data (`_LAYOUT`, and per-dialect
-variants where 9P2000.u/.L extend a message: Tauth/Tattach gain ``n_uname``, Rerror gains an
-errno, Tcreate gains an extension string, the stat structure gains four fields). One generic
-interpreter encodes and decodes every layout, so a field added to a layout is automatically
-covered by both directions and by the round-trip tests. Decoding is strict: the frame's size
-field must equal the frame length, every length-prefixed item must fit, strings must be UTF-8,
-walks carry at most MAXWELEM (16) names (walk(5)), and no byte may be left over. Anything wrong
-raises `ProtocolError`; a correctly framed message of a type the dialect does not define raises
-`UnknownMessageError` (with its tag, so a server can answer it).
-
-Fields that exist only in some dialects have defaults (``n_uname=NONUNAME``, ``errno=0``,
-``extension=""``); encoding in a dialect without them drops them.
+One frozen attrs class per message, the stat structure (with the .u extension), Rreaddir
+entries, and `encode`/`decode` of whole frames (``size[4] type[1] tag[2] body``, little endian,
+strings ``len[2]`` + UTF-8). Each class declares its body layout as data (`_LAYOUT`, with
+per-dialect variants) and one interpreter does both directions, so a field added to a layout is
+covered by both and by the round-trip tests. Decoding is strict: the size must equal the frame,
+items must fit, strings are UTF-8, walks carry at most MAXWELEM (16) names, nothing is left
+over; else `ProtocolError`. A well-framed message of a type the dialect lacks is
+`UnknownMessageError` (with its tag). Dialect-only fields have defaults and are dropped when
+encoding a dialect without them.
 """
 
 from __future__ import annotations
