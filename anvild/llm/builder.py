@@ -17,19 +17,8 @@ from typing import TypeVar
 
 import attrs
 
+from anvild.llm import stream
 from anvild.llm.errors import DecodeError, UnexpectedEof
-from anvild.llm.stream import (
-    BlockMeta,
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-    UsageReport,
-)
 from anvild.llm.types import (
     ContentBlock,
     Message,
@@ -46,8 +35,8 @@ class Completion:
     """One finished sample: the assistant message and how it ended."""
 
     message: Message
-    finish: FinishReason
-    usage: Usage = attrs.field(factory=Usage)
+    finish: stream.FinishReason
+    usage: stream.Usage = attrs.field(factory=stream.Usage)
     finish_detail: str | None = None
     # call id -> why its arguments are not valid JSON (the raw text stays in the call).
     invalid_arguments: Mapping[str, str] = attrs.field(factory=dict)
@@ -102,26 +91,26 @@ class MessageBuilder:
     def __init__(self) -> None:
         self._slots: dict[int, _Slot] = {}
         self._tool_ids: dict[str, int] = {}
-        self._usage = Usage()
-        self._finish: Finish | None = None
+        self._usage = stream.Usage()
+        self._finish: stream.Finish | None = None
 
     @property
-    def usage(self) -> Usage:
+    def usage(self) -> stream.Usage:
         return self._usage
 
     @property
     def finished(self) -> bool:
         return self._finish is not None
 
-    def push(self, event: StreamEvent) -> None:
+    def push(self, event: stream.StreamEvent) -> None:
         if self._finish is not None:
             raise DecodeError(f"event after Finish({self._finish.reason}): {event!r}")
         match event:
-            case TextDelta(block, text):
+            case stream.TextDelta(block, text):
                 self._slot(block, _TextSlot, event).parts.append(text)
-            case ReasoningDelta(block, text):
+            case stream.ReasoningDelta(block, text):
                 self._slot(block, _ReasoningSlot, event).parts.append(text)
-            case BlockMeta(block, meta):
+            case stream.BlockMeta(block, meta):
                 slot = self._slots.get(block)
                 if slot is None:
                     self._slots[block] = _ReasoningSlot(meta=meta)
@@ -129,20 +118,20 @@ class MessageBuilder:
                     slot.meta = _merge_meta(slot.meta, meta)
                 else:
                     raise DecodeError(f"provider meta for block {block}, which is a text block")
-            case ToolCallStart(block, call_id, name, meta):
+            case stream.ToolCallStart(block, call_id, name, meta):
                 self._start_tool(block, call_id, name, meta)
-            case ToolCallDelta(block, fragment):
+            case stream.ToolCallDelta(block, fragment):
                 slot = self._slots.get(block)
                 if not isinstance(slot, _ToolSlot):
                     what = "before its ToolCallStart" if slot is None else "on a non-tool block"
                     raise DecodeError(f"tool argument delta for block {block} {what}")
                 slot.parts.append(fragment)
-            case UsageReport(usage):
+            case stream.UsageReport(usage):
                 self._usage = self._usage.absorb(usage)
-            case Finish():
+            case stream.Finish():
                 self._finish = event
 
-    def _slot(self, block: int, kind: type[_S], event: StreamEvent) -> _S:
+    def _slot(self, block: int, kind: type[_S], event: stream.StreamEvent) -> _S:
         slot = self._slots.get(block)
         if slot is None:
             created = kind()
@@ -210,7 +199,7 @@ class MessageBuilder:
         )
 
 
-async def collect(events: AsyncIterable[StreamEvent]) -> Completion:
+async def collect(events: AsyncIterable[stream.StreamEvent]) -> Completion:
     """Drain a provider stream into a Completion (UnexpectedEof if it ends without Finish)."""
     builder = MessageBuilder()
     async for event in events:

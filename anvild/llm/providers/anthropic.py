@@ -22,41 +22,12 @@ from typing import Any, Final
 
 import httpx
 
+from anvild.llm import stream, types
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
-from anvild.llm.errors import (
-    ApiError,
-    ConfigError,
-    ContextOverflow,
-    DecodeError,
-    UnexpectedEof,
-)
+from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
-from anvild.llm.stream import (
-    BlockMeta,
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-    UsageReport,
-)
-from anvild.llm.types import (
-    ChatRequest,
-    ContentBlock,
-    Image,
-    Message,
-    ProviderMeta,
-    Reasoning,
-    Role,
-    Text,
-    ToolCall,
-    ToolResult,
-)
 
 KIND: Final = "anthropic"
 API_VERSION: Final = "2023-06-01"
@@ -76,19 +47,19 @@ _PROMPT_TOO_LONG: Final = re.compile(
 )
 
 _STOP_REASONS: Final = {
-    "end_turn": FinishReason.END_TURN,
-    "tool_use": FinishReason.TOOL_USE,
-    "max_tokens": FinishReason.MAX_TOKENS,
-    "stop_sequence": FinishReason.STOP_SEQUENCE,
-    "refusal": FinishReason.REFUSAL,
-    "model_context_window_exceeded": FinishReason.MAX_TOKENS,
+    "end_turn": stream.FinishReason.END_TURN,
+    "tool_use": stream.FinishReason.TOOL_USE,
+    "max_tokens": stream.FinishReason.MAX_TOKENS,
+    "stop_sequence": stream.FinishReason.STOP_SEQUENCE,
+    "refusal": stream.FinishReason.REFUSAL,
+    "model_context_window_exceeded": stream.FinishReason.MAX_TOKENS,
 }
 
 
 # -- request -------------------------------------------------------------------------------------
 
 
-def to_wire(request: ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dict[str, Any]:
+def to_wire(request: types.ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dict[str, Any]:
     """The JSON body of a streaming Messages request."""
     messages, origins = _messages(request.messages, capabilities)
     body: dict[str, Any] = {"model": request.model}
@@ -116,7 +87,7 @@ def to_wire(request: ChatRequest, capabilities: Capabilities = ANTHROPIC) -> dic
 
 
 def _messages(
-    messages: tuple[Message, ...], capabilities: Capabilities
+    messages: tuple[types.Message, ...], capabilities: Capabilities
 ) -> tuple[list[dict[str, Any]], list[list[int]]]:
     """The wire messages, and for each of their blocks the index of the canonical message it
     came from (merging and reordering move blocks; the stable-prefix breakpoint needs to know)."""
@@ -135,7 +106,7 @@ def _messages(
             out.append({"role": message.role.value, "content": blocks})
             origins.append([index] * len(blocks))
     for wire_message, origin in zip(out, origins, strict=True):
-        if wire_message["role"] == Role.USER.value:
+        if wire_message["role"] == types.Role.USER.value:
             # tool_result blocks must come first in a user message; sorted() is stable.
             pairs = sorted(
                 zip(origin, wire_message["content"], strict=True),
@@ -146,11 +117,11 @@ def _messages(
     return out, origins
 
 
-def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | None:
+def _block(block: types.ContentBlock, capabilities: Capabilities) -> dict[str, Any] | None:
     match block:
-        case Text(text):
+        case types.Text(text):
             return {"type": "text", "text": text} if text else None
-        case Image(media_type, data):
+        case types.Image(media_type, data):
             if not capabilities.images:
                 raise ConfigError(
                     "this model does not accept images; remove the image from the conversation "
@@ -160,9 +131,9 @@ def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | 
                 "type": "image",
                 "source": {"type": "base64", "media_type": media_type, "data": data},
             }
-        case Reasoning(text, meta):
+        case types.Reasoning(text, meta):
             return _thinking(text, meta)
-        case ToolCall(call_id, name, arguments):
+        case types.ToolCall(call_id, name, arguments):
             # Arguments that were not a JSON object (invalid JSON kept as text) cannot be sent
             # as `input`, which must be an object; the tool result for that call already told
             # the model what was wrong with them.
@@ -172,7 +143,7 @@ def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | 
                 "name": name,
                 "input": arguments if isinstance(arguments, dict) else {},
             }
-        case ToolResult(call_id, content, is_error):
+        case types.ToolResult(call_id, content, is_error):
             result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id}
             if content:
                 result["content"] = content
@@ -182,7 +153,7 @@ def _block(block: ContentBlock, capabilities: Capabilities) -> dict[str, Any] | 
     raise TypeError(f"not a content block: {block!r}")  # pragma: no cover - exhaustive match
 
 
-def _thinking(text: str, meta: ProviderMeta | None) -> dict[str, Any] | None:
+def _thinking(text: str, meta: types.ProviderMeta | None) -> dict[str, Any] | None:
     if meta is None or meta.provider != KIND or not isinstance(meta.data, Mapping):
         return None
     redacted = meta.data.get(REDACTED)
@@ -259,17 +230,17 @@ def _int(data: Any, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _usage(raw: Any) -> Usage | None:
+def _usage(raw: Any) -> stream.Usage | None:
     """Anthropic's usage object: `input_tokens` is already uncached input."""
     if not isinstance(raw, Mapping):
         return None
-    usage = Usage(
+    usage = stream.Usage(
         input=_int(raw, "input_tokens"),
         output=_int(raw, "output_tokens"),
         cache_read=_int(raw, "cache_read_input_tokens"),
         cache_write=_int(raw, "cache_creation_input_tokens"),
     )
-    return None if usage == Usage() else usage
+    return None if usage == stream.Usage() else usage
 
 
 class StreamState:
@@ -285,7 +256,7 @@ class StreamState:
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
 
-    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+    def on_sse(self, event: SseEvent) -> list[stream.StreamEvent]:
         if self._finished:
             return []  # nothing may follow message_stop; the glue stops reading there
         try:
@@ -326,7 +297,7 @@ class StreamState:
             case _:
                 return []  # ping, and event types newer than this adapter
 
-    def on_end(self) -> list[StreamEvent]:
+    def on_end(self) -> list[stream.StreamEvent]:
         if self._finished:
             return []
         if not self._started:
@@ -341,15 +312,15 @@ class StreamState:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def _message_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def _message_start(self, payload: dict[str, Any]) -> list[stream.StreamEvent]:
         if self._started:
             raise DecodeError("Anthropic sent a second message_start in one stream")
         self._started = True
         message = payload.get("message")
         usage = _usage(message.get("usage")) if isinstance(message, Mapping) else None
-        return [UsageReport(usage)] if usage is not None else []
+        return [stream.UsageReport(usage)] if usage is not None else []
 
-    def _block_start(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def _block_start(self, payload: dict[str, Any]) -> list[stream.StreamEvent]:
         index = _index(payload, "content_block_start")
         block = payload.get("content_block")
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
@@ -361,21 +332,23 @@ class StreamState:
         match block_type:
             case "text":
                 text = block.get("text")
-                return [TextDelta(index, text)] if isinstance(text, str) and text else []
+                return [stream.TextDelta(index, text)] if isinstance(text, str) and text else []
             case "thinking":
-                events: list[StreamEvent] = []
+                events: list[stream.StreamEvent] = []
                 thinking = block.get("thinking")
                 if isinstance(thinking, str) and thinking:
-                    events.append(ReasoningDelta(index, thinking))
+                    events.append(stream.ReasoningDelta(index, thinking))
                 signature = block.get("signature")
                 if isinstance(signature, str) and signature:
-                    events.append(BlockMeta(index, ProviderMeta(KIND, {SIGNATURE: signature})))
+                    events.append(
+                        stream.BlockMeta(index, types.ProviderMeta(KIND, {SIGNATURE: signature}))
+                    )
                 return events
             case "redacted_thinking":
                 data = block.get("data")
                 if not isinstance(data, str) or not data:
                     raise DecodeError(f"redacted_thinking block {index} has no data")
-                return [BlockMeta(index, ProviderMeta(KIND, {REDACTED: data}))]
+                return [stream.BlockMeta(index, types.ProviderMeta(KIND, {REDACTED: data}))]
             case "tool_use":
                 call_id, name = block.get("id"), block.get("name")
                 if not isinstance(call_id, str) or not isinstance(name, str):
@@ -383,13 +356,13 @@ class StreamState:
                 start_input = block.get("input")
                 if isinstance(start_input, Mapping) and start_input:
                     self._start_input[index] = json.dumps(start_input)
-                return [ToolCallStart(index, call_id, name)]
+                return [stream.ToolCallStart(index, call_id, name)]
             case _:
                 # Server tools and block types newer than this adapter. Requests from this
                 # harness enable no server tools; a pause_turn that needs them ends UNSUPPORTED.
                 return []
 
-    def _block_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def _block_delta(self, payload: dict[str, Any]) -> list[stream.StreamEvent]:
         index = _index(payload, "content_block_delta")
         block_type = self._blocks.get(index)
         if block_type is None:
@@ -400,34 +373,38 @@ class StreamState:
         match delta.get("type"):
             case "text_delta":
                 text = delta.get("text")
-                return [TextDelta(index, text)] if isinstance(text, str) and text else []
+                return [stream.TextDelta(index, text)] if isinstance(text, str) and text else []
             case "thinking_delta":
                 thinking = delta.get("thinking")
                 if isinstance(thinking, str) and thinking:
-                    return [ReasoningDelta(index, thinking)]
+                    return [stream.ReasoningDelta(index, thinking)]
                 return []
             case "signature_delta":
                 signature = delta.get("signature")
                 if isinstance(signature, str) and signature:
-                    return [BlockMeta(index, ProviderMeta(KIND, {SIGNATURE: signature}))]
+                    return [
+                        stream.BlockMeta(index, types.ProviderMeta(KIND, {SIGNATURE: signature}))
+                    ]
                 return []
             case "input_json_delta":
                 # The deltas are the input; a start `input` was only a placeholder.
                 self._start_input.pop(index, None)
                 fragment = delta.get("partial_json")
                 if isinstance(fragment, str) and fragment and block_type == "tool_use":
-                    return [ToolCallDelta(index, fragment)]
+                    return [stream.ToolCallDelta(index, fragment)]
                 return []
             case _:
                 return []  # citations and delta types newer than this adapter
 
-    def _flush_start_input(self, index: int | None = None) -> list[StreamEvent]:
+    def _flush_start_input(self, index: int | None = None) -> list[stream.StreamEvent]:
         indices = list(self._start_input) if index is None else [index]
         return [
-            ToolCallDelta(i, self._start_input.pop(i)) for i in indices if i in self._start_input
+            stream.ToolCallDelta(i, self._start_input.pop(i))
+            for i in indices
+            if i in self._start_input
         ]
 
-    def _message_delta(self, payload: dict[str, Any]) -> list[StreamEvent]:
+    def _message_delta(self, payload: dict[str, Any]) -> list[stream.StreamEvent]:
         events = self._flush_start_input()
         delta = payload.get("delta")
         if isinstance(delta, Mapping):
@@ -439,28 +416,28 @@ class StreamState:
                 self._stop_sequence = sequence
         usage = _usage(payload.get("usage"))
         if usage is not None:
-            events.append(UsageReport(usage))
+            events.append(stream.UsageReport(usage))
         return events
 
-    def _message_stop(self) -> list[StreamEvent]:
+    def _message_stop(self) -> list[stream.StreamEvent]:
         if not self._started:
             raise DecodeError("Anthropic sent message_stop before message_start")
         if self._stop_reason is None:
             raise DecodeError("Anthropic sent message_stop without a stop_reason")
         return self._finish()
 
-    def _finish(self) -> list[StreamEvent]:
+    def _finish(self) -> list[stream.StreamEvent]:
         assert self._stop_reason is not None
         events = self._flush_start_input()
         reason = _STOP_REASONS.get(self._stop_reason)
         if reason is None:
-            events.append(Finish(FinishReason.UNSUPPORTED, self._stop_reason))
+            events.append(stream.Finish(stream.FinishReason.UNSUPPORTED, self._stop_reason))
         elif self._stop_reason == "model_context_window_exceeded":
-            events.append(Finish(reason, self._stop_reason))
-        elif reason is FinishReason.STOP_SEQUENCE:
-            events.append(Finish(reason, self._stop_sequence))
+            events.append(stream.Finish(reason, self._stop_reason))
+        elif reason is stream.FinishReason.STOP_SEQUENCE:
+            events.append(stream.Finish(reason, self._stop_sequence))
         else:
-            events.append(Finish(reason))
+            events.append(stream.Finish(reason))
         self._finished = True
         return events
 
@@ -490,7 +467,7 @@ class AnthropicProvider(SseProvider):
     overflow = context_overflow
     endpoint = staticmethod(messages_url)
 
-    def build_request(self, request: ChatRequest) -> httpx.Request:
+    def build_request(self, request: types.ChatRequest) -> httpx.Request:
         headers = {
             "anthropic-version": API_VERSION,
             "content-type": "application/json",

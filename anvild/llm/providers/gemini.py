@@ -24,43 +24,13 @@ from typing import Any, Final
 import attrs
 import httpx
 
+from anvild.llm import stream, types
 from anvild.llm.capabilities import GEMINI, Capabilities, Replay, SchemaDialect
-from anvild.llm.errors import (
-    ApiError,
-    ConfigError,
-    ContextOverflow,
-    DecodeError,
-    UnexpectedEof,
-)
+from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
 from anvild.llm.sse import SseEvent
-from anvild.llm.stream import (
-    BlockMeta,
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-    UsageReport,
-)
-from anvild.llm.types import (
-    ChatRequest,
-    Image,
-    Json,
-    Message,
-    ProviderMeta,
-    Reasoning,
-    Role,
-    Text,
-    ToolCall,
-    ToolResult,
-    ToolSpec,
-)
 
 KIND: Final = "gemini"
 PROVIDER_META: Final = "gemini"
@@ -87,7 +57,7 @@ REFUSAL_REASONS: Final = frozenset(
 # -- request ----------------------------------------------------------------------------------
 
 
-def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
+def to_wire(request: types.ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
     """The JSON body of a streamGenerateContent request (the model is in the URL)."""
     names: dict[str, str] = {}
     wire_ids: dict[str, str] = {}
@@ -99,13 +69,13 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
 
     contents = []
     for message in request.messages:
-        if message.role is Role.USER:
+        if message.role is types.Role.USER:
             parts = _user_parts(message, names, wire_ids, capabilities)
         else:
             parts = _model_parts(message, capabilities)
         if parts:
             contents.append(
-                {"role": "user" if message.role is Role.USER else "model", "parts": parts}
+                {"role": "user" if message.role is types.Role.USER else "model", "parts": parts}
             )
 
     body: dict[str, Any] = {"contents": contents}
@@ -122,14 +92,14 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
     return body
 
 
-def _meta(meta: ProviderMeta | None) -> dict[str, Any]:
+def _meta(meta: types.ProviderMeta | None) -> dict[str, Any]:
     """Gemini's own meta data, or {} for none or another provider's."""
     if meta is None or meta.provider != PROVIDER_META or not isinstance(meta.data, dict):
         return {}
     return meta.data
 
 
-def _image(block: Image, capabilities: Capabilities) -> dict[str, Any]:
+def _image(block: types.Image, capabilities: Capabilities) -> dict[str, Any]:
     if not capabilities.images:
         raise ConfigError(
             "this model does not accept images (its capabilities say images = false); "
@@ -139,7 +109,7 @@ def _image(block: Image, capabilities: Capabilities) -> dict[str, Any]:
 
 
 def _user_parts(
-    message: Message,
+    message: types.Message,
     names: dict[str, str],
     wire_ids: dict[str, str],
     capabilities: Capabilities,
@@ -148,7 +118,7 @@ def _user_parts(
     rest: list[dict[str, Any]] = []
     for block in message.content:
         match block:
-            case ToolResult(call_id, content, is_error):
+            case types.ToolResult(call_id, content, is_error):
                 if call_id not in names:
                     raise ConfigError(
                         f"tool result for call {call_id!r}, which no assistant message made; "
@@ -161,12 +131,12 @@ def _user_parts(
                 if call_id in wire_ids:
                     response["id"] = wire_ids[call_id]
                 results.append({"functionResponse": response})
-            case Text(text):
+            case types.Text(text):
                 if text:
                     rest.append({"text": text})
-            case Image():
+            case types.Image():
                 rest.append(_image(block, capabilities))
-            case Reasoning() | ToolCall():
+            case types.Reasoning() | types.ToolCall():
                 raise ConfigError(
                     f"a user message holds a {type(block).__name__} block, which only the "
                     "assistant may write; validate the transcript before sending it"
@@ -174,18 +144,18 @@ def _user_parts(
     return results + rest
 
 
-def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+def _model_parts(message: types.Message, capabilities: Capabilities) -> list[dict[str, Any]]:
     # Signatures go back only to a target that takes them (the capability table's `replay`).
     signed = capabilities.replay is Replay.THOUGHT_SIGNATURES
     parts: list[dict[str, Any]] = []
     for block in message.content:
         match block:
-            case Text(text):
+            case types.Text(text):
                 if text:
                     parts.append({"text": text})
-            case Image():
+            case types.Image():
                 parts.append(_image(block, capabilities))
-            case Reasoning(text, meta):
+            case types.Reasoning(text, meta):
                 data = _meta(meta)
                 signature = data.get("thoughtSignature")
                 if signature is None or not signed:
@@ -202,7 +172,7 @@ def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str,
                     parts[-1]["thoughtSignature"] = signature
                 else:
                     parts.append({"text": "", "thoughtSignature": signature})
-            case ToolCall(_, name, arguments, meta):
+            case types.ToolCall(_, name, arguments, meta):
                 data = _meta(meta)
                 call: dict[str, Any] = {"name": name, "args": _arguments(arguments)}
                 if "id" in data:
@@ -211,7 +181,7 @@ def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str,
                 if signed and "thoughtSignature" in data:
                     part["thoughtSignature"] = data["thoughtSignature"]
                 parts.append(part)
-            case ToolResult():
+            case types.ToolResult():
                 raise ConfigError(
                     "an assistant message holds a tool result, which only the user may send; "
                     "validate the transcript before sending it"
@@ -219,7 +189,7 @@ def _model_parts(message: Message, capabilities: Capabilities) -> list[dict[str,
     return parts
 
 
-def _arguments(arguments: Json) -> dict[str, Any]:
+def _arguments(arguments: types.Json) -> dict[str, Any]:
     """Gemini takes arguments as an object. Anything else can only come from another
     provider's history (a model that wrote invalid JSON); it is wrapped, not lost."""
     if isinstance(arguments, dict):
@@ -227,7 +197,7 @@ def _arguments(arguments: Json) -> dict[str, Any]:
     return {"_raw_arguments": arguments}
 
 
-def _declaration(tool: ToolSpec, capabilities: Capabilities) -> dict[str, Any]:
+def _declaration(tool: types.ToolSpec, capabilities: Capabilities) -> dict[str, Any]:
     declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
     if capabilities.schema_dialect is SchemaDialect.JSON_SCHEMA:
         declaration["parametersJsonSchema"] = dict(tool.input_schema)
@@ -277,7 +247,9 @@ def _parse_path(path: str) -> list[str | int]:
     return segments
 
 
-def _assign(root: dict[str, Any], path: list[str | int], value: Json, *, append: bool) -> None:
+def _assign(
+    root: dict[str, Any], path: list[str | int], value: types.Json, *, append: bool
+) -> None:
     """Set (or, for a continued string, extend) the value at `path` inside `root`."""
     if not path:
         raise DecodeError("partialArgs jsonPath names the root, not an argument")
@@ -343,10 +315,10 @@ class StreamState:
         self._open: tuple[str, int] | None = None  # (kind, block) of the block text extends
         self._call: _Call | None = None
         self._called = False
-        self._finish: Finish | None = None
-        self._usage: Usage | None = None
+        self._finish: stream.Finish | None = None
+        self._usage: stream.Usage | None = None
 
-    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+    def on_sse(self, event: SseEvent) -> list[stream.StreamEvent]:
         try:
             data = json.loads(event.data)
         except json.JSONDecodeError as exc:
@@ -359,7 +331,7 @@ class StreamState:
             kind = error.get("status") or error.get("code") or "error"
             raise ApiError(str(kind), str(error.get("message") or json.dumps(error)))
 
-        events: list[StreamEvent] = []
+        events: list[stream.StreamEvent] = []
         candidates = data.get("candidates")
         candidate = _first_candidate(candidates)
         if candidate is not None:
@@ -377,23 +349,23 @@ class StreamState:
             and isinstance(feedback, dict)
             and isinstance(blocked := feedback.get("blockReason"), str)
         ):
-            self._finish = Finish(FinishReason.REFUSAL, f"prompt blocked: {blocked}")
+            self._finish = stream.Finish(stream.FinishReason.REFUSAL, f"prompt blocked: {blocked}")
         if isinstance(metadata := data.get("usageMetadata"), dict):
             usage = _usage(metadata)
             if usage is not None and usage != self._usage:
                 self._usage = usage
-                events.append(UsageReport(usage))
+                events.append(stream.UsageReport(usage))
         return events
 
-    def on_end(self) -> list[StreamEvent]:
+    def on_end(self) -> list[stream.StreamEvent]:
         events = self._close_call()
         if self._finish is None:
             raise UnexpectedEof(
                 "the Gemini stream ended without a finishReason; the answer is truncated"
             )
         finish = self._finish
-        if finish.reason is FinishReason.END_TURN and self._called:
-            finish = Finish(FinishReason.TOOL_USE, finish.detail)
+        if finish.reason is stream.FinishReason.END_TURN and self._called:
+            finish = stream.Finish(stream.FinishReason.TOOL_USE, finish.detail)
         events.append(finish)
         return events
 
@@ -415,7 +387,7 @@ class StreamState:
         self._open = None  # text after a signed part starts a new part
         return block
 
-    def _part(self, part: dict[str, Any]) -> list[StreamEvent]:
+    def _part(self, part: dict[str, Any]) -> list[stream.StreamEvent]:
         signature = part.get("thoughtSignature")
         if isinstance(call := part.get("functionCall"), dict):
             return self._function_call(call, signature if isinstance(signature, str) else None)
@@ -425,36 +397,40 @@ class StreamState:
             if isinstance(signature, str):
                 # A signature on a part this harness does not keep (code execution, a
                 # generated image): kept like one on an empty text part.
-                meta = ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
-                events.append(BlockMeta(self._signature_block(), meta))
+                meta = types.ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
+                events.append(stream.BlockMeta(self._signature_block(), meta))
             return events
         if part.get("thought") is True:
             block = self._block("thought")
             if text:
-                events.append(ReasoningDelta(block, text))
+                events.append(stream.ReasoningDelta(block, text))
             if isinstance(signature, str):
-                meta = ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
-                events.append(BlockMeta(block, meta))
+                meta = types.ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
+                events.append(stream.BlockMeta(block, meta))
                 self._open = None
             return events
         if text:
-            events.append(TextDelta(self._block("text"), text))
+            events.append(stream.TextDelta(self._block("text"), text))
         if isinstance(signature, str):
             data: dict[str, Any] = {"thoughtSignature": signature}
             if text:
                 data["part"] = "text"
-            events.append(BlockMeta(self._signature_block(), ProviderMeta(PROVIDER_META, data)))
+            events.append(
+                stream.BlockMeta(self._signature_block(), types.ProviderMeta(PROVIDER_META, data))
+            )
         return events
 
-    def _function_call(self, call: dict[str, Any], signature: str | None) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
+    def _function_call(
+        self, call: dict[str, Any], signature: str | None
+    ) -> list[stream.StreamEvent]:
+        events: list[stream.StreamEvent] = []
         name = call.get("name")
         current = self._call
         if current is not None and current.open and not name:
             # The next piece of the call being streamed.
             if signature is not None:
-                meta = ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
-                events.append(BlockMeta(current.block, meta))
+                meta = types.ProviderMeta(PROVIDER_META, {"thoughtSignature": signature})
+                events.append(stream.BlockMeta(current.block, meta))
             self._apply(current, call)
             current.open = call.get("willContinue") is True
             if not current.open:
@@ -478,8 +454,8 @@ class StreamState:
         self._next_block += 1
         self._open = None
         self._called = True
-        call_meta = ProviderMeta(PROVIDER_META, meta_data) if meta_data else None
-        events.append(ToolCallStart(block, call_id, name, call_meta))
+        call_meta = types.ProviderMeta(PROVIDER_META, meta_data) if meta_data else None
+        events.append(stream.ToolCallStart(block, call_id, name, call_meta))
         self._call = _Call(block)
         self._apply(self._call, call)
         self._call.open = call.get("willContinue") is True
@@ -495,7 +471,7 @@ class StreamState:
         for piece in partial if isinstance(partial, list) else []:
             if not isinstance(piece, dict) or not isinstance(path := piece.get("jsonPath"), str):
                 raise DecodeError(f"Gemini partialArgs entry without a jsonPath: {piece!r}")
-            value: Json
+            value: types.Json
             if "stringValue" in piece:
                 value = piece["stringValue"]
             elif "numberValue" in piece:
@@ -517,14 +493,14 @@ class StreamState:
             else:
                 current.continuing.discard(path)
 
-    def _close_call(self) -> list[StreamEvent]:
+    def _close_call(self) -> list[stream.StreamEvent]:
         current = self._call
         if current is None:
             return []
         self._call = None
         if not current.args:
             return []  # no arguments: the builder makes them {}
-        return [ToolCallDelta(current.block, json.dumps(current.args, ensure_ascii=False))]
+        return [stream.ToolCallDelta(current.block, json.dumps(current.args, ensure_ascii=False))]
 
 
 def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
@@ -548,23 +524,25 @@ def _first_candidate(candidates: object) -> dict[str, Any] | None:
     return None
 
 
-def _finish(reason: str, called: bool, message: object) -> Finish:
+def _finish(reason: str, called: bool, message: object) -> stream.Finish:
     detail = f"{reason}: {message}" if isinstance(message, str) and message else reason
     if reason == "STOP":
-        return Finish(FinishReason.TOOL_USE if called else FinishReason.END_TURN)
+        return stream.Finish(
+            stream.FinishReason.TOOL_USE if called else stream.FinishReason.END_TURN
+        )
     if reason == "MAX_TOKENS":
-        return Finish(FinishReason.MAX_TOKENS)
+        return stream.Finish(stream.FinishReason.MAX_TOKENS)
     if reason in REFUSAL_REASONS:
-        return Finish(FinishReason.REFUSAL, detail)
-    return Finish(FinishReason.UNSUPPORTED, detail)
+        return stream.Finish(stream.FinishReason.REFUSAL, detail)
+    return stream.Finish(stream.FinishReason.UNSUPPORTED, detail)
 
 
-def _usage(metadata: dict[str, Any]) -> Usage | None:
+def _usage(metadata: dict[str, Any]) -> stream.Usage | None:
     if not any(key in metadata for key in ("promptTokenCount", "totalTokenCount")):
         return None  # a chunk that only says how it was served (trafficType)
     prompt = _count(metadata, "promptTokenCount")
     cached = _count(metadata, "cachedContentTokenCount")
-    return Usage(
+    return stream.Usage(
         input=prompt - cached,
         output=_count(metadata, "candidatesTokenCount") + _count(metadata, "thoughtsTokenCount"),
         cache_read=cached,
@@ -590,7 +568,7 @@ class GeminiProvider(SseProvider):
         model = model.removeprefix("models/")
         return f"{self._endpoint}/models/{model}:streamGenerateContent"
 
-    def build_request(self, request: ChatRequest) -> httpx.Request:
+    def build_request(self, request: types.ChatRequest) -> httpx.Request:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["x-goog-api-key"] = self._api_key

@@ -24,47 +24,22 @@ from typing import Any, Final
 import attrs
 import httpx
 
+from anvild.llm import stream, types
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
-from anvild.llm.errors import (
-    ApiError,
-    ConfigError,
-    ContextOverflow,
-    DecodeError,
-    UnexpectedEof,
-)
+from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
-from anvild.llm.stream import (
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-    UsageReport,
-)
-from anvild.llm.types import (
-    ChatRequest,
-    Image,
-    Message,
-    Role,
-    Text,
-    ToolCall,
-    ToolResult,
-)
 
 KIND: Final = "openai-chat"
 ERROR_PREFIX: Final = "ERROR: "
 
 _FINISH_REASONS: Final = {
-    "stop": FinishReason.END_TURN,
-    "tool_calls": FinishReason.TOOL_USE,
-    "function_call": FinishReason.TOOL_USE,
-    "length": FinishReason.MAX_TOKENS,
-    "content_filter": FinishReason.REFUSAL,
+    "stop": stream.FinishReason.END_TURN,
+    "tool_calls": stream.FinishReason.TOOL_USE,
+    "function_call": stream.FinishReason.TOOL_USE,
+    "length": stream.FinishReason.MAX_TOKENS,
+    "content_filter": stream.FinishReason.REFUSAL,
 }
 
 
@@ -72,14 +47,14 @@ _FINISH_REASONS: Final = {
 
 
 def to_wire(
-    request: ChatRequest, capabilities: Capabilities = OPENAI_CHAT_COMPAT
+    request: types.ChatRequest, capabilities: Capabilities = OPENAI_CHAT_COMPAT
 ) -> dict[str, Any]:
     """The JSON body of a streaming Chat Completions request."""
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
     for message in request.messages:
-        if message.role is Role.USER:
+        if message.role is types.Role.USER:
             messages.extend(_user(message, capabilities))
         else:
             messages.append(_assistant(message))
@@ -106,12 +81,12 @@ def to_wire(
     return body
 
 
-def _user(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+def _user(message: types.Message, capabilities: Capabilities) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
     for block in message.content:
         match block:
-            case ToolResult(call_id, content, is_error):
+            case types.ToolResult(call_id, content, is_error):
                 out.append(
                     {
                         "role": "tool",
@@ -119,9 +94,9 @@ def _user(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
                         "content": ERROR_PREFIX + content if is_error else content,
                     }
                 )
-            case Text(text) if text:
+            case types.Text(text) if text:
                 parts.append({"type": "text", "text": text})
-            case Image(media_type, data):
+            case types.Image(media_type, data):
                 if not capabilities.images:
                     raise ConfigError(
                         "this model does not accept images; remove the image from the "
@@ -138,9 +113,9 @@ def _user(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(message: Message) -> dict[str, Any]:
+def _assistant(message: types.Message) -> dict[str, Any]:
     # Reasoning blocks are left out: Chat Completions has no way to take them back.
-    text = "".join(block.text for block in message.content if isinstance(block, Text))
+    text = "".join(block.text for block in message.content if isinstance(block, types.Text))
     calls = [
         {
             "id": block.id,
@@ -148,7 +123,7 @@ def _assistant(message: Message) -> dict[str, Any]:
             "function": {"name": block.name, "arguments": _arguments(block)},
         }
         for block in message.content
-        if isinstance(block, ToolCall)
+        if isinstance(block, types.ToolCall)
     ]
     wire: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
     if calls:
@@ -156,7 +131,7 @@ def _assistant(message: Message) -> dict[str, Any]:
     return wire
 
 
-def _arguments(call: ToolCall) -> str:
+def _arguments(call: types.ToolCall) -> str:
     if isinstance(call.arguments, str):
         return call.arguments  # what the model wrote, kept verbatim because it was not JSON
     return json.dumps(call.arguments, ensure_ascii=False)
@@ -175,12 +150,12 @@ def _int(data: Any, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def normalize_usage(raw: Mapping[str, Any]) -> Usage:
+def normalize_usage(raw: Mapping[str, Any]) -> stream.Usage:
     """Chat Completions usage in anvil's meaning (uncached input, cache reads apart)."""
     prompt = _int(raw, "prompt_tokens")
     cached = _int(raw.get("prompt_tokens_details"), "cached_tokens")
     uncached = prompt if prompt is None or cached is None else max(0, prompt - cached)
-    return Usage(
+    return stream.Usage(
         input=uncached,
         output=_int(raw, "completion_tokens"),
         cache_read=cached,
@@ -212,7 +187,7 @@ class StreamState:
         self._refused = False
         self._finished = False
 
-    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+    def on_sse(self, event: SseEvent) -> list[stream.StreamEvent]:
         if self._finished:
             return []
         data = event.data.strip()
@@ -228,7 +203,7 @@ class StreamState:
             raise DecodeError(f"the server sent a chunk that is not a JSON object: {data[:200]!r}")
         if event.event == "error" or payload.get("error") is not None:
             raise _api_error(payload.get("error") or payload)
-        events: list[StreamEvent] = []
+        events: list[stream.StreamEvent] = []
         choices = payload.get("choices") or []
         if not isinstance(choices, list):
             raise DecodeError(f"`choices` is not a list: {choices!r}")
@@ -241,10 +216,10 @@ class StreamState:
             groq = payload.get("x_groq")  # Groq reports usage there on the last chunk
             usage = groq.get("usage") if isinstance(groq, Mapping) else None
         if isinstance(usage, Mapping):
-            events.append(UsageReport(normalize_usage(usage)))
+            events.append(stream.UsageReport(normalize_usage(usage)))
         return events
 
-    def on_end(self) -> list[StreamEvent]:
+    def on_end(self) -> list[stream.StreamEvent]:
         if self._finished:
             return []
         if self._finish_reason is None:
@@ -256,18 +231,18 @@ class StreamState:
 
     # -- chunks ----------------------------------------------------------------------------------
 
-    def _choice(self, choice: Mapping[str, Any]) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
+    def _choice(self, choice: Mapping[str, Any]) -> list[stream.StreamEvent]:
+        events: list[stream.StreamEvent] = []
         delta = choice.get("delta")
         if isinstance(delta, Mapping):
             reasoning = _text(delta, "reasoning_content") or _text(delta, "reasoning")
             if reasoning:
-                events.append(ReasoningDelta(self._reasoning(), reasoning))
+                events.append(stream.ReasoningDelta(self._reasoning(), reasoning))
             if content := _text(delta, "content"):
-                events.append(TextDelta(self._text(), content))
+                events.append(stream.TextDelta(self._text(), content))
             if refusal := _text(delta, "refusal"):
                 self._refused = True
-                events.append(TextDelta(self._text(), refusal))
+                events.append(stream.TextDelta(self._text(), refusal))
             tool_calls = delta.get("tool_calls")
             if isinstance(tool_calls, list):
                 for tool_call in tool_calls:
@@ -294,7 +269,7 @@ class StreamState:
         self._next_block += 1
         return block
 
-    def _tool_call(self, delta: Mapping[str, Any]) -> list[StreamEvent]:
+    def _tool_call(self, delta: Mapping[str, Any]) -> list[stream.StreamEvent]:
         index = delta.get("index")
         if isinstance(index, bool) or not isinstance(index, int):
             index = None
@@ -324,24 +299,24 @@ class StreamState:
         if name and call.name is None:
             call.name = name
 
-        events: list[StreamEvent] = []
+        events: list[stream.StreamEvent] = []
         if not call.started:
             if arguments:
                 call.pending.append(arguments)
             if call.name is not None:
                 call.started = True
-                events.append(ToolCallStart(call.block, call.id, call.name))
+                events.append(stream.ToolCallStart(call.block, call.id, call.name))
                 if call.pending:
-                    events.append(ToolCallDelta(call.block, "".join(call.pending)))
+                    events.append(stream.ToolCallDelta(call.block, "".join(call.pending)))
                     call.pending.clear()
         elif arguments:
-            events.append(ToolCallDelta(call.block, arguments))
+            events.append(stream.ToolCallDelta(call.block, arguments))
         return events
 
     def _last_call(self) -> _Call | None:
         return self._calls[-1] if self._calls else None
 
-    def _finish(self) -> list[StreamEvent]:
+    def _finish(self) -> list[stream.StreamEvent]:
         assert self._finish_reason is not None
         for call in self._calls:
             if not call.started:
@@ -351,18 +326,18 @@ class StreamState:
                 )
         raw = self._finish_reason
         reason = _FINISH_REASONS.get(raw)
-        finish: Finish
+        finish: stream.Finish
         if reason is None:
-            finish = Finish(FinishReason.UNSUPPORTED, raw)
-        elif reason is FinishReason.END_TURN and self._refused:
-            finish = Finish(FinishReason.REFUSAL, "refusal")
-        elif reason is FinishReason.END_TURN and self._calls:
+            finish = stream.Finish(stream.FinishReason.UNSUPPORTED, raw)
+        elif reason is stream.FinishReason.END_TURN and self._refused:
+            finish = stream.Finish(stream.FinishReason.REFUSAL, "refusal")
+        elif reason is stream.FinishReason.END_TURN and self._calls:
             # Some servers (older Ollama, some vLLM builds) say "stop" after tool calls.
-            finish = Finish(FinishReason.TOOL_USE)
-        elif reason is FinishReason.REFUSAL:
-            finish = Finish(reason, raw)
+            finish = stream.Finish(stream.FinishReason.TOOL_USE)
+        elif reason is stream.FinishReason.REFUSAL:
+            finish = stream.Finish(reason, raw)
         else:
-            finish = Finish(reason)
+            finish = stream.Finish(reason)
         self._finished = True
         return [finish]
 
@@ -409,7 +384,7 @@ class OpenAiChatProvider(SseProvider):
     overflow = context_overflow
     endpoint = staticmethod(completions_url)
 
-    def build_request(self, request: ChatRequest) -> httpx.Request:
+    def build_request(self, request: types.ChatRequest) -> httpx.Request:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"

@@ -21,40 +21,12 @@ from typing import Any, Final
 import attrs
 import httpx
 
+from anvild.llm import stream, types
 from anvild.llm.capabilities import OPENAI_RESPONSES, Capabilities, Replay
-from anvild.llm.errors import (
-    ApiError,
-    ConfigError,
-    ContextOverflow,
-    DecodeError,
-    UnexpectedEof,
-)
+from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
-from anvild.llm.stream import (
-    BlockMeta,
-    Finish,
-    FinishReason,
-    ReasoningDelta,
-    StreamEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallStart,
-    Usage,
-    UsageReport,
-)
-from anvild.llm.types import (
-    ChatRequest,
-    Image,
-    Message,
-    ProviderMeta,
-    Reasoning,
-    Role,
-    Text,
-    ToolCall,
-    ToolResult,
-)
 
 KIND: Final = "openai-responses"
 PROVIDER_META: Final = "openai-responses"
@@ -65,7 +37,7 @@ ERROR_PREFIX: Final = "ERROR: "
 # -- request ----------------------------------------------------------------------------------
 
 
-def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
+def to_wire(request: types.ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
     """The JSON body of a streaming Responses request."""
     body: dict[str, Any] = {"model": request.model}
     if request.system:
@@ -94,18 +66,18 @@ def to_wire(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
     return body
 
 
-def _items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
-    if message.role is Role.USER:
+def _items(message: types.Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    if message.role is types.Role.USER:
         return _user_items(message, capabilities)
     return _assistant_items(message, replay=capabilities.replay is Replay.REASONING_ITEMS)
 
 
-def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+def _user_items(message: types.Message, capabilities: Capabilities) -> list[dict[str, Any]]:
     outputs: list[dict[str, Any]] = []
     content: list[dict[str, Any]] = []
     for block in message.content:
         match block:
-            case ToolResult(call_id, text, is_error):
+            case types.ToolResult(call_id, text, is_error):
                 outputs.append(
                     {
                         "type": "function_call_output",
@@ -113,10 +85,10 @@ def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, 
                         "output": ERROR_PREFIX + text if is_error else text,
                     }
                 )
-            case Text(text):
+            case types.Text(text):
                 if text:
                     content.append({"type": "input_text", "text": text})
-            case Image(media_type, data):
+            case types.Image(media_type, data):
                 if not capabilities.images:
                     raise ConfigError(
                         "this model does not accept images (its capabilities say images = "
@@ -129,7 +101,7 @@ def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, 
                         "detail": "auto",
                     }
                 )
-            case Reasoning() | ToolCall():
+            case types.Reasoning() | types.ToolCall():
                 raise ConfigError(
                     f"a user message holds a {type(block).__name__} block, which only the "
                     "assistant may write; validate the transcript before sending it"
@@ -139,7 +111,7 @@ def _user_items(message: Message, capabilities: Capabilities) -> list[dict[str, 
     return outputs
 
 
-def _assistant_items(message: Message, *, replay: bool) -> list[dict[str, Any]]:
+def _assistant_items(message: types.Message, *, replay: bool) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     text: list[dict[str, Any]] = []
 
@@ -150,16 +122,16 @@ def _assistant_items(message: Message, *, replay: bool) -> list[dict[str, Any]]:
 
     for block in message.content:
         match block:
-            case Text(value):
+            case types.Text(value):
                 if value:
                     text.append({"type": "output_text", "text": value})
-            case Reasoning(_, meta):
+            case types.Reasoning(_, meta):
                 # Only our own reasoning items can be replayed, and only to a target that takes
                 # them back; foreign reasoning is dropped.
                 if replay and meta is not None and meta.provider == PROVIDER_META:
                     flush()
                     items.append(meta.data)
-            case ToolCall(call_id, name, arguments):
+            case types.ToolCall(call_id, name, arguments):
                 flush()
                 items.append(
                     {
@@ -172,7 +144,7 @@ def _assistant_items(message: Message, *, replay: bool) -> list[dict[str, Any]]:
                         else json.dumps(arguments, ensure_ascii=False),
                     }
                 )
-            case Image() | ToolResult():
+            case types.Image() | types.ToolResult():
                 raise ConfigError(
                     f"an assistant message holds a {type(block).__name__} block, which the "
                     "Responses API cannot take from the assistant; validate the transcript"
@@ -193,7 +165,7 @@ class _Item:
     summary_index: int | None = None
 
 
-def _usage(raw: object) -> Usage | None:
+def _usage(raw: object) -> stream.Usage | None:
     if not isinstance(raw, dict):
         return None
     total_input = raw.get("input_tokens")
@@ -203,7 +175,7 @@ def _usage(raw: object) -> Usage | None:
     uncached = total_input
     if isinstance(total_input, int) and isinstance(cached, int):
         uncached = total_input - cached
-    return Usage(
+    return stream.Usage(
         input=uncached if isinstance(uncached, int) else None,
         output=output if isinstance(output, int) else None,
         cache_read=cached if isinstance(cached, int) else None,
@@ -236,7 +208,7 @@ class StreamState:
         """Whether the terminal event (completed or incomplete) has been seen."""
         return self._done
 
-    def on_sse(self, event: SseEvent) -> list[StreamEvent]:
+    def on_sse(self, event: SseEvent) -> list[stream.StreamEvent]:
         if self._done or event.data == "[DONE]":
             return []
         try:
@@ -250,7 +222,7 @@ class StreamState:
             kind = event.event
         return self._dispatch(kind, data)
 
-    def on_end(self) -> list[StreamEvent]:
+    def on_end(self) -> list[stream.StreamEvent]:
         if not self._done:
             raise UnexpectedEof(
                 "the Responses stream ended before response.completed, response.incomplete or "
@@ -260,7 +232,7 @@ class StreamState:
 
     # -- events --------------------------------------------------------------------------------
 
-    def _dispatch(self, kind: str, data: dict[str, Any]) -> list[StreamEvent]:
+    def _dispatch(self, kind: str, data: dict[str, Any]) -> list[stream.StreamEvent]:
         match kind:
             case "response.output_item.added":
                 return self._item_added(data)
@@ -282,12 +254,12 @@ class StreamState:
             case "response.output_item.done":
                 return self._item_done(data)
             case "response.completed":
-                reason = FinishReason.END_TURN
+                reason = stream.FinishReason.END_TURN
                 if self._refused:
-                    reason = FinishReason.REFUSAL
+                    reason = stream.FinishReason.REFUSAL
                 elif self._called:
-                    reason = FinishReason.TOOL_USE
-                return self._finish(data, Finish(reason))
+                    reason = stream.FinishReason.TOOL_USE
+                return self._finish(data, stream.Finish(reason))
             case "response.incomplete":
                 return self._finish(data, self._incomplete(data))
             case "response.failed":
@@ -300,7 +272,7 @@ class StreamState:
             case _:
                 return []
 
-    def _item_added(self, data: dict[str, Any]) -> list[StreamEvent]:
+    def _item_added(self, data: dict[str, Any]) -> list[stream.StreamEvent]:
         raw = data.get("item")
         if not isinstance(raw, dict):
             raise DecodeError("response.output_item.added without an item")
@@ -309,18 +281,18 @@ class StreamState:
             return self._start_call(item, raw)
         return []
 
-    def _item_done(self, data: dict[str, Any]) -> list[StreamEvent]:
+    def _item_done(self, data: dict[str, Any]) -> list[stream.StreamEvent]:
         raw = data.get("item")
         if not isinstance(raw, dict):
             raise DecodeError("response.output_item.done without an item")
         item = self._item(data, str(raw.get("type")), raw)
-        events: list[StreamEvent] = []
+        events: list[stream.StreamEvent] = []
         match item.kind:
             case "function_call":
                 events += self._start_call(item, raw)
                 if not item.streamed and (arguments := raw.get("arguments")):
                     item.streamed = True
-                    events.append(ToolCallDelta(item.block, str(arguments)))
+                    events.append(stream.ToolCallDelta(item.block, str(arguments)))
             case "reasoning":
                 if not item.streamed:
                     summary = raw.get("summary")
@@ -331,8 +303,8 @@ class StreamState:
                     ]
                     if text := "\n\n".join(texts):
                         item.streamed = True
-                        events.append(ReasoningDelta(item.block, text))
-                events.append(BlockMeta(item.block, ProviderMeta(PROVIDER_META, raw)))
+                        events.append(stream.ReasoningDelta(item.block, text))
+                events.append(stream.BlockMeta(item.block, types.ProviderMeta(PROVIDER_META, raw)))
             case "message":
                 if not item.streamed:
                     parts = raw.get("content")
@@ -340,12 +312,12 @@ class StreamState:
                         self._refused = True
                     if text := _text_of(parts, ("output_text", "refusal")):
                         item.streamed = True
-                        events.append(TextDelta(item.block, text))
+                        events.append(stream.TextDelta(item.block, text))
             case _:
                 pass  # server-side tool items (web search, ...) are outside this harness
         return events
 
-    def _start_call(self, item: _Item, raw: dict[str, Any]) -> list[StreamEvent]:
+    def _start_call(self, item: _Item, raw: dict[str, Any]) -> list[stream.StreamEvent]:
         if item.started:
             return []
         call_id = raw.get("call_id") or raw.get("id")
@@ -354,75 +326,75 @@ class StreamState:
             raise DecodeError(f"function_call item without a call_id or a name: {raw!r}")
         item.started = True
         self._called = True
-        return [ToolCallStart(item.block, call_id, name)]
+        return [stream.ToolCallStart(item.block, call_id, name)]
 
-    def _text_delta(self, data: dict[str, Any], *, refusal: bool) -> list[StreamEvent]:
+    def _text_delta(self, data: dict[str, Any], *, refusal: bool) -> list[stream.StreamEvent]:
         item = self._item(data, "message")
         self._refused = self._refused or refusal
         delta = data.get("delta")
         if not isinstance(delta, str) or not delta:
             return []
         item.streamed = True
-        return [TextDelta(item.block, delta)]
+        return [stream.TextDelta(item.block, delta)]
 
-    def _text_done(self, data: dict[str, Any], *, refusal: bool) -> list[StreamEvent]:
+    def _text_done(self, data: dict[str, Any], *, refusal: bool) -> list[stream.StreamEvent]:
         item = self._item(data, "message")
         self._refused = self._refused or refusal
         text = data.get("refusal" if refusal else "text")
         if item.streamed or not isinstance(text, str) or not text:
             return []
         item.streamed = True
-        return [TextDelta(item.block, text)]
+        return [stream.TextDelta(item.block, text)]
 
-    def _reasoning_delta(self, data: dict[str, Any]) -> list[StreamEvent]:
+    def _reasoning_delta(self, data: dict[str, Any]) -> list[stream.StreamEvent]:
         item = self._item(data, "reasoning")
         delta = data.get("delta")
         if not isinstance(delta, str) or not delta:
             return []
-        events: list[StreamEvent] = []
+        events: list[stream.StreamEvent] = []
         index = data.get("summary_index")
         if isinstance(index, int):
             if item.summary_index is not None and index != item.summary_index and item.streamed:
-                events.append(ReasoningDelta(item.block, "\n\n"))
+                events.append(stream.ReasoningDelta(item.block, "\n\n"))
             item.summary_index = index
         item.streamed = True
-        events.append(ReasoningDelta(item.block, delta))
+        events.append(stream.ReasoningDelta(item.block, delta))
         return events
 
-    def _reasoning_done(self, data: dict[str, Any]) -> list[StreamEvent]:
+    def _reasoning_done(self, data: dict[str, Any]) -> list[stream.StreamEvent]:
         item = self._item(data, "reasoning")
         text = data.get("text")
         if item.streamed or not isinstance(text, str) or not text:
             return []
         item.streamed = True
-        return [ReasoningDelta(item.block, text)]
+        return [stream.ReasoningDelta(item.block, text)]
 
-    def _arguments(self, data: dict[str, Any], fragment: str) -> list[StreamEvent]:
+    def _arguments(self, data: dict[str, Any], fragment: str) -> list[stream.StreamEvent]:
         item = self._item(data, "function_call")
         if not item.started:
             raise DecodeError("function call arguments before their response.output_item.added")
         if not fragment:
             return []
         item.streamed = True
-        return [ToolCallDelta(item.block, fragment)]
+        return [stream.ToolCallDelta(item.block, fragment)]
 
-    def _incomplete(self, data: dict[str, Any]) -> Finish:
+    def _incomplete(self, data: dict[str, Any]) -> stream.Finish:
         response = data.get("response")
         details = response.get("incomplete_details") if isinstance(response, dict) else None
         reason = details.get("reason") if isinstance(details, dict) else None
         match reason:
             case "max_output_tokens":
-                return Finish(FinishReason.MAX_TOKENS, reason)
+                return stream.Finish(stream.FinishReason.MAX_TOKENS, reason)
             case "content_filter":
-                return Finish(FinishReason.REFUSAL, reason)
+                return stream.Finish(stream.FinishReason.REFUSAL, reason)
             case _:
-                return Finish(FinishReason.UNSUPPORTED, f"incomplete: {reason}")
+                return stream.Finish(stream.FinishReason.UNSUPPORTED, f"incomplete: {reason}")
 
-    def _finish(self, data: dict[str, Any], finish: Finish) -> list[StreamEvent]:
+    def _finish(self, data: dict[str, Any], finish: stream.Finish) -> list[stream.StreamEvent]:
         self._done = True
         response = data.get("response")
         usage = _usage(response.get("usage")) if isinstance(response, dict) else None
-        events: list[StreamEvent] = [] if usage is None else [UsageReport(usage)]
+        events: list[stream.StreamEvent] = [] if usage is None else [stream.UsageReport(usage)]
         events.append(finish)
         return events
 
@@ -495,7 +467,7 @@ class OpenAIResponsesProvider(SseProvider):
     def endpoint(base_url: str) -> str:
         return base_url.rstrip("/") + "/responses"
 
-    def build_request(self, request: ChatRequest) -> httpx.Request:
+    def build_request(self, request: types.ChatRequest) -> httpx.Request:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
