@@ -1,5 +1,5 @@
 """Configuration: the user's trusted config, a project's instruction/data config, and the trust
-grants between them (DESIGN section 9, review finding 4).
+grants between them (DESIGN section 9).
 
 - `anvild.config.schema`: the file format; each file is validated on its own, and errors name
   the file, the key and what was expected.

@@ -1,26 +1,13 @@
-"""The configured models, checked when the daemon starts (`anvild`), not when a session first
-uses one.
+"""The configured models, checked when the daemon starts, not when a session first uses one.
 
     warnings = check_models(config, env)   # raises ConfigFileError; anvild exits 2
 
-Errors (the daemon refuses to start: every session that names the model would fail, and the
-fix is one edit of the file named):
-
-- `default_model`, or `[context] compaction_model`, that names neither a model alias nor
-  `provider:model` with a configured provider. The message names the file, the key, the known
-  aliases and providers, and the nearest alias ("did you mean 'sonnet'?").
-- a model alias on a provider that is not configured, and a bad key or value of an alias: the
-  loader (`anvild.config.load`) already refuses those with the file and the key.
-
-Warnings (the daemon starts; each is printed and logged): the key of a provider that the default
-model, the compaction model or a model alias uses is not set in anvild's environment. A missing
-key is not a broken configuration: the other models work, a session can name another one, and
-the key arrives by restarting anvild with it, which the warning says how to do. Only providers a
-model uses are checked (the built-in providers nobody named need no key), and only when the key
-would be sent (a provider whose endpoint is not where its key was approved for gets none).
-
-`known` adds names that exist without being configured: the embedded llama-server's `local`,
-when the daemon runs it.
+Error (the daemon refuses to start): `default_model` or `[context] compaction_model` naming
+neither an alias nor `provider:model` with a configured provider; the message names the file,
+the key, the known aliases and providers and the nearest alias. (Bad aliases are the loader's.)
+Warning (printed and logged, the daemon starts): a key that a used provider needs is not set in
+anvild's environment; only providers a model uses, and only when the key would be sent.
+`known` adds names that exist without configuration (`local`, the embedded llama-server).
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """Loading: built-in defaults, the user config and the project config, merged with provenance.
-Layers, lowest first:
 
     builtin   the providers anvil knows (`anthropic`, `openai`, `gemini`, `ollama`, ...)
     user      platformdirs.user_config_dir("anvil")/config.toml        trusted
     project   .anvil/config.toml, the nearest one from the cwd up to the git root
 
-Later layers win key by key, except where adding is the only safe meaning: `instructions` are
-concatenated (user first), and `permissions.*` and `env_passthrough` are unions (so a project can
-add a deny rule but never remove the user's). A project key that carries authority
-(`anvild.config.trust.authority_of`) is dropped with a warning naming the key and the file,
-unless the user granted that file's current digest. Every merged key records its `Source`
-(file and trust level), which `anvilctl trust show` prints.
-
-The credential binding is computed here from trusted layers only: a provider's key variable and
-the origin of its base_url as the built-in defaults or the user config say. The registry sends a
-key only there; an endpoint moved by a (granted) project gets no key. The daemon and
-`anvilctl -p` load with `project=False` (their own settings never depend on the directory they
-run in); each session then merges its cwd's project file with `merge_project`
-(`anvild.session.project_config`), re-read when the file or the grants change.
+Later layers win key by key, except `instructions` (concatenated, user first) and
+`permissions.*` and `env_passthrough` (unions: a project can add a deny rule, never remove the
+user's). A project key with authority (`trust.authority_of`) is dropped with a warning unless
+that file's digest is granted. Every key records its `Source` (`anvilctl trust show`). The
+credential binding comes from trusted layers only. The daemon and `anvilctl -p` load with
+`project=False`; each session merges its cwd's project file (`merge_project`).
 """
 
 from __future__ import annotations

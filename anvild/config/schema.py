@@ -1,18 +1,11 @@
 """The config file format: validation of one parsed TOML document into flat, typed settings.
 
-A config file is checked on its own, before any merging, so every error names the file, the key
-and what was expected:
-
-    /home/me/.config/anvil/config.toml: models.tiny.context_window: expected a positive
-    integer, got string "8k"
-
-A valid document becomes a *layer*: a mapping from key paths (tuples, so a model alias may
-contain dots: `models."gpt-4.1".model`) to leaf values. Leaves are what merging, provenance and
-trust work on. Tables that later subsystems define (`hooks.<name>`, `mcp_servers.<name>`) are
-single opaque leaves here: they are only classified, never interpreted.
-
-Every key of the format, and who may set it, is listed in `KEYS` (see `anvild.config.trust`
-for the authority classification).
+Each file is checked on its own, before merging, so every error names the file, the key and what
+was expected (`...config.toml: models.tiny.context_window: expected a positive integer, got
+string "8k"`). A valid document becomes a *layer*: key paths (tuples, so an alias may contain
+dots) to leaf values, which merging, provenance and trust work on. `hooks.<name>` and
+`mcp_servers.<name>` tables are checked here and each kept as one leaf (one authority).
+Every key of the format, and who may set it, is in `KEYS` (authority: `anvild.config.trust`).
 """
 
 from __future__ import annotations

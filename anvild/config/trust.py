@@ -1,35 +1,16 @@
 """The trust boundary: which keys carry authority, and the grants that let a project set them.
 
-A project config (`.anvil/config.toml`, committed in a repository someone else may control) may
-add instructions and data. A key that carries *authority* (where requests go, which credential
-they carry, what leaves the sandbox, what runs, what is allowed, what things cost) takes effect
-from a project file only under a trust grant for that exact file content (review finding 4,
-course 06.B):
-
-    category         keys
-    endpoint         providers.<name>.kind, .base_url, and provider default limits
-    credential       providers.<name>.api_key_env
-    env passthrough  env_passthrough
-    permission       permissions.allow, .mode, .max_mode, .full_access
-                     (permissions.deny and .ask only narrow: data; full_access is never taken
-                     from a project file, granted or not)
-    executable       hooks.<name>, mcp_servers.<name>
-    budget           models.<alias>.pricing.* (under-priced models defeat budgets), sessions.*,
-                     context.* (what compaction costs, and which model reads the history)
-    data location    beads.repo                           (where the daemon writes and commits)
-
-Everything else (`default_model`, `instructions`, `models.<alias>.{provider, model, limits,
-capabilities}`, `permissions.deny`, `permissions.ask`) is instruction or data.
-
-A grant binds the file's absolute path to the SHA-256 of its bytes. It lives in the user data
-dir (`platformdirs.user_data_dir("anvil")/trust.toml`, written with tomlkit, replaced
-atomically, mode 0600), outside any repository. Any edit of the file changes its digest and so
-voids the grant; the digest is taken from the same bytes that are parsed, so a file swapped
-between hashing and reading cannot borrow a grant.
-
-A grant never extends a credential: keys are bound to the origins the *user* config (or the
-built-in defaults) approved, and `anvild.llm.registry` withholds a key from any other origin,
-granted or not.
+A project config (`.anvil/config.toml`, possibly someone else's) may add instructions and data.
+A key carrying *authority* takes effect from a project file only under a grant for that exact
+file content: endpoint (`providers.*.kind`, `.base_url`, default limits), credential
+(`.api_key_env`), `env_passthrough`, permission (`permissions.allow`, `.mode`, `.max_mode`;
+`full_access` never from a project), executable (`hooks.*`, `mcp_servers.*`), budget
+(`models.*.pricing.*`, `sessions.*`, `context.*`), data location (`beads.repo`). Everything else
+(`default_model`, `instructions`, model aliases, `permissions.deny`/`.ask`) is instruction or data.
+A grant binds the file's absolute path to the SHA-256 of its bytes, kept in the user data dir's
+`trust.toml` (0600, replaced atomically); any edit voids it, and the digest is taken from the
+bytes that are parsed. A grant never extends a credential: keys go only to origins the user
+config or the defaults approved (`anvild.llm.registry`).
 """
 
 from __future__ import annotations
