@@ -15,7 +15,7 @@ blocks in the store once per open, no polling. Details: docs/decisions.md, "Modu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from anvild.beads import (
     BeadError,
@@ -25,6 +25,7 @@ from anvild.beads import (
     NewBead,
     NewConvoy,
 )
+from anvild.beads.board import Board, Change
 from anvild.beads.events import BeadOrphaned, encode_event
 from anvild.beads.model import Bead, BeadStatus, Convoy
 from anvild.beads.words import Word, split_words
@@ -340,25 +341,13 @@ class BeadsTree:
         return [b.id for b in self.store.beads()]
 
     def _bead_node(self, bead_id: str) -> Directory | None:
-        node = self._bead_nodes.get(bead_id)
-        if node is None:
-            if bead_id not in self.store.board.beads:
-                return None
-            node = self._bead_nodes[bead_id] = self._bead_directory(bead_id)
-        return node
+        return _kept(self._bead_nodes, bead_id, self.store.board.beads, self._bead_directory)
 
     def _bead_directory(self, bead_id: str) -> Directory:
         store = self.store
 
         def get() -> Bead:
             return store.bead(bead_id)
-
-        async def run(action: Callable[[], Awaitable[object]]) -> str:
-            try:
-                await action()
-            except BeadError as exc:
-                raise kind_of(exc)(str(exc)) from exc
-            return ""
 
         def rest(command: Command) -> str:
             words = _words_of(command)
@@ -372,23 +361,23 @@ class BeadsTree:
                     f"no live session {name!r}: claim names the session that will work on the "
                     f"bead (read agent/list), or {USER} for work you take yourself"
                 )
-            return await run(lambda: store.claim(bead_id, session, by=USER))
+            return await _run(lambda: store.claim(bead_id, session, by=USER))
 
         async def complete(command: Command) -> str:
             result = rest(command) if command.args else None
-            return await run(lambda: store.complete(bead_id, result, by=USER))
+            return await _run(lambda: store.complete(bead_id, result, by=USER))
 
         async def fail(command: Command) -> str:
-            return await run(lambda: store.fail(bead_id, rest(command), by=USER))
+            return await _run(lambda: store.fail(bead_id, rest(command), by=USER))
 
         async def approve(command: Command) -> str:
-            return await run(lambda: self.answer(bead_id, "approve", ""))
+            return await _run(lambda: self.answer(bead_id, "approve", ""))
 
         async def reject(command: Command) -> str:
-            return await run(lambda: self.answer(bead_id, "reject", rest(command)))
+            return await _run(lambda: self.answer(bead_id, "reject", rest(command)))
 
         async def release(command: Command) -> str:
-            return await run(lambda: store.release(bead_id, by=USER))
+            return await _run(lambda: store.release(bead_id, by=USER))
 
         async def fixed_approver(command: Command) -> str:
             raise CommandError(
@@ -408,45 +397,24 @@ class BeadsTree:
             ]
         )
 
-        def setter(
-            name: str, verb: Callable[[str, str], Awaitable[object]]
-        ) -> Callable[[bytes], Awaitable[None]]:
-            async def commit(data: bytes) -> None:
-                try:
-                    await verb(bead_id, _text(name, data))
-                except BeadError as exc:
-                    raise fs_error(name, exc) from exc
-
-            return commit
-
         files: list[Node] = [
             SnapshotFile("status", lambda: _line(get().status.value)),
             SnapshotFile("title", lambda: _line(get().title)),
-            ValueFile(
+            _text_file(
+                store,
                 "description",
-                lambda: _body(get().description),
-                setter("description", lambda i, t: store.set_description(i, t, by=USER)),
-                limit=MAX_TEXT_BYTES,
-                limit_name=TEXT_LIMIT_NAME,
-                admit=admit_bead_change(
-                    "description",
-                    lambda: store.board,
-                    lambda b: b.set_description(bead_id, "", by=USER, now=""),
-                ),
+                lambda: get().description,
+                lambda t: store.set_description(bead_id, t, by=USER),
+                lambda b: b.set_description(bead_id, "", by=USER, now=""),
             ),
             SnapshotFile("role", lambda: _line(get().role)),
             SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
-            ValueFile(
+            _text_file(
+                store,
                 "result",
-                lambda: _body(get().result),
-                setter("result", lambda i, t: store.set_result(i, t, by=USER)),
-                limit=MAX_TEXT_BYTES,
-                limit_name=TEXT_LIMIT_NAME,
-                admit=admit_bead_change(
-                    "result",
-                    lambda: store.board,
-                    lambda b: b.set_result(bead_id, "", by=USER, now=""),
-                ),
+                lambda: get().result,
+                lambda t: store.set_result(bead_id, t, by=USER),
+                lambda b: b.set_result(bead_id, "", by=USER, now=""),
             ),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(
@@ -497,12 +465,9 @@ class BeadsTree:
         return [c.id for c in self.store.convoys()]
 
     def _convoy_node(self, convoy_id: str) -> Directory | None:
-        node = self._convoy_nodes.get(convoy_id)
-        if node is None:
-            if convoy_id not in self.store.board.convoys:
-                return None
-            node = self._convoy_nodes[convoy_id] = self._convoy_directory(convoy_id)
-        return node
+        return _kept(
+            self._convoy_nodes, convoy_id, self.store.board.convoys, self._convoy_directory
+        )
 
     def _convoy_directory(self, convoy_id: str) -> Directory:
         store = self.store
@@ -510,23 +475,16 @@ class BeadsTree:
         def get() -> Convoy:
             return store.convoy(convoy_id)
 
-        async def run(action: Callable[[], Awaitable[object]]) -> str:
-            try:
-                await action()
-            except BeadError as exc:
-                raise kind_of(exc)(str(exc)) from exc
-            return ""
-
         async def add_bead(command: Command) -> str:
-            return await run(lambda: store.add_bead(convoy_id, command.args[0], by=USER))
+            return await _run(lambda: store.add_bead(convoy_id, command.args[0], by=USER))
 
         async def remove_bead(command: Command) -> str:
-            return await run(lambda: store.remove_bead(convoy_id, command.args[0], by=USER))
+            return await _run(lambda: store.remove_bead(convoy_id, command.args[0], by=USER))
 
         def ender(status: ConvoyStatus) -> Callable[[Command], Awaitable[str]]:
             async def end(command: Command) -> str:
                 reason = " ".join(w.text for w in _words_of(command))
-                return await run(
+                return await _run(
                     lambda: store.end_convoy(convoy_id, status, by=USER, reason=reason)
                 )
 
@@ -550,35 +508,74 @@ class BeadsTree:
             ]
         )
 
-        async def set_context(data: bytes) -> None:
-            try:
-                await store.set_context(convoy_id, _text("context", data), by=USER)
-            except BeadError as exc:
-                raise fs_error("context", exc) from exc
-
         files: list[Node] = [
             SnapshotFile("title", lambda: _line(get().title)),
             SnapshotFile("goal", lambda: _body(get().goal)),
             SnapshotFile("status", lambda: _line(get().status.value)),
             SnapshotFile("coordinator", lambda: _line(get().coordinator)),
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
-            ValueFile(
+            _text_file(
+                store,
                 "context",
-                lambda: _body(get().context),
-                set_context,
-                limit=MAX_TEXT_BYTES,
-                limit_name=TEXT_LIMIT_NAME,
-                admit=admit_bead_change(
-                    "context",
-                    lambda: store.board,
-                    lambda b: b.set_context(convoy_id, "", by=USER, now=""),
-                ),
+                lambda: get().context,
+                lambda t: store.set_context(convoy_id, t, by=USER),
+                lambda b: b.set_context(convoy_id, "", by=USER, now=""),
             ),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
             WaitFile("wait", lambda: lambda: _status_of(store.wait_convoy(convoy_id))),
             CtlFile("ctl", table),
         ]
         return Directory(convoy_id, files)
+
+
+def _kept(
+    nodes: dict[str, Directory],
+    key: str,
+    known: Mapping[str, object],
+    build: Callable[[str], Directory],
+) -> Directory | None:
+    """The directory kept for `key` (stable qids), built on first use while the board knows it."""
+    node = nodes.get(key)
+    if node is None:
+        if key not in known:
+            return None
+        node = nodes[key] = build(key)
+    return node
+
+
+async def _run(action: Callable[[], Awaitable[object]]) -> str:
+    """A ctl verb's store change; a refusal becomes the write's 9P error."""
+    try:
+        await action()
+    except BeadError as exc:
+        raise kind_of(exc)(str(exc)) from exc
+    return ""
+
+
+def _text_file(
+    store: BeadStore,
+    name: str,
+    read: Callable[[], str],
+    write: Callable[[str], Awaitable[object]],
+    change: Callable[[Board], Change],
+) -> ValueFile:
+    """A bead's or convoy's text file: the store admits the write before its body is read
+    (`change` on the current board, with an empty text), and the clunked body is one commit."""
+
+    async def commit(data: bytes) -> None:
+        try:
+            await write(_text(name, data))
+        except BeadError as exc:
+            raise fs_error(name, exc) from exc
+
+    return ValueFile(
+        name,
+        lambda: _body(read()),
+        commit,
+        limit=MAX_TEXT_BYTES,
+        limit_name=TEXT_LIMIT_NAME,
+        admit=admit_bead_change(name, lambda: store.board, change),
+    )
 
 
 async def _status_of(waiting: Awaitable[Bead | Convoy]) -> str:
