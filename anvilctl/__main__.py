@@ -1,22 +1,13 @@
 """The `anvilctl` command line: entry point and subcommand dispatch.
 
-The 9P file commands (`ls`, `read`, `write`, `rdwr`, `stat`) live in `anvilctl.ninep_cli` and
-behave like plan9port's `9p`; the session commands (`new`, `send`, `wait`, `out`, `models`,
-`sessions`, `attach`) in `anvilctl.sessions` (`attach` itself in `anvilctl.attach`); headless
-`anvilctl -p PROMPT [...]` (an option, not a command word: it is recognised before any command
-word, after the global `-a`/`-A`/`-n`) in `anvilctl.headless`; `anvilctl completion
-bash|zsh|fish` (a completion script made from this parser with shtab) in `anvilctl.completion`.
-`anvilctl --help` lists every command, `anvilctl --version` prints the version, and a mistyped
-command is refused with the nearest one ("did you mean").
-
-Scripts run the 9P commands in loops (a conductor polling sessions: `anvilctl read
-agent/r1/status`), so they must start fast: for them only `anvilctl.ninep_cli`, the 9P client and
-its codec `anvilctl.wire` are imported, and a plain command line is parsed without argparse
-(`ninep_cli.parse_args`; bench/anvilctl.py measures it). The session commands' module is imported
-for those commands; the other commands' modules pull in the provider and sandbox layers and are
-imported only when one of them (or `--help`) is asked for. `anvilctl.headless` itself imports
-only the 9P client; it imports the daemon's modules only when it has to run a turn in process (no
-daemon answers).
+Where each command lives: the 9P file commands in `anvilctl.ninep_cli` (plan9port `9p`
+behaviour); `new`, `send`, `wait`, `out`, `models`, `sessions`, `attach` in `anvilctl.sessions`
+(`attach` in `anvilctl.attach`); `-p PROMPT` (an option, recognised before any command word,
+after `-a`/`-A`/`-n`) in `anvilctl.headless`; `completion bash|zsh|fish` in
+`anvilctl.completion`. A mistyped command is refused with the nearest one.
+Invariant: the 9P commands start fast (scripts poll in loops; bench/anvilctl.py): for them only
+`ninep_cli`, the client and `anvilctl.wire` are imported and the line is parsed without argparse.
+Other commands' modules (provider and sandbox layers) are imported only when asked for.
 """
 
 from __future__ import annotations

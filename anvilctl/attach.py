@@ -1,49 +1,16 @@
 """`anvilctl attach ID`: talk to a session from a terminal.
 
-    anvilctl [-a ADDRESS] [-A ANAME] [-n] attach ID|ALIAS
-
-A prompt is written to the session's `in`; the turns are shown from the session's `events` as
-they stream: the answer (markdown rendered on a terminal), one dim line per tool call, a few
-indented lines of each result (`/last` shows the last results whole, `/verbose` every result),
-each retry of the provider as it starts, and a footer per turn with the outcome, steps, tokens,
-cost and the context's use. When a call waits on `approval`, its request is shown and answered
-with y (approve), a (always) or n (reject, with feedback that goes back to the model as the
-call's result). Commands: /help, /exit, /clear (ctl `clear`), /compact [FOCUS], /model [NAME],
-/last, /verbose, /attach ID. On attaching, the last exchanges are shown (from the session's `log`
-backlog) and a turn in progress from its start; on leaving, how to come back.
-
-On a terminal (stdin and stdout are ttys, TERM is not dumb) input is a prompt_toolkit
-application (`anvilctl.attach_tty`): a multi-line input line that stays below the output, a
-status line with a spinner and the elapsed time while a turn runs, history in
-`<data dir>/attach_history` (platformdirs' data dir of "anvil", the daemon's default), tab
-completion. Ctrl-C during a turn writes `cancel` to the session's `ctl`; at the prompt it clears
-the line; Ctrl-D or /exit leaves, and the session keeps running in the daemon. Otherwise (a
-pipe, TERM=dumb) lines are read one at a time, each when the previous turn has ended, and plain
-text is written; NO_COLOR and a pipe write no escape codes and show markdown as its text.
-
-Theory of operation
--------------------
-One asyncio loop; the controller (`Attach`) takes one item at a time from its inbox: event lines
-from the reader thread (`anvilctl.attach_remote.EventReader`, which blocks while the inbox is
-full, so the daemon's per-reader bound and its `lagged` marker apply), prompts and keys from the
-UI, the end of the stream, a reconnection. The 9P commands run on one worker thread so the input
-line stays live while they wait. After the reader caught up with the stream's backlog (SYNCED,
-see attach_remote), the past is shown only when the session is in the middle of a turn (the part
-after the last `turn_finished`), so an attacher sees the turn it joins; after that every
-`turn_finished` ends a turn, and its footer reads the session's `cost` and `usage`.
-
-Approvals. The session announces on `events` when it starts waiting on `approval`
-(`approval_requested`) and when the wait ends (`approval_answered`). On an
-`approval_requested` of kind tool the controller reads `approval` once and asks y/a/n (the
-file, not the event, is shown: if another client answered first, it is empty and nothing is
-asked). A gate already open before this client attached has its event in the past, so the
-first synchronisation reads `approval` once when the session is in await_approval.
-
-The daemon going away. When the stream fails or ends and `list` no longer answers (or still
-shows the session), attach says so at once and redials with back-off (0.25 s doubling to 5 s);
-what is typed stays in the input line (a prompt sent meanwhile is put back), and once the
-daemon is back attach synchronises again and carries on. A session that is gone (not listed, or
-exited) ends attach with status 1.
+Prompts go to `in`; turns are shown from `events` as they stream (answer, tool calls, results,
+retries, a footer per turn). A call waiting on `approval` is answered y/a/n. Commands: /help,
+/exit, /clear, /compact [FOCUS], /model [NAME], /last, /verbose, /attach ID. On a terminal the
+input is a prompt_toolkit application (`anvilctl.attach_tty`); otherwise lines are read one at a
+time and plain text is written (no escape codes for NO_COLOR or a pipe).
+One asyncio loop: the controller (`Attach`) takes one item at a time from its inbox (event lines
+from `attach_remote.EventReader`, which blocks while the inbox is full so the daemon's `lagged`
+bound applies; prompts; keys). 9P commands run on one worker thread. The `approval` file, not the
+event, is what is shown (empty if someone answered first). When the daemon goes away attach
+redials with back-off and keeps what was typed; a session that is gone ends it with status 1.
+Details: docs/decisions.md, "Module notes" (anvilctl.attach).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """`anvilctl attach`'s connections to the daemon: the event stream, the commands, the records.
 
-Two 9P connections. The *event connection* belongs to a reader thread (`EventReader`): it opens
-`ID/events` and hands every line it reads to `put` (which blocks while attach is behind, so the
-thread stops reading and the daemon's per-reader bound applies: a `lagged` marker says what was
-lost). The *command connection* (`Remote`) serves the small reads and writes: `in`, `ctl`,
-`approval`, `out`, `list`, `cost`, `usage`. An RPC that failed half-way leaves its connection
-with an unread reply, so that connection is dropped and the next command dials a fresh one.
-
-A new open of `events` (or `log`) starts with the stream's backlog (its last lines). To tell
-that backlog from what comes next, the reader *synchronises* once: when its read has been
-pending for a moment it sends Tflush for it. flush(5) answers a read that already had data
-before the Rflush; an Rflush alone means the read was still blocked, so every line published
-until then has been delivered, and the reader puts `SYNCED`. `read_backlog` does the same on
-`log` and stops there: it returns the log's backlog (the conversation so far, as far as the
-backlog reaches; after a daemon restart the log starts with the restored transcript).
-
-Full tool results are not on the streams (the events carry a preview): `RecordsFile` reads them
-from the session's records, `<data dir>/sessions/<id>.jsonl`, when that file is on this machine
-(the daemon's default data dir, which is the one attach knows).
+The *event connection* belongs to a reader thread (`EventReader`) that hands each line of
+`ID/events` to `put`, which blocks while attach is behind (so the daemon's per-reader bound and
+`lagged` marker apply). The *command connection* (`Remote`) does the small reads and writes; an
+RPC that failed half-way drops it and the next command dials afresh. To tell a new open's
+backlog from what follows, the reader Tflushes a read pending for a moment: an Rflush alone
+means everything published so far was delivered, and it puts `SYNCED` (`read_backlog` does the
+same on `log`). Full tool results come from the session's records (`RecordsFile`) when they
+are on this machine.
 """
 
 from __future__ import annotations

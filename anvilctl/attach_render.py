@@ -1,19 +1,11 @@
 """What `anvilctl attach` shows: a session's events as terminal text (the pure part).
 
-`Renderer.event` turns one parsed line of the session's `events` into text: answer text, one dim
-line per tool call, a few indented lines of each result, retries, todos, the turn's footer.
-It remembers whether the output so far ends a line, so every line of its own starts on one.
-
-Answer text goes through a `TextStream`: on a pipe (or under NO_COLOR / TERM=dumb) it is passed
-on as it comes (`Renderer(..., stream=None)`); on a terminal it is cut into what is finished and
-what is still being written, so the finished part can go above attach's input line and the rest
-can be shown (and redrawn) below it. `MarkdownStream` cuts at the end of each markdown block (a
-blank line outside a code fence, or the fence's closing line) and renders the finished blocks
-with rich; `LineStream` (no colour) cuts at the end of each line and renders nothing.
-
-`footer` is the closing line of a turn: outcome, steps, tokens, cost and context use (from the
-session's `cost` and `usage` files, read by attach when the turn ends). `exchanges` picks the
-last exchanges of a session's `log` backlog, shown when attaching.
+`Renderer.event` turns one parsed `events` line into text (answer, tool call lines, result
+previews, retries, todos, the footer) and tracks whether output ends a line. Answer text goes
+through a `TextStream`: passed on as it comes on a pipe or NO_COLOR (`stream=None`); on a
+terminal cut into finished and in-progress parts (`MarkdownStream` at block ends, rendered with
+rich; `LineStream` at line ends). `footer` is a turn's closing line (outcome, steps, tokens,
+cost, context); `exchanges` picks the last exchanges of a `log` backlog for attaching.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """`anvilctl attach` on a terminal: a prompt_toolkit application below the conversation.
 
-The application is three stacked parts at the bottom of the terminal (not full screen: the
-conversation stays in the terminal's own scrollback):
-
-    the answer being written (the live area: its unfinished markdown block, redrawn)
-    ⠹ waiting for the model · 4.2s · Ctrl-C cancels             (the status line, while busy)
-    > the input line, multi-line
-
-Finished output (`write`) goes above the application: prompt_toolkit erases it, the text is
-written, and it is drawn again below (`run_in_terminal`), so what is typed never mixes with
-what streams, and the streamed text is never cut by the input line.
-
-Keys: Enter sends; Alt-Enter, Ctrl-J, or a `\\` at the end of the line, adds a line. A bracketed
-paste is inserted whole (its newlines are newlines), and so is a paste the terminal does not
-bracket: an Enter with more keys already waiting behind it is a newline. Tab completes
-/commands, model names after /model, session ids after /attach, and paths (relative to the
-session's directory). Ctrl-C, Ctrl-D and Enter are handed to the controller (`on_interrupt`,
-`on_leave`, `on_submit`); while `ask` waits for an answer (an approval), Enter answers it,
-Ctrl-C makes it return None and Ctrl-D raises EOFError. Prompts go to the history file; answers
-do not.
+Not full screen (the conversation stays in the terminal's scrollback): at the bottom, the live
+area (the unfinished markdown block, redrawn), a status line while busy, and a multi-line input.
+Finished output (`write`) goes above through `run_in_terminal`, so typing and streaming never
+mix. Enter sends; Alt-Enter, Ctrl-J or a trailing `\\` adds a line; a paste (bracketed or not:
+an Enter with keys already waiting) is inserted whole. Tab completes /commands, models, session
+ids and paths. Ctrl-C, Ctrl-D and Enter go to the controller (`on_interrupt`, `on_leave`,
+`on_submit`); during `ask`, Enter answers, Ctrl-C returns None, Ctrl-D raises EOFError. Prompts
+go to the history file, answers do not.
 """
 
 from __future__ import annotations

@@ -1,106 +1,19 @@
 """`anvilctl -p PROMPT`: one prompt, one turn, nobody at the keyboard (headless).
 
-    anvilctl [-a ADDRESS] [-A ANAME] [-n] -p [PROMPT] [-m MODEL] [-C DIR] [--max-steps N]
-             [--max-budget-tokens N] [--permission-mode MODE] [--output-format FORMAT]
-             [-c | --continue | -r ID | --resume ID] [PROMPT...]
+    git diff | anvilctl -p "review this"              stdin (not a TTY) is appended to the prompt
+    anvilctl -p "fix the test" --output-format json   one JSON object when the turn has ended
+    anvilctl -p --continue "and the other test?"      the latest conversation of this directory
 
-    git diff | anvilctl -p "review this"             stdin (not a TTY) is appended to the prompt
-    echo "explain main.py" | anvilctl -p             ... or is the prompt, when none is given
-    anvilctl -p "fix the test" --output-format json  one JSON object when the turn has ended
-    anvilctl -p --continue "and the other test?"     the latest conversation of this directory
-
-The prompt is `-p`'s value, or the words after the options (`anvilctl -p -c "go on"`, as Claude
-Code writes it), or stdin; several of them are joined.
-
-Theory of operation
--------------------
-The session. `-p` creates an ephemeral, headless session (`new cwd=DIR ephemeral headless
-[model=M] [max_steps=N] [permission=MODE] [budget=N]` on `agent/ctl`): it runs this one prompt,
-then exits (its records stay in the data dir), and a tool call that needs approval is refused at
-once, the refusal saying which `--permission-mode` or config rule would allow it (nobody would
-ever answer `approval`, so waiting would hang). The daemon checks every key: a mode wider than
-its ceiling (`permissions.max_mode` in the user config) is refused with that message, and the
-command exits 1.
-
-Continuing. `--continue` sends the prompt to the most recently created live session whose cwd
-is this directory (`-C DIR`: that one), `--resume ID` to the live session with that id or
-alias (one of `agent/list`'s sessions that has not exited; a session made with `anvilctl new`,
-or by `attach`, stays). With no such live session (a `-p` session exits after its turn, its
-records kept), the prompt goes to a new ephemeral, headless session started from the old
-conversation: `new ... from=latest` (the latest session, live or exited, whose cwd is this
-directory) or `new ... from=ID` (that session, live or exited, and its cwd): its transcript,
-todos, cwd, role, model, sandbox and limits, the old session only read. So a continued `-p`
-conversation lives on in a new session each time: its id is the init line's and the result's
-`session_id` (`resumed` is true). None in the directory or an unknown id (with the nearest id
-or alias as a suggestion) are the daemon's errors. A live session in the directory is chosen
-over a later exited one. `-m`, `--max-steps`, `--max-budget-tokens`, `--permission-mode` (and
-`-C` with `--resume`) are usage errors with either flag. A live session busy with a turn is
-waited for (its `wait` file) before the prompt is sent (if it exited meanwhile, an ephemeral
-one, the prompt goes to a new session from it); one waiting for an approval is an error
-(answer it first). Its `events` file starts with a backlog of earlier turns, which is skipped:
-the events connection reads until a read stays pending, then flushes it (flush(5): an Rflush
-alone means every line published so far has been read, as `anvilctl attach` does), and only
-then is the prompt written. A live session is never killed: Ctrl-C cancels its turn and it
-stays for the next prompt.
-
-Which daemon. Without `-a`, the service `agent` in the namespace directory (the same rules as
-`anvilctl new|send|...`); with `-a ADDRESS` (and `-A` for the TCP token), that server. When no
-daemon answers on the namespace socket (and no `-a` was given), the turn runs in this process:
-the same session layer (`anvild.daemon.wiring.Sessions`, a `SessionManager`) on the user's data
-dir, whose lock this process then holds for the turn (its live sessions are restored, so
-`--continue` and `--resume` work there too). If another process holds that lock (a daemon
-serving another namespace, or another in-process `-p`), the turn runs on a fresh temporary data
-dir instead, which is removed afterwards (so the session's records are not kept), and stderr
-says so. The daemon's own modules are imported only on that path, so `-p` against a running
-daemon starts as fast as the other session commands. In process, a provider key that is not set
-is reported as this process's environment lacking it (the daemon's message says anvild's).
-
-The stream. The session's `events` file is opened before the prompt is written to `in`, so
-the reader sees every event of the turn. The last event of a turn is always its
-`turn_finished` (the daemon's event stream never drops it, even for a reader that fell behind:
-it drops older lines and says so with a `lagged` line instead), and this command stops reading
-there. The outcome gives the exit status.
-
-Output (`--output-format`):
-
-- `text` (default): the final answer on stdout. After an abnormal end, the partial answer (if
-  any) on stdout and `anvilctl -p: turn ended: OUTCOME: DETAIL` on stderr.
-- `json`: one object when the turn has ended, Claude Code's `result` where it fits: `type`
-  ("result"), `session_id`, `outcome`, `detail`, `is_error`, `exit_code`, `result` (the answer
-  text), `steps`, `duration_ms` (the command's wall time until the turn ended),
-  `total_cost_usd` (this turn's cost from the model's pricing: the session's `cost` after the
-  turn less before it; null when unknown), `usage` (the turn's tokens by kind, null when
-  unknown), `model`, `cwd`.
-- `stream-json`: first `{"type":"system","subtype":"init","session_id":...,"model":...,
-  "cwd":...,"resumed":...}` (Claude Code's init event, naming the session), then every agent
-  event line of the session's `events` file as it comes (JSON, one per line), `turn_finished`
-  the last of them, then the `result` object of `json`.
-
-Errors. In `text`, `anvilctl -p: MESSAGE` on stderr. In `json` and `stream-json` the same line,
-and on stdout a `result` object with `is_error` true, `outcome` "error", the message as
-`detail` and the exit status as `exit_code` (2 for a usage error), so a program reading stdout
-always gets one `result`.
-
-Nothing is coloured: stdout carries no terminal escape codes (a TTY or not). In `text`, escape
-sequences and other control characters in the model's answer (and in the reason on stderr) are
-removed too, so an answer cannot drive the terminal; `json` and `stream-json` carry them
-JSON-escaped (`\u001b`), never raw.
-
-Stopping. Ctrl-C (SIGINT) writes `cancel` to the session's ctl, waits for the turn to end (the
-tools' processes are killed by the daemon), prints what the format prints at a turn's end and
-exits 130; a second Ctrl-C exits at once. A closed stdout (the reader of a pipe went away:
-`anvilctl -p ... | head -1`) is noticed even while a tool runs and no event comes (stdout is
-polled for the error condition), and cancels the turn the same way. Before the prompt is
-written (the session is being set up: `new`, its `events` opened), a Ctrl-C kills the new
-session instead (one during `new` itself is held until the id is read), and so does a stdout
-found closed just before the prompt, or any other failure in between (a broken connection, a
-refused prompt): the prompt never reaches the model and no idle session is left behind (the
-kill goes on a connection of its own). A continued live session is not killed: the prompt is simply
-not sent. Exit 130 (1 for a failure).
-
-Exit status: 0 done, 1 error (also: the session could not be created, the daemon went away),
+Creates an ephemeral, headless session (a call needing approval is refused at once, naming what
+would allow it); `--continue`/`--resume` reuse a live session or start a new one `from=` the old
+conversation (a live session is never killed). The `events` file is opened (and its backlog
+flushed) before the prompt is written, and reading stops at `turn_finished`, which the stream
+never drops. Without a daemon on the namespace socket the turn runs in this process (anvild's
+modules imported only then). Output `text`, `json` or `stream-json`: a program reading stdout
+always gets one `result`; `text` strips control characters. Ctrl-C cancels the turn (exit 130);
+before the prompt is sent it kills the new session. Exit: `EXIT_CODES` (0 done, 1 error,
 2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled;
-2 also for a usage error (argparse's).
+details in docs/decisions.md, "Module notes").
 """
 
 from __future__ import annotations

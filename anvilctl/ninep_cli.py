@@ -1,22 +1,14 @@
 """`anvilctl ls|read|write|rdwr|stat`: plan9port `9p` semantics over `anvilctl.ninep_client`.
 
-Usage (as plan9port's 9p(1))::
-
     anvilctl [-a ADDRESS] [-A ANAME] [-n] ls [-l] PATH...
-    anvilctl [...] read PATH          copy the file to stdout
-    anvilctl [...] write [-l] PATH    copy stdin to the file: one Twrite per chunk (-l: per line)
-    anvilctl [...] rdwr PATH          read, print, then write each stdin line and read again
-    anvilctl [...] stat PATH          print the file's stat(5) entry
+    anvilctl [...] read PATH | write [-l] PATH | rdwr PATH | stat PATH
 
-Without ``-a`` the first path element names a service posted in the namespace directory
-(``agent/list`` is ``list`` on the socket ``$NAMESPACE/agent``, plan9port's rules). With
-``-a tcp!host!port`` (or ``unix!/path``) the whole path is inside that server, and ``-A`` gives
-the attach name (for anvild's TCP listener: the token). ``-n`` skips Tauth (like ``9p -n``).
-The wire sequences match plan9port's; see `anvilctl.ninep_client`.
-
-Errors print the server's message to stderr, prefixed by the command and path, and the command
-exits 1. Scripts run these commands in loops, so this module imports no more than the client and
-`anvilctl.wire`, and `parse_args` reads the plain command lines without argparse.
+Without ``-a`` the first path element names a service in the namespace directory (``agent/list``
+is ``list`` on ``$NAMESPACE/agent``); with ``-a tcp!host!port`` (or ``unix!/path``) the whole
+path is inside that server, ``-A`` the attach name (the TCP token). ``-n`` skips Tauth. The wire
+sequences match plan9port's. Errors print the server's message, prefixed by command and path,
+exit 1. Scripts run these in loops: only the client and `anvilctl.wire` are imported, and
+`parse_args` reads plain command lines without argparse.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """A small blocking 9P2000 client that behaves on the wire like plan9port's `9p`.
 
-What it owns: finding a service (plan9port's namespace rules), dialing (`unix!path`,
-`tcp!host!port`), and the request sequences of plan9port's lib9pclient as recorded in
-`fixtures/9p/plan9port-9p-client-traces.txt`: Tversion "9P2000" msize 8192 on NOTAG, Tauth with
-afid 0 (its error is ignored), Tattach fid 0 with afid NOFID, then one request at a time on tag
-0; files are walked to fid 1 from the root fid. This module adds only blocking socket I/O, which
-is all a one-shot CLI needs. Its requests and the replies it expects go through `anvilctl.wire`,
-and everything else (any malformed or unexpected reply, `Client.rpc`) through the reference codec
-`anvild.ninep.messages`, imported only then: `anvilctl read` starts without attrs.
-
-Errors: `ClientError` (the root), with `ServerError` for an Rerror/Rlerror (its message is the
-server's, so the CLI prints it unchanged) and `ConnectError` when the service cannot be reached.
-When that service is anvild's (the socket `agent`, or a TCP address) and nothing answers, the
-message says so and how to start it: "anvild is not running (no socket at
-/tmp/ns.glenda.:0/agent): start it with `anvild`" (every anvilctl command prints it).
+Owns finding a service (plan9port's namespace rules), dialing (`unix!path`, `tcp!host!port`)
+and lib9pclient's request sequences (fixtures/9p/plan9port-9p-client-traces.txt): Tversion
+"9P2000" msize 8192, Tauth afid 0 (error ignored), Tattach fid 0, one request at a time on tag 0,
+files walked to fid 1. Requests go through `anvilctl.wire`; anything unexpected through the
+reference codec `anvild.ninep.messages`, imported only then (`anvilctl read` starts without
+attrs). Errors: `ClientError`, with `ServerError` (the server's message, printed unchanged) and
+`ConnectError`; when anvild's service does not answer, the message says how to start it.
 """
 
 from __future__ import annotations

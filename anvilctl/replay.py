@@ -3,25 +3,13 @@
     anvilctl replay-stream --provider anthropic capture.sse
     anvilctl replay-stream --provider openai-responses turn.chunks.jsonl
 
-The bytes take the path a live response takes, without HTTP: anvil's `SseDecoder`, then the
-adapter's sans-IO `StreamState` (`on_sse` per event, `on_end` at the end of the body), then the
-`MessageBuilder`. On success the collected Completion is printed as JSON and the exit status
-is 0:
-
-    {"message": {...canonical message, as anvild.llm.types.converter writes it...},
-     "finish": "tool_use", "finish_detail": null,
-     "usage": {"input": 12, "output": 40, "cache_read": null, "cache_write": null},
-     "invalid_arguments": {}}
-
-If the stream ends in an error (an API error event, a protocol violation, a stream that never
-finished) the error is printed as JSON on stdout, `{"error": {"type": "ApiError", "message":
-..., "kind": ...}}`, with a one-line message on stderr, and the exit status is 1. A file that
-cannot be read is exit status 2.
-
-FILE is a raw `text/event-stream` body, or, when its name ends in `.chunks.jsonl`, one parsed
-`data:` payload per line (fixtures/recorded/MANIFEST.md): each line becomes `data: <line>` and a
-blank line, preceded by `event: <type>` when the payload is an object with a string `type`
-(Anthropic Messages and OpenAI Responses name their events; Chat and Gemini chunks do not).
+The bytes take a live response's path without HTTP: `SseDecoder`, the adapter's `StreamState`,
+then `MessageBuilder`. Success prints the Completion as JSON (`message`, `finish`,
+`finish_detail`, `usage`, `invalid_arguments`), exit 0; a stream ending in an error prints
+`{"error": {"type": ..., "message": ..., "kind": ...}}` (and a line on stderr), exit 1; an
+unreadable file exits 2. FILE is a raw `text/event-stream` body, or for `.chunks.jsonl` one
+`data:` payload per line (fixtures/recorded/MANIFEST.md), given `event: <type>` when the payload
+has a string `type`.
 """
 
 from __future__ import annotations

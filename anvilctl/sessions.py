@@ -1,58 +1,16 @@
 """`anvilctl new|send|wait|out|kill|models|sessions|attach`: the session commands over 9P files.
 
-    anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] [sandbox=S]
-                                                                          [ephemeral]
-    anvilctl [...] send [--wait] ID TEXT...|-     one prompt (`-`: read it from stdin)
-    anvilctl [...] wait ID [--timeout T]
-    anvilctl [...] out ID
-    anvilctl [...] kill ID
-    anvilctl [...] models [--no-header]
-    anvilctl [...] sessions [--all]
-    anvilctl [...] attach ID             interactive: see `anvilctl.attach`
+    anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] ...
+    anvilctl [...] send [--wait] ID TEXT...|-       anvilctl [...] wait ID [--timeout T]
+    anvilctl [...] out|kill ID    models [--no-header]    sessions [--all]    attach ID
 
-What each does on the `agent/` tree (DESIGN section 4):
-
-- `new` writes `new ...` to `agent/ctl` and reads the same fid, which answers the new session's
-  id; it prints the id. `cwd` defaults to the current directory.
-- `send` writes the prompt to `agent/ID/in` on one open; the daemon takes it when the fid is
-  clunked (a refusal, e.g. an exited session, fails the clunk and so the command). With
-  `--wait` it then waits on the same connection as `wait` does, prints what `wait` prints and
-  exits as `wait` does.
-- `wait` reads `agent/ID/wait`: it returns once every prompt sent before it has been handled
-  and no turn runs, and prints the state (`await`, `idle`, `error`, ...). Then it reads
-  `agent/ID/outcome`, the last turn's outcome (`done`, `error KIND: message`, `max_steps ...`),
-  and exits with `anvilctl -p`'s status for it (`anvilctl.headless.EXIT_CODES`): 0 done,
-  1 error, 2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped,
-  130 cancelled; anything but done is also said on stderr (`turn ended: OUTCOME DETAIL`). No
-  turn ended yet (`-`), or a daemon without the file: 0. With several prompts queued, the
-  status is the last turn's. With `--timeout T` it gives up after T seconds, prints nothing on
-  stdout and exits 1.
-- `out` reads `agent/ID/out`, the last answer; reading it to the end moves `await` to `idle`.
-- `kill` writes `kill ID` to `agent/ctl`: the session ends (a running turn is cancelled first;
-  its records stay on disk). It prints nothing.
-- `models` reads `agent/models` and prints it as a table under a header row (ALIAS PROVIDER
-  MODEL WINDOW KEY: whether its API key is present); `--no-header` prints the file as it is
-  (tab-separated, no header), for scripts.
-- `sessions` reads `agent/list` and keeps the sessions whose cwd is the current directory (all
-  of them with `--all`); for each it reads `agent/ID/created`, `first_prompt`, `usage` and
-  `outcome`, all on one connection, and prints a table: id, alias, state, outcome (the last
-  turn's, its first word: `done`, `error`, ...; `-` before any), role, model, usage (context
-  tokens used / window and %, `17.4k/200k 8.7%`), age (`42s`, `3m`, `2h`, `5d`), with `--all`
-  the cwd, and the first prompt's first line, cut to fit. A session that ends between the
-  listing and its reads is left out. The per-session files are read pipelined
-  (`read_small_files`).
-- `attach` is interactive (prompts, streamed turns, approvals); it lives in `anvilctl.attach`,
-  imported only for it.
-
-Paths follow the 9P commands' rules (`anvilctl.ninep_cli`): without `-a` the service `agent` in
-the namespace directory; with `-a ADDRESS` the files at the root of that server (`-A`: the
-attach name, the token over TCP). Errors print the server's message and exit 1. When a command
-that names a session (`send`, `wait`, `out`, `kill`) fails and the name is neither the id nor
-the alias of a listed session, the message adds the listed names closest to it (`did you mean
-dev?`, difflib), or where to find them.
-
-Only the 9P client is imported (these commands run in scripts' loops, like the 9P commands);
-`anvilctl.headless`, for its table of exit statuses, only once a wait has ended.
+Each is a few reads and writes on `agent/` (DESIGN section 4): `new` reads the id back on the
+ctl fid; `send` writes `in` on one open (a refusal fails the clunk and the command); `wait` reads
+`wait`, then `outcome`, and exits with `anvilctl -p`'s status for it (`--timeout`: exit 1);
+`out` reads the last answer (to the end: `await` -> `idle`); `sessions` reads the per-session
+files pipelined (`read_small_files`). Paths follow `anvilctl.ninep_cli`; errors print the
+server's message and exit 1, a mistyped session name adds the closest names. Only the 9P client
+is imported (scripts call these in loops); `attach` lives in `anvilctl.attach`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Ctrl-C reaches anvilctl's main thread, and its blocking waits notice it at once.
 
-CPython runs a signal's Python handler (KeyboardInterrupt for SIGINT) on the main thread, when
-that thread next runs bytecode; a blocking system call lets it do so only by failing with
-EINTR. Two ways a Ctrl-C was lost until the next key or event:
-
-- Another thread took it. The kernel delivers a process-directed signal (a Ctrl-C is SIGINT
-  to the terminal's foreground process group) to any thread that does not block it; the main
-  thread then stays in its wait. `BackgroundThread` blocks `MAIN_THREAD_SIGNALS`, so every one
-  of them goes to the main thread.
-- It came just before the wait. A signal that lands after the last check and before the
-  system call (after readline wrote the prompt, say: the kernel may run the terminal's reader
-  right then, and a test types Ctrl-C at once) is handled at C level, and the call then waits
-  with nothing to interrupt it. A `poll` loop adds the signal wakeup fd to what it waits on
-  (`signal_wakeup`: the C handler writes a byte there). readline's wait cannot take another
-  fd, so `readline_ticks` interrupts it with SIGALRM every `TICK` seconds, and readline runs
-  the handlers that are due.
+CPython runs a signal's Python handler on the main thread, and a blocking call lets it run only
+by failing with EINTR. So: `BackgroundThread` blocks `MAIN_THREAD_SIGNALS`, so no other thread
+takes a Ctrl-C; a `poll` loop also waits on the signal wakeup fd (`signal_wakeup`), so a signal
+landing just before the wait is not lost; readline cannot take another fd, so `readline_ticks`
+interrupts it with SIGALRM every `TICK` seconds. (docs/decisions.md, "Ctrl-C in anvilctl's
+blocking waits".)
 """
 
 from __future__ import annotations

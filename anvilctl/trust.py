@@ -2,20 +2,12 @@
 
     anvilctl trust show              # the project config found from the cwd
     anvilctl trust grant ~/src/app   # trust that project's .anvil/config.toml, as it is now
-    anvilctl trust revoke ~/src/app
 
-PATH is a project directory (its `.anvil/config.toml` is found as anvild finds it: from PATH up
-to the git root) or the config file itself; the default is the current directory.
-
-`show` lists the file's authority-bearing keys (endpoints, credentials, env passthrough,
-permissions, executables, pricing) with their values and categories, then its instruction and
-data keys, the file's SHA-256 and whether a grant covers it. `grant` records a grant for the
-file's current digest in the user data dir; `--sha256 HEX` refuses to grant unless the file
-still has the digest you reviewed with `show`. Any later edit of the file voids the grant.
-`revoke` removes it.
-
-A grant lets the project's keys take effect; it never extends a credential to a new host:
-keys go only to the origins approved in the user config (see docs/decisions.md).
+PATH is a project directory (its config found as anvild finds it) or the file; default the cwd.
+`show` lists the authority-bearing keys with values and categories, then the instruction and data
+keys, the SHA-256 and whether a grant covers it. `grant` records a grant for the current digest
+(`--sha256 HEX` refuses unless the file still has the digest you reviewed); any edit voids it.
+`revoke` removes it. A grant never extends a credential to a new host.
 """
 
 from __future__ import annotations
