@@ -16,6 +16,7 @@ blocks in the store once per open, no polling. Details: docs/decisions.md, "Modu
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 
 from anvild.beads import (
     BeadError,
@@ -400,22 +401,10 @@ class BeadsTree:
         files: list[Node] = [
             SnapshotFile("status", lambda: _line(get().status.value)),
             SnapshotFile("title", lambda: _line(get().title)),
-            _text_file(
-                store,
-                "description",
-                lambda: get().description,
-                lambda t: store.set_description(bead_id, t, by=USER),
-                lambda b: b.set_description(bead_id, "", by=USER, now=""),
-            ),
+            _text_file(store, bead_id, lambda: get().description, Board.set_description),
             SnapshotFile("role", lambda: _line(get().role)),
             SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
-            _text_file(
-                store,
-                "result",
-                lambda: get().result,
-                lambda t: store.set_result(bead_id, t, by=USER),
-                lambda b: b.set_result(bead_id, "", by=USER, now=""),
-            ),
+            _text_file(store, bead_id, lambda: get().result, Board.set_result),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(
                 "requires_approval", lambda: "true\n" if get().requires_approval else "false\n"
@@ -514,13 +503,7 @@ class BeadsTree:
             SnapshotFile("status", lambda: _line(get().status.value)),
             SnapshotFile("coordinator", lambda: _line(get().coordinator)),
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
-            _text_file(
-                store,
-                "context",
-                lambda: get().context,
-                lambda t: store.set_context(convoy_id, t, by=USER),
-                lambda b: b.set_context(convoy_id, "", by=USER, now=""),
-            ),
+            _text_file(store, convoy_id, lambda: get().context, Board.set_context),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
             WaitFile("wait", lambda: lambda: _status_of(store.wait_convoy(convoy_id))),
             CtlFile("ctl", table),
@@ -552,19 +535,26 @@ async def _run(action: Callable[[], Awaitable[object]]) -> str:
     return ""
 
 
+class _SetText(Protocol):
+    """A board's text setter (`Board.set_result`, `set_description`, `set_context`)."""
+
+    __name__: str
+
+    def __call__(self, board: Board, key: str, text: str, /, *, by: str, now: str) -> Change: ...
+
+
 def _text_file(
-    store: BeadStore,
-    name: str,
-    read: Callable[[], str],
-    write: Callable[[str], Awaitable[object]],
-    change: Callable[[Board], Change],
+    store: BeadStore, key: str, read: Callable[[], str], set_text: _SetText
 ) -> ValueFile:
-    """A bead's or convoy's text file: the store admits the write before its body is read
-    (`change` on the current board, with an empty text), and the clunked body is one commit."""
+    """The text file of a bead's or convoy's field, named after its setter: the board admits
+    a write before its body is read (the change with an empty text), and the clunked body is
+    one commit `by user`."""
+    name = set_text.__name__.removeprefix("set_")
 
     async def commit(data: bytes) -> None:
+        text = _text(name, data)
         try:
-            await write(_text(name, data))
+            await store.apply(lambda board, now: set_text(board, key, text, by=USER, now=now))
         except BeadError as exc:
             raise fs_error(name, exc) from exc
 
@@ -574,7 +564,9 @@ def _text_file(
         commit,
         limit=MAX_TEXT_BYTES,
         limit_name=TEXT_LIMIT_NAME,
-        admit=admit_bead_change(name, lambda: store.board, change),
+        admit=admit_bead_change(
+            name, lambda: store.board, lambda board: set_text(board, key, "", by=USER, now="")
+        ),
     )
 
 
