@@ -30,18 +30,8 @@ from anvild.beads.board import Board, Change
 from anvild.beads.events import BeadOrphaned, encode_event
 from anvild.beads.model import Bead, BeadStatus, Convoy
 from anvild.beads.words import Word, split_words
-from anvild.fs import (
-    Command,
-    CommandError,
-    CommandSpec,
-    CommandTable,
-    CtlFile,
-    Directory,
-    DynamicChildren,
-    SnapshotFile,
-    ValueFile,
-    WaitFile,
-)
+from anvild.fs import CtlFile, Directory, DynamicChildren, SnapshotFile, ValueFile, WaitFile
+from anvild.fs.ctl import Command, CommandError, CommandSpec, CommandTable
 from anvild.ninep.backend import Node
 from anvild.ninep.errors import InvalidInput
 from anvild.session.events import SessionEvent, SessionStateChanged
