@@ -267,6 +267,8 @@ class Sessions:
             ),
             redact=redactor.redact if redactor else None,
             extra_context=configs.extra_context(store.context_for),
+            hooks=lambda cwd: configs.current(cwd).config.hooks,
+            bead_of=lambda sid: " ".join(b.id for b in store.assigned(sid)),
             context=ContextPolicy(
                 auto_compact=config.context.auto_compact,
                 clear_at=config.context.clear_at,

@@ -7,6 +7,8 @@ run), its permission gate (the policy from the session's mode, the daemon's rule
 and what `always` answers added, from the records), the file tools' freshness tracker
 restored from the records (`FileSeen`: a file read before a daemon restart can be edited after
 it, and one changed meanwhile is still refused as stale), and the model's config.
+With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
+gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
 `load_layers` and `current_layers` give the system prompt's layers (`anvild.session.prompt`).
 """
 
@@ -21,11 +23,13 @@ import structlog
 
 from anvild.agent import events as ev
 from anvild.agent.context import Compaction
+from anvild.agent.hookpoints import NO_HOOKS
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Grants, Policy
 from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.hooks import SessionHooks
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
 from anvild.session import leftovers, roles
@@ -118,6 +122,9 @@ def build_agent(
         home=PurePosixPath(settings.home.resolve()),
     )
     decide = gate(permission, tools, context)
+    hooks = _hooks(session, settings, emit, lambda: decide.policy.mode.value)
+    if hooks is not None:  # a hook's allow answers only what the gate would ask
+        decide.approver = hooks.approver(decide.approver)
     target = session.target
     summariser = _summariser(session.id, services)
     config = AgentConfig(
@@ -142,6 +149,29 @@ def build_agent(
         window=window_for(target, settings.context),
         on_compaction=on_compaction,
         summariser=None if summariser is None else services.provider_for(summariser),
+        hooks=NO_HOOKS if hooks is None else hooks,
+    )
+
+
+def _hooks(
+    session: Session,
+    settings: SessionSettings,
+    emit: Callable[[ev.AgentEvent], None],
+    mode: Callable[[], str],
+) -> SessionHooks | None:
+    """The session's hooks (`anvild.hooks`), run on the host in its cwd; None without any."""
+    source, bead_of = settings.hooks, settings.bead_of
+    if source is None:
+        return None
+    cwd = Path(session.cwd)
+    return SessionHooks(
+        lambda: source(cwd),
+        session_id=session.id,
+        cwd=cwd,
+        role=lambda: session.role,
+        mode=mode,
+        emit=emit,
+        bead=(lambda: bead_of(session.id)) if bead_of is not None else lambda: "",
     )
 
 

@@ -28,6 +28,7 @@ import trio
 from anvild.agent import events as ev
 from anvild.agent.loop import Agent
 from anvild.agent.permissions.policy import Mode
+from anvild.hooks import PromptBlocked, SessionHooks
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message
@@ -157,6 +158,7 @@ class Session:
         self._turn_active = False
         self._accepted = len(state.queue)  # restored queued prompts were accepted
         self._handled = 0
+        self._start_context = ""  # what SessionStart hooks add to the next prompt
         self._used_before: int | None = None
         self._usd = usd  # the cost so far (a restored session's is priced from its records)
         self._list_cache: tuple[object, object, object, str] = (None, None, None, "")
@@ -370,6 +372,18 @@ class Session:
             await self._changed.wait()
 
     # -- writes ------------------------------------------------------------------------------
+
+    async def screen_prompt(self, text: str) -> str:
+        """The prompt written to `in` as the UserPromptSubmit hooks leave it (with the context
+        they add), before `submit`; a hook's rejection is `InvalidSessionRequest` saying why."""
+        hooks = self._hooks
+        if hooks is None or self._status not in ACCEPTS_PROMPTS or not text.strip():
+            return text  # nothing to screen, or `submit` refuses it anyway
+        try:
+            context = await hooks.prompt_submit(text)
+        except PromptBlocked as exc:
+            raise InvalidSessionRequest(f"the prompt was not accepted: {exc}") from exc
+        return f"{text}\n\n{context}" if context else text
 
     def submit(self, text: str) -> int:
         """Accept a prompt (`in`): it runs now or waits in the queue. Returns its sequence
@@ -636,6 +650,9 @@ class Session:
                 self._output.close()
 
     async def _work(self) -> None:
+        if (hooks := self._hooks) is not None:
+            source = "resume" if self._agent.messages else "startup"
+            self._start_context = await hooks.session_start(source)
         while True:
             text = await self._next_prompt()
             await self._run_turn(text)
@@ -667,7 +684,8 @@ class Session:
         self._output.start_turn(text, scope.deadline)
         try:
             with scope:
-                await self._agent.run_turn(text)
+                context, self._start_context = self._start_context, ""
+                await self._agent.run_turn(f"{context}\n\n{text}" if context else text)
         finally:
             self._turn_active = False
             self._handled += 1
@@ -724,6 +742,11 @@ class Session:
         self._services.publish(SessionFailed(self.id, reason))
         self._set_status(S.ERROR, f"the session's record could not be written: {reason}")
         self._agent.cancel()
+
+    @property
+    def _hooks(self) -> SessionHooks | None:
+        hooks = self._agent.hooks
+        return hooks if isinstance(hooks, SessionHooks) else None
 
     def _build_agent(self, messages: Iterable[Message]) -> Agent:
         return build_agent(
@@ -808,6 +831,8 @@ class Session:
         if not await self._recorder.append_synced(SessionEnded(reason)):
             raise RecordWriteFailed(f"session {self.id} could not record its end: {self._detail}")
         self._set_status(S.EXITED, reason)
+        if (hooks := self._hooks) is not None:
+            await hooks.session_end(reason)
         self._approvals.close("the session ended before the approval was answered")
         self._services.on_exit(self, reason, self.ephemeral and reason.startswith("ephemeral"))
         self._scope.cancel()

@@ -68,6 +68,10 @@ class SessionSettings:
     sandbox_role_dir: Path | None = None  # user overrides of sandbox-roles/ (None: platformdirs)
     home: Path = attrs.field(factory=Path.home)
     full_access_granted_by: str | None = None
+    hooks: Callable[[Path], Mapping[str, Mapping[str, object]]] | None = None
+    """The `[hooks.NAME]` tables that apply in a cwd (the user config's and a granted project
+    file's; `anvild.hooks`), asked at each hook point. None: no hooks."""
+    bead_of: Callable[[str], str] | None = None  # the bead a session works on, for its hooks
     stream_limits: BroadcastLimits = attrs.field(factory=BroadcastLimits)
     sandbox_settings: SandboxSettings = attrs.field(factory=SandboxSettings)
     redact: Callable[[str], str] | None = None

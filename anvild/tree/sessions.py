@@ -384,7 +384,7 @@ def _session_directory(
     async def submit(data: bytes) -> None:
         text = _text("in", data)
         try:
-            s.submit(text)
+            s.submit(await s.screen_prompt(text))  # UserPromptSubmit hooks: may refuse
         except SessionError as exc:
             raise _fs_error("in", exc) from exc
 
