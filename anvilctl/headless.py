@@ -11,9 +11,8 @@ flushed) before the prompt is written, and reading stops at `turn_finished`, whi
 never drops. Without a daemon on the namespace socket the turn runs in this process (anvild's
 modules imported only then). Output `text`, `json` or `stream-json`: a program reading stdout
 always gets one `result`; `text` strips control characters. Ctrl-C cancels the turn (exit 130);
-before the prompt is sent it kills the new session. Exit: `EXIT_CODES` (0 done, 1 error,
-2 max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled;
-details in docs/decisions.md, "Module notes").
+before the prompt is sent it kills the new session. Exit: `EXIT_CODES` (0 done, 1 error, 2
+max_steps, 3 max_tokens, 4 refused, 5 budget_exceeded, 6 protocol_stopped, 130 cancelled).
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """The session layer inside the daemon: registry, settings, manager, tree, events, shutdown.
 
-    sessions = Sessions.build(config, root, env=env, data_dir=data_dir, redactor=redactor,
-                              local_model=local_model)
+    sessions = Sessions.build(config, root, env=env, data_dir=data_dir, redactor=redactor, ...)
     daemon = Daemon(DaemonConfig(...), tree=root, children=[sessions.run], ...)
     sessions.attach(daemon)
 
 `build` turns the loaded (trusted) configuration into what `anvild.session` needs and wires
 every part that sits on it: the provider `Registry` (one shared HTTP client; `local` through a
 `LocalModelProvider` that waits for llama-server), the tools chain (default, conductor, mail,
-beads), `ProjectConfigs`, the `SessionExtension`s (config, outcome, introspection, compaction),
-`SessionSettings`, the `SessionTree`, mail, the bead store and tree, `BeadGates` and
-`SessionApprovals`. `run` (a daemon child) opens the bead store before any session is restored,
-then runs the manager; the shutdown step `sessions` cancels it and waits until every turn ended
-(no pending call approved) and every journal is closed. More: docs/decisions.md, "Module notes".
+beads), `ProjectConfigs`, the `SessionExtension`s (config, outcome, mcp, introspection,
+compaction), `SessionSettings` (with the daemon's `McpPool`), the `SessionTree`, mail, the bead
+store and tree, `BeadGates` and `SessionApprovals`. `run` (a daemon child) opens the bead store
+before any session is restored, then runs the MCP pool and the manager; the shutdown step
+`sessions` cancels them (the MCP servers stop) and waits until every turn ended (no pending
+call approved) and every journal is closed. More: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations
