@@ -48,7 +48,7 @@ from anvild.ninep.errors import FsError, NotFound, StorageFailed
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
 from anvild.tree.refusals import fs_error
 from anvild.tree.root import RootTree
-from anvild.tree.sessions import NewKey, SessionExtension, SessionTree
+from anvild.tree.sessions import NewKey, ReadToEndHandle, SessionExtension, SessionTree
 
 __all__ = [
     "MailTree",
@@ -128,21 +128,14 @@ class SessionResultGate(_Bound):
 # --- files ----------------------------------------------------------------------------------
 
 
-class _InboxHandle(Handle):
+class _InboxHandle(ReadToEndHandle):
     clunk_blocks = True
 
     def __init__(self, office: PostOffice, mailbox: str, messages: list[Message]) -> None:
         self._office = office
         self._mailbox = mailbox
         self._ids = [m.id for m in messages]
-        self._content = encode_list(messages)
-        self._reached_eof = False
-
-    async def read(self, offset: int, count: int) -> bytes:
-        data = self._content[offset : offset + count]
-        if offset + len(data) >= len(self._content):
-            self._reached_eof = True
-        return data
+        super().__init__(encode_list(messages))
 
     async def clunk(self) -> None:
         if self._reached_eof and self._ids:

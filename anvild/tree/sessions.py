@@ -63,6 +63,7 @@ __all__ = [
     "SESSION_FILES",
     "ModelLine",
     "NewKey",
+    "ReadToEndHandle",
     "SessionExtension",
     "SessionTree",
     "forward_events",
@@ -167,12 +168,12 @@ def _line(value: str | None) -> str:
 # --- file kinds of their own ----------------------------------------------------------------
 
 
-class _OutHandle(Handle):
-    def __init__(self, session: Session, mode: OpenMode) -> None:
-        self._session = session
-        self._text = session.out
-        self._content = self._text.encode()
-        self._reads = mode.read
+class ReadToEndHandle(Handle):
+    """Reads of a snapshot taken at open; `reached_eof` once a read reached its end, so that
+    only what an open showed in full counts as read (`out`, a mailbox's inbox)."""
+
+    def __init__(self, content: bytes) -> None:
+        self._content = content
         self._reached_eof = False
 
     async def read(self, offset: int, count: int) -> bytes:
@@ -180,6 +181,14 @@ class _OutHandle(Handle):
         if offset + len(data) >= len(self._content):
             self._reached_eof = True
         return data
+
+
+class _OutHandle(ReadToEndHandle):
+    def __init__(self, session: Session, mode: OpenMode) -> None:
+        self._session = session
+        self._text = session.out
+        self._reads = mode.read
+        super().__init__(self._text.encode())
 
     async def clunk(self) -> None:
         # Only the answer this open showed counts as read: a newer one stays in await.
