@@ -169,7 +169,7 @@ class FileTracker:
     value: the agent has read it (`record`) and nobody changed it since. After the agent's own
     write the tracker is refreshed with the new content, so a second agent edit works while an
     intervening user edit fails. Hashes, not mtimes: mtime granularity and clock changes make it
-    a heuristic (review, chapter 10).
+    a heuristic.
 
     The tracker is shared by the file tools of one session; trio runs them on one thread, and
     blocking file work happens in worker threads that only hand results back, so a dict is enough.

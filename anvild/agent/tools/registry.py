@@ -10,7 +10,7 @@ later mutation of a tool's dict cannot change the prompt prefix (and the provide
 
 Output is truncated in the middle by characters (Python `str` code points, so multi-byte text is
 never split): the head and the tail are kept because that is where errors and summaries are, and
-the marker counts toward the limit (review, chapter 07).
+the marker counts toward the limit.
 """
 
 from __future__ import annotations
