@@ -100,6 +100,25 @@ SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_
 SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
 HANDSHAKE_TIMEOUT_LIMIT: Final = 3600
 MAX_PROMPT_BYTES_LIMIT: Final = 16 << 20
+MCP_SERVER_KEYS: Final = (
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers_env",
+    "startup_timeout",
+    "tool_timeout",
+    "enabled_tools",
+    "disabled_tools",
+    "sandbox",
+    "sandbox_read",
+    "roles",
+    "read_only",
+)
+"""`[mcp_servers.NAME]` keys (`anvild.mcp.config` reads the checked table; README, MCP servers)."""
+MCP_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
+MCP_TIMEOUT_LIMIT: Final = 3600
 """The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 
 
@@ -324,7 +343,11 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                 else:
                     limit = HANDSHAKE_TIMEOUT_LIMIT
                     raise c.fail(sub, f"a number of seconds above 0, at most {limit}", item)
-        else:  # hooks, mcp_servers: one opaque table per entry, defined by later subsystems
+        elif top == "mcp_servers":
+            for name, entry in c.table(key, value).items():
+                sub = (top, c.name((top, name), name))
+                c.set(sub, _check_mcp_server(c, sub, entry))
+        else:  # hooks: one opaque table per entry
             for name, entry in c.table(key, value).items():
                 c.set((top, name), _plain(c.table((top, name), entry)))
     return c.layer
@@ -332,6 +355,78 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
 
 def _percent(item: object) -> bool:
     return isinstance(item, int | float) and not isinstance(item, bool) and 0 <= item < 100
+
+
+def _strings(c: _Checker, key: Key, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise c.fail(key, "an array of non-empty strings", value)
+    return list(value)
+
+
+def _check_mcp_server(c: _Checker, key: Key, value: object) -> dict[str, Any]:
+    """One `[mcp_servers.NAME]` table, checked; kept as one leaf (the whole table is authority).
+    A server is either stdio (`command`, with `args`, `env`, `cwd`) or streamable HTTP (`url`,
+    with `headers_env`: header name -> the environment variable holding its value)."""
+    table = c.table(key, value)
+    c.known(key, table, MCP_SERVER_KEYS)
+    if ("command" in table) == ("url" in table):
+        raise ConfigFileError(
+            c.file,
+            key,
+            "set either command (a server run over stdio) or url (a streamable HTTP server), "
+            "not both and not neither",
+        )
+    stdio_only, http_only = ("args", "env", "cwd", "sandbox", "sandbox_read"), ("headers_env",)
+    for name in stdio_only if "url" in table else http_only:
+        if name in table:
+            kind = "an HTTP server (url)" if "url" in table else "a stdio server (command)"
+            raise ConfigFileError(c.file, (*key, name), f"not used by {kind}; remove it")
+    out: dict[str, Any] = {}
+    for name, item in table.items():
+        sub = (*key, name)
+        if name == "command":
+            if isinstance(item, str):
+                out[name] = [c.string(sub, item)]
+            else:
+                out[name] = _strings(c, sub, item)
+                if not out[name]:
+                    raise c.fail(sub, "a program (a string, or a non-empty array: argv)", item)
+        elif name in ("args", "sandbox_read", "enabled_tools", "disabled_tools"):
+            out[name] = _strings(c, sub, item)
+        elif name == "roles":
+            out[name] = _strings(c, sub, item)
+            unknown = [r for r in out[name] if r not in MCP_ROLES]
+            if unknown:
+                raise ConfigFileError(
+                    c.file,
+                    sub,
+                    f"unknown role {unknown[0]!r}: the roles are {', '.join(MCP_ROLES)}",
+                )
+        elif name in ("env", "headers_env"):
+            pairs = c.table(sub, item)
+            for k, v in pairs.items():
+                if not isinstance(v, str):
+                    raise c.fail((*sub, k), "a string", v)
+                if name == "env" and not ENV_NAME.match(k):
+                    raise ConfigFileError(c.file, (*sub, k), "not an environment variable name")
+                if name == "headers_env" and not ENV_NAME.match(v):
+                    raise c.fail((*sub, k), "the name of an environment variable", v)
+            out[name] = dict(pairs)
+        elif name == "cwd":
+            out[name] = c.string(sub, item)
+        elif name == "url":
+            out[name] = c.url(sub, item)
+        elif name in ("startup_timeout", "tool_timeout"):
+            if (
+                isinstance(item, bool)
+                or not isinstance(item, int | float)
+                or not 0 < item <= MCP_TIMEOUT_LIMIT
+            ):
+                raise c.fail(sub, f"a number of seconds above 0, at most {MCP_TIMEOUT_LIMIT}", item)
+            out[name] = float(item)
+        else:  # sandbox, read_only
+            out[name] = c.boolean(sub, item)
+    return out
 
 
 def _check_provider(c: _Checker, key: Key, value: object) -> None:

@@ -51,6 +51,7 @@ from anvild.llm.stream import StreamEvent
 from anvild.llm.transport import LeanTransport, proxy_configured
 from anvild.llm.types import ChatRequest
 from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
+from anvild.mcp import McpPool, servers_of
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.secrets import Redactor
 from anvild.session import (
@@ -77,6 +78,7 @@ from anvild.tree.mail import (
     SessionResultGate,
     forward_mail_events,
 )
+from anvild.tree.mcp import mcp_file, mcp_reporter
 from anvild.tree.outcome import outcome_file
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import ModelLine, SessionExtension, SessionTree, forward_events
@@ -210,6 +212,7 @@ class Sessions:
     transport: LeanTransport | None = None  # its idle watch runs beside the manager
     gc_policy: GcPolicy | None = None  # the daemon command's (anvild.daemon.gcpolicy)
     approvals: SessionApprovals | None = None  # tells approver sessions of their gates
+    mcp: McpPool | None = None  # the MCP servers of every session, run beside the manager
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -246,6 +249,7 @@ class Sessions:
             base, resolve=resolve, registry=resolver, max_mode=Mode(perms.max_mode)
         )
         store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
+        pool = McpPool(lambda cwd: servers_of(configs.current(cwd).config), env=env)
         beads = BeadsTree(store)
         gates = BeadGates(store)
         settings = SessionSettings(
@@ -275,6 +279,7 @@ class Sessions:
                 compaction_model=config.context.compaction_model,
                 keep_tool_results=config.context.keep_tool_results,
             ),
+            mcp=pool,
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
@@ -318,6 +323,8 @@ class Sessions:
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
         tree.extend(outcome_file())
+        tree.extend(mcp_file(pool))
+        pool.report = mcp_reporter(root, _lookup(manager))
         tree.extend(introspection_files(settings))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
@@ -336,7 +343,9 @@ class Sessions:
             gates.on_bead_event(event)
 
         store.on_event = on_bead_event
-        return cls(manager, tree, root, client, mail, beads, gates, transport, gc_policy, approvals)
+        return cls(
+            manager, tree, root, client, mail, beads, gates, transport, gc_policy, approvals, pool
+        )
 
     def attach(self, daemon: Daemon) -> None:
         """Add the shutdown step; `daemon` must serve the root given to `build`."""
@@ -354,6 +363,8 @@ class Sessions:
                     async with trio.open_nursery() as nursery:
                         if self.transport is not None:
                             await nursery.start(self.transport.watch.run)
+                        if self.mcp is not None:  # cancelled with the rest: servers stop
+                            await nursery.start(self.mcp.run)
                         await nursery.start(self.manager.run)
                         if self.approvals is not None:
                             await nursery.start(self.approvals.run)

@@ -6,7 +6,9 @@ synced before it runs, `ToolFinished` after; a tool whose start could not be rec
 run), its permission gate (the policy from the session's mode, the daemon's rules and grants,
 and what `always` answers added, from the records), the file tools' freshness tracker
 restored from the records (`FileSeen`: a file read before a daemon restart can be edited after
-it, and one changed meanwhile is still refused as stale), and the model's config.
+it, and one changed meanwhile is still refused as stale), and the model's config. With the
+daemon's MCP pool (`SessionSettings.mcp`) the registry adds the session's MCP tools and the
+agent starts its servers before each turn (`anvild.mcp.tools`).
 With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
 gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
 `load_layers` and `current_layers` give the system prompt's layers (`anvild.session.prompt`).
@@ -14,6 +16,7 @@ gate's approver is wrapped: a hook's allow answers only what the gate would ask 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -32,6 +35,7 @@ from anvild.agent.tools.registry import ToolRegistry
 from anvild.hooks import SessionHooks
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
+from anvild.mcp import McpAgent, McpRegistry, McpSetup, Placement, SessionMcp, session_mcp
 from anvild.session import leftovers, roles
 from anvild.session.approvals import parse_remembered
 from anvild.session.compaction import window_for
@@ -87,6 +91,14 @@ def build_agent(
         ),
     )
     context = ToolContext(cwd=cwd, files=files, sandbox=policy)
+    mcp = (
+        None
+        if settings.mcp is None
+        else session_mcp(
+            settings.mcp,
+            McpSetup(session.id, session.role, Placement(cwd, policy, sandbox_role, sandbox)),
+        )
+    )
     # Freshness survives a daemon restart: what the file tools saw, from the records.
     context.tracker.restore({Path(p): h for p, h in state.files_seen})
     tools = _RecordingRegistry(
@@ -102,6 +114,7 @@ def build_agent(
         ),
         session,
         recorder,
+        mcp,
     )
     remembered = state.remembered
     permission = Policy(
@@ -137,7 +150,8 @@ def build_agent(
         cache_key=session.id,
         compaction_model="" if summariser is None else summariser.model,
     )
-    return Agent(
+    make: Callable[..., Agent] = Agent if mcp is None else functools.partial(McpAgent, mcp=mcp)
+    return make(
         services.provider_for(target),
         tools,
         config,
@@ -215,12 +229,18 @@ def current_layers(
     return attrs.evolve(layers, extra=extra)
 
 
-class _RecordingRegistry(ToolRegistry):
-    """The session's tools, with `ToolStarted` synced before each call runs and `ToolFinished`
-    synced after (the store's durability policy)."""
+class _RecordingRegistry(McpRegistry):
+    """The session's tools (its MCP servers' included), with `ToolStarted` synced before each
+    call runs and `ToolFinished` synced after (the store's durability policy)."""
 
-    def __init__(self, tools: Iterable[Tool], session: Session, recorder: Recorder) -> None:
-        super().__init__(tools)
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        session: Session,
+        recorder: Recorder,
+        mcp: SessionMcp | None = None,
+    ) -> None:
+        super().__init__(tools, mcp)
         self._session = session
         self._recorder = recorder
 

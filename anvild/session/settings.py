@@ -22,6 +22,7 @@ from anvild.agent.permissions.rules import RuleSet
 from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW, Tool
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
+from anvild.mcp import McpPool
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
@@ -81,6 +82,9 @@ class SessionSettings:
     """Text for the system prompt of the session with this id, after the role and before the
     session's `context` (the daemon gives its beads' convoy context). Asked at the start of
     every turn; the prompt's bytes change only when the text does."""
+    mcp: McpPool | None = None
+    """The daemon's MCP servers (`anvild.mcp`): each session's agent gets the tools of those
+    that apply to its cwd and role, started at its first turn. None: no MCP servers."""
 
 
 @attrs.frozen
