@@ -3,8 +3,8 @@
 Threat: the command is what a model chose, possibly steered by hostile repository text; it may
 try to write outside the workspace, plant something that runs later unsandboxed (git hooks and
 config, shell rc, `.anvil`), read credentials, reach the daemon's socket or the network, or
-outlive its call. `Sandbox.prepare` refuses unless the probe passed (`SandboxUnavailable`:
-nothing ever runs unsandboxed instead). `plan` (pure, given `HostFacts`) lays out a minimal
+outlive its call. `anvild.sandbox.confine.Sandbox.prepare` refuses unless the probe passed
+(nothing ever runs unsandboxed instead). `plan` (pure, given `HostFacts`) lays out a minimal
 read-only system, empty tmpfs over /tmp, /run, /var/tmp and $HOME (no reachable sockets), the
 role's paths (parents first), read-only re-binds of `.git` internals, `.anvil` and rc files
 inside writable roots (a missing one gets an empty read-only placeholder; a symlink is refused),
