@@ -22,22 +22,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from anvilctl.ninep_client import (
-    CFid,
-    Client,
-    ClientError,
-    ConnectError,
-    ServerError,
-    dial,
-    service_address,
-)
+from anvilctl.ninep_client import CFid, Client, ClientError, ConnectError, ServerError, mount_agent
 from anvilctl.signals import BackgroundThread
 from anvild.ninep import messages as m
 from anvild.ninep.constants import IOHDRSZ, OREAD, OTRUNC, OWRITE
 from anvild.ninep.errors import ProtocolError
 from anvild.ninep.framing import FrameReader
 
-SERVICE: Final = "agent"
 SYNC_QUIET: Final = 0.2  # seconds a read must stay pending before the reader flushes it
 RECORDS_TAIL: Final = 4 << 20  # bytes of a records file read for the last tool results
 
@@ -163,20 +154,14 @@ class Remote:
     """The command connection: small reads and writes, redialled after a failed RPC."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self._address = args.address or service_address(SERVICE)
+        self._address = args.address
         self._aname = args.aname
         self._auth = not args.noauth
         self._client: Client | None = None
         self._root: CFid | None = None
 
     def connect(self) -> tuple[Client, CFid]:
-        client = Client(dial(self._address))
-        try:
-            root = client.mount(aname=self._aname, auth=self._auth)
-        except BaseException:
-            client.close()
-            raise
-        return client, root
+        return mount_agent(self._address, aname=self._aname, auth=self._auth)
 
     def open_stream(self, path: str) -> tuple[Client, CFid]:
         """A connection of its own with `path` open for reading (for an `EventReader`)."""

@@ -40,8 +40,9 @@ from anvilctl.ninep_client import (
     ClientError,
     ConnectError,
     ServerError,
+    agent_address,
     dial,
-    service_address,
+    mount_agent,
 )
 from anvilctl.signals import BackgroundThread, drain_wakeup, signal_wakeup
 from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
@@ -58,7 +59,6 @@ __all__ = [
     "usd_of",
 ]
 
-SERVICE: Final = "agent"
 MODES: Final = ("plan", "default", "accept-edits", "bypass")
 FORMATS: Final = ("text", "json", "stream-json")
 EXIT_CODES: Final = {
@@ -506,9 +506,8 @@ class _Interrupted(Exception):
 def _connect(args: argparse.Namespace) -> Client | None:
     """A connection to the daemon, or None when none answers on the namespace socket (with
     `-a`, a failure to connect is an error: the user named that server)."""
-    address = args.address or service_address(SERVICE)
     try:
-        return Client(dial(address))
+        return Client(dial(agent_address(args.address)))
     except ConnectError:
         if args.address:
             raise
@@ -516,12 +515,7 @@ def _connect(args: argparse.Namespace) -> Client | None:
 
 
 def _mounted(args: argparse.Namespace) -> tuple[Client, CFid]:
-    client = Client(dial(args.address or service_address(SERVICE)))
-    try:
-        return client, client.mount(aname=args.aname, auth=not args.noauth)
-    except BaseException:
-        client.close()
-        raise
+    return mount_agent(args.address, aname=args.aname, auth=not args.noauth)
 
 
 class _EventPump(BackgroundThread):
@@ -962,7 +956,7 @@ def _run_in_process(
     except DataDirError as exc:
         temporary = Path(tempfile.mkdtemp(prefix="anvilctl-p-"))
         renderer._say(
-            f"no daemon answers on {service_address(SERVICE)} and {exc.args[0].split(';')[0]}; "
+            f"no daemon answers on {agent_address(None)} and {exc.args[0].split(';')[0]}; "
             f"running in process on the temporary data dir {temporary} (removed afterwards: "
             "this session's records are not kept)"
         )

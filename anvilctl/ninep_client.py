@@ -33,10 +33,13 @@ __all__ = [
     "ClientError",
     "ConnectError",
     "ServerError",
+    "agent_address",
     "dial",
+    "mount_agent",
     "namespace_dir",
 ]
 
+AGENT_SERVICE = "agent"
 DEFAULT_MSIZE = 8192
 DEFAULT_TCP_PORT = 564
 
@@ -149,6 +152,22 @@ def _not_running(parts: list[str], exc: OSError) -> str | None:
 def service_address(service: str) -> str:
     """The Unix socket of a service posted in the namespace directory (plan9port `nsamount`)."""
     return f"unix!{os.path.join(namespace_dir(), service)}"
+
+
+def agent_address(address: str | None) -> str:
+    """The daemon's `agent` service: `address` (`-a`) when given, else its namespace socket."""
+    return address or service_address(AGENT_SERVICE)
+
+
+def mount_agent(address: str | None, *, aname: str, auth: bool) -> tuple[Client, CFid]:
+    """A fresh connection to the `agent` service (at `address` when given) and its root fid;
+    the connection is closed when the mount fails."""
+    client = Client(dial(agent_address(address)))
+    try:
+        return client, client.mount(aname=aname, auth=auth)
+    except BaseException:
+        client.close()
+        raise
 
 
 class Client:

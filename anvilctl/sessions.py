@@ -25,15 +25,7 @@ from collections.abc import Sequence
 from typing import BinaryIO, NamedTuple
 
 from anvilctl.ninep_cli import failed, std_streams
-from anvilctl.ninep_client import (
-    CFid,
-    Client,
-    ClientError,
-    ConnectError,
-    ServerError,
-    dial,
-    service_address,
-)
+from anvilctl.ninep_client import CFid, Client, ClientError, ConnectError, ServerError, mount_agent
 from anvild.ninep import messages as m
 from anvild.ninep.constants import IOHDRSZ, ORDWR, OREAD, OTRUNC, OWRITE
 from anvild.ninep.errors import ProtocolError
@@ -42,7 +34,6 @@ from anvild.ninep.framing import FrameReader
 __all__ = ["COMMANDS", "add_subcommands", "run"]
 
 COMMANDS = ("new", "send", "wait", "out", "kill", "models", "sessions", "attach")
-SERVICE = "agent"
 _CHUNK = 8192
 
 
@@ -52,13 +43,7 @@ class WaitTimedOut(ClientError):
 
 def _connect(args: argparse.Namespace) -> tuple[Client, CFid]:
     """A fresh connection and its root fid (`agent/`)."""
-    address = args.address or service_address(SERVICE)
-    client = Client(dial(address))
-    try:
-        return client, client.mount(aname=args.aname, auth=not args.noauth)
-    except BaseException:
-        client.close()
-        raise
+    return mount_agent(args.address, aname=args.aname, auth=not args.noauth)
 
 
 def _open(args: argparse.Namespace, path: str, mode: int) -> tuple[Client, CFid]:
@@ -403,9 +388,8 @@ def _same_dir(a: str, b: str) -> bool:
 
 def _sessions(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> None:
     here = os.getcwd()
-    address = args.address or service_address(SERVICE)
-    with Client(dial(address)) as client:
-        root = client.mount(aname=args.aname, auth=not args.noauth)
+    client, root = mount_agent(args.address, aname=args.aname, auth=not args.noauth)
+    with client:
         chosen = []
         for line in _read_path(client, root, "list").splitlines():
             fields = [("" if f == "-" else f) for f in line.split("\t")]
