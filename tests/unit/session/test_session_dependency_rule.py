@@ -18,6 +18,7 @@ ALLOWED = (
     "anvild.sandbox",
     "anvild.store",
     "anvild.data",
+    "anvild.lines",
     "anvild.mcp",  # the MCP client, below the sessions (tests/unit/test_dependency_rules.py)
 )
 
