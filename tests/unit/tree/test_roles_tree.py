@@ -4,11 +4,13 @@ next session using what was written."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from anvild import data
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.ninep import messages as m
+from anvild.ninep.constants import L_O_CREAT, L_O_TRUNC, L_O_WRONLY, Dialect
 from anvild.sandbox.roles import BUILTIN_DIR, BUILTIN_ROLES
 from anvild.session.roles import BUILTIN_TEXT_DIR, ROLES
 from anvild.tree.roles import MAX_ROLE_BYTES
@@ -234,3 +236,44 @@ async def test_a_truncating_open_that_writes_nothing_changes_nothing(tmp_path: P
         fid = await c.open("roles/developer", OREAD)
         assert (await c.read_all(fid)).strip()
         await c.clunk(fid)
+
+
+async def test_v9fs_cp_and_rm_create_and_remove_user_roles_in_9p2000_l(tmp_path: Path) -> None:
+    """What v9fs sends for `cp x.yaml /mnt/agent/sandbox-roles/` (Tlcreate with O_CREAT|O_TRUNC,
+    Twrite, Tclunk) and for `rm` (Tunlinkat of the entry, not AT_REMOVEDIR)."""
+    creat = L_O_WRONLY | L_O_CREAT | L_O_TRUNC
+    async with served(tmp_path, []) as (_, con, _root):
+        u = await con()  # reads the files back
+        c = await con(Dialect.P9P2000_L)
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, 701, ("sandbox-roles",))), m.Rwalk)
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, 702, ("sandbox-roles",))), m.Rwalk)
+        reply = await c.raw.rpc(m.Tlcreate(0, 702, "auditor.yaml", creat, 0o644, 0))
+        assert isinstance(reply, m.Rlcreate), reply
+        assert isinstance(await c.raw.rpc(m.Twrite(0, 702, 0, READ_ONLY_ROLE)), m.Rwrite)
+        assert await c.raw.rpc(m.Tclunk(0, 702)) == m.Rclunk(0)
+        assert user_sandbox(tmp_path, "auditor").read_bytes() == READ_ONLY_ROLE
+        assert await u.get("sandbox-roles/auditor.yaml") == READ_ONLY_ROLE.decode()
+        # A broken body on a new file: refused at its Twrite, the file stays the empty role.
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, 703, ("sandbox-roles",))), m.Rwalk)
+        reply = await c.raw.rpc(m.Tlcreate(0, 703, "broken.yaml", creat, 0o644, 0))
+        assert isinstance(reply, m.Rlcreate), reply
+        refused = await c.raw.rpc(m.Twrite(0, 703, 0, b"network: maybe\n"))
+        assert refused == m.Rlerror(0, errno.EINVAL)
+        await c.raw.rpc(m.Tclunk(0, 703))
+        assert user_sandbox(tmp_path, "broken").read_bytes() == b""
+        # rm: the user-only roles go; a shipped one stays (EPERM); an override goes and the
+        # shipped file shows again.
+        for name in ("auditor.yaml", "broken.yaml"):
+            assert await c.raw.rpc(m.Tunlinkat(0, 701, name, 0)) == m.Runlinkat(0)
+            assert not user_sandbox(tmp_path, name.removesuffix(".yaml")).exists()
+        assert await dir_names(u, "sandbox-roles") == [f"{r}.yaml" for r in BUILTIN_ROLES]
+        assert await c.raw.rpc(m.Tunlinkat(0, 701, "tester.yaml", 0)) == m.Rlerror(0, errno.EPERM)
+        assert await u.put("roles/tester", b"Test twice.\n") == m.Rclunk(0)
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, 704, ("roles",))), m.Rwalk)
+        assert await c.raw.rpc(m.Tunlinkat(0, 704, "tester", 0)) == m.Runlinkat(0)
+        assert await u.get("roles/tester") == (BUILTIN_TEXT_DIR / "tester.txt").read_text()
+        # A new role text: refused (EPERM), nothing written.
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, 705, ("roles",))), m.Rwalk)
+        reply = await c.raw.rpc(m.Tlcreate(0, 705, "auditor", creat, 0o644, 0))
+        assert reply == m.Rlerror(0, errno.EPERM)
+        assert not user_text(tmp_path, "auditor").exists()
