@@ -1,0 +1,208 @@
+"""End to end: hooks (README "Hooks") through the real `anvild`, the fake provider server and
+real shell hook scripts in the test's tmp dir.
+
+- PreToolUse exit 2 refuses `bash(rm -rf x)`: the hook's stderr is the call's result, x stays;
+- PostToolUse sees the call's `tool_response`; Stop with `decision: block` continues the turn
+  once (the script goes on only when `stop_hook_active` is false);
+- UserPromptSubmit exit 2 fails the write to `in` with the hook's stderr, and queues nothing;
+- a project `.anvil/config.toml` hook is ignored (reported) until `anvilctl trust grant`, after
+  which it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_sessions_e2e import FakeServer, anvilctl, ok, read, user_config
+
+BLOCK_RM = """#!/bin/sh
+input=$(cat)
+case "$input" in
+  *'rm -rf'*) echo "rm -rf is refused by policy: list what you would delete instead" >&2; exit 2 ;;
+esac
+exit 0
+"""
+
+STOP_ONCE = """#!/bin/sh
+if grep -q '"stop_hook_active": true'; then exit 0; fi
+echo '{"decision": "block", "reason": "check the result once more"}'
+"""
+
+NO_SECRETS = """#!/bin/sh
+if grep -q password; then echo "prompts must not carry passwords" >&2; exit 2; fi
+"""
+
+
+def executable(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeServer]:
+    server = FakeServer(
+        tmp_path,
+        [
+            {
+                "contains": "clean up",
+                "tool_calls": [{"name": "bash", "arguments": {"command": "rm -rf x"}}],
+                "repeat": True,
+            },
+            {
+                "contains": "list it",
+                "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
+                "repeat": True,
+            },
+            {"text": "done", "repeat": True},
+        ],
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hooks_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "hooks"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def config(tmp_path: Path, fake: FakeServer, hooks_dir: Path) -> Path:
+    path = user_config(tmp_path, fake.url)
+    guard = executable(hooks_dir / "guard.sh", BLOCK_RM)
+    stop = executable(hooks_dir / "stop.sh", STOP_ONCE)
+    prompts = executable(hooks_dir / "prompts.sh", NO_SECRETS)
+    post = hooks_dir / "post.json"
+    path.write_text(
+        path.read_text()
+        + f"""
+[permissions]
+allow = ["bash(ls)"]
+
+[hooks.no-rm]
+event = "PreToolUse"
+matcher = "Bash"
+command = "{guard}"
+
+[hooks.log-results]
+event = "PostToolUse"
+matcher = "bash|write_file"
+command = "cat > {post}"
+timeout = 10
+
+[hooks.stop-once]
+event = "Stop"
+command = "{stop}"
+
+[hooks.no-secrets]
+event = "UserPromptSubmit"
+command = "{prompts}"
+"""
+    )
+    return path
+
+
+@pytest.fixture
+def daemon(namespace: Path, config: Path) -> Iterator[Anvild]:
+    d = Anvild(namespace, "--config", str(config))
+    d.wait_serving()
+    yield d
+    code, log = d.stop()
+    assert code == 0, log
+
+
+def new(namespace: Path, cwd: Path) -> str:
+    out = ok(anvilctl(namespace, "rdwr", "agent/ctl", stdin=f"new cwd={cwd} headless\n"))
+    return out.split("\n")[1]
+
+
+def turn(namespace: Path, session: str, prompt: str) -> str:
+    ok(anvilctl(namespace, "write", f"agent/{session}/in", stdin=prompt))
+    assert read(namespace, f"agent/{session}/wait") == "await\n"
+    return read(namespace, f"agent/{session}/out")
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    return json.dumps(request["body"]["messages"][-1]["content"])
+
+
+def test_pre_tool_use_refuses_post_tool_use_sees_and_stop_continues_once(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer, hooks_dir: Path
+) -> None:
+    (workdir / "x").mkdir()
+    session = new(namespace, workdir)
+    assert turn(namespace, session, "clean up").strip() == "done"
+    assert (workdir / "x").is_dir()
+    requests = fake.requests()
+    refused = last_user_text(requests[1])
+    assert "Blocked by a hook before bash ran: PreToolUse hook no-rm: " in refused
+    assert "rm -rf is refused by policy: list what you would delete instead" in refused
+    # The model said done; the Stop hook continued the turn once, then let it end.
+    assert len(requests) == 3
+    assert "Stop hook stop-once: check the result once more" in last_user_text(requests[2])
+    assert not (hooks_dir / "post.json").exists()  # the refused call never ran
+
+    assert turn(namespace, session, "list it").strip() == "done"
+    posted = json.loads((hooks_dir / "post.json").read_text())
+    assert posted["hook_event_name"] == "PostToolUse"
+    assert posted["session_id"] == session
+    assert posted["tool_name"] == "bash"
+    assert posted["tool_input"] == {"command": "ls"}
+    # What the hook saw is what the model got (the sandbox may refuse ls where pytest's tmp
+    # dir is private: either way the result reaches both).
+    response = posted["tool_response"]
+    assert set(response) == {"content", "is_error"}
+    assert response["content"]
+    seen_by_model = last_user_text(fake.requests()[-2])
+    assert json.dumps(response["content"])[1:40] in seen_by_model
+
+
+def test_user_prompt_submit_exit_2_fails_the_write_to_in(
+    daemon: Anvild, namespace: Path, workdir: Path, fake: FakeServer
+) -> None:
+    session = new(namespace, workdir)
+    refused = anvilctl(namespace, "write", f"agent/{session}/in", stdin="my password is hunter2")
+    assert refused.returncode != 0
+    assert "prompts must not carry passwords" in refused.stderr, refused.stderr
+    assert "UserPromptSubmit hook no-secrets" in refused.stderr
+    assert read(namespace, f"agent/{session}/queue") == ""
+    assert fake.requests() == []
+    assert turn(namespace, session, "hello").strip() == "done"
+
+
+def test_a_project_hook_runs_only_after_the_reported_grant(
+    daemon: Anvild, namespace: Path, tmp_path: Path, fake: FakeServer
+) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".anvil").mkdir()
+    marker = tmp_path / "project-hook-ran"
+    (repo / ".anvil" / "config.toml").write_text(
+        f'[hooks.mark]\nevent = "Stop"\ncommand = "touch {marker}"\n'
+    )
+    session = new(namespace, repo)
+    assert turn(namespace, session, "hello").strip() == "done"
+    assert not marker.exists()
+    shown = read(namespace, f"agent/{session}/config")
+    assert "hooks.mark" in shown
+    assert "not granted: anvilctl trust grant" in shown
+    log_lines = (daemon.data_dir / "logs" / "anvild.log").read_text()
+    command = next(
+        json.loads(line)["message"].split("apply it with `")[1].rstrip("`")
+        for line in log_lines.splitlines()
+        if "config.session_note" in line and "hooks.mark" in line
+    )
+    words = shlex.split(command)
+    assert words[:3] == ["anvilctl", "trust", "grant"]
+    ok(anvilctl(namespace, *words[1:]))
+    assert turn(namespace, session, "hello again").strip() == "done"
+    assert marker.exists()
