@@ -240,15 +240,6 @@ class _Checker:
         self.layer[key] = value
 
 
-def _plain(value: Any) -> Any:
-    """A copy of parsed TOML as plain dicts and lists (opaque leaves must not alias the doc)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
 def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
     """Validate a parsed config document; the flat layer of its settings."""
     c = _Checker(file)
@@ -347,9 +338,6 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             for name, entry in c.table(key, value).items():
                 sub = (top, c.name((top, name), name))
                 c.set(sub, _check_mcp_server(c, sub, entry))
-        else:  # hooks: one opaque table per entry
-            for name, entry in c.table(key, value).items():
-                c.set((top, name), _plain(c.table((top, name), entry)))
     return c.layer
 
 

@@ -45,9 +45,10 @@ Stamp = tuple[object, ...]
 
 _MODELS: Final = frozenset({"providers", "models", "default_model"})
 DAEMON_WIDE: Final = frozenset(
-    {"env_passthrough", "sessions", "context", "server", "beads", "hooks", "mcp_servers"}
+    {"env_passthrough", "sessions", "context", "server", "beads", "mcp_servers"}
 )
-"""Top-level keys a project may set that a session does not apply (daemon-wide, or unused)."""
+"""Top-level keys a project may set that a session does not apply (daemon-wide, or unused).
+A granted project's hooks apply to its sessions (`SessionSettings.hooks`)."""
 _NOT_APPLIED: Final = ("permissions.max_mode", "permissions.full_access")
 HEADER: Final = "# Instructions from the config (user, then project)"
 
