@@ -939,7 +939,6 @@ def _run_in_process(
     from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
     from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
     from anvild.llm.errors import ConfigError
-    from anvild.sandbox.secrets import Redactor
 
     env = os.environ
     try:
@@ -964,11 +963,7 @@ def _run_in_process(
         lock = DataDirLock(data_dir)
         lock.acquire(holder)
     try:
-        redactor = Redactor.from_environ(
-            env,
-            passthrough=config.env_passthrough,
-            extra_secret_names=[p.api_key_env for p in config.providers.values() if p.api_key_env],
-        )
+        redactor = config.redactor(env)
         try:
             configure_logging(data_dir, level=level, redactor=redactor)
         except OSError as exc:

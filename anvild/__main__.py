@@ -43,7 +43,6 @@ from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_
 from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
 from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
-from anvild.sandbox.secrets import Redactor
 from anvild.tree.root import RootTree
 
 log = structlog.get_logger("anvild")
@@ -167,11 +166,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _say(str(exc))
         return 1
     try:
-        redactor = Redactor.from_environ(
-            env,
-            passthrough=config.env_passthrough,
-            extra_secret_names=[p.api_key_env for p in config.providers.values() if p.api_key_env],
-        )
+        redactor = config.redactor(env)
         try:
             logs = configure_logging(data_dir, level=level, redactor=redactor)
         except OSError as exc:

@@ -34,7 +34,6 @@ from anvild.config.schema import (
     render_key,
 )
 from anvild.config.trust import TrustStore, authority_of, digest
-from anvild.llm.errors import ConfigError
 from anvild.llm.http import Timeouts
 from anvild.llm.kinds import KIND_TABLE
 from anvild.llm.registry import (
@@ -49,6 +48,7 @@ from anvild.llm.registry import (
     origin_of,
 )
 from anvild.llm.retry import RetryPolicy
+from anvild.sandbox.secrets import Redactor
 
 log = structlog.get_logger(__name__)
 
@@ -222,6 +222,15 @@ class Config:
     # whose trust grants were consulted: `merge_project` re-merges a project onto these.
     layers: tuple[tuple[Layer, Source], ...] = ()
     trust_dir: Path | None = None
+
+    def redactor(self, env: Mapping[str, str]) -> Redactor:
+        """What logs must never show: `env`'s secrets (`env_passthrough` ones too) and the
+        values of the providers' key variables."""
+        return Redactor.from_environ(
+            env,
+            passthrough=self.env_passthrough,
+            extra_secret_names=[p.api_key_env for p in self.providers.values() if p.api_key_env],
+        )
 
     def source_of(self, key: str) -> Source | None:
         """Provenance by rendered key, e.g. `providers.local.base_url`."""
@@ -636,23 +645,3 @@ def _models(
             capabilities=capabilities,
         )
     return models
-
-
-__all__ = [
-    "Config",
-    "ConfigError",
-    "ConfigFileError",
-    "ConfigWarning",
-    "Instruction",
-    "Permissions",
-    "ProjectFile",
-    "ServerLimits",
-    "SessionLimits",
-    "Source",
-    "Trust",
-    "find_project_config",
-    "load",
-    "merge_project",
-    "user_config_file",
-    "user_data_dir",
-]
