@@ -110,7 +110,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("ninep", "llm", "sandbox"),
     ("store", "agent", "fs"),
     ("config",),
-    ("mcp", "hooks"),
+    ("mcp", "hooks", "skills", "checkpoints"),
     ("session",),
     ("beads", "mail"),
     ("tree", "coord"),
