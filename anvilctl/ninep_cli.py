@@ -128,15 +128,20 @@ def _chunks(stdin: BinaryIO) -> Iterator[bytes]:
         yield chunk
 
 
+def _stat(client: Client, root: CFid, path: str) -> Stat:
+    """The stat of `path`, walked to and clunked again."""
+    fid = client.walk(root, path)
+    try:
+        return fid.stat()
+    finally:
+        fid.clunk()
+
+
 def _cmd_ls(mount: _Mount, args: Args, out: BinaryIO) -> None:
     for name in args.paths:
         client, root, path = mount(name)
         with client:
-            fid = client.walk(root, path)
-            try:
-                d = fid.stat()
-            finally:
-                fid.clunk()
+            d = _stat(client, root, path)
             if d.mode & DMDIR:
                 fid = client.open(root, path, OREAD)
                 try:
@@ -205,12 +210,7 @@ def _cmd_rdwr(mount: _Mount, args: Args, stdin: BinaryIO, out: BinaryIO, err: Bi
 def _cmd_stat(mount: _Mount, args: Args, out: BinaryIO) -> None:
     client, root, path = mount(args.path)
     with client:
-        fid = client.walk(root, path)
-        try:
-            d = fid.stat()
-        finally:
-            fid.clunk()
-        out.write(_dir_line(d).encode() + b"\n")
+        out.write(_dir_line(_stat(client, root, path)).encode() + b"\n")
 
 
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
