@@ -112,23 +112,11 @@ class MailStore:
     def messages(self, mailbox: str, box: Box) -> list[Message]:
         """The messages of `box`, oldest first (ids sort by creation)."""
         directory = self._dir(mailbox, box)
-        try:
-            names = sorted(os.listdir(directory))
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise MailStoreError(f"mailbox {mailbox}: cannot list {box.value}: {exc}") from exc
-        messages = []
-        for name in names:
-            stem, dot, ext = name.partition(".")
-            if not (dot and ext == "json" and is_message_id(stem)):
-                continue
-            message = self._load(directory / name)
-            if message is not None:
-                messages.append(message)
-        return messages
+        loaded = (self._load(directory / f"{i}.json") for i in self.ids(mailbox, box))
+        return [message for message in loaded if message is not None]
 
     def ids(self, mailbox: str, box: Box) -> list[str]:
+        """The ids of `box`'s messages, oldest first."""
         directory = self._dir(mailbox, box)
         try:
             names = sorted(os.listdir(directory))
