@@ -1,6 +1,6 @@
 """Benchmark: the agent loop's own cost per step, without model or tool latency.
 
-    .venv/bin/python bench/loop.py [--steps 100] [--repeat 7]
+    .venv/bin/python bench/loop.py [--steps 100] [--repeat 7] [--hooks] [--mcp 3]
 
 One turn of `--steps` steps: the ScriptedProvider answers each request with one call of a no-op
 tool (and a short text delta, as models do), then a final text; the tool returns at once. Every
@@ -13,28 +13,72 @@ Reported: milliseconds per step (best and median of --repeat turns), and the sha
 spent in transcript validation (measured separately by timing validate_transcript on the same
 transcripts). The target is under 3 ms per step. The figure includes the scripted provider's own
 cost, so it overstates the harness slightly.
+
+`--hooks` adds 8 no-op hooks that match every step's call (4 PreToolUse, 4 PostToolUse, each
+`cat > /dev/null`); `--mcp N` gives the session N stdio MCP servers (tests/support/mcp_server.py,
+started before the clock runs: their tools are in every request). With hooks, the time the hook
+processes themselves take (the union of their runs, measured around each) is reported and
+subtracted: what is left is the harness, hook machinery included, against the same 3 ms.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Final
 
 import trio
 
 from anvild.agent.channel import EventChannel
+from anvild.agent.hookpoints import NO_HOOKS, TurnHooks
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.tools.base import Args, Cancellation, Effects, ToolContext, ToolOutput
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.hooks import HookRun, HookSpec, SessionHooks
+from anvild.hooks.process import run_hook
 from anvild.llm.integrity import validate_transcript
 from anvild.llm.stream import Usage
 from anvild.llm.testing import ScriptedProvider, Step, script
+from anvild.mcp import McpAgent, McpPool, McpRegistry, McpSetup, Placement, ServerSpec, session_mcp
+from anvild.sandbox import WorkspaceWrite
+from anvild.sandbox.roles import load_role
 
 USAGE: Final = Usage(input=1200, output=40, cache_read=0, cache_write=0)
+ROOT: Final = Path(__file__).resolve().parents[1]
+HOOKS: Final = {
+    f"{event.lower()}-{i}": {"event": event, "matcher": matcher, "command": "cat > /dev/null"}
+    for event in ("PreToolUse", "PostToolUse")
+    for i, matcher in enumerate(("noop", "no.*", "*", "noop|other"))
+}
+"""8 hooks that match every call of the turn and do nothing."""
+
+
+class HookClock:
+    """Wraps the hooks' process runner: the time hook processes ran (overlaps counted once)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+
+    async def run(self, spec: HookSpec, payload: Mapping[str, Any], **kw: Any) -> HookRun:
+        start = time.perf_counter()
+        try:
+            return await run_hook(spec, payload, **kw)
+        finally:
+            self.spans.append((start, time.perf_counter()))
+
+    def total(self) -> float:
+        busy, end = 0.0, float("-inf")
+        for start, stop in sorted(self.spans):
+            if stop > end:
+                busy += stop - max(start, end)
+                end = stop
+        return busy
 
 
 class Noop:
@@ -69,15 +113,76 @@ def make_scripts(steps: int) -> list[list[Step]]:
     return scripts
 
 
-async def one_turn(steps: int, cwd: str) -> tuple[float, Agent]:
-    channel = EventChannel()
-    agent = Agent(
+@asynccontextmanager
+async def mcp_agent(
+    servers: int, cwd: str, steps: int, channel: EventChannel, hooks: TurnHooks
+) -> AsyncIterator[Agent]:
+    """An agent whose session has `servers` MCP servers, started before the clock runs."""
+    specs = tuple(
+        ServerSpec(
+            f"bench{i}",
+            argv=(sys.executable, "-m", "tests.support.mcp_server"),
+            env={"PYTHONPATH": str(ROOT)},
+            sandbox=False,
+        )
+        for i in range(servers)
+    )
+    pool = McpPool(lambda _: specs)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        place = Placement(Path(cwd), WorkspaceWrite(), load_role("developer"))
+        mcp = session_mcp(pool, McpSetup("bench", "developer", place))
+        await mcp.ensure_started()
+        yield McpAgent(
+            ScriptedProvider(make_scripts(steps)),
+            McpRegistry([Noop()], mcp),
+            AgentConfig(model="bench", max_steps=steps),
+            ToolContext(cwd=cwd),
+            emit=channel.send_nowait,
+            hooks=hooks,
+            mcp=mcp,
+        )
+        await pool.stop()
+
+
+@asynccontextmanager
+async def plain_agent(
+    servers: int, cwd: str, steps: int, channel: EventChannel, hooks: TurnHooks
+) -> AsyncIterator[Agent]:
+    yield Agent(
         ScriptedProvider(make_scripts(steps)),
         ToolRegistry([Noop()]),
         AgentConfig(model="bench", max_steps=steps),
         ToolContext(cwd=cwd),
         emit=channel.send_nowait,
+        hooks=hooks,
     )
+
+
+async def one_turn(
+    steps: int, cwd: str, with_hooks: bool = False, servers: int = 0
+) -> tuple[float, float, Agent]:
+    """One turn: (its wall time, the hook processes' own time within it, the agent)."""
+    channel = EventChannel()
+    clock = HookClock()
+    hooks: TurnHooks = NO_HOOKS
+    if with_hooks:
+        hooks = SessionHooks(
+            lambda: HOOKS,
+            session_id="bench",
+            cwd=Path(cwd),
+            role=lambda: "developer",
+            mode=lambda: "default",
+            emit=channel.send_nowait,
+            runner=clock.run,
+        )
+    make = mcp_agent if servers else plain_agent
+    async with make(servers, cwd, steps, channel, hooks) as agent:
+        elapsed = await timed_turn(agent, channel)
+    return elapsed, clock.total(), agent
+
+
+async def timed_turn(agent: Agent, channel: EventChannel) -> float:
 
     async def reader() -> None:
         async for _ in channel:
@@ -90,8 +195,8 @@ async def one_turn(steps: int, cwd: str) -> tuple[float, Agent]:
         elapsed = time.perf_counter() - start
         channel.close()
     assert finished.outcome == "done", finished
-    assert finished.steps == steps
-    return elapsed, agent
+    assert finished.steps == agent.config.max_steps
+    return elapsed
 
 
 def validation_time(agent: Agent) -> float:
@@ -109,13 +214,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--hooks", action="store_true", help="8 no-op hooks on every call")
+    parser.add_argument("--mcp", type=int, default=0, help="this many stdio MCP servers")
     args = parser.parse_args()
+    turn = (args.steps, args.hooks, args.mcp)
     with tempfile.TemporaryDirectory() as cwd:
-        trio.run(one_turn, args.steps, cwd)  # warm-up: imports, caches
-        runs = [trio.run(one_turn, args.steps, cwd) for _ in range(args.repeat)]
-    per_step = [elapsed / args.steps * 1000 for elapsed, _ in runs]
-    validation = validation_time(runs[0][1]) / args.steps * 1000
+        trio.run(one_turn, args.steps, cwd, *turn[1:])  # warm-up: imports, caches
+        runs = [trio.run(one_turn, args.steps, cwd, *turn[1:]) for _ in range(args.repeat)]
+    per_step = [(elapsed - hooks) / args.steps * 1000 for elapsed, hooks, _ in runs]
+    validation = validation_time(runs[0][2]) / args.steps * 1000
     print(f"steps per turn:        {args.steps}")
+    if args.hooks or args.mcp:
+        print(f"hooks, MCP servers:    {len(HOOKS) if args.hooks else 0}, {args.mcp}")
+    if args.hooks:
+        own = statistics.median(hooks / args.steps * 1000 for _, hooks, _ in runs)
+        wall = statistics.median(elapsed / args.steps * 1000 for elapsed, _, _ in runs)
+        print(f"per step, wall:        {wall:.3f} ms (median)")
+        print(f"  hooks' own run time: {own:.3f} ms (median; subtracted below)")
     print(f"per step, best:        {min(per_step):.3f} ms")
     print(f"per step, median:      {statistics.median(per_step):.3f} ms")
     share = validation / statistics.median(per_step)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ from anvild.hooks.spec import Event, HookSet, HookSpec
 from anvild.llm.types import ToolCall, ToolResult
 
 HookTables = Mapping[str, Mapping[str, Any]]
+Runner = Callable[..., Awaitable[HookRun]]
+"""`run_hook`'s signature (a benchmark wraps it to time the hooks' own runs)."""
 
 
 class PromptBlocked(Exception):
@@ -86,6 +88,7 @@ class SessionHooks:
         emit: Callable[[ev.AgentEvent], None],
         bead: Callable[[], str] = _nothing,
         environ: Mapping[str, str] | None = None,
+        runner: Runner = run_hook,
     ) -> None:
         self._source = source
         self.session_id = session_id
@@ -99,6 +102,7 @@ class SessionHooks:
         self._set = HookSet()
         self._approved: dict[str, str] = {}  # call id -> the hook that allowed it
         self._inner: Approver | None = None
+        self._runner = runner
 
     # -- the config that applies ------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class SessionHooks:
         runs: list[HookRun | None] = [None] * len(specs)
 
         async def one(index: int, spec: HookSpec) -> None:
-            runs[index] = await run_hook(spec, payload, cwd=self.cwd, env=self._env)
+            runs[index] = await self._runner(spec, payload, cwd=self.cwd, env=self._env)
 
         async with trio.open_nursery() as nursery:
             for index, spec in enumerate(specs):
