@@ -21,7 +21,7 @@ DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \
-	llama-server llama-start llama-stop fuzz-permissions chaos test-llama-long dist
+	llama-server llama-start llama-stop fuzz-permissions chaos test-llama-long dist mcp-servers
 
 LLAMA := anvild/data/llama-server
 
@@ -74,6 +74,25 @@ llama-start: llama-server
 llama-stop:
 	$(LLAMA) stop
 
+# The real MCP servers the tests drive (tests/integration/test_mcp_e2e.py), pinned, installed with
+# npm into MCP_NPM_DIR (the tests read it as ANVIL_MCP_NPM_DIR, same default) once per machine and
+# per pin: the stamp names the pins, so changing one reinstalls. Without npm: a note, and the
+# tests that need the servers skip.
+MCP_NPM_PACKAGES := @modelcontextprotocol/server-everything@2026.8.31 \
+	@modelcontextprotocol/server-filesystem@2026.8.31
+MCP_NPM_DIR ?= $(HOME)/.cache/anvil/npm
+MCP_NPM_STAMP := $(MCP_NPM_DIR)/.installed
+mcp-servers:
+	@if ! command -v npm >/dev/null; then \
+	  echo "note: npm is missing: the MCP tests against the npm servers will skip"; exit 0; fi; \
+	want="$(MCP_NPM_PACKAGES)"; \
+	if [ "$$(cat $(MCP_NPM_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  echo "installing MCP servers into $(MCP_NPM_DIR): $$want"; \
+	  mkdir -p $(MCP_NPM_DIR); \
+	  npm install --silent --no-audit --no-fund --save-exact --prefix $(MCP_NPM_DIR) $$want >/dev/null; \
+	  echo "$$want" > $(MCP_NPM_STAMP); \
+	fi
+
 run: setup llama-server
 	$(VENV)/bin/anvild
 
@@ -95,9 +114,9 @@ typecheck: $(STAMP)
 # tests/conftest.py gives them (longest first; xdist would otherwise put the files with the most
 # tests first).
 PYTEST_WORKERS ?= auto
-pytest: setup llama-server
+pytest: setup llama-server mcp-servers
 	$(PY) -m compileall -q anvild anvilctl tests
-	ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	ANVIL_REQUIRE_LLAMA=1 ANVIL_MCP_NPM_DIR=$(MCP_NPM_DIR) $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: setup lint typecheck pytest
 

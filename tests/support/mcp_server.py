@@ -6,8 +6,8 @@ Tools: `echo(text)`, `slow(seconds)` (sleeps, then says so), `big(size)` (that m
 `whoami()` (its pid and cwd), `grow()` (adds the tool `grown` and sends
 `notifications/tools/list_changed`), `touch(path)` (creates a file: a write the sandbox may
 refuse). A resource `memo://greeting` and a prompt `review(topic)`. `--fail` writes a message
-to stderr and exits 3 before speaking MCP. `--marker FILE` appends one line per start to FILE
-(a test counts restarts).
+to stderr and exits 3 before speaking MCP. `--marker FILE` appends `start PID` to FILE at each
+start and `slow PID` when `slow` begins (a test knows a call is in flight, counts restarts).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("anvil-test")
+MARKER: list[str] = []  # --marker FILE, once parsed
+
+
+def mark(line: str) -> None:
+    for path in MARKER:
+        with open(path, "a") as out:
+            out.write(f"{line}\n")
 
 
 @server.tool()
@@ -32,6 +39,7 @@ def echo(text: str) -> str:
 @server.tool()
 async def slow(seconds: float) -> str:
     """Sleep `seconds`, then say so."""
+    mark(f"slow {os.getpid()}")
     await anyio.sleep(seconds)
     return f"slept {seconds}"
 
@@ -85,8 +93,8 @@ def main() -> None:
     parser.add_argument("--marker")
     args = parser.parse_args()
     if args.marker:
-        with open(args.marker, "a") as out:
-            out.write(f"{os.getpid()}\n")
+        MARKER.append(args.marker)
+        mark(f"start {os.getpid()}")
     if args.fail:
         print("test server: refusing to start (--fail)", file=sys.stderr, flush=True)
         sys.exit(3)

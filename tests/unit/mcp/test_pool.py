@@ -145,7 +145,9 @@ async def test_a_timeout_ends_the_call_and_nothing_else(
 async def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
     harness: Harness, servers: list[ServerSpec], tmp_path: Path
 ) -> None:
-    servers.append(python_server())
+    marker = tmp_path / "marker"
+    marker.touch()
+    servers.append(python_server("py", "--marker", str(marker)))
     mcp = harness.handle()
     registry = McpRegistry([], mcp)
     await mcp.ensure_started()
@@ -160,7 +162,7 @@ async def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(slow)
-        await trio.sleep(0.5)
+        await until(lambda: "slow " in marker.read_text())  # the call is in flight
         os.kill(pid, signal.SIGKILL)
     (result,) = results
     assert result.is_error
