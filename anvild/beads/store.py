@@ -19,7 +19,7 @@ import fcntl
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 import attrs
 import structlog
@@ -35,6 +35,8 @@ from anvild.beads.model import Bead, BeadStatus, Convoy, ConvoyStatus, Progress
 __all__ = ["BEADS_DIR", "CONVOYS_DIR", "SETTLED", "BeadStore"]
 
 log = structlog.get_logger("anvild.beads")
+
+_Record = TypeVar("_Record", Bead, Convoy)
 
 BEADS_DIR: Final = "beads"
 CONVOYS_DIR: Final = "convoys"
@@ -180,33 +182,29 @@ class BeadStore:
         log.warning("beads.recovered", repo=str(self.root), what=text)
 
     def _load(self) -> Board:
-        beads: dict[str, Bead] = {}
-        convoys: dict[str, Convoy] = {}
         reserved: set[str] = set()
-        for path in sorted((self.root / BEADS_DIR).glob("*.json")):
+        beads = self._load_dir(BEADS_DIR, decode_bead, reserved)
+        convoys = self._load_dir(CONVOYS_DIR, decode_convoy, reserved)
+        return Board({b.id: b for b in beads}, {c.id: c for c in convoys}, frozenset(reserved))
+
+    def _load_dir(
+        self, directory: str, decode: Callable[[bytes], _Record], reserved: set[str]
+    ) -> list[_Record]:
+        """The beads or convoys of `directory` in creation order (created_at, then the id's
+        counter: several in one second). One that cannot be read, or whose id is not its file
+        name, is logged and its id reserved."""
+        found = []
+        for path in sorted((self.root / directory).glob("*.json")):
             try:
-                bead = decode_bead(path.read_bytes())
-                if bead.id != path.stem:
-                    raise CodecError(f"its id {bead.id!r} is not its file name")
+                item = decode(path.read_bytes())
+                if item.id != path.stem:
+                    raise CodecError(f"its id {item.id!r} is not its file name")
             except (OSError, CodecError) as exc:
                 log.error("beads.unreadable", path=str(path), error=str(exc))
                 reserved.add(path.stem)
                 continue
-            beads[bead.id] = bead
-        for path in sorted((self.root / CONVOYS_DIR).glob("*.json")):
-            try:
-                convoy = decode_convoy(path.read_bytes())
-                if convoy.id != path.stem:
-                    raise CodecError(f"its id {convoy.id!r} is not its file name")
-            except (OSError, CodecError) as exc:
-                log.error("beads.unreadable", path=str(path), error=str(exc))
-                reserved.add(path.stem)
-                continue
-            convoys[convoy.id] = convoy
-        # Creation order: created_at, then the id's counter (several in one second).
-        order = sorted(beads.values(), key=lambda b: (b.created_at, _counter(b.id)))
-        corder = sorted(convoys.values(), key=lambda c: (c.created_at, _counter(c.id)))
-        return Board({b.id: b for b in order}, {c.id: c for c in corder}, frozenset(reserved))
+            found.append(item)
+        return sorted(found, key=lambda item: (item.created_at, _counter(item.id)))
 
     # -- reading ---------------------------------------------------------------------------
 

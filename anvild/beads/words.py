@@ -10,6 +10,8 @@ parts make one word; a word with a quoted part is never a `key=value` option or 
 
 from __future__ import annotations
 
+from typing import Final
+
 import attrs
 
 from anvild.beads.errors import InvalidBeadRequest
@@ -21,6 +23,33 @@ __all__ = ["Word", "split_words"]
 class Word:
     text: str
     quoted: bool = False
+
+
+# A quote -> the escape inside it, the characters that escape stands for, how to write a quote.
+_QUOTES: Final = {
+    '"': ("\\", '"\\', 'double quote (write \\" for a quote inside it)'),
+    "'": ("'", "'", "single quote (write '' for a quote inside it)"),
+}
+
+
+def _quoted(line: str, i: int) -> tuple[str, int]:
+    """The text of the quoted part opening at `line[i]`, and the index after its closing quote."""
+    quote = line[i]
+    escape, escaped, how = _QUOTES[quote]
+    part: list[str] = []
+    i += 1
+    n = len(line)
+    while i < n:
+        c = line[i]
+        if c == escape and i + 1 < n and line[i + 1] in escaped:
+            part.append(line[i + 1])
+            i += 2
+        elif c == quote:
+            return "".join(part), i + 1
+        else:
+            part.append(c)
+            i += 1
+    raise InvalidBeadRequest(f"unbalanced {quote} in {line!r}: close the {how}")
 
 
 def split_words(line: str) -> list[Word]:
@@ -36,44 +65,10 @@ def split_words(line: str) -> list[Word]:
                 words.append(Word("".join(part), quoted))
                 part, in_word, quoted = [], False, False
             i += 1
-        elif c == '"':
+        elif c in _QUOTES:
+            text, i = _quoted(line, i)
+            part.append(text)
             in_word = quoted = True
-            i += 1
-            while True:
-                if i >= n:
-                    raise InvalidBeadRequest(
-                        f'unbalanced " in {line!r}: close the double quote (write \\" for a '
-                        "quote inside it)"
-                    )
-                c = line[i]
-                if c == "\\" and i + 1 < n and line[i + 1] in '"\\':
-                    part.append(line[i + 1])
-                    i += 2
-                elif c == '"':
-                    i += 1
-                    break
-                else:
-                    part.append(c)
-                    i += 1
-        elif c == "'":
-            in_word = quoted = True
-            i += 1
-            while True:
-                if i >= n:
-                    raise InvalidBeadRequest(
-                        f"unbalanced ' in {line!r}: close the single quote (write '' for a "
-                        "quote inside it)"
-                    )
-                c = line[i]
-                if c == "'":
-                    if i + 1 < n and line[i + 1] == "'":
-                        part.append("'")
-                        i += 2
-                        continue
-                    i += 1
-                    break
-                part.append(c)
-                i += 1
         else:
             part.append(c)
             in_word = True
