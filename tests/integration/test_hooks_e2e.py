@@ -206,3 +206,68 @@ def test_a_project_hook_runs_only_after_the_reported_grant(
     ok(anvilctl(namespace, *words[1:]))
     assert turn(namespace, session, "hello again").strip() == "done"
     assert marker.exists()
+
+
+SLEEPER = """#!/bin/sh
+sleep 1000 &
+echo $! > "$0.pids"
+echo $$ >> "$0.pids"
+sleep 1000
+"""
+
+
+@pytest.fixture
+def lifecycle(tmp_path: Path, fake: FakeServer, hooks_dir: Path) -> Path:
+    """A user config with a sleeping PreToolUse hook (timeout 1 s), SessionStart and End."""
+    path = user_config(tmp_path, fake.url)
+    sleeper = executable(hooks_dir / "sleeper.sh", SLEEPER)
+    path.write_text(
+        path.read_text()
+        + f"""
+[permissions]
+allow = ["bash(ls)"]
+
+[hooks.sleeper]
+event = "PreToolUse"
+command = "{sleeper}"
+timeout = 1
+
+[hooks.start]
+event = "SessionStart"
+command = "echo 'START-CONTEXT: the build is green'"
+
+[hooks.end]
+event = "SessionEnd"
+command = "cat > {hooks_dir / "end.json"}"
+"""
+    )
+    return path
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_sleeping_hook_is_killed_at_its_timeout_and_the_session_goes_on(
+    namespace: Path, lifecycle: Path, workdir: Path, fake: FakeServer, hooks_dir: Path
+) -> None:
+    daemon = Anvild(namespace, "--config", str(lifecycle))
+    daemon.wait_serving()
+    try:
+        session = new(namespace, workdir)
+        assert turn(namespace, session, "list it").strip() == "done"
+        first = json.dumps(fake.requests()[0]["body"]["messages"])
+        assert "START-CONTEXT: the build is green" in first  # SessionStart's context
+        pids = [int(p) for p in (hooks_dir / "sleeper.sh.pids").read_text().split()]
+        assert len(pids) == 2
+        assert all(gone(pid) for pid in pids)  # the hook and its child, killed at 1 s
+        ok(anvilctl(namespace, "write", f"agent/{session}/ctl", stdin="kill\n"))
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+    ended = json.loads((hooks_dir / "end.json").read_text())
+    assert (ended["hook_event_name"], ended["session_id"]) == ("SessionEnd", session)

@@ -20,7 +20,7 @@ from anvild.agent.tools.files import WriteFile
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.hooks import PromptBlocked, SessionHooks
 from anvild.llm.testing import ScriptedProvider, script
-from anvild.llm.types import ToolResult
+from anvild.llm.types import ToolCall, ToolResult
 from anvild.sandbox import WorkspaceWrite
 from tests.unit.hooks.support import script as shell
 
@@ -320,3 +320,61 @@ async def test_pre_compact_runs_with_its_trigger(tmp_path: Path) -> None:
     await hooks.before_compact("manual", "the parser")
     payload = json.loads(log.read_text())
     assert (payload["trigger"], payload["custom_instructions"]) == ("manual", "the parser")
+
+
+async def test_an_approval_request_runs_the_notification_hooks_first(tmp_path: Path) -> None:
+    log = tmp_path / "note.json"
+    tables = {"note": {"event": "Notification", "command": f"cat > {log}"}}
+    tool = FakeBash()
+    approver = ScriptedApprover([ApproveOnce()])
+    agent, _, _, _ = make(
+        tmp_path, tables, [bash("make build"), script.text("ok")], tools=[tool], approver=approver
+    )
+    await agent.run_turn("build")
+    assert tool.ran == ["make build"]
+    assert len(approver.requests) == 1
+    payload = json.loads(log.read_text())
+    assert payload["hook_event_name"] == "Notification"
+    assert payload["notification_type"] == "permission_prompt"
+    assert payload["message"].startswith("anvil needs your permission to use bash: ")
+    assert payload["tool_input"] == {"command": "make build"}
+
+
+async def test_session_start_adds_context_and_session_end_runs(tmp_path: Path) -> None:
+    ended = tmp_path / "ended.json"
+    tables = {
+        "start-json": {
+            "event": "SessionStart",
+            "matcher": "startup",
+            "command": """echo '{"hookSpecificOutput": {"additionalContext": "on branch main"}}'""",
+        },
+        "start-text": {"event": "SessionStart", "command": "echo 'open issues: 3'"},
+        "end": {"event": "SessionEnd", "command": f"cat > {ended}"},
+    }
+    _, hooks, _, _ = make(tmp_path, tables, [])
+    assert await hooks.session_start("startup") == "on branch main\n\nopen issues: 3"
+    assert await hooks.session_start("resume") == "open issues: 3"
+    await hooks.session_end("killed")
+    payload = json.loads(ended.read_text())
+    assert (payload["hook_event_name"], payload["reason"]) == ("SessionEnd", "killed")
+
+
+async def test_hooks_follow_the_config_as_it_is_now(tmp_path: Path) -> None:
+    """Each point asks the source: a new config version (a grant, an edit) applies at once."""
+    versions: list[Mapping[str, Mapping[str, Any]]] = [{}]
+    hooks = SessionHooks(
+        lambda: versions[-1],
+        session_id="s1",
+        cwd=tmp_path,
+        role=lambda: "developer",
+        mode=lambda: "default",
+        emit=lambda event: None,
+    )
+    call = ToolCall("c0", "bash", {"command": "rm -rf a"})
+    assert await hooks.before_call(call) is None
+    versions.append({"no-rm": {"event": "PreToolUse", "command": shell(tmp_path, "g", BLOCK_RM)}})
+    refused = await hooks.before_call(call)
+    assert refused is not None
+    assert "rm -rf is not allowed here" in refused
+    versions.append({})
+    assert await hooks.before_call(call) is None
