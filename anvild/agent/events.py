@@ -22,8 +22,8 @@ from typing import ClassVar, Final, TypeAlias
 
 import attrs
 import cattrs
-from cattrs.strategies import configure_tagged_union
 
+from anvild.lines.jsonl import TaggedJson
 from anvild.llm import stream
 from anvild.llm.types import Json
 
@@ -49,6 +49,7 @@ __all__ = [
     "TurnOutcome",
     "Usage",
     "event_converter",
+    "event_json",
     "from_json",
     "to_json",
 ]
@@ -304,27 +305,19 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
 )
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter()
-    tags = {cls: cls.TAG for cls in EVENT_TYPES}  # type: ignore[attr-defined]
-    configure_tagged_union(AgentEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
-    return conv
-
-
-event_converter: Final[cattrs.Converter] = _make_converter()
-"""The JSON converter for agent events: tagged by `TAG`, token counts as plain objects."""
+event_json: Final = TaggedJson[AgentEvent](AgentEvent, EVENT_TYPES)
+"""The JSON form of agent events: tagged by `TAG`, token counts as plain objects."""
+event_converter: Final[cattrs.Converter] = event_json.converter
 
 
 def to_json(event: AgentEvent) -> str:
     """One event as one compact JSON line (no newline)."""
-    data = event_converter.unstructure(event, AgentEvent)
-    tagged = {"type": data.pop("type"), **data}  # the tag first: easier to read and to grep
-    return json.dumps(tagged, ensure_ascii=False, separators=(",", ":"))
+    return event_json.line(event)
 
 
 def from_json(line: str) -> AgentEvent:
     """Parse one line written by `to_json`. Raises ValueError for anything else."""
     try:
-        return event_converter.structure(json.loads(line), AgentEvent)  # type: ignore[arg-type]
+        return event_json.structure(json.loads(line))
     except (ValueError, KeyError, TypeError, cattrs.BaseValidationError) as exc:
         raise ValueError(f"not an agent event: {line[:200]!r} ({exc!r})") from exc

@@ -13,12 +13,11 @@ its session's result gate: `state` open | waiting | unavailable (`detail` says w
 from __future__ import annotations
 
 import datetime as dt
-import json
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, Final, TypeAlias
 
 import attrs
-import cattrs
-from cattrs.strategies import configure_tagged_union
+
+from anvild.lines.jsonl import TaggedJson, timestamp
 
 __all__ = [
     "BeadChanged",
@@ -101,19 +100,9 @@ BeadEvent: TypeAlias = (
 _TYPES = (BeadCreated, BeadChanged, BeadOrphaned, BeadGate, ConvoyCreated, ConvoyChanged)
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter()
-    tags: dict[type, str] = {cls: cls.TAG for cls in _TYPES}
-    configure_tagged_union(BeadEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
-    return conv
-
-
-_converter = _make_converter()
+_json: Final = TaggedJson[BeadEvent](BeadEvent, _TYPES)
 
 
 def encode_event(event: BeadEvent, *, now: dt.datetime | None = None) -> str:
     """One event as one compact JSON line (no newline): the tag and `ts` first."""
-    data = _converter.unstructure(event, BeadEvent)
-    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
-    line = {"type": data.pop("type"), "ts": stamp.replace("+00:00", "Z"), **data}
-    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    return _json.line(event, ts=timestamp(now))

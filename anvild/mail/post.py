@@ -14,7 +14,6 @@ File I/O runs in worker threads; writes are atomic per file.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, Final, Protocol, TypeAlias
@@ -23,6 +22,7 @@ import attrs
 import structlog
 import trio
 
+from anvild.lines.jsonl import dumps, timestamp
 from anvild.mail.errors import MailStoreError
 from anvild.mail.message import (
     Draft,
@@ -113,9 +113,7 @@ def encode_event(event: MailEvent, *, now: dt.datetime | None = None) -> str:
         data["ids"] = list(data["ids"])
     if data.get("claimed_from") is None:
         data.pop("claimed_from", None)
-    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
-    line = {"type": event.TAG, "ts": stamp.replace("+00:00", "Z"), **data}
-    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    return dumps({"type": event.TAG, "ts": timestamp(now), **data})
 
 
 # -- the post office ---------------------------------------------------------------------------

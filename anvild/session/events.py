@@ -15,12 +15,11 @@ reads both:
 from __future__ import annotations
 
 import datetime as dt
-import json
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, Final, TypeAlias
 
 import attrs
-import cattrs
-from cattrs.strategies import configure_tagged_union
+
+from anvild.lines.jsonl import TaggedJson, timestamp
 
 
 @attrs.frozen
@@ -132,22 +131,12 @@ _TYPES = (
 )
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter()
-    tags: dict[type, str] = {cls: cls.TAG for cls in _TYPES}
-    configure_tagged_union(SessionEvent, conv, tag_generator=tags.__getitem__, tag_name="type")
-    return conv
-
-
-_converter = _make_converter()
+_json: Final = TaggedJson[SessionEvent](SessionEvent, _TYPES)
 
 
 def encode_event(event: SessionEvent, *, now: dt.datetime | None = None) -> str:
     """One event as one compact JSON line (no newline): the tag and `ts` first."""
-    data = _converter.unstructure(event, SessionEvent)
-    stamp = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="milliseconds")
-    line = {"type": data.pop("type"), "ts": stamp.replace("+00:00", "Z"), **data}
-    return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    return _json.line(event, ts=timestamp(now))
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from anvild.lines.broadcast import (
     Terminal,
     lag_marker,
 )
+from anvild.lines.jsonl import dumps
 
 BroadcastLimits = StreamLimits
 """A session stream's bounds (`anvild.lines.broadcast.StreamLimits`)."""
@@ -78,8 +79,7 @@ def coalesce_text_deltas(last: bytes, line: bytes) -> bytes | None:
     if first.get("step") != second.get("step"):
         return None
     first["text"] = str(first.get("text", "")) + str(second.get("text", ""))
-    text = json.dumps(first, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "surrogateescape") + b"\n"
+    return dumps(first).encode("utf-8", "surrogateescape") + b"\n"
 
 
 class LineBroadcast(Broadcast):

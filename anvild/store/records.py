@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Final, TypeAlias
 import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
-from cattrs.strategies import configure_tagged_union
 
+from anvild.lines.jsonl import TaggedJson, dumps
 from anvild.llm import stream
 from anvild.llm.types import ContentBlock, Json, Message, ToolResult
 from anvild.llm.types import converter as llm_converter
@@ -493,7 +493,6 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(
         TurnEnded, make_dict_unstructure_fn(TurnEnded, conv, interrupted=omit)
     )
-    configure_tagged_union(Record, conv, tag_generator=RECORD_TAGS.__getitem__, tag_name="type")
     return conv
 
 
@@ -511,17 +510,16 @@ def _structure_datetime(value: Any, _: type) -> dt.datetime:
     return dt.datetime.fromisoformat(value)
 
 
-record_converter: Final[cattrs.Converter] = _make_converter()
-"""The JSON converter for records (the `Record` union; messages and blocks by the llm one)."""
+record_json: Final = TaggedJson[Record](Record, RECORD_TYPES, _make_converter())
+"""The JSON form of records (the `Record` union; messages and blocks by the llm converter)."""
+record_converter: Final[cattrs.Converter] = record_json.converter
 
 
 def encode(seq: int, record: Record) -> bytes:
     """One record as one JSONL line, newline included: `{"seq":N,"type":TAG,...}`."""
-    data = record_converter.unstructure(record, Record)
-    line = {"seq": seq, "type": data.pop("type"), **data}
+    line = {"seq": seq, **record_json.fields(record)}
     try:
-        text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-        return text.encode("utf-8") + b"\n"
+        return dumps(line).encode("utf-8") + b"\n"
     except UnicodeEncodeError:  # a lone surrogate (from a provider's JSON): escape it instead
         return json.dumps(line, separators=(",", ":")).encode("ascii") + b"\n"
 
@@ -537,7 +535,7 @@ def decode(obj: Json) -> tuple[int, Record]:
         raise RecordError(f"the record has no valid seq ({seq!r})")
     body = {key: value for key, value in obj.items() if key != "seq"}
     try:
-        record: Record = record_converter.structure(body, Record)  # type: ignore[arg-type]
+        record = record_json.structure(body)
     except (cattrs.BaseValidationError, KeyError, TypeError, ValueError) as exc:
         raise RecordError(f"not a valid record of type {obj.get('type')!r}: {exc!r}") from exc
     return seq, record

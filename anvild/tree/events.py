@@ -17,12 +17,11 @@ Later issues add session, bead and mail events to the same union.
 from __future__ import annotations
 
 import json
-import time
-from typing import Any, ClassVar
+from typing import ClassVar, Final
 
 import attrs
-import cattrs
-from cattrs.strategies import configure_tagged_union
+
+from anvild.lines.jsonl import TaggedJson, timestamp
 
 __all__ = [
     "ClientRefused",
@@ -65,29 +64,18 @@ class ClientRefused:
 
 DaemonEvent = DaemonStarted | DaemonStopping | Pinged | ClientRefused
 
-_TAGS: dict[type, str] = {
-    cls: cls.TAG for cls in (DaemonStarted, DaemonStopping, Pinged, ClientRefused)
-}
-_converter = cattrs.Converter()
-configure_tagged_union(DaemonEvent, _converter, tag_generator=_TAGS.__getitem__, tag_name="type")
-
-
-def _timestamp(ns: int) -> str:
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+_json: Final = TaggedJson[DaemonEvent](
+    DaemonEvent, (DaemonStarted, DaemonStopping, Pinged, ClientRefused)
+)
 
 
 def encode_event(event: DaemonEvent, *, now_ns: int | None = None) -> str:
     """The JSON line (without its newline) for `event`."""
-    body: dict[str, Any] = _converter.unstructure(event, DaemonEvent)
-    tag = body.pop("type")
-    line = {"type": tag, "ts": _timestamp(time.time_ns() if now_ns is None else now_ns), **body}
-    return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+    return _json.line(event, ts=timestamp(now_ns))
 
 
 def decode_event(line: str | bytes) -> DaemonEvent:
     """The event a line encodes (the `ts` is dropped); for tests and clients of the stream."""
     body = json.loads(line)
     body.pop("ts", None)
-    event: DaemonEvent = _converter.structure(body, DaemonEvent)  # type: ignore[arg-type]
-    return event
+    return _json.structure(body)
