@@ -11,18 +11,11 @@ its convoy's goal and context.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
-from anvild.agent.tools.base import (
-    Args,
-    Cancellation,
-    Effects,
-    Failed,
-    Tool,
-    ToolContext,
-    ToolOutput,
-)
+from anvild.agent.tools import Cancellation, Effects, Failed, Tool, ToolContext, ToolOutput
+from anvild.agent.tools.base import Args
 from anvild.beads.errors import BeadError, BeadNotFound, BeadStoreError
 from anvild.beads.model import Bead, BeadStatus
 from anvild.beads.store import BeadStore
@@ -143,6 +136,13 @@ class _BeadTool:
     def _by(self) -> str:
         return f"session {self._me}"
 
+    async def _apply(self, change: Awaitable[Bead]) -> Bead:
+        """The store's change; a refusal is what the model is told (`_failed`)."""
+        try:
+            return await change
+        except BeadError as exc:
+            raise _failed(exc) from exc
+
     def effects(self, args: Args) -> Effects:
         return Effects.none()
 
@@ -187,10 +187,7 @@ class Claim(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        try:
-            bead = await self._store.claim(args["bead_id"], self._me, by=self._by)
-        except BeadError as exc:
-            raise _failed(exc) from exc
+        bead = await self._apply(self._store.claim(args["bead_id"], self._me, by=self._by))
         return ToolOutput(self._brief(bead))
 
     def _brief(self, bead: Bead) -> str:
@@ -225,12 +222,10 @@ class Complete(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        try:
-            bead = await self._store.complete(
-                args["bead_id"], args["result"], by=self._by, only_session=self._me
-            )
-        except BeadError as exc:
-            raise _failed(exc) from exc
+        change = self._store.complete(
+            args["bead_id"], args["result"], by=self._by, only_session=self._me
+        )
+        bead = await self._apply(change)
         if bead.status is BeadStatus.PENDING_APPROVAL:
             return ToolOutput(
                 f"Bead {bead.id} is done and waits for approval (pending_approval); a person "
@@ -252,12 +247,10 @@ class Fail(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        try:
-            bead = await self._store.fail(
-                args["bead_id"], args["reason"], by=self._by, only_session=self._me
-            )
-        except BeadError as exc:
-            raise _failed(exc) from exc
+        change = self._store.fail(
+            args["bead_id"], args["reason"], by=self._by, only_session=self._me
+        )
+        bead = await self._apply(change)
         return ToolOutput(f"Bead {bead.id} is failed; the reason is recorded.")
 
 

@@ -25,16 +25,8 @@ from typing import Any, Final
 import attrs
 import trio
 
-from anvild.agent.tools.base import (
-    Args,
-    Cancellation,
-    Effects,
-    Failed,
-    InvalidArgs,
-    Tool,
-    ToolContext,
-    ToolOutput,
-)
+from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
+from anvild.agent.tools.base import Args, ToolContext
 from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite

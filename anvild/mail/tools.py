@@ -15,16 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from anvild.agent.tools.base import (
-    Args,
-    Cancellation,
-    Effects,
-    Failed,
-    InvalidArgs,
-    Tool,
-    ToolContext,
-    ToolOutput,
-)
+from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
+from anvild.agent.tools.base import Args, ToolContext
 from anvild.mail.errors import InvalidMessage, MailStoreError
 from anvild.mail.message import (
     MAX_BODY_BYTES,
