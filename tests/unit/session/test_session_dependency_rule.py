@@ -20,6 +20,7 @@ ALLOWED = (
     "anvild.data",
     "anvild.lines",
     "anvild.mcp",  # the MCP client, below the sessions (tests/unit/test_dependency_rules.py)
+    "anvild.hooks",  # user hooks, below the sessions too
 )
 
 
