@@ -225,7 +225,17 @@ def _search_root(ctx: ToolContext, path: str | None) -> Path:
         raise Failed(f"{path}: {exc.strerror or exc}") from exc
 
 
-class Glob:
+class _ReadSearch:
+    """What glob and grep share: they read the tree under `path` (default: the working
+    directory) and may be abandoned at any point."""
+
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.read(args.get("path") or ".")
+
+
+class Glob(_ReadSearch):
     name = "glob"
     description = (
         "Find files by name pattern, e.g. `**/*.py`, `src/**/test_*.ts`, `*.{yml,yaml}`. `*` "
@@ -249,10 +259,6 @@ class Glob:
         "required": ["pattern"],
         "additionalProperties": False,
     }
-    cancellation = Cancellation.SAFE_TO_ABANDON
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.read(args.get("path") or ".")
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         regex = translate_glob(args["pattern"])
@@ -316,7 +322,7 @@ def matching_lines(regex: re.Pattern[str], text: str) -> Iterator[tuple[int, str
         pos = end + 1
 
 
-class Grep:
+class Grep(_ReadSearch):
     name = "grep"
     description = (
         "Search file contents with a regular expression (Python `re` syntax; escape literal "
@@ -355,10 +361,6 @@ class Grep:
         "required": ["pattern"],
         "additionalProperties": False,
     }
-    cancellation = Cancellation.SAFE_TO_ABANDON
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.read(args.get("path") or ".")
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         flags = re.MULTILINE | (re.IGNORECASE if args.get("case_insensitive") else 0)
