@@ -18,6 +18,9 @@ import struct
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 __all__ = ["ENCODERS", "REPLY_NAMES", "REQUEST_TYPES", "Qid", "Stat", "Unhandled", "stats"]
 
@@ -238,27 +241,25 @@ def _body(frame: bytes) -> _Cursor:
     return _Cursor(frame, HEADER_SIZE, len(frame))
 
 
-def rversion(frame: bytes) -> tuple[int, str]:
+def _whole(frame: bytes, read: Callable[[_Cursor], T]) -> T:
+    """What `read` takes from the message body, which it must consume exactly."""
     c = _body(frame)
-    msize = c.u32()
-    version = c.string()
+    value = read(c)
     c.done()
-    return msize, version
+    return value
+
+
+def rversion(frame: bytes) -> tuple[int, str]:
+    return _whole(frame, lambda c: (c.u32(), c.string()))
 
 
 def rerror(frame: bytes) -> str:
-    c = _body(frame)
-    ename = c.string()
-    c.done()
-    return ename
+    return _whole(frame, _Cursor.string)
 
 
 def rqid(frame: bytes) -> Qid:
     """Rauth, Rattach: qid[13]."""
-    c = _body(frame)
-    qid = c.qid()
-    c.done()
-    return qid
+    return _whole(frame, _Cursor.qid)
 
 
 def rwalk(frame: bytes) -> tuple[Qid, ...]:
@@ -272,11 +273,7 @@ def rwalk(frame: bytes) -> tuple[Qid, ...]:
 
 
 def ropen(frame: bytes) -> tuple[Qid, int]:
-    c = _body(frame)
-    qid = c.qid()
-    iounit = c.u32()
-    c.done()
-    return qid, iounit
+    return _whole(frame, lambda c: (c.qid(), c.u32()))
 
 
 def rread(frame: bytes) -> bytes:
@@ -288,10 +285,7 @@ def rread(frame: bytes) -> bytes:
 
 
 def rwrite(frame: bytes) -> int:
-    c = _body(frame)
-    count = c.u32()
-    c.done()
-    return count
+    return _whole(frame, _Cursor.u32)
 
 
 def rempty(frame: bytes) -> None:
