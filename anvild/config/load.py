@@ -544,6 +544,25 @@ def _file_of(sources: Mapping[Key, Source], key: Key) -> str:
     return "built-in defaults" if source is None or source.file is None else str(source.file)
 
 
+def _required(
+    merged: Mapping[Key, Any],
+    sources: Mapping[Key, Source],
+    table: tuple[str, str],
+    values: Mapping[str, object],
+) -> None:
+    """A `ConfigFileError` in the file of the table's first key when a field it needs is
+    missing, e.g. "missing; provider 'x' needs kind and base_url"."""
+    for field, value in values.items():
+        if value is None:
+            first = next(k for k in merged if k[:2] == table)
+            section, name = table
+            raise ConfigFileError(
+                _file_of(sources, first),
+                (*table, field),
+                f"missing; {section.removesuffix('s')} {name!r} needs {' and '.join(values)}",
+            )
+
+
 def _providers(
     merged: Mapping[Key, Any],
     sources: Mapping[Key, Source],
@@ -557,14 +576,7 @@ def _providers(
 
         kind: Kind | None = get("kind")
         base_url: str | None = get("base_url")
-        for field, value in (("kind", kind), ("base_url", base_url)):
-            if value is None:
-                first = next(k for k in merged if k[:2] == ("providers", name))
-                raise ConfigFileError(
-                    _file_of(sources, first),
-                    ("providers", name, field),
-                    f"missing; provider {name!r} needs kind and base_url",
-                )
+        _required(merged, sources, ("providers", name), {"kind": kind, "base_url": base_url})
         assert kind is not None
         assert base_url is not None
         # The credential binding comes from trusted layers only (built-in and user): the key
@@ -606,14 +618,7 @@ def _models(
             return merged.get(("models", alias, *field))
 
         provider, model = get("provider"), get("model")
-        for field, value in (("provider", provider), ("model", model)):
-            if value is None:
-                first = next(k for k in merged if k[:2] == ("models", alias))
-                raise ConfigFileError(
-                    _file_of(sources, first),
-                    ("models", alias, field),
-                    f"missing; model {alias!r} needs provider and model",
-                )
+        _required(merged, sources, ("models", alias), {"provider": provider, "model": model})
         if provider not in providers:
             key = ("models", alias, "provider")
             known = ", ".join(sorted(providers)) or "none"
