@@ -12,7 +12,8 @@ Calls come from session tasks. Each is bounded by the server's `tool_timeout`: a
 out is abandoned (the SDK tells the server it was cancelled) and reported as `CallFailed`; the
 server and the other calls go on. A server that dies mid-call fails that call with
 `CallFailed` (the SDK ends every waiting request when the connection closes) and is restarted.
-`notifications/tools/list_changed` re-lists the tools; `version` counts the lists seen.
+`notifications/tools/list_changed` re-lists the tools (a call that caused one returns once the
+new list is in); `version` counts the lists seen.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ log = structlog.get_logger(__name__)
 BACKOFF_START: Final = 1.0
 BACKOFF_MAX: Final = 60.0
 STABLE: Final = 30.0
+RELIST_WAIT: Final = 5.0
 CLIENT_INFO: Final = mcp_types.Implementation(name="anvild", version="1")
 T = TypeVar("T")
 
@@ -94,6 +96,9 @@ class Server:
         self._session: ClientSession | None = None
         self._channel: Channel | None = None
         self._changed = trio.Event()
+        self._notified = 0  # list_changed notifications received
+        self._listed = 0  # of those, how many the current tool list reflects
+        self._relisted = trio.Event()
         self._scope = trio.CancelScope()
 
     @property
@@ -206,18 +211,29 @@ class Server:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._notified += 1
             self._changed.set()
 
     async def _refresh(self, session: ClientSession) -> None:
         while True:
             await self._changed.wait()
             self._changed = trio.Event()
+            upto = self._notified
             try:
                 self.tools = await self._list_tools(session)
+                self.version += 1
             except MCPError as exc:
                 log.warning("mcp.relist_failed", server=self.name, error=str(exc))
-                continue
-            self.version += 1
+            self._listed = upto
+            self._relisted.set()
+            self._relisted = trio.Event()
+
+    async def _caught_up(self) -> None:
+        """Wait (briefly) until the tool list reflects every list_changed received so far: a
+        call that changed the list is followed by a step that sees the new one."""
+        with trio.move_on_after(RELIST_WAIT):
+            while self._listed < self._notified and self.state is State.READY:
+                await self._relisted.wait()
 
     # -- requests from sessions ------------------------------------------------------------------
 
@@ -234,7 +250,9 @@ class Server:
             )
         with trio.move_on_after(limit) as scope:
             try:
-                return await call(session)
+                result = await call(session)
+                await self._caught_up()
+                return result
             except MCPError as exc:
                 if exc.error.code == mcp_types.CONNECTION_CLOSED:
                     channel.ended.set()

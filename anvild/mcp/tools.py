@@ -8,7 +8,8 @@ and its tools are absent; the session goes on. `tools()`: an `McpTool` per expos
 ready server (`mcp__SERVER__TOOL`), and `mcp_resources` / `mcp_prompts` when a server offers
 resources or prompts. `McpRegistry` (the session's registry) rebuilds its MCP part when
 `specs()` sees a new `SessionMcp.version` (a server's state or tool list changed, e.g. by
-`notifications/tools/list_changed`); calls go to the tools the model was last shown.
+`notifications/tools/list_changed`); `McpAgent` asks at every step, and calls go to the tools
+the model was last shown.
 
 Effects: a server's calls have unknown effects (the policy asks; role ceilings that write
 nothing refuse them) unless its config says `read_only = true` (the user vouches for it).
@@ -40,6 +41,7 @@ from anvild.agent.tools.base import (
     ToolOutput,
 )
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.builder import Completion
 from anvild.llm.types import ContentBlock, ToolCall, ToolResult, ToolSpec
 from anvild.mcp.config import ServerSpec
 from anvild.mcp.names import tool_name
@@ -460,8 +462,9 @@ class McpRegistry(ToolRegistry):
 
 
 class McpAgent(Agent):
-    """An agent that starts (or re-checks) the session's MCP servers before each turn. The
-    wait is bounded by the servers' `startup_timeout`s; the turn then runs with what is up."""
+    """An agent that starts (or re-checks) the session's MCP servers before each turn, and reads
+    its tool list again before each step, so a server's changed list reaches the next request.
+    The start is bounded by the servers' `startup_timeout`s; the turn runs with what is up."""
 
     def __init__(self, *args: Any, mcp: SessionMcp, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -471,6 +474,12 @@ class McpAgent(Agent):
         if not self.running:
             await self.mcp.ensure_started()
         return await super().run_turn(prompt)
+
+    async def _sample_fitting(self, turn: Any, specs: Sequence[ToolSpec]) -> Completion:
+        # The loop reads the specs once per turn; each step takes the list as it is now.
+        return await super()._sample_fitting(
+            turn, self.tools.specs(compact=self.config.compact_tools)
+        )
 
 
 __all__ = [

@@ -8,7 +8,7 @@ model sees `mcp__NAME__TOOL` and the two generic tools, results reach the next r
 that runs past `tool_timeout` fails alone, a server killed mid-call fails that call and is
 restarted, a project's server waits for `anvilctl trust grant`, server-filesystem runs in the
 session's sandbox (it sees the workspace, not the rest of the machine), list_changed reaches
-the next turn, and a server that cannot start shows in `mcp` and on `agent/events` while the
+the next step, and a server that cannot start shows in `mcp` and on `agent/events` while the
 session keeps working.
 """
 
@@ -97,8 +97,8 @@ TURNS = [
     calls("run long", "mcp__every__trigger-long-running-operation", {"duration": 30, "steps": 3}),
     calls("py echo", "mcp__py__echo", {"text": "from-python"}),
     calls("go slow", "mcp__py__slow", {"seconds": 60}),
-    calls("grow it", "mcp__py__grow", {}),
-    calls("call grown", "mcp__py__grown", {}),
+    calls("grow then call", "mcp__py__grow", {}),
+    calls("grew", "mcp__py__grown", {}),
     calls("project echo", "mcp__proj__echo", {"text": "project-ok"}),
     calls("read inside", "mcp__fs__read_text_file", {"path": "WORK/inside.txt"}),
     calls("read outside", "mcp__fs__read_text_file", {"path": "OUTSIDE"}),
@@ -282,17 +282,17 @@ def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
     assert last_result(fake.requests()[-1]) == "from-python"
 
 
-def test_list_changed_reaches_the_next_turn(
+def test_list_changed_reaches_the_next_step(
     tmp_path: Path, namespace: Path, workdir: Path, fake: FakeServer, daemons: list[Anvild]
 ) -> None:
     start(namespace, configure(tmp_path, fake, python_server("py")), daemons)
     session = new(namespace, workdir, "headless")
-    assert turn(namespace, session, "grow it").strip() == "done"
-    assert "mcp__py__grown" not in tools_of(fake.requests()[0])
-    assert turn(namespace, session, "call grown").strip() == "done"
-    request = fake.requests()[-1]
-    assert "mcp__py__grown" in tools_of(request)
-    assert last_result(request) == "grown here"
+    assert turn(namespace, session, "grow then call").strip() == "done"
+    first, second, third = fake.requests()  # one turn: grow, then grown, then the answer
+    assert "mcp__py__grown" not in tools_of(first)
+    assert last_result(second) == "grew"
+    assert "mcp__py__grown" in tools_of(second)
+    assert last_result(third) == "grown here"
 
 
 def test_a_project_server_runs_only_after_the_grant(

@@ -176,7 +176,7 @@ async def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
     assert (again.content, again.is_error) == ("back", False)
 
 
-async def test_list_changed_refreshes_the_tools_at_the_next_specs(
+async def test_list_changed_reaches_the_next_specs(
     harness: Harness, servers: list[ServerSpec], tmp_path: Path
 ) -> None:
     servers.append(python_server())
@@ -186,8 +186,7 @@ async def test_list_changed_refreshes_the_tools_at_the_next_specs(
     assert "mcp__py__grown" not in [s.name for s in registry.specs()]
     result = await call(registry, "mcp__py__grow", {}, tmp_path)
     assert result.content == "grew"
-    (server,) = mcp.servers()
-    await until(lambda: any(t.name == "grown" for t in server.tools))
+    # The call that changed the list returns once the new list is in: the next step sees it.
     assert "mcp__py__grown" in [s.name for s in registry.specs()]
     grown = await call(registry, "mcp__py__grown", {}, tmp_path)
     assert grown.content == "grown here"
