@@ -30,6 +30,7 @@ from anvild.agent.context.compaction import facts, is_compacted, plan, rebuild, 
 from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
 from anvild.agent.hookpoints import NO_HOOKS, TurnHooks
+from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm import stream
@@ -145,6 +146,7 @@ class _Turn:
     usage: stream.Usage = attrs.Factory(lambda: stream.Usage(0, 0, 0, 0))
     batch: _Batch | None = None  # the calls in flight, until their results are committed
     start: int = 0  # the index of the turn's prompt message in the transcript
+    changing: bool = False  # a call that is not read-only was about to run (snapshot taken)
 
     def finished(self, outcome: TurnOutcome, detail: str = "") -> TurnFinished:
         return TurnFinished(outcome, self.step, self.usage, detail)
@@ -188,6 +190,7 @@ class Agent:
         on_compaction: Callable[[Compaction], Awaitable[bool]] = _adopt,
         summariser: Provider | None = None,
         hooks: TurnHooks = NO_HOOKS,
+        snapshots: Snapshots = NO_SNAPSHOTS,
     ) -> None:
         self.provider = provider
         self.tools = tools
@@ -205,6 +208,7 @@ class Agent:
         self.summariser = summariser  # the provider of `compaction_model` ("": `provider`)
         self._compact_asked: str | None = None  # a `compact` asked during a turn: its focus
         self.hooks = hooks
+        self.snapshots = snapshots  # the workspace checkpoints, before a turn first changes it
 
     @property
     def todos(self) -> tuple[ev.Todo, ...]:
@@ -466,6 +470,8 @@ class Agent:
             else:
                 allowed.append(index)
                 contexts[index] = decision.context or self.context
+        if any(not self.tools.effects(batch.calls[i]).read_only for i in allowed):
+            await self._before_change()
         if all(self.tools.effects(batch.calls[i]).read_only for i in allowed):
             async with trio.open_nursery() as nursery:
                 for index in allowed:
@@ -473,6 +479,13 @@ class Agent:
         else:
             for index in allowed:
                 await self._run_call(batch, index, contexts[index])
+
+    async def _before_change(self) -> None:
+        """Once per turn, before its first call that may change something runs."""
+        turn = self._turn
+        if turn is not None and not turn.changing:
+            turn.changing = True
+            await self.snapshots.before_change()
 
     async def _decide(self, call: ToolCall) -> Decision:
         try:
