@@ -115,7 +115,12 @@ class SessionHooks:
             return self._set
         if tables is not self._tables:
             if self._tables is None or tables != self._tables:
-                self._set = HookSet.of(tables)
+                try:
+                    self._set = HookSet.of(tables)
+                except Exception as exc:  # not checked by the config schema: run none of them
+                    self._set = HookSet()
+                    detail = f"the hooks are not valid ({exc!r}); none runs until they are"
+                    self.emit(ev.HookReported("-", "-", "error", detail))
             self._tables = tables
         return self._set
 
@@ -135,7 +140,11 @@ class SessionHooks:
         specs = self.hooks().matching(event, subject)
         if not specs:
             return []
-        payload = self._payload(event, **fields)
+        try:
+            payload = self._payload(event, **fields)
+        except Exception as exc:  # e.g. the bead lookup failed: the hooks cannot be told
+            self.emit(ev.HookReported("-", event.value, "error", f"not run: {exc!r}"))
+            return []
         runs: list[HookRun | None] = [None] * len(specs)
 
         async def one(index: int, spec: HookSpec) -> None:

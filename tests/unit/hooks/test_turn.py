@@ -378,3 +378,18 @@ async def test_hooks_follow_the_config_as_it_is_now(tmp_path: Path) -> None:
     assert "rm -rf is not allowed here" in refused
     versions.append({})
     assert await hooks.before_call(call) is None
+
+
+async def test_tables_the_schema_did_not_check_run_nothing_and_say_so(tmp_path: Path) -> None:
+    tables = {"odd": {"event": "BeforeTool", "command": "touch ran"}}
+    tool = FakeBash()
+    agent, _, seen, _ = make(
+        tmp_path, tables, [bash("ls"), script.text("ok")], tools=[tool], mode=Mode.BYPASS
+    )
+    finished = await agent.run_turn("go")
+    assert finished.outcome is ev.TurnOutcome.DONE
+    assert tool.ran == ["ls"]
+    reports = [e for e in seen if isinstance(e, ev.HookReported)]
+    assert len(reports) == 1  # once, not at every point
+    assert reports[0].detail.startswith("the hooks are not valid (ValueError(")
+    assert not (tmp_path / "ran").exists()
