@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -551,26 +552,46 @@ class Board:
         )
 
     def set_result(self, bead_id: str, text: str, *, by: str, now: str) -> Change:
-        bead = self.bead(bead_id)
-        if bead.status not in (B.PENDING, B.IN_PROGRESS):
-            raise BeadConflict(
-                f"bead {bead_id} is {bead.status.value}: its result is final; write a result "
-                "while the bead is pending or in progress (or complete RESULT)"
-            )
-        changed = attrs.evolve(bead, result=text, updated_at=now)
-        event = self._bead_event(changed, "result", by)
-        return self._change(f"result {bead_id} (by {by})", [changed], events=[event])
+        return self._set_text(
+            bead_id,
+            "result",
+            text,
+            by,
+            now,
+            (B.PENDING, B.IN_PROGRESS),
+            "its result is final; write a result while the bead is pending or in progress (or "
+            "complete RESULT)",
+        )
 
     def set_description(self, bead_id: str, text: str, *, by: str, now: str) -> Change:
+        return self._set_text(
+            bead_id,
+            "description",
+            text,
+            by,
+            now,
+            (B.PENDING,),
+            "its description changes only while it is pending",
+        )
+
+    def _set_text(
+        self,
+        bead_id: str,
+        field: str,
+        text: str,
+        by: str,
+        now: str,
+        open_in: tuple[B, ...],
+        refused: str,
+    ) -> Change:
+        """A bead's text `field` set to `text`, while its status is one of `open_in`."""
         bead = self.bead(bead_id)
-        if bead.status is not B.PENDING:
-            raise BeadConflict(
-                f"bead {bead_id} is {bead.status.value}: its description changes only while "
-                "it is pending"
-            )
-        changed = attrs.evolve(bead, description=text, updated_at=now)
-        event = self._bead_event(changed, "description", by)
-        return self._change(f"description {bead_id} (by {by})", [changed], events=[event])
+        if bead.status not in open_in:
+            raise BeadConflict(f"bead {bead_id} is {bead.status.value}: {refused}")
+        change: dict[str, Any] = {field: text, "updated_at": now}
+        changed = attrs.evolve(bead, **change)
+        event = self._bead_event(changed, field, by)
+        return self._change(f"{field} {bead_id} (by {by})", [changed], events=[event])
 
     # -- convoys ---------------------------------------------------------------------------
 
