@@ -79,11 +79,3 @@ KIND_TABLE: Final[Mapping[Kind, ProviderKind]] = {
     )
 }
 KINDS: Final[tuple[Kind, ...]] = tuple(KIND_TABLE)
-
-
-def kind_of(name: str) -> ProviderKind:
-    """The table's row for `name`; a `ValueError` that lists the known kinds otherwise."""
-    try:
-        return KIND_TABLE[name]  # type: ignore[index]
-    except KeyError:
-        raise ValueError(f"unknown provider kind {name!r} (known: {', '.join(KINDS)})") from None

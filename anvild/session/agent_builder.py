@@ -11,6 +11,9 @@ daemon's MCP pool (`SessionSettings.mcp`) the registry adds the session's MCP to
 agent starts its servers before each turn (`anvild.mcp.tools`).
 With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
 gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
+With `SessionSettings.skills` the session's skills (`anvild.skills`) add the `skill` tool, and
+their folders outside the workspace become read-only roots of the file tools (granted reads,
+never writes); a skipped skill is reported (daemon log, session log, `config_invalid` event).
 `load_layers` and `current_layers` give the system prompt's layers (`anvild.session.prompt`).
 """
 
@@ -32,6 +35,7 @@ from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Grants, Policy
 from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.agent.tools.skill import SkillTool
 from anvild.hooks import SessionHooks
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
@@ -40,6 +44,7 @@ from anvild.session import leftovers, roles
 from anvild.session.approvals import parse_remembered
 from anvild.session.compaction import window_for
 from anvild.session.errors import SessionError
+from anvild.session.events import ConfigInvalid
 from anvild.session.prompt import PromptLayers, discover_instructions
 from anvild.session.recorder import Recorder
 from anvild.session.settings import (
@@ -49,6 +54,7 @@ from anvild.session.settings import (
     compact_tools,
     sandbox_policy,
 )
+from anvild.skills import SkillSet
 from anvild.store import FileSeen, ToolFinished, ToolStarted
 
 if TYPE_CHECKING:
@@ -80,6 +86,8 @@ def build_agent(
     policy = sandbox_policy(session.sandbox, sandbox_role, settings)
     ceiling = roles.ceiling(session.role)
     sandbox = settings.sandbox_settings
+    skills = _skills(session, services)
+    skill_roots = tuple(p for p in skills.read_roots() if not p.is_relative_to(cwd.resolve()))
     files = roles.file_access(
         session.role,
         cwd,
@@ -89,6 +97,7 @@ def build_agent(
             settings.sandbox_role_dir,
             None if sandbox.quarantine is None else sandbox.quarantine.parent,  # the data dir
         ),
+        read_only=skill_roots,
     )
     context = ToolContext(cwd=cwd, files=files, sandbox=policy)
     mcp = (
@@ -102,16 +111,19 @@ def build_agent(
     # Freshness survives a daemon restart: what the file tools saw, from the records.
     context.tracker.restore({Path(p): h for p, h in state.files_seen})
     tools = _RecordingRegistry(
-        services.tools(
-            ToolSetup(
-                cwd,
-                session.role,
-                policy,
-                sandbox_role,
-                settings.sandbox_settings,
-                session_id=session.id,
-            )
-        ),
+        [
+            *services.tools(
+                ToolSetup(
+                    cwd,
+                    session.role,
+                    policy,
+                    sandbox_role,
+                    settings.sandbox_settings,
+                    session_id=session.id,
+                )
+            ),
+            *([SkillTool(skills)] if skills.skills else []),
+        ],
         session,
         recorder,
         mcp,
@@ -129,7 +141,7 @@ def build_agent(
                 remembered.read_roots,
                 remembered.write_roots,
             )
-        ),
+        ).plus(Grants(read_roots=[PurePosixPath(p) for p in skill_roots])),
         ceiling=ceiling,
         sandbox=policy,
         home=PurePosixPath(settings.home.resolve()),
@@ -189,6 +201,25 @@ def _hooks(
     )
 
 
+def _skills(session: Session, services: Services) -> SkillSet:
+    """The session's skills (none without a catalog); each skipped one reported."""
+    catalog = services.settings.skills
+    if catalog is None:
+        return SkillSet()
+    found = catalog.for_session(session.cwd, session.role)
+    for skipped in found.skipped:
+        log.warning("session.skill_skipped", session=session.id, reason=skipped.reason)
+        session.log.publish(f"NOTE: skill skipped: {skipped.reason}")
+        services.publish(
+            ConfigInvalid(
+                session.id,
+                f"skill skipped: {skipped.reason}",
+                "the session's other skills (its skills file lists them)",
+            )
+        )
+    return found
+
+
 def _summariser(session_id: str, services: Services) -> ResolvedModel | None:
     """`[context] compaction_model` resolved, or None (the session's own model writes the
     summaries); a name that no longer resolves is logged and falls back to the session's."""
@@ -208,6 +239,9 @@ def load_layers(cwd: str, role: str, context: str, settings: SessionSettings) ->
         instructions=discover_instructions(Path(cwd), settings.user_config_dir),
         role=role,
         role_text=roles.role_text(role, user_dir=settings.role_text_dir),
+        skills=""
+        if settings.skills is None
+        else settings.skills.for_session(cwd, role).prompt_block(),
         context=context,
     )
 

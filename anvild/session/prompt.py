@@ -2,7 +2,8 @@
 
 Layers, in order, under clear headers: BASE_INSTRUCTIONS; the AGENTS.md chain (user config dir,
 then git root down to cwd, each capped at MAX_INSTRUCTION_BYTES with a note); the role's text;
-the per-turn extra context (config `instructions`, convoy context); the session's `context` file.
+the list of skills (names and descriptions, `anvild.skills.SkillSet.prompt_block`); the per-turn
+extra context (config `instructions`, convoy context); the session's `context` file.
 `PromptLayers` is frozen and `render` pure, so the prompt is byte-identical across turns
 (provider prompt caches depend on it). Files are read when the session starts; a `context`
 write makes new layers (`ContextFileChanged`) used from the next turn.
@@ -70,6 +71,7 @@ class PromptLayers:
     instructions: tuple[InstructionFile, ...] = ()
     role: str = ""
     role_text: str = ""
+    skills: str = ""
     extra: str = ""
     context: str = ""
 
@@ -87,6 +89,8 @@ class PromptLayers:
             parts.append("\n\n".join(section))
         if self.role_text.strip():
             parts.append(f"# Your role: {self.role}\n\n{self.role_text.strip()}")
+        if self.skills.strip():
+            parts.append(self.skills.strip())
         if self.extra.strip():
             parts.append(self.extra.strip())
         if self.context.strip():

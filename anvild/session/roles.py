@@ -106,18 +106,39 @@ def _outside(protected: tuple[Path, ...]) -> Callable[[Path], str | None]:
     return check
 
 
-def file_access(name: str, cwd: Path, protected: Iterable[Path | None] = ()) -> FileAccess:
+def _read_only(
+    roots: tuple[Path, ...], then: Callable[[Path], str | None]
+) -> Callable[[Path], str | None]:
+    def check(canonical: Path) -> str | None:
+        for root in roots:
+            if canonical.is_relative_to(root):
+                return f"{canonical} is in the skill folder {root}, which is read-only for you."
+        return then(canonical)
+
+    return check
+
+
+def file_access(
+    name: str,
+    cwd: Path,
+    protected: Iterable[Path | None] = (),
+    read_only: Iterable[Path] = (),
+) -> FileAccess:
     """The native file tools' boundary for a session of role `name` in `cwd`: the workspace is
     readable; what is writable follows the role's ceiling, so the boundary holds even where the
     policy is bypassed: nothing for reviewer, planner and conductor, only test directories for
     the tester; never anvild's own directories (`daemon_dirs` with `protected`, the ones this
-    daemon was given: a workspace that is $HOME, or holds them, must not reach them)."""
-    outside = _outside(daemon_dirs(protected))  # resolved once per session, not per write
+    daemon was given: a workspace that is $HOME, or holds them, must not reach them).
+    `read_only` roots (skill folders outside the workspace) are readable and never writable,
+    even for a path a person grants."""
+    fixed = tuple(p.resolve() for p in read_only)
+    outside = _read_only(fixed, _outside(daemon_dirs(protected)))  # resolved once per session
+    readable = [cwd, *fixed]
     limit = ceiling(name)
     if not limit.file_writes:
-        return FileAccess(readable=[cwd])
+        return FileAccess(readable=readable)
     if not limit.write_patterns:
-        return FileAccess(readable=[cwd], writable=[cwd], write_check=outside)
+        return FileAccess(readable=readable, writable=[cwd], write_check=outside)
     root = cwd.resolve()
     dirs = ", ".join(p.rstrip("/") for p in limit.write_patterns)
 
@@ -132,7 +153,7 @@ def file_access(name: str, cwd: Path, protected: Iterable[Path | None] = ()) -> 
             f"{canonical} is not in one."
         )
 
-    return FileAccess(readable=[cwd], writable=[cwd], write_check=check)
+    return FileAccess(readable=readable, writable=[cwd], write_check=check)
 
 
 def sandbox_role(name: str, *, user_dir: Path | None = None) -> Role:

@@ -26,6 +26,7 @@ from anvild.mcp import McpPool
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
+from anvild.skills import SkillCatalog
 from anvild.session.checkpoint import INTERVAL
 from anvild.session.compaction import ContextPolicy
 from anvild.session.errors import InvalidSessionRequest
@@ -85,6 +86,9 @@ class SessionSettings:
     mcp: McpPool | None = None
     """The daemon's MCP servers (`anvild.mcp`): each session's agent gets the tools of those
     that apply to its cwd and role, started at its first turn. None: no MCP servers."""
+    skills: SkillCatalog | None = None
+    """Where sessions find skills (`anvild.skills`): the prompt lists them, the `skill` tool
+    loads them, the file tools may read their folders. None: no skills."""
 
 
 @attrs.frozen

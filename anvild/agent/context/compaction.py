@@ -28,7 +28,13 @@ SUMMARY_MARK: Final = "[Compacted history:"
 KEPT_MARK: Final = "[An earlier message of the user, kept verbatim:]"
 RESULT_CHARS: Final = 1500  # of each tool result, in the history the summariser reads
 LIST_LIMIT: Final = 200  # paths or commands listed in the facts
-HARNESS_NOTES: Final = ("[The previous turn was cancelled", "[The previous turn was interrupted")
+TODOS_MARK: Final = "[Your todo list"
+"""Starts the note with the todo list the loop adds at a step where it changed (a fact here)."""
+HARNESS_NOTES: Final = (
+    "[The previous turn was cancelled",
+    "[The previous turn was interrupted",
+    TODOS_MARK,
+)
 """Notes the loop and the store's recovery put in user messages: not the user's words."""
 _MARKS: Final = (SUMMARY_MARK, KEPT_MARK)
 FACTS_HEADING: Final = "## Kept by the harness"
@@ -83,7 +89,12 @@ def plan(messages: Sequence[Message], *, turn_start: int | None, keep_user_bytes
         if carried := _harness_blocks(head):
             earlier.append(Message(Role.USER, carried))
         prompt = tuple(
-            b for b in head.content if isinstance(b, Text) and b not in carried and b.text.strip()
+            b
+            for b in head.content
+            if isinstance(b, Text)
+            and b not in carried
+            and b.text.strip()
+            and not b.text.startswith(TODOS_MARK)  # the facts carry the todos
         )
         if len(middle) >= 2 and middle[-2].tool_calls() and middle[-1].tool_results():
             step = (middle[-2], middle[-1])
