@@ -11,7 +11,9 @@ is committed only after a clean finish: an abnormal one commits its text and run
 Allowed calls run concurrently only when all are read-only by their `effects(args)`. On
 cancellation the transcript is left valid (interrupted calls say so) and no unfinished text is
 put in the model's mouth. Unknown token spend stops a budgeted turn. Tool results are redacted
-before anyone sees them. The `ContextWindow` clears, compacts, and retries an overflow once;
+before anyone sees them. A step whose todo list changed since it was last shown starts with it as
+a note at the end of the transcript (`TODOS_MARK`: never in the system prompt, so the cached
+prefix holds). The `ContextWindow` clears, compacts, and retries an overflow once;
 `TurnHooks` run around calls, stop and compaction; `emit` never blocks. More: docs/decisions.md.
 """
 
@@ -26,13 +28,21 @@ import trio
 
 from anvild.agent import events as ev
 from anvild.agent.context import Compaction, ContextWindow, SummaryFailed
-from anvild.agent.context.compaction import facts, is_compacted, plan, rebuild, summary_block
+from anvild.agent.context.compaction import (
+    TODOS_MARK,
+    facts,
+    is_compacted,
+    plan,
+    rebuild,
+    summary_block,
+)
 from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
 from anvild.agent.hookpoints import NO_HOOKS, TurnHooks
 from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.agent.tools.todo import render_todos
 from anvild.llm import stream
 from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.errors import ContextOverflow, LlmError
@@ -207,6 +217,9 @@ class Agent:
         self.on_compaction = on_compaction  # records a compaction; False: not adopted
         self.summariser = summariser  # the provider of `compaction_model` ("": `provider`)
         self._compact_asked: str | None = None  # a `compact` asked during a turn: its focus
+        # The todo list as the model last saw it; None: as the agent got it (a restored or
+        # forked transcript holds it already).
+        self._todos_shown: tuple[ev.Todo, ...] | None = None
         self.hooks = hooks
         self.snapshots = snapshots  # the workspace checkpoints, before a turn first changes it
 
@@ -230,6 +243,7 @@ class Agent:
         if self._turn is not None:
             raise RuntimeError("cannot replace the transcript while a turn is running")
         self.messages = ()
+        self._todos_shown = None
         self._commit(*messages)
 
     def request_compaction(self, focus: str = "") -> None:
@@ -287,6 +301,7 @@ class Agent:
             if (over := self._over_budget(turn)) is not None:
                 return TurnOutcome.BUDGET_EXCEEDED, over
             turn.step = step
+            self._show_todos()
             self._emit(ev.StepStarted(step))
             validate_transcript(self.messages)
             completion = await self._sample_fitting(turn, specs)
@@ -305,6 +320,15 @@ class Agent:
             await self._run_batch(turn.batch, completion)
             self._commit_results(turn)
         return TurnOutcome.MAX_STEPS, f"stopped after {self.config.max_steps} steps"
+
+    def _show_todos(self) -> None:
+        """At a step's start: the todo list as a note after the last (user) message, when it
+        changed since the model last saw it; tool results get cleared, this note does not."""
+        todos, shown = self.todos, self._todos_shown
+        self._todos_shown = todos
+        if shown is None or todos == shown:
+            return
+        self._commit(Message(Role.USER, (Text(todos_note(todos)),)))
 
     async def _sample_fitting(self, turn: _Turn, specs: Sequence[ToolSpec]) -> Completion:
         """Sample with the context managed: compact when due, clear old results, and on an
@@ -573,6 +597,13 @@ class Agent:
                     "state before running it again."
                 )
         return ToolResult(call.id, text, is_error=True)
+
+
+def todos_note(todos: tuple[ev.Todo, ...]) -> str:
+    """The note that shows the model its todo list at a step where it changed."""
+    if not todos:
+        return f"{TODOS_MARK} is now empty.]"
+    return f"{TODOS_MARK}, as it is now (todo_write changes it):]\n{render_todos(todos)}"
 
 
 def _text_of(message: Message) -> tuple[ContentBlock, ...]:

@@ -66,6 +66,7 @@ from anvild.session import (
 from anvild.session.compaction import ContextPolicy
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
+from anvild.skills import SkillCatalog
 from anvild.store import SessionStore
 from anvild.tree.beads import BeadsTree
 from anvild.tree.compaction import compaction_files
@@ -82,6 +83,7 @@ from anvild.tree.mcp import mcp_file, mcp_reporter
 from anvild.tree.outcome import outcome_file
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import ModelLine, SessionExtension, SessionTree, forward_events
+from anvild.tree.skills import skills_file
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
 
@@ -280,6 +282,7 @@ class Sessions:
                 keep_tool_results=config.context.keep_tool_results,
             ),
             mcp=pool,
+            skills=SkillCatalog(),
         )
         conductor = ConductorTools(beads=store)
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
@@ -323,6 +326,7 @@ class Sessions:
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
         tree.extend(outcome_file())
+        tree.extend(skills_file(settings.skills))
         tree.extend(mcp_file(pool))
         pool.report = mcp_reporter(root, _lookup(manager))
         tree.extend(introspection_files(settings))
