@@ -31,7 +31,7 @@ from anvild.llm.types import ContentBlock, Json, Message, ToolResult
 from anvild.llm.types import converter as llm_converter
 from anvild.store.errors import RecordError
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this version writes. Files with a lower version are upgraded, higher refused."""
 
 OLDEST_SCHEMA: Final = 0
@@ -387,6 +387,18 @@ class Compacted:
 
 
 @attrs.frozen
+class Rewound:
+    """`rewind N conversation`: the transcript cut back to what it was before turn `turn`
+    (`messages`: a prefix of it, whose last message may have fewer blocks, since a prompt can be
+    merged into a trailing user message), in this one record, written after the files were
+    rewound. Resets the usage baseline as `ContextReplaced` does. Schema 5."""
+
+    TAG: ClassVar[str] = "rewound"
+    turn: int
+    messages: tuple[Message, ...] = attrs.field(converter=_to_messages)
+
+
+@attrs.frozen
 class SessionEnded:
     """`kill`, or an ephemeral session reaped: the last record of a file."""
 
@@ -421,6 +433,7 @@ Record: TypeAlias = (
     | FileSeen
     | TextStreamed
     | Compacted
+    | Rewound
     | SessionEnded
 )
 
@@ -451,6 +464,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     FileSeen,
     TextStreamed,
     Compacted,
+    Rewound,
     SessionEnded,
 )
 
@@ -561,7 +575,7 @@ def upgrade_lines(lines: list[Json], schema: int) -> list[Json]:
     if schema == 0:
         lines = [_upgrade_0_to_1(index, line) for index, line in enumerate(lines)]
     if schema < SCHEMA_VERSION and lines:
-        # 1 -> 2 -> 3 -> 4 only added record types and optional fields: the header's number changes
+        # 1 -> ... -> 5 only added record types and optional fields: the header's number changes
         lines = [_renumbered(lines[0]), *lines[1:]]
     return lines
 

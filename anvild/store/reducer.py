@@ -7,8 +7,9 @@ pure and cheap; a record that does not fit raises `RecordError` and is never wri
 no pending approval); roles alternate, the user first; no transcript change while an approval is
 pending; each call started and finished once; one approval pending at a time, a result approval
 never `always`; `PermissionsRemembered` is never undone; the queue is FIFO; `Compacted` replaces
-the transcript as `ContextReplaced` does; `TextStreamed` is display only, never the transcript.
-`message_records(old, new)` gives the records that turn one transcript into the next.
+the transcript as `ContextReplaced` does, `Rewound` cuts it back; `TextStreamed` is display only,
+never the transcript. `message_records(old, new)` gives the records that turn one transcript
+into the next.
 The full rule list: docs/decisions.md, "Module notes" (anvild.store.reducer).
 """
 
@@ -42,6 +43,7 @@ from anvild.store.records import (
     ReplaceReason,
     ResultApprovalAnswered,
     ResultApprovalRequested,
+    Rewound,
     RoleChanged,
     SessionEnded,
     SessionStarted,
@@ -126,6 +128,13 @@ def apply(state: SessionState | None, record: Record) -> SessionState:
                 usage=state.usage.plus(usage),
                 compactions=(*state.compactions, info),
             )
+        case Rewound(messages=messages):
+            _no_approval(state, record)
+            if state.tools:
+                raise RecordError("rewound while tool calls are in flight")
+            if not _is_cut(messages, state.messages):
+                raise RecordError("rewound to a transcript that is not a cut of the current one")
+            return attrs.evolve(state, messages=messages, baseline=None, streamed="")
         case ModelChanged(model=model):
             return attrs.evolve(state, model=model, baseline=None)
         case StateChanged(status=status, detail=detail):
@@ -291,6 +300,16 @@ def _appended(state: SessionState, message: Message) -> SessionState:
         first_prompt=first_prompt,
         streamed=streamed,
     )
+
+
+def _is_cut(new: tuple[Message, ...], old: tuple[Message, ...]) -> bool:
+    """Whether `new` is `old` cut back: a prefix, its last message maybe with fewer blocks."""
+    if not new:
+        return True
+    if len(new) > len(old) or new[:-1] != old[: len(new) - 1]:
+        return False
+    last, was = new[-1], old[len(new) - 1]
+    return last.role is was.role and last.content == was.content[: len(last.content)]
 
 
 def _no_approval(state: SessionState, record: Record) -> None:

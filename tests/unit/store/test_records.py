@@ -55,6 +55,7 @@ EXPECTED_TAGS = {
     "FileSeen": "file_seen",
     "TextStreamed": "text_streamed",
     "Compacted": "compacted",
+    "Rewound": "rewound",
     "SessionEnded": "session_ended",
 }
 
@@ -79,7 +80,7 @@ def test_line_format_puts_seq_and_type_first_and_the_header_carries_the_schema()
     assert line == (
         b'{"seq":1,"type":"session_started","id":"s1","alias":"r1","role":"developer",'
         b'"model":"sonnet","cwd":"/src/app","sandbox":"workspace-write",'
-        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":4}\n'
+        b'"created_at":"2026-10-10T12:00:00+00:00","ephemeral":true,"context":"","schema":5}\n'
     )
     assert schema_of(json.loads(line)) == SCHEMA_VERSION
 
