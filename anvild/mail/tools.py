@@ -13,7 +13,7 @@ it as approver (`ApprovalAnswers`): never its own, never a tool call's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
 from anvild.agent.tools.base import Args, ToolContext
@@ -29,6 +29,8 @@ from anvild.mail.post import USER, PostOffice
 from anvild.session.session import ToolSetup, ToolsFactory
 
 MAX_SUMMARY_CHARS: Final = 4000
+
+T = TypeVar("T")
 
 
 class ResultGate(Protocol):
@@ -171,19 +173,20 @@ APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
 }
 
 
-class _Bound:
+class _Bound(Generic[T]):
     """What every tool here shares: it is bound to one session (`_me`, the daemon's identity
-    for it, never an argument) and touches no file or process."""
+    for it, never an argument), asks one daemon service (`_service`: the post office, the result
+    gate, the approvals) and touches no file or process, only the daemon's own records."""
 
-    def __init__(self, office: PostOffice, session_id: str) -> None:
-        self._office = office
+    def __init__(self, service: T, session_id: str) -> None:
+        self._service = service
         self._me = session_id
 
     def effects(self, args: Args) -> Effects:
         return Effects.none()
 
 
-class ListSessions(_Bound):
+class ListSessions(_Bound[PostOffice]):
     name: Final = "list_sessions"
     description: Final = LIST_DESCRIPTION
     summary: Final = (
@@ -194,14 +197,14 @@ class ListSessions(_Bound):
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         lines = ["id\talias\trole\tstate"]
-        for peer in self._office.peers.peers():
+        for peer in self._service.peers.peers():
             mark = "\t(you)" if peer.id == self._me else ""
             lines.append(f"{peer.id}\t{peer.alias or '-'}\t{peer.role}\t{peer.state}{mark}")
         lines.append(f'(the human: "{USER}")')
         return ToolOutput("\n".join(lines))
 
 
-class SendMessage(_Bound):
+class SendMessage(_Bound[PostOffice]):
     name: Final = "send_message"
     description: Final = SEND_DESCRIPTION
     summary: Final = (
@@ -213,7 +216,7 @@ class SendMessage(_Bound):
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         try:
-            sent = await self._office.send_args(self._me, dict(args))
+            sent = await self._service.send_args(self._me, dict(args))
         except InvalidMessage as exc:
             raise InvalidArgs(f"Not sent: {exc}.") from exc
         except MailStoreError as exc:
@@ -224,7 +227,7 @@ class SendMessage(_Bound):
         return ToolOutput(f"Sent {message.type.value} {message.id} to {message.to}.")
 
 
-class ReadInbox(_Bound):
+class ReadInbox(_Bound[PostOffice]):
     name: Final = "read_inbox"
     description: Final = READ_DESCRIPTION
     summary: Final = "Return your unread messages as a JSON array and mark them read."
@@ -233,7 +236,7 @@ class ReadInbox(_Bound):
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         try:
-            messages = await self._office.take_unread(self._me)
+            messages = await self._service.take_unread(self._me)
         except MailStoreError as exc:
             raise Failed(f"The inbox could not be read: {exc}") from exc
         if not messages:
@@ -241,7 +244,7 @@ class ReadInbox(_Bound):
         return ToolOutput(encode_list(messages).decode())
 
 
-class RequestApproval:
+class RequestApproval(_Bound[ResultGate]):
     name: Final = "request_approval"
     description: Final = APPROVAL_DESCRIPTION
     summary: Final = (
@@ -251,24 +254,17 @@ class RequestApproval:
     input_schema: Final = APPROVAL_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
-    def __init__(self, gate: ResultGate, session_id: str) -> None:
-        self._gate = gate
-        self._me = session_id
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()
-
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         summary = str(args["summary"]).strip()
         if not summary:
             raise InvalidArgs("Invalid value for `summary`: it is empty.")
         try:
-            return ToolOutput(self._gate.request_result_approval(self._me, summary, "model"))
+            return ToolOutput(self._service.request_result_approval(self._me, summary, "model"))
         except ValueError as exc:
             raise Failed(f"Approval not requested: {exc}") from exc
 
 
-class AnswerApproval:
+class AnswerApproval(_Bound[ApprovalAnswers]):
     name: Final = "answer_approval"
     description: Final = ANSWER_DESCRIPTION
     summary: Final = (
@@ -278,13 +274,6 @@ class AnswerApproval:
     input_schema: Final = ANSWER_SCHEMA
     cancellation: Final = Cancellation.ATOMIC
 
-    def __init__(self, answers: ApprovalAnswers, session_id: str) -> None:
-        self._answers = answers
-        self._me = session_id
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()  # the daemon's own records: the gate, the bead
-
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         target = str(args["session"]).strip()
         verdict = str(args["verdict"])
@@ -292,7 +281,7 @@ class AnswerApproval:
         if verdict == "reject" and not reason:
             raise InvalidArgs("A reject needs a reason: say what must change in `reason`.")
         try:
-            said = await self._answers.answer_result_approval(self._me, target, verdict, reason)
+            said = await self._service.answer_result_approval(self._me, target, verdict, reason)
         except ValueError as exc:
             raise Failed(f"Not answered: {exc}") from exc
         return ToolOutput(said)
