@@ -1,13 +1,14 @@
 """A small MCP server over stdio, written with the SDK, for the MCP client's tests.
 
-    python -m tests.support.mcp_server [--fail] [--marker FILE]
+    python -m tests.support.mcp_server [--fail] [--marker FILE] [--http PORT]
 
 Tools: `echo(text)`, `slow(seconds)` (sleeps, then says so), `big(size)` (that many `x`),
-`whoami()` (its pid and cwd), `grow()` (adds the tool `grown` and sends
-`notifications/tools/list_changed`), `touch(path)` (creates a file: a write the sandbox may
-refuse). A resource `memo://greeting` and a prompt `review(topic)`. `--fail` writes a message
-to stderr and exits 3 before speaking MCP. `--marker FILE` appends `start PID` to FILE at each
-start and `slow PID` when `slow` begins (a test knows a call is in flight, counts restarts).
+`whoami()` (its pid and cwd), `header(name)` (an HTTP request header), `grow()` (adds the tool
+`grown` and sends `notifications/tools/list_changed`), `touch(path)` (creates a file: a write
+the sandbox may refuse). A resource `memo://greeting` and a prompt `review(topic)`. `--fail`
+writes a message to stderr and exits 3 before speaking MCP. `--marker FILE` appends
+`start PID` to FILE at each start and `slow PID` when `slow` begins (a test knows a call is in
+flight, counts restarts). `--http PORT`: streamable HTTP on 127.0.0.1:PORT/mcp, not stdio.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ def touch(path: str) -> str:
     return f"created {path}"
 
 
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of the request's HTTP header `name` ("(none)": absent, or not over HTTP)."""
+    headers = ctx.headers or {}
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), "(none)")
+
+
 def grown() -> str:
     """A tool that exists only after `grow`."""
     return "grown here"
@@ -91,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--marker")
+    parser.add_argument("--http", type=int, metavar="PORT")
     args = parser.parse_args()
     if args.marker:
         MARKER.append(args.marker)
@@ -98,7 +107,10 @@ def main() -> None:
     if args.fail:
         print("test server: refusing to start (--fail)", file=sys.stderr, flush=True)
         sys.exit(3)
-    server.run("stdio")
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run("stdio")
 
 
 if __name__ == "__main__":

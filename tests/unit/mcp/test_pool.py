@@ -91,7 +91,7 @@ async def test_tools_reach_the_registry_and_calls_return_results(
     echo = registry.get("mcp__py__echo")
     assert echo is not None
     assert echo.effects({"text": "x"}).unknown  # not vouched for: the policy asks
-    assert mcp.status() == "py\tstdio\tready\t6\t-\n"
+    assert mcp.status() == "py\tstdio\tready\t7\t-\n"
     assert harness.reports == []
 
 
