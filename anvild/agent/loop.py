@@ -8,7 +8,8 @@ violations become `StepFailed` and the `error` outcome; anything else is a bug, 
 Invariants: the transcript only ever holds valid states (every change goes through `_commit`,
 which validates it; a pending tail only between a step's calls and their results). A completion
 is committed only after a clean finish: an abnormal one commits its text and runs no call.
-Allowed calls run concurrently only when all are read-only by their `effects(args)`. On
+Allowed calls run concurrently only when each is read-only by its `effects(args)` or its tool
+declares `parallel_safe = True` (`task`: a child session runs elsewhere). On
 cancellation the transcript is left valid (interrupted calls say so) and no unfinished text is
 put in the model's mouth. Unknown token spend stops a budgeted turn. Tool results are redacted
 before anyone sees them. A step whose todo list changed since it was last shown starts with it as
@@ -496,7 +497,7 @@ class Agent:
                 contexts[index] = decision.context or self.context
         if any(not self.tools.effects(batch.calls[i]).read_only for i in allowed):
             await self._before_change()
-        if all(self.tools.effects(batch.calls[i]).read_only for i in allowed):
+        if all(self._concurrent(batch.calls[i]) for i in allowed):
             async with trio.open_nursery() as nursery:
                 for index in allowed:
                     nursery.start_soon(self._run_call, batch, index, contexts[index])
@@ -510,6 +511,13 @@ class Agent:
         if turn is not None and not turn.changing:
             turn.changing = True
             await self.snapshots.before_change()
+
+    def _concurrent(self, call: ToolCall) -> bool:
+        """Whether a call may run beside the other calls of its step: it only reads, or its
+        tool says `parallel_safe` (what it does happens elsewhere, under its own checks: `task`
+        runs a child session)."""
+        tool = self.tools.get(call.name)
+        return self.tools.effects(call).read_only or getattr(tool, "parallel_safe", False) is True
 
     async def _decide(self, call: ToolCall) -> Decision:
         try:

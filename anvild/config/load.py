@@ -161,6 +161,16 @@ class SessionLimits:
 
 
 @attrs.frozen
+class SubagentLimits:
+    """`[subagents]`: the deepest a `task` child may be (a top-level session is depth 0), how
+    many children one turn may start, and the roles whose sessions get the `task` tool."""
+
+    max_depth: int = 2
+    max_per_turn: int = 8
+    roles: tuple[str, ...] = ("developer", "planner", "tester", "conductor")
+
+
+@attrs.frozen
 class ContextLimits:
     """`[context]`: the shares of a session's window (percent; 0: off) at which old tool results
     are cleared from requests (`clear_at`) and the history is compacted (`auto_compact`), the
@@ -218,6 +228,7 @@ class Config:
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
     context: ContextLimits = ContextLimits()  # `[context]`
     server: ServerLimits = ServerLimits()  # `[server]`
+    subagents: SubagentLimits = SubagentLimits()  # `[subagents]`
     # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
     # whose trust grants were consulted: `merge_project` re-merges a project onto these.
     layers: tuple[tuple[Layer, Source], ...] = ()
@@ -519,6 +530,13 @@ def _build(
         ),
         context=ContextLimits(**{k[1]: v for k, v in merged.items() if k[0] == "context"}),
         server=ServerLimits(**{k[1]: v for k, v in merged.items() if k[0] == "server"}),
+        subagents=SubagentLimits(
+            **{
+                k[1]: tuple(v) if k[1] == "roles" else v
+                for k, v in merged.items()
+                if k[0] == "subagents"
+            }
+        ),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
         sources=sources,

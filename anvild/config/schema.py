@@ -43,6 +43,7 @@ TOP_KEYS: Final = (
     "mcp_servers",
     "beads",
     "server",
+    "subagents",
 )
 BEADS_KEYS: Final = ("repo",)
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads)."""
@@ -118,6 +119,10 @@ MCP_SERVER_KEYS: Final = (
 )
 """`[mcp_servers.NAME]` keys (`anvild.mcp.config` reads the checked table; README, MCP servers)."""
 MCP_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
+SUBAGENT_KEYS: Final = ("max_depth", "max_per_turn", "roles")
+"""`[subagents]`: how deep `task` children may nest, how many one turn may start, and the roles
+whose sessions get the `task` tool (default every role but reviewer)."""
+SUBAGENT_LIMITS: Final = {"max_depth": 8, "max_per_turn": 64}
 MCP_TIMEOUT_LIMIT: Final = 3600
 """The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 
@@ -338,6 +343,18 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             for name, entry in c.table(key, value).items():
                 sub = (top, c.name((top, name), name))
                 c.set(sub, _check_mcp_server(c, sub, entry))
+        elif top == "subagents":
+            table = c.table(key, value)
+            c.known(key, table, SUBAGENT_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "roles":
+                    roles = _strings(c, sub, item)
+                    for role in roles:
+                        c.choice(sub, role, MCP_ROLES)
+                    c.set(sub, roles)
+                else:
+                    c.set(sub, c.bounded_int(sub, item, SUBAGENT_LIMITS[name]))
     return c.layer
 
 

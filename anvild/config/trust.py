@@ -5,8 +5,9 @@ A key carrying *authority* takes effect from a project file only under a grant f
 file content: endpoint (`providers.*.kind`, `.base_url`, default limits), credential
 (`.api_key_env`), `env_passthrough`, permission (`permissions.allow`, `.mode`, `.max_mode`;
 `full_access` never from a project), executable (`hooks.*`, `mcp_servers.*`), budget
-(`models.*.pricing.*`, `sessions.*`, `context.*`), data location (`beads.repo`). Everything else
-(`default_model`, `instructions`, model aliases, `permissions.deny`/`.ask`) is instruction or data.
+(`models.*.pricing.*`, `sessions.*`, `context.*`, `subagents.*`), data location (`beads.repo`).
+Everything else (`default_model`, `instructions`, model aliases, `permissions.deny`/`.ask`) is
+instruction or data.
 A grant binds the file's absolute path to the SHA-256 of its bytes, kept in the user data dir's
 `trust.toml` (0600, replaced atomically); any edit voids it, and the digest is taken from the
 bytes that are parsed. A grant never extends a credential: keys go only to origins the user
@@ -43,7 +44,7 @@ def authority_of(key: Key) -> str | None:
             return "env passthrough"
         case ("permissions", "allow" | "mode" | "max_mode" | "full_access"):
             return "permission"
-        case ("sessions" | "context", _):
+        case ("sessions" | "context" | "subagents", _):
             return "budget"
         case ("hooks" | "mcp_servers", *_):
             return "executable"

@@ -7,12 +7,12 @@
 `build` turns the loaded (trusted) configuration into what `anvild.session` needs and wires
 every part that sits on it: the provider `Registry` (one shared HTTP client; `local` through a
 `LocalModelProvider` that waits for llama-server), the tools chain (default, conductor, mail,
-beads), `ProjectConfigs`, the `SessionExtension`s (config, outcome, mcp, introspection,
-compaction), `SessionSettings` (with the daemon's `McpPool`), the `SessionTree`, mail, the bead
-store and tree, `BeadGates` and `SessionApprovals`. `run` (a daemon child) opens the bead store
-before any session is restored, then runs the MCP pool and the manager; the shutdown step
-`sessions` cancels them (the MCP servers stop) and waits until every turn ended (no pending
-call approved) and every journal is closed. More: docs/decisions.md, "Module notes".
+beads, task), `ProjectConfigs`, the `SessionExtension`s (config, outcome, family, mcp,
+introspection, compaction), `SessionSettings` (with the daemon's `McpPool`), the `SessionTree`,
+mail, the bead store and tree, `BeadGates` and `SessionApprovals`. `run` (a daemon child) opens
+the bead store before any session is restored, then runs the MCP pool and the manager; the
+shutdown step `sessions` cancels them (the MCP servers stop) and waits until every turn ended
+(no pending call approved) and every journal is closed. More: docs/decisions.md, "Module notes".
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from anvild.config import Config
 from anvild.coord.approvers import SessionApprovals
 from anvild.coord.bead_gates import BeadGates
 from anvild.coord.conductor_tools import ConductorTools
+from anvild.coord.subagents import SubagentTools
 from anvild.daemon.app import Daemon
 from anvild.daemon.gcpolicy import GcPolicy
 from anvild.daemon.llama import LOCAL, LlamaServer, LlamaUnavailable, with_local_model
@@ -71,6 +72,7 @@ from anvild.store import SessionStore
 from anvild.tree.beads import BeadsTree
 from anvild.tree.compaction import compaction_files
 from anvild.tree.config import config_file
+from anvild.tree.family import family_files
 from anvild.tree.introspection import introspection_files
 from anvild.tree.mail import (
     MailTree,
@@ -285,6 +287,12 @@ class Sessions:
             skills=SkillCatalog(),
         )
         conductor = ConductorTools(beads=store)
+        subagents = SubagentTools(
+            max_depth=config.subagents.max_depth,
+            max_per_turn=config.subagents.max_per_turn,
+            roles=config.subagents.roles,
+            user_config_dir=settings.user_config_dir,
+        )
         peers, prompter, gate = SessionPeers(), SessionPrompter(), SessionResultGate()
         office = PostOffice(MailStore(data_dir / "mail"), peers, on_event=forward_mail_events(root))
         approvals = SessionApprovals(settle=gates.settle, office=office)
@@ -310,12 +318,14 @@ class Sessions:
                 conductor.tools,
                 mail_tools(office, gate, approvals),
                 bead_tools(store),
+                subagents.tools,
             ),
             default_cwd=default_cwd,
             on_event=on_event,
             configs=configs,
         )
         conductor.bind(manager)
+        subagents.bind(manager)
         peers.bind(manager)
         prompter.bind(manager)
         gate.bind(manager)
@@ -326,6 +336,7 @@ class Sessions:
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
         tree.extend(outcome_file())
+        tree.extend(family_files(manager))
         tree.extend(skills_file(settings.skills))
         tree.extend(mcp_file(pool))
         pool.report = mcp_reporter(root, _lookup(manager))

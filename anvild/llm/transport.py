@@ -375,13 +375,8 @@ class _Connection:
         if not self.plain:
             return await self._receive_tls(idle)
         await trio.lowlevel.checkpoint_if_cancelled()
-        try:
-            data = os.read(self.fd, RECEIVE_BYTES)
-        except BlockingIOError:
-            pass
-        except OSError as exc:
-            raise httpx.ReadError(f"reading the response failed: {_cause(exc)}") from exc
-        else:
+        data = self._read_queued()
+        if data is not None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return data
         watch = self._watch
@@ -401,13 +396,18 @@ class _Connection:
                     await trio.lowlevel.wait_readable(self.socket)
                 if scope.cancelled_caught:
                     raise httpx.ReadTimeout(f"nothing received for {idle:g} s")
-            try:
-                data = os.read(self.fd, RECEIVE_BYTES)
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise httpx.ReadError(f"reading the response failed: {_cause(exc)}") from exc
-            return data
+            data = self._read_queued()
+            if data is not None:
+                return data
+
+    def _read_queued(self) -> bytes | None:
+        """What the socket holds now (b"" at its end), or None when nothing is queued yet."""
+        try:
+            return os.read(self.fd, RECEIVE_BYTES)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            raise httpx.ReadError(f"reading the response failed: {_cause(exc)}") from exc
 
     async def _receive_tls(self, idle: float) -> bytes:
         with trio.move_on_after(idle):

@@ -5,7 +5,8 @@ baseline, plus one token per four UTF-8 bytes appended since. A model change, cl
 other context replacement resets the baseline, and the file then reads "-": unknown is never
 shown as a guess. Unreported cache counts are taken as no cache use.
 `cost` lists tokens by kind, the cache hit rate and the USD cost, or "n/a" when a price or a
-needed count is unknown; then one line per recent turn.
+needed count is unknown; then, for a parent, its children's (`children_*`, `total_usd`); then
+one line per recent turn.
 """
 
 from __future__ import annotations
@@ -90,17 +91,43 @@ def _hit_rate(usage: Usage) -> str:
     return f"{usage.cache_read * 100 / denominator:.1f}%" if denominator else "-"
 
 
-def cost_text(usage: Usage, usd: float | None, turns: Sequence[tuple[int, Usage]] = ()) -> str:
-    """The `cost` file: one `key value` line per item, then one line per recent turn, given as
-    (turn number, that turn's summed usage)."""
+def _usd(usd: float | None) -> str:
+    return "n/a" if usd is None else f"{usd:.6f}"
+
+
+def cost_text(
+    usage: Usage,
+    usd: float | None,
+    turns: Sequence[tuple[int, Usage]] = (),
+    children: Sequence[tuple[Usage, float | None]] = (),
+) -> str:
+    """The `cost` file: one `key value` line per item, then, for a session that started
+    children (`task`), their summed usage and cost (`children_*`) and the total with them
+    (`total_usd`), then one line per recent turn, given as (turn number, that turn's summed
+    usage). `children` is each child's (usage, USD cost or None)."""
     lines = [
         f"input {_count(usage.input)}",
         f"output {_count(usage.output)}",
         f"cache_read {_count(usage.cache_read)}",
         f"cache_write {_count(usage.cache_write)}",
         f"cache_hit_rate {_hit_rate(usage)}",
-        f"usd {'n/a' if usd is None else f'{usd:.6f}'}",
+        f"usd {_usd(usd)}",
     ]
+    if children:
+        theirs = Usage(0, 0, 0, 0)
+        their_usd: float | None = 0.0
+        for child_usage, child_usd in children:
+            theirs = theirs.plus(child_usage)
+            their_usd = None if child_usd is None or their_usd is None else their_usd + child_usd
+        lines += [
+            f"children {len(children)}",
+            f"children_input {_count(theirs.input)}",
+            f"children_output {_count(theirs.output)}",
+            f"children_cache_read {_count(theirs.cache_read)}",
+            f"children_cache_write {_count(theirs.cache_write)}",
+            f"children_usd {_usd(their_usd)}",
+            f"total_usd {_usd(None if usd is None or their_usd is None else usd + their_usd)}",
+        ]
     lines += [
         f"turn {number} input {_count(turn.input)} cache_read {_count(turn.cache_read)} "
         f"cache_write {_count(turn.cache_write)} cache_hit_rate {_hit_rate(turn)}"

@@ -39,7 +39,7 @@ from anvild.agent.tools.todo import TodoWriteTool
 from anvild.llm.errors import ConfigError
 from anvild.llm.provider import Provider
 from anvild.llm.registry import Pricing, ResolvedModel
-from anvild.llm.stream import StreamEvent
+from anvild.llm.stream import StreamEvent, Usage
 from anvild.llm.types import ChatRequest
 from anvild.sandbox import ReadOnly, SandboxPolicy, WorkspaceWrite, litter
 from anvild.sandbox.confine import Sandbox
@@ -155,6 +155,7 @@ class NewSession:
     headless: bool = False
     approver: str | None = None
     source: str | None = None
+    parent: str | None = None  # the session whose `task` call starts this one (never from ctl)
 
     @classmethod
     def parse(cls, words: Sequence[str]) -> NewSession:
@@ -351,6 +352,24 @@ def _record_fork(journal: Journal, base: SessionState) -> None:
 
 
 @attrs.frozen
+class Child:
+    """One child session (`task`) as its parent's `children` file and `cost` show it: live from
+    the session, or as it was when it ended (a reaped one, or one read back after a restart)."""
+
+    id: str
+    role: str
+    state: str
+    outcome: str  # how its last turn ended ("-": none has)
+    usage: Usage
+    usd: float | None
+
+
+def _child_of(state: SessionState, status: str, usd: float | None) -> Child:
+    turn = state.last_turn
+    return Child(state.id, state.role, status, turn.outcome if turn else "-", state.usage, usd)
+
+
+@attrs.frozen
 class ManagerStatistics:
     sessions: int
     providers: Mapping[str, tuple[float, int]]  # name -> (tokens borrowed, tasks waiting)
@@ -385,6 +404,11 @@ class SessionManager:
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._nursery: trio.Nursery | None = None
         self._configs = configs
+        # Subagents: parent id -> child ids in creation order, child -> parent, and the
+        # children that ended (reaped, or read back ended after a restart) as they ended.
+        self._family: dict[str, list[str]] = {}
+        self._parents: dict[str, str] = {}
+        self._ended_children: dict[str, Child] = {}
         if configs is not None:
             configs.provider_for, configs.publish = self.provider_for, self.publish
         self._services = Services(
@@ -395,6 +419,7 @@ class SessionManager:
             publish=self.publish,
             on_exit=self._exited,
             before_turn=_unconfigured if configs is None else configs.before_turn,
+            children=self.children_costs,
         )
 
     # -- the task ----------------------------------------------------------------------------
@@ -433,6 +458,44 @@ class SessionManager:
     def list_text(self) -> str:
         """`agent/list`: one tab-separated line per session."""
         return "".join(session.list_line() + "\n" for session in self._sessions.values())
+
+    # -- subagents ---------------------------------------------------------------------------
+
+    def parent_of(self, session_id: str) -> str | None:
+        """The id of the session whose `task` started this one, or None (a top-level one)."""
+        return self._parents.get(session_id)
+
+    def depth(self, session_id: str) -> int:
+        """How many `task` parents are above this session (0: a top-level session)."""
+        depth, seen = 0, {session_id}
+        while (parent := self._parents.get(session_id)) is not None and parent not in seen:
+            depth, session_id = depth + 1, parent
+            seen.add(parent)
+        return depth
+
+    def children(self, parent_id: str) -> tuple[Child, ...]:
+        """The children of a session, in creation order: live ones as they are now, ended ones
+        as they ended (kept across reaping and restarts, from their records)."""
+        found = []
+        for child_id in self._family.get(parent_id, ()):
+            session = self._sessions.get(child_id)
+            if session is None:
+                if (ended := self._ended_children.get(child_id)) is not None:
+                    found.append(ended)
+                continue
+            found.append(self._live_child(session))
+        return tuple(found)
+
+    def children_costs(self, parent_id: str) -> tuple[tuple[Usage, float | None], ...]:
+        """Each child's usage and USD cost (None: unknown), for the parent's `cost` file."""
+        return tuple((child.usage, child.usd) for child in self.children(parent_id))
+
+    @staticmethod
+    def _live_child(session: Session) -> Child:
+        state = session.record
+        pricing = session.target.pricing
+        usd = None if pricing is None else pricing.cost(state.usage)
+        return _child_of(state, session.status.value, usd)
 
     def statistics(self) -> ManagerStatistics:
         providers = {
@@ -486,6 +549,7 @@ class SessionManager:
                 token_budget=request.budget,
                 headless=request.headless,
                 approver=approver,
+                parent=request.parent,
             )
             try:
                 journal = await trio.to_thread.run_sync(self.store.create, started)
@@ -495,6 +559,9 @@ class SessionManager:
                 await trio.to_thread.run_sync(_record_fork, journal, base)
             session = Session(journal, target, self._services)
             self._add(session)
+            if request.parent is not None:
+                self._family.setdefault(request.parent, []).append(session.id)
+                self._parents[session.id] = request.parent
         finally:
             self._claimed -= claimed
         await nursery.start(session.run)
@@ -711,6 +778,8 @@ class SessionManager:
         del self._sessions[session.id]
         if session.alias:
             self._aliases.pop(session.alias, None)
+        if session.id in self._parents:  # its parent's `children` and `cost` keep it
+            self._ended_children[session.id] = self._live_child(session)
         session.journal.close()
         self.publish(SessionEnded(session.id, reason))
 
@@ -736,10 +805,21 @@ class SessionManager:
             removed = await trio.to_thread.run_sync(leftovers.remove, state.id, state.cwd, unknown)
         return await trio.to_thread.run_sync(journal.recover, removed)
 
+    async def _ended_child(self, journal: Journal) -> None:
+        state = journal.state
+        try:
+            contents = await trio.to_thread.run_sync(read_journal, journal.path)
+        except StoreError:
+            usd = None
+        else:
+            usd = accounting.priced(contents.records, self._pricing_of)
+        self._ended_children[state.id] = _child_of(state, SessionStatus.EXITED.value, usd)
+
     async def _restore(self) -> None:
         nursery = self._require_nursery()
         ids = await trio.to_thread.run_sync(self.store.ids)
         journals = []
+        born: dict[str, dt.datetime] = {}  # children's creation times: their order in `children`
         for session_id in ids:
             try:
                 journal = await trio.to_thread.run_sync(self.store.open, session_id)
@@ -747,7 +827,13 @@ class SessionManager:
                 log.error("session.restore_failed", session=session_id, error=str(exc))
                 self.publish(SessionFailed(session_id, f"not restored: {exc}"))
                 continue
+            if (parent := journal.state.parent) is not None:
+                self._family.setdefault(parent, []).append(session_id)
+                self._parents[session_id] = parent
+                born[session_id] = journal.state.created_at
             if journal.state.ended is not None:
+                if parent is not None:  # its parent's `children` and `cost` keep it
+                    await self._ended_child(journal)
                 journal.close()
                 continue
             try:
@@ -772,6 +858,8 @@ class SessionManager:
                 usd = accounting.priced(contents.records, self._pricing_of)
             journals.append((journal, usd))
         journals.sort(key=lambda item: item[0].state.created_at)
+        for family in self._family.values():
+            family.sort(key=born.__getitem__)
         for journal, usd in journals:
             state = journal.state
             try:

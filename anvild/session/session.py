@@ -338,7 +338,8 @@ class Session:
     def cost_text(self) -> str:
         state = self._journal.state
         turns = [(t.turn, t.usage) for t in state.turns]
-        return accounting.cost_text(state.usage, self._usd, turns)
+        children = self._services.children(self.id)
+        return accounting.cost_text(state.usage, self._usd, turns, children)
 
     def approval_text(self) -> str:
         return self._approvals.text()

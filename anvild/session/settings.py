@@ -11,7 +11,7 @@ calls for compact tool definitions (`compact_tools`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -22,6 +22,7 @@ from anvild.agent.permissions.rules import RuleSet
 from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW, Tool
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
+from anvild.llm.stream import Usage
 from anvild.mcp import McpPool
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
@@ -112,6 +113,10 @@ def _no_hook(session: Session) -> None:
     return None
 
 
+def _no_children(session_id: str) -> Sequence[tuple[Usage, float | None]]:
+    return ()
+
+
 @attrs.frozen
 class Services:
     """What a session needs from its manager. `before_turn` is called at every turn start,
@@ -124,6 +129,8 @@ class Services:
     publish: Callable[[SessionEvent], None]
     on_exit: Callable[[Session, str, bool], None]  # (session, reason, reap later)
     before_turn: Callable[[Session], None] = _no_hook
+    children: Callable[[str], Sequence[tuple[Usage, float | None]]] = _no_children
+    """Each `task` child's usage and USD cost (None: unknown) by the parent's id: its `cost`."""
 
 
 MODE_ORDER: Final = (Mode.PLAN, Mode.DEFAULT, Mode.ACCEPT_EDITS, Mode.BYPASS)

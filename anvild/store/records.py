@@ -131,6 +131,8 @@ class SessionStarted:
     # Who may answer the session's result gate besides a person: an approver session's id
     # (`new approver=ID`), fixed at creation. None: only a person (`user`).
     approver: str | None = None
+    # The session that started this one with its `task` tool (a subagent), fixed at creation.
+    parent: str | None = None
 
 
 @attrs.frozen
@@ -493,6 +495,7 @@ def _make_converter() -> cattrs.Converter:
             token_budget=omit,
             headless=omit,
             approver=omit,
+            parent=omit,
         ),
     )
     # `ref`, `approver` and `by` came later too: written only when set.

@@ -274,6 +274,7 @@ def _started(record: SessionStarted) -> SessionState:
         token_budget=record.token_budget,
         headless=record.headless,
         approver=record.approver,
+        parent=record.parent,
     )
 
 

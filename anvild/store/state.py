@@ -161,6 +161,7 @@ class SessionState:
     token_budget: int | None = None
     headless: bool = False
     approver: str | None = None  # the approver session of its own result gates (None: user)
+    parent: str | None = None  # the session whose `task` call started this one (a subagent)
     messages: tuple[Message, ...] = ()
     status: SessionStatus = SessionStatus.STARTING
     status_detail: str = ""

@@ -4,7 +4,8 @@ A tool has a `name`, a `description` (the model reads it), an `input_schema` (JS
 2020-12, top-level object), a `cancellation` behaviour, per-call `effects(args)`, and
 `call(args, ctx)`. `ToolRegistry.dispatch` validates arguments before `effects` or `call` see
 them, so both may index required keys. Effects are per call, never a static flag; the loop runs a
-batch concurrently only when every call is `read_only`.
+batch concurrently only when every call is `read_only` or its tool has `parallel_safe = True`
+(an optional attribute: its work happens elsewhere under its own checks, as `task`'s child).
 
     ToolError                   -> an error tool result for the model
      ├── InvalidArgs   the arguments are wrong; names the field and how to fix it
