@@ -47,6 +47,16 @@ MAX_TITLE = 200
 B = BeadStatus
 C = ConvoyStatus
 
+# A bead's text field -> the statuses it may be written in, and what a refusal says.
+_TEXT_OPEN: dict[str, tuple[tuple[BeadStatus, ...], str]] = {
+    "result": (
+        (B.PENDING, B.IN_PROGRESS),
+        "its result is final; write a result while the bead is pending or in progress (or "
+        "complete RESULT)",
+    ),
+    "description": ((B.PENDING,), "its description changes only while it is pending"),
+}
+
 
 @attrs.frozen
 class NewBead:
@@ -552,40 +562,15 @@ class Board:
         )
 
     def set_result(self, bead_id: str, text: str, *, by: str, now: str) -> Change:
-        return self._set_text(
-            bead_id,
-            "result",
-            text,
-            by,
-            now,
-            (B.PENDING, B.IN_PROGRESS),
-            "its result is final; write a result while the bead is pending or in progress (or "
-            "complete RESULT)",
-        )
+        return self._set_text(bead_id, "result", text, by, now)
 
     def set_description(self, bead_id: str, text: str, *, by: str, now: str) -> Change:
-        return self._set_text(
-            bead_id,
-            "description",
-            text,
-            by,
-            now,
-            (B.PENDING,),
-            "its description changes only while it is pending",
-        )
+        return self._set_text(bead_id, "description", text, by, now)
 
-    def _set_text(
-        self,
-        bead_id: str,
-        field: str,
-        text: str,
-        by: str,
-        now: str,
-        open_in: tuple[B, ...],
-        refused: str,
-    ) -> Change:
-        """A bead's text `field` set to `text`, while its status is one of `open_in`."""
+    def _set_text(self, bead_id: str, field: str, text: str, by: str, now: str) -> Change:
+        """A bead's text `field` set to `text`, while its status is one `_TEXT_OPEN` allows."""
         bead = self.bead(bead_id)
+        open_in, refused = _TEXT_OPEN[field]
         if bead.status not in open_in:
             raise BeadConflict(f"bead {bead_id} is {bead.status.value}: {refused}")
         change: dict[str, Any] = {field: text, "updated_at": now}
