@@ -45,8 +45,8 @@ def _strs(values: Iterable[str]) -> tuple[str, ...]:
 class Step:
     """One step of a session's history. `number` is the turn's number (for an undo or rewind:
     its own sequence number); `label` the prompt's first line or the verb; `messages` the
-    transcript's length before the turn; `skipped` the paths the step changed that snapshots
-    leave out (`path<TAB>why`); `changes` the text of the turn's `changes` file."""
+    transcript's length before the turn (`anchor` identifies it); `skipped` the paths the step
+    changed that snapshots leave out (`path<TAB>why`); `changes` its `changes` file's text."""
 
     kind: str  # turn | undo | rewind
     number: int
@@ -55,6 +55,7 @@ class Step:
     after: str | None = None
     outcome: str = ""
     messages: int = 0
+    anchor: str = ""  # the transcript's first and last message before the turn, hashed
     skipped: tuple[str, ...] = attrs.field(default=(), converter=_strs)
     changes: str = ""
     pending: bool = False  # a turn whose end is not recorded yet
@@ -112,14 +113,15 @@ class Workspaces:
         self.max_file_bytes = max_file_bytes
         self._open: dict[str, Workspace] = {}
 
-    def workspace(self, cwd: Path) -> Workspace:
+    def workspace(self, cwd: str | Path) -> Workspace:
+        cwd = Path(cwd)
         key = workspace_key(cwd)
         found = self._open.get(key)
         if found is None:
             found = self._open[key] = Workspace(self.root / key, cwd, self.max_file_bytes)
         return found
 
-    def session(self, session_id: str, cwd: Path) -> SessionCheckpoints:
+    def session(self, session_id: str, cwd: str | Path) -> SessionCheckpoints:
         return SessionCheckpoints(self.workspace(cwd), session_id)
 
 
@@ -178,9 +180,12 @@ class SessionCheckpoints:
 
     # -- a turn --------------------------------------------------------------------------------
 
-    def begin_turn(self, number: int, prompt: str, messages: int) -> None:
+    def begin_turn(self, number: int, prompt: str, messages: int, anchor: str = "") -> None:
+        """A turn starts: `messages` is the transcript's length before it, `anchor` what
+        `rewind N conversation` checks the transcript against."""
         label = next((line.strip() for line in prompt.splitlines() if line.strip()), "")
-        self._turn = Step("turn", number, label[:200], messages=messages, pending=True)
+        self._turn = Step("turn", number, label[:200], messages=messages, anchor=anchor)
+        self._turn = attrs.evolve(self._turn, pending=True)
 
     async def before_change(self) -> None:
         """The agent is about to run a mutating call: snapshot once per turn."""

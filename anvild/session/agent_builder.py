@@ -176,6 +176,7 @@ def build_agent(
         on_compaction=on_compaction,
         summariser=None if summariser is None else services.provider_for(summariser),
         hooks=NO_HOOKS if hooks is None else hooks,
+        snapshots=session.turns.snapshots,
     )
 
 

@@ -65,6 +65,7 @@ from anvild.session.settings import (
     wider,
 )
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
+from anvild.session.turns import Turns
 from anvild.store import (
     AliasChanged,
     ContextFileChanged,
@@ -176,6 +177,17 @@ class Session:
             self,
             self._recorder,
             self._output,
+            agent=lambda: self._agent,
+            held=self._held,
+            turn_active=lambda: self._turn_active,
+            notify=self._notify,
+        )
+        workspaces = settings.checkpoints
+        self.turns = Turns(
+            self,
+            self._recorder,
+            self._output,
+            None if workspaces is None else workspaces.session(state.id, state.cwd),
             agent=lambda: self._agent,
             held=self._held,
             turn_active=lambda: self._turn_active,
@@ -651,6 +663,7 @@ class Session:
                 self._output.close()
 
     async def _work(self) -> None:
+        await self.turns.recover()  # an undo a crash cut is finished before anything else
         if (hooks := self._hooks) is not None:
             source = "resume" if self._agent.messages else "startup"
             self._start_context = await hooks.session_start(source)
@@ -683,11 +696,14 @@ class Session:
             deadline=math.inf if deadline is None else trio.current_time() + deadline
         )
         self._output.start_turn(text, scope.deadline)
+        self.turns.begin(text)
+        finished: ev.TurnFinished | None = None
         try:
             with scope:
                 context, self._start_context = self._start_context, ""
-                await self._agent.run_turn(f"{context}\n\n{text}" if context else text)
+                finished = await self._agent.run_turn(f"{context}\n\n{text}" if context else text)
         finally:
+            await self.turns.end(finished)  # the end snapshot, before the turn counts as over
             self._turn_active = False
             self._handled += 1
             self._finish_turn()

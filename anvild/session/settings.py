@@ -20,6 +20,7 @@ import attrs
 from anvild.agent.permissions.policy import Grants, Mode
 from anvild.agent.permissions.rules import RuleSet
 from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW, Tool
+from anvild.checkpoints import Workspaces
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
@@ -87,6 +88,9 @@ class SessionSettings:
     mcp: McpPool | None = None
     """The daemon's MCP servers (`anvild.mcp`): each session's agent gets the tools of those
     that apply to its cwd and role, started at its first turn. None: no MCP servers."""
+    checkpoints: Workspaces | None = None
+    """The shadow repositories of the workspaces (`anvild.checkpoints`): each turn's changes,
+    `agent/ID/turns/`, `undo` and `rewind`. None: no checkpoints."""
     skills: SkillCatalog | None = None
     """Where sessions find skills (`anvild.skills`): the prompt lists them, the `skill` tool
     loads them, the file tools may read their folders. None: no skills."""

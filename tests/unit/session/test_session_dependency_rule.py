@@ -21,6 +21,7 @@ ALLOWED = (
     "anvild.lines",
     "anvild.mcp",  # the MCP client, below the sessions (tests/unit/test_dependency_rules.py)
     "anvild.hooks",  # user hooks, below the sessions too
+    "anvild.checkpoints",  # workspace checkpoints, below the sessions too
     "anvild.skills",  # skills, below the sessions too
 )
 
