@@ -1,7 +1,7 @@
 """What a session sees of its MCP servers: the tools, the two generic tools, the status.
 
 `SessionMcp` is one session's handle: at every turn start (`ensure_started`, awaited by
-`McpAgent.run_turn`) it asks the pool which servers apply to the session's cwd and role, gets
+`McpAgent` in the turn) it asks the pool which servers apply to the session's cwd and role, gets
 each one's shared `Server` (starting it the first time) and waits for the first attempts, each
 at most its `startup_timeout`. A server not ready then is reported once (the pool's `report`)
 and its tools are absent; the session goes on. `tools()`: an `McpTool` per exposed tool of each
@@ -462,18 +462,18 @@ class McpRegistry(ToolRegistry):
 
 
 class McpAgent(Agent):
-    """An agent that starts (or re-checks) the session's MCP servers before each turn, and reads
-    its tool list again before each step, so a server's changed list reaches the next request.
-    The start is bounded by the servers' `startup_timeout`s; the turn runs with what is up."""
+    """An agent that starts (or re-checks) the session's MCP servers at the start of each turn,
+    inside the turn (a cancel or the turn's deadline stops the wait; it is bounded by the
+    servers' `startup_timeout`s), and reads its tool list again before each step, so a server's
+    changed list reaches the next request."""
 
     def __init__(self, *args: Any, mcp: SessionMcp, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.mcp = mcp
 
-    async def run_turn(self, prompt: str | Sequence[ContentBlock]) -> TurnFinished:
-        if not self.running:
-            await self.mcp.ensure_started()
-        return await super().run_turn(prompt)
+    async def _guarded(self, turn: Any, prompt: tuple[ContentBlock, ...]) -> TurnFinished:
+        await self.mcp.ensure_started()
+        return await super()._guarded(turn, prompt)
 
     async def _sample_fitting(self, turn: Any, specs: Sequence[ToolSpec]) -> Completion:
         # The loop reads the specs once per turn; each step takes the list as it is now.
