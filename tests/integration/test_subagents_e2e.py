@@ -1,0 +1,176 @@
+"""Subagents through a real daemon and the fake provider (openai-chat over HTTP).
+
+- Two `task` calls in one step: both children's requests reach the provider while both are
+  held (they run at the same time); each child is in `agent/list` with a `parent` file, the
+  parent's `children` lists them, their answers are the parent's two tool results and their
+  tokens are in the parent's `cost`, apart.
+- kill -9 during a child's turn: after the restart parent and child are both restored (the
+  child still names its parent), the parent's call is reported as outcome unknown, and nothing
+  runs it again (the provider sees no new request for the child's prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_daemon_crash import read_stream_until
+from tests.integration.test_interrupted_turns import kill_9
+from tests.integration.test_sessions_e2e import (
+    FakeServer,
+    anvilctl,
+    ok,
+    read,
+    start_daemon,
+    user_config,
+)
+
+pytestmark = pytest.mark.slow
+
+ALLOW_TASK = '\n[permissions]\nallow = ["task"]\n'
+
+
+def config_for(tmp_path: Path, fake: FakeServer) -> Path:
+    config = user_config(tmp_path, fake.url)
+    config.write_text(config.read_text() + ALLOW_TASK)
+    return config
+
+
+def wait_requests(fake: FakeServer, count: int) -> None:
+    url = f"{fake.url}/_fake/wait?requests={count}&timeout=30"
+    with urllib.request.urlopen(url, timeout=40) as reply:
+        assert reply.status == 200
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    """The messages after the request's last assistant message (each tool result is one)."""
+    messages = request["body"]["messages"]
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    return json.dumps(messages[last + 1 :])
+
+
+def listed(namespace: Path) -> dict[str, list[str]]:
+    lines = read(namespace, "agent/list").splitlines()
+    return {line.split("\t")[0]: line.split("\t") for line in lines}
+
+
+def test_two_children_at_once_with_parent_answers_and_cost(
+    namespace: Path, tmp_path: Path, workdir: Path
+) -> None:
+    fake = FakeServer(
+        tmp_path,
+        [
+            {
+                "contains": "alpha job",
+                "text": "alpha answer",
+                "hold": 1,
+                "usage": {"input": 50, "output": 5},
+            },
+            {
+                "contains": "beta job",
+                "text": "beta answer",
+                "hold": 1,
+                "usage": {"input": 70, "output": 7},
+            },
+            {"contains": "alpha answer", "text": "both done"},
+            {
+                "contains": "delegate",
+                "tool_calls": [
+                    {"name": "task", "arguments": {"prompt": "alpha job: count"}},
+                    {"name": "task", "arguments": {"prompt": "beta job: read"}},
+                ],
+            },
+        ],
+    )
+    daemon: Anvild | None = None
+    try:
+        daemon = start_daemon(namespace, config_for(tmp_path, fake))
+        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", parent, "delegate two jobs"))
+        # the parent's request and both children's: both held, neither has answered
+        wait_requests(fake, 3)
+        prompts = [last_user_text(r) for r in fake.requests()]
+        assert sum("job:" in p for p in prompts[1:]) == 2
+        children = read(namespace, f"agent/{parent}/children").splitlines()
+        assert len(children) == 2
+        ids = [line.split("\t")[0] for line in children]
+        sessions = listed(namespace)
+        for child in ids:
+            assert child in sessions  # in agent/list
+            assert sessions[child][2] == "running"
+            assert read(namespace, f"agent/{child}/parent") == f"{parent}\n"
+        assert read(namespace, f"agent/{parent}/parent") == "-\n"
+        fake.release()
+        fake.release()
+        assert ok(anvilctl(namespace, "wait", parent)) == "await\n"
+        assert ok(anvilctl(namespace, "out", parent)) == "both done\n"
+        results = last_user_text(fake.requests()[-1])
+        assert "alpha answer" in results
+        assert "beta answer" in results
+        for line in read(namespace, f"agent/{parent}/children").splitlines():
+            assert line.split("\t")[2:] == ["exited", "done"]
+        cost = read(namespace, f"agent/{parent}/cost").splitlines()
+        assert "children 2" in cost
+        assert "children_input 120" in cost
+        assert "children_output 12" in cost
+    finally:
+        if daemon is not None:
+            code, log_text = daemon.stop()
+            assert code == 0, log_text
+        fake.stop()
+
+
+def test_kill_9_during_a_childs_turn_restores_both_and_never_reruns(
+    namespace: Path, tmp_path: Path, workdir: Path
+) -> None:
+    fake = FakeServer(
+        tmp_path,
+        [
+            {"contains": "gamma job", "text": "gamma answer", "hold": 1},
+            {"contains": "go on", "text": "resumed"},
+            {
+                "contains": "delegate",
+                "tool_calls": [{"name": "task", "arguments": {"prompt": "gamma job: slow"}}],
+            },
+        ],
+    )
+    config = config_for(tmp_path, fake)
+    daemon: Anvild | None = None
+    try:
+        daemon = start_daemon(namespace, config)
+        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", parent, "delegate one job"))
+        wait_requests(fake, 2)  # the child's request is held: its turn runs
+        (line,) = read(namespace, f"agent/{parent}/children").splitlines()
+        child = line.split("\t")[0]
+        kill_9(daemon)
+        daemon = None
+
+        daemon = start_daemon(namespace, config)
+        sessions = listed(namespace)
+        assert parent in sessions
+        assert child in sessions
+        assert read(namespace, f"agent/{child}/parent") == f"{parent}\n"
+        assert read(namespace, f"agent/{parent}/children").split("\t")[0] == child
+        log = read_stream_until(namespace, f"agent/{parent}/log", "outcome unknown")
+        assert "(task): outcome unknown" in log
+        assert read(namespace, f"agent/{parent}/state") == "idle\n"
+
+        ok(anvilctl(namespace, "send", parent, "go on"))
+        assert ok(anvilctl(namespace, "wait", parent)) == "await\n"
+        assert ok(anvilctl(namespace, "out", parent)) == "resumed\n"
+        requests = fake.requests()
+        assert "Outcome unknown" in last_user_text(requests[-1])
+        # the child's prompt reached the provider once: the call was never run again
+        assert sum("gamma job" in last_user_text(r) for r in requests) == 1
+        assert len(requests) == 3
+    finally:
+        if daemon is not None:
+            code, log_text = daemon.stop()
+            assert code == 0, log_text
+        fake.stop()
