@@ -3,8 +3,9 @@ sessions that match, started lazily, stopped with the daemon.
 
 `McpPool.run` is a daemon child: its nursery runs every server's supervisor (`Server.run`),
 and cancelling it (`stop`, the daemon's shutdown step) stops them all, each transport's exit
-killing and reaping its process. `session(setup)` gives a session its `SessionMcp` handle
-(`anvild.mcp.tools`); the handle asks `servers(cwd)` which servers apply at each turn start,
+killing and reaping its process; a server no live session has used for `idle_after` seconds
+is stopped the same way. A session's `SessionMcp` handle (`anvild.mcp.tools.session_mcp`,
+registered here for its `mcp` file) asks `servers(cwd)` which servers apply at each turn start,
 so a project server appears once its `.anvil/config.toml` is granted. `report(session_id,
 server, error)` hears of a server a session could not get, once per session and failure.
 """
@@ -15,7 +16,7 @@ import os
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import structlog
 import trio
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+IDLE_AFTER: Final = 600.0
+REAP_EVERY: Final = 30.0
 Servers = Callable[[Path], tuple[ServerSpec, ...]]
 Report = Callable[[str, str, str], None]
 
@@ -45,9 +48,14 @@ class McpPool:
         *,
         env: Mapping[str, str] | None = None,
         report: Report = _no_report,
+        idle_after: float = IDLE_AFTER,
+        reap_every: float = REAP_EVERY,
     ) -> None:
         self.servers = servers
         self.report = report
+        self._idle_after = idle_after
+        self._reap_every = reap_every
+        self._unused_since: dict[tuple[object, ...], float] = {}
         self._env = os.environ if env is None else env
         self._running: dict[tuple[object, ...], Server] = {}
         self._nursery: trio.Nursery | None = None
@@ -62,7 +70,9 @@ class McpPool:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(self._reap_every)
+                    self.reap_idle()
         finally:
             self._nursery = None
             self._stopped = True
@@ -96,6 +106,21 @@ class McpPool:
         self._running[key] = server
         self._nursery.start_soon(server.run)
         return server
+
+    def reap_idle(self) -> None:
+        """Stop the servers no live session has used for `idle_after` seconds (a session holds
+        its handle, and the handle its servers, until the session is gone)."""
+        used = {id(s) for handle in list(self._sessions.values()) for s in handle.servers()}
+        now = trio.current_time()
+        for key, server in list(self._running.items()):
+            if id(server) in used:
+                self._unused_since.pop(key, None)
+                continue
+            since = self._unused_since.setdefault(key, now)
+            if now - since >= self._idle_after:
+                log.info("mcp.server_idle", server=server.name)
+                server.stop()
+                del self._running[key], self._unused_since[key]
 
     def running(self) -> list[Server]:
         return list(self._running.values())

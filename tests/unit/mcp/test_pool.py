@@ -5,6 +5,7 @@ and leaves the session working, servers are shared per (config, cwd) and stop wi
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -260,3 +261,25 @@ async def test_servers_are_shared_per_config_and_cwd_and_stop_with_the_pool(
         assert pid is not None
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+async def test_a_server_no_live_session_uses_is_stopped(tmp_path: Path) -> None:
+    spec = python_server()
+    pool = McpPool(lambda cwd: (spec,), idle_after=0.0, reap_every=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        harness = Harness(pool, tmp_path)
+        kept, dropped = harness.handle("s1"), harness.handle("s2", cwd=tmp_path / "elsewhere")
+        (tmp_path / "elsewhere").mkdir()
+        await kept.ensure_started()
+        await dropped.ensure_started()
+        (server,) = dropped.servers()
+        pid = server.pid
+        assert pid is not None
+        del dropped  # the session is gone
+        gc.collect()
+        await until(lambda: server.state is State.STOPPED)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert pool.running() == kept.servers()  # the live session's server runs on
+        await pool.stop()
