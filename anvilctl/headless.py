@@ -290,6 +290,7 @@ class Renderer:
         self._out = out
         self._err = err
         self.closed = False  # stdout's reader went away: nothing more is written to it
+        self._pending = b""  # the start of a line whose end has not come yet
         self.finished: dict[str, Any] | None = None
         self.session_id = ""
         self.model = ""
@@ -354,6 +355,21 @@ class Renderer:
         if self.fmt == "stream-json":
             self.write(line + b"\n")
         return kind == "turn_finished"
+
+    def feed_lines(self, data: bytes) -> tuple[bool, bool]:
+        """The complete lines of the stream so far (`data` after the unfinished rest of the
+        last chunk), fed in order: (a line ended the turn, stdout's reader was found gone).
+        A closed stdout does not stop the feeding: the turn's end is still to be read."""
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        closed = False
+        for line in lines:
+            try:
+                if self.feed(line):
+                    return True, closed
+            except StdoutClosed:
+                closed = True
+        return False, closed
 
     @property
     def outcome(self) -> str:
@@ -817,7 +833,6 @@ def _pump_loop(
     watching = stdout_fd >= 0 and _watchable(stdout_fd)
     if watching:
         poller.register(stdout_fd, 0)  # POLLERR/POLLHUP are always reported
-    pending = b""
     interrupted = False
     cancelled = False
 
@@ -838,18 +853,10 @@ def _pump_loop(
                     renderer.feed(synthetic_end("cancelled", "the session ended before its turn"))
                 break
             if item:
-                pending += item
-                lines = pending.split(b"\n")
-                pending = lines.pop()
-                done = False
-                for line in lines:
-                    try:
-                        if renderer.feed(line):
-                            done = True
-                            break
-                    except StdoutClosed:
-                        _detach_stdout(out)
-                        cancel("stdout was closed")
+                done, closed = renderer.feed_lines(item)
+                if closed:
+                    _detach_stdout(out)
+                    cancel("stdout was closed")
                 if done:
                     break
                 continue
@@ -1088,7 +1095,6 @@ def _in_process_turn(
                         await watch_stdout(session)
 
                 watchers.start_soon(stdout_task)
-                pending = b""
                 while True:
                     data = await reader.read(65536)
                     if not data:
@@ -1097,18 +1103,10 @@ def _in_process_turn(
                             with contextlib.suppress(StdoutClosed):
                                 renderer.feed(end)
                         break
-                    pending += data
-                    lines = pending.split(b"\n")
-                    pending = lines.pop()
-                    done = False
-                    for line in lines:
-                        try:
-                            done = renderer.feed(line)
-                        except StdoutClosed:
-                            _detach_stdout(out)
-                            await cancel(session)
-                        if done:
-                            break
+                    done, closed = renderer.feed_lines(data)
+                    if closed:
+                        _detach_stdout(out)
+                        await cancel(session)
                     if done:
                         break
                 watchers.cancel_scope.cancel()
