@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import trio
@@ -66,6 +66,8 @@ DEFAULT_WAIT: Final = 900.0
 MAX_WAIT: Final = 3600.0
 MAX_OUT_CHARS: Final = 100_000
 ENDED: Final = frozenset({SessionStatus.EXITED})
+
+T = TypeVar("T")
 
 
 def _width(policy: SandboxPolicy) -> int:
@@ -541,6 +543,13 @@ class _BeadTool(_Base):
         except BeadError as exc:
             raise Failed(str(exc)) from exc
 
+    async def _change(self, change: Awaitable[T], refused: str) -> T:
+        """The store's change; a refusal is what the model is told, `refused: why`."""
+        try:
+            return await change
+        except BeadError as exc:
+            raise Failed(f"{refused}: {exc}") from exc
+
 
 class CreateConvoy(_BeadTool):
     name: Final = "create_convoy"
@@ -567,10 +576,9 @@ target, conventions). It completes by itself when its last bead completes. Retur
             coordinator=self.me.session_id,
             context=str(args.get("context", "")),
         )
-        try:
-            convoy = await self.store.create_convoy(spec, by=self.by)
-        except BeadError as exc:
-            raise Failed(f"The convoy was not created: {exc}") from exc
+        convoy = await self._change(
+            self.store.create_convoy(spec, by=self.by), "The convoy was not created"
+        )
         return ToolOutput(f"Created convoy {convoy.id} ({convoy.title}).")
 
 
@@ -608,10 +616,7 @@ that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
             convoy=None if args.get("convoy") is None else str(args["convoy"]),
             approver=_approver(args, self.me.session_id),
         )
-        try:
-            bead = await self.store.create(spec, by=self.by)
-        except BeadError as exc:
-            raise Failed(f"The bead was not created: {exc}") from exc
+        bead = await self._change(self.store.create(spec, by=self.by), "The bead was not created")
         return ToolOutput(f"Created bead {bead.id} ({bead.title}), status {bead.status.value}.")
 
 
@@ -635,10 +640,8 @@ prompt; complete_bead records the result when it is done."""
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         key = str(args["session"])
         session_id = self.me.session_id if key == "me" else self.me.get(key).id
-        try:
-            bead = await self.store.claim(str(args["bead"]), session_id, by=self.by)
-        except BeadError as exc:
-            raise Failed(f"The bead was not assigned: {exc}") from exc
+        claim = self.store.claim(str(args["bead"]), session_id, by=self.by)
+        bead = await self._change(claim, "The bead was not assigned")
         return ToolOutput(f"Bead {bead.id} is in progress, assigned to {session_id}.")
 
 
@@ -662,14 +665,12 @@ Record the end of a bead assigned to one of your sessions (or to you): `result` 
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         bead = self.mine(str(args["bead"]))
-        try:
-            if args.get("failed") is not None:
-                done = await self.store.fail(bead.id, str(args["failed"]), by=self.by)
-            else:
-                result = None if args.get("result") is None else str(args["result"])
-                done = await self.store.complete(bead.id, result, by=self.by)
-        except BeadError as exc:
-            raise Failed(f"Bead {bead.id} did not change: {exc}") from exc
+        if args.get("failed") is not None:
+            change = self.store.fail(bead.id, str(args["failed"]), by=self.by)
+        else:
+            result = None if args.get("result") is None else str(args["result"])
+            change = self.store.complete(bead.id, result, by=self.by)
+        done = await self._change(change, f"Bead {bead.id} did not change")
         return ToolOutput(f"Bead {done.id} is {done.status.value}.")
 
 
