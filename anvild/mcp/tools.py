@@ -40,7 +40,8 @@ from anvild.agent.tools.base import (
     ToolContext,
     ToolOutput,
 )
-from anvild.agent.tools.registry import ToolRegistry
+from anvild.agent.tools.bash import STDOUT_KEEP
+from anvild.agent.tools.registry import ToolRegistry, truncate_middle
 from anvild.llm.builder import Completion
 from anvild.llm.types import ContentBlock, ToolCall, ToolResult, ToolSpec
 from anvild.mcp.config import ServerSpec
@@ -51,6 +52,9 @@ from anvild.mcp.server import CallFailed, Placement, Server, State
 RESOURCES: Final = "mcp_resources"
 PROMPTS: Final = "mcp_prompts"
 LIST_TIMEOUT: Final = 30.0
+MAX_RESULT_CHARS: Final = sum(STDOUT_KEEP)
+"""A result keeps this much (head and tail), as bash keeps of a command's stdout."""
+MORE_HINT: Final = "ask the tool for less (a narrower query, a page, a limit) to see them"
 
 
 def _text_of(blocks: Iterable[Any]) -> str:
@@ -111,7 +115,11 @@ class McpTool:
         text = _text_of(result.content)
         if not text.strip() and result.structured_content is not None:
             text = json.dumps(result.structured_content, ensure_ascii=False)
-        return ToolOutput(text or "(no output)", is_error=bool(result.is_error))
+        return _bounded(text or "(no output)", is_error=bool(result.is_error))
+
+
+def _bounded(text: str, *, is_error: bool = False) -> ToolOutput:
+    return ToolOutput(truncate_middle(text, MAX_RESULT_CHARS, hint=MORE_HINT), is_error)
 
 
 def _schema(tool: mcp_types.Tool) -> dict[str, Any] | None:
@@ -228,7 +236,7 @@ class ResourcesTool(_Generic):
                 return await session.read_resource(uri)
 
             result = await self._ask(server, f"reading {uri}", read)
-            return ToolOutput("\n".join(_resource_text(c) for c in result.contents))
+            return _bounded("\n".join(_resource_text(c) for c in result.contents))
         lines = []
         for server in self._servers(args, "resources"):
 
@@ -239,7 +247,7 @@ class ResourcesTool(_Generic):
             for r in result.resources:
                 about = " ".join((r.description or "").split())
                 lines.append(f"{server.name}\t{r.uri}\t{r.name}\t{r.mime_type or '-'}\t{about}")
-        return ToolOutput("\n".join(lines) or "No MCP server offers resources.")
+        return _bounded("\n".join(lines) or "No MCP server offers resources.")
 
 
 class PromptsTool(_Generic):
@@ -275,7 +283,7 @@ class PromptsTool(_Generic):
 
             result = await self._ask(server, f"getting prompt {name}", get)
             parts = [f"{m.role}: {_text_of([m.content])}" for m in result.messages]
-            return ToolOutput("\n\n".join(parts))
+            return _bounded("\n\n".join(parts))
         lines = []
         for server in self._servers(args, "prompts"):
 
@@ -287,7 +295,7 @@ class PromptsTool(_Generic):
                 names = ",".join(a.name + ("*" if a.required else "") for a in (p.arguments or ()))
                 about = " ".join((p.description or "").split())
                 lines.append(f"{server.name}\t{p.name}\t{names or '-'}\t{about}")
-        return ToolOutput("\n".join(lines) or "No MCP server offers prompts.")
+        return _bounded("\n".join(lines) or "No MCP server offers prompts.")
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from anvild.agent.tools.base import ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.types import ToolCall
 from anvild.mcp import McpPool, McpRegistry, McpSetup, Placement, ServerSpec, State, session_mcp
-from anvild.mcp.tools import PROMPTS, RESOURCES, SessionMcp
+from anvild.mcp.tools import MAX_RESULT_CHARS, PROMPTS, RESOURCES, SessionMcp
 from anvild.sandbox import WorkspaceWrite
 from anvild.sandbox.roles import load_role
 
@@ -105,8 +105,10 @@ async def test_a_big_result_is_cut_with_the_usual_note(
     await mcp.ensure_started()
     registry.specs()
     result = await call(registry, "mcp__py__big", {"size": 100_000}, tmp_path)
-    assert len(result.content) <= registry.max_output_chars
-    assert "characters cut; to see them" in result.content
+    assert len(result.content) == MAX_RESULT_CHARS  # what bash keeps of a command's stdout
+    assert "characters cut; ask the tool for less" in result.content
+    assert result.content.startswith("xxxx")
+    assert result.content.endswith("xxxx")
 
 
 async def test_a_read_only_server_is_vouched_for_and_filters_apply(
