@@ -193,6 +193,13 @@ def _session_arg(description: str) -> dict[str, Any]:
 
 
 _WHICH = "The session: its id, its alias, or the name you gave it."
+# The arguments of a tool that acts on one of the conductor's sessions (read_out, kill_session).
+_ONE_SESSION: Final[Mapping[str, Any]] = {
+    "type": "object",
+    "properties": {"session": _session_arg(_WHICH)},
+    "required": ["session"],
+    "additionalProperties": False,
+}
 
 
 class _Base:
@@ -205,7 +212,17 @@ class _Base:
         return Effects.none()  # reads the daemon's own state only
 
 
-class StartSession(_Base):
+class _DrivesAgent(_Base):
+    """A tool that makes another agent act (start, prompt, kill): a subprocess effect, so it is
+    never batched and is asked unless allowed; it happens entirely or not at all."""
+
+    cancellation: Cancellation = Cancellation.ATOMIC
+
+    def effects(self, args: Args) -> Effects:
+        return Effects(subprocess=True)
+
+
+class StartSession(_DrivesAgent):
     name: Final = "start_session"
     description: Final = f"""\
 Start a worker session that you then drive with send_prompt, wait_sessions and read_out. \
@@ -234,10 +251,6 @@ person). Returns the new session's id and alias."""
         "required": ["role"],
         "additionalProperties": False,
     }
-    cancellation: Cancellation = Cancellation.ATOMIC
-
-    def effects(self, args: Args) -> Effects:
-        return Effects(subprocess=True)  # another agent runs
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         me = self.me
@@ -336,7 +349,7 @@ person). Returns the new session's id and alias."""
         return real
 
 
-class SendPrompt(_Base):
+class SendPrompt(_DrivesAgent):
     name: Final = "send_prompt"
     description: Final = """\
 Send a prompt to one of your sessions. It is queued when the session is busy, and handled in \
@@ -350,10 +363,6 @@ order. Returns at once: use wait_sessions to block until the answer is ready, th
         "required": ["session", "prompt"],
         "additionalProperties": False,
     }
-    cancellation: Cancellation = Cancellation.ATOMIC
-
-    def effects(self, args: Args) -> Effects:
-        return Effects(subprocess=True)  # another agent runs a turn
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         session = self.me.get(str(args["session"]))
@@ -430,12 +439,7 @@ class ReadOut(_Base):
     description: Final = """\
 Read the last answer of one of your sessions (its `out`). Reading it marks it read (the \
 session goes from await to idle). Wait for the session first (wait_sessions)."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {"session": _session_arg(_WHICH)},
-        "required": ["session"],
-        "additionalProperties": False,
-    }
+    input_schema: Final = _ONE_SESSION
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         session = self.me.get(str(args["session"]))
@@ -451,21 +455,12 @@ session goes from await to idle). Wait for the session first (wait_sessions)."""
         return ToolOutput(out)
 
 
-class KillSession(_Base):
+class KillSession(_DrivesAgent):
     name: Final = "kill_session"
     description: Final = """\
 End one of your sessions (its running turn is cancelled; its records stay on disk). Do it when \
 its work is done, so it stops counting against your session limit."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {"session": _session_arg(_WHICH)},
-        "required": ["session"],
-        "additionalProperties": False,
-    }
-    cancellation: Cancellation = Cancellation.ATOMIC
-
-    def effects(self, args: Args) -> Effects:
-        return Effects(subprocess=True)  # ends another agent
+    input_schema: Final = _ONE_SESSION
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         session = self.me.get(str(args["session"]))
