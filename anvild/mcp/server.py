@@ -118,8 +118,8 @@ class Server:
                 began = trio.current_time()
                 try:
                     await self._serve()
-                    self.last_error = "the server closed the connection"
-                except (Exception, trio.TooSlowError) as exc:
+                    self.last_error = self._describe(EOFError("it closed the connection"))
+                except Exception as exc:
                     self.last_error = self._describe(exc)
                     log.warning("mcp.server_down", server=self.name, error=self.last_error)
                 ready_before = self.state is State.READY
@@ -141,8 +141,11 @@ class Server:
         channel = self._channel
         tail = channel.stderr_tail() if channel is not None else ""
         text = _explain(exc, self.spec.startup_timeout)
-        if channel is not None and channel.returncode is not None and channel.returncode > 0:
-            text = f"exited with status {channel.returncode}: {text}"
+        code = None if channel is None else channel.returncode
+        if code is not None and code > 0:
+            text = f"exited with status {code}: {text}"
+        elif code is not None and code < 0:
+            text = f"killed by signal {-code}: {text}"
         return f"{text} (stderr: {tail})" if tail else text
 
     async def _serve(self) -> None:
