@@ -1,6 +1,6 @@
 """`anvilctl sandbox [--policy P | --role R] [--cwd D] [--network] -- CMD ...`
 
-Runs a command exactly as the bash tool would (the same `anvild.sandbox.bwrap.Sandbox.prepare`:
+Runs a command exactly as the bash tool would (the same `anvild.sandbox.confine.Sandbox.prepare`:
 probe, layout, privilege drop, seccomp, environment, status stream), with the terminal's stdin
 and stdout, and prints the policy in force, the role as read (a file in AnviLLM's schema shows
 here in anvil's keys) and the filesystem layout on stderr first. Users debug their sandbox role

@@ -7,7 +7,8 @@ Modules:
 * `messages` — one frozen attrs class per message and the pure frame codec (`encode`/`decode`).
 * `framing` — a sans-IO frame reader: feed bytes, get complete frames, bounded by a maximum size.
 * `backend` — the interface a synthetic tree implements: `Node`, `Handle`, `NodeStat`.
-* `server` — the trio server: one connection over a `trio.abc.Stream`.
+* `server` — the trio server: one table of message handlers and one fast-path decision.
+* `transport` — stream and socket transports, and the poller that answers parked connections.
 
 This package imports nothing else from the project (DESIGN.md §2; enforced by a test).
 """

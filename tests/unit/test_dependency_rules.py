@@ -136,7 +136,8 @@ def test_every_package_has_a_floor() -> None:
 @pytest.mark.parametrize("package", [name for floor in FLOORS for name in floor])
 def test_packages_import_only_from_floors_below(package: str) -> None:
     mine = floor_of(package)
-    allowed = tuple(f"anvild.{name}" for floor in FLOORS[:mine] for name in floor) + (
+    allowed = (
+        *(f"anvild.{name}" for floor in FLOORS[:mine] for name in floor),
         f"anvild.{package}",
         "anvild.__version__",
     )

@@ -100,7 +100,7 @@ class FullAccessWrapper:
 
 @attrs.frozen
 class SandboxWrapper:
-    """Runs the command under bubblewrap (`anvild.sandbox.bwrap.Sandbox`). A sandbox that cannot
+    """Runs the command under bubblewrap (`anvild.sandbox.confine.Sandbox`). A sandbox that cannot
     be set up raises `Failed` with what to install or enable; nothing runs unconfined."""
 
     sandbox: Sandbox
