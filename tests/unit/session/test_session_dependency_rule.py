@@ -43,7 +43,12 @@ def test_the_supervisor_imports_only_the_layers_below_it() -> None:
 
 
 def test_the_config_layer_is_below_the_sessions() -> None:
-    allowed = ("anvild.config", "anvild.llm", "anvild.agent.permissions.rules")
+    allowed = (
+        "anvild.config",
+        "anvild.llm",
+        "anvild.agent.permissions.rules",
+        "anvild.sandbox.secrets",
+    )
     assert violations("anvild.config", allowed) == []
 
 
