@@ -1,5 +1,6 @@
 """A streamable HTTP server (tests/support/mcp_server.py --http): its tools work like a stdio
-server's, and a credential header goes only where the user config said."""
+server's, a credential header goes only where the user config said, and a server that went away
+fails the call in flight and is reached again once it is back."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import trio
 
 from anvild.agent.tools.base import ToolContext
 from anvild.config.load import Trust
-from anvild.llm.types import ToolCall
-from anvild.mcp import McpPool, McpRegistry, McpSetup, Placement, ServerSpec, session_mcp
+from anvild.llm.types import ToolCall, ToolResult
+from anvild.mcp import McpPool, McpRegistry, McpSetup, Placement, ServerSpec, State, session_mcp
 from anvild.mcp.config import spec_from
 from anvild.sandbox import WorkspaceWrite
 from anvild.sandbox.roles import load_role
@@ -36,9 +37,8 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    port = free_port()
+def serve(port: int) -> subprocess.Popen[bytes]:
+    """The test server on `port`, once it listens."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.mcp_server", "--http", str(port)],
         cwd=ROOT,
@@ -49,14 +49,27 @@ def http_server() -> Iterator[str]:
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
+            return proc
         except OSError:
             assert proc.poll() is None, "the HTTP test server exited"
             assert time.monotonic() < deadline, "the HTTP test server did not listen"
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server(servers: list[subprocess.Popen[bytes]]) -> str:
+    port = free_port()
+    servers.append(serve(port))
+    return f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture
@@ -69,16 +82,17 @@ async def pool(http_server: str) -> AsyncIterator[tuple[McpPool, list[ServerSpec
         await pool.stop()
 
 
-async def header(pool: McpPool, tmp_path: Path) -> str:
+async def call(pool: McpPool, tmp_path: Path, tool: str, args: dict[str, str]) -> ToolResult:
     place = Placement(tmp_path, WorkspaceWrite(), load_role("developer"))
     mcp = session_mcp(pool, McpSetup("s1", "developer", place))
     await mcp.ensure_started()
-    assert mcp.status().split("\t")[1:3] == ["http", "ready"], mcp.status()
     registry = McpRegistry([], mcp)
     registry.specs()
-    result = await registry.dispatch(
-        ToolCall("c1", "mcp__web__header", {"name": "authorization"}), ToolContext(cwd=tmp_path)
-    )
+    return await registry.dispatch(ToolCall("c1", tool, args), ToolContext(cwd=tmp_path))
+
+
+async def header(pool: McpPool, tmp_path: Path) -> str:
+    result = await call(pool, tmp_path, "mcp__web__header", {"name": "authorization"})
     assert not result.is_error, result.content
     return result.content
 
@@ -97,3 +111,24 @@ async def test_a_granted_projects_server_gets_none(
     table = {"url": http_server, "headers_env": {"Authorization": "TEST_MCP_TOKEN"}}
     pool[1].append(spec_from("web", table, Trust.PROJECT_GRANTED, "/repo/.anvil/config.toml"))
     assert await header(pool[0], tmp_path) == "(none)"
+
+
+async def test_a_server_gone_fails_the_call_and_is_reached_again(
+    pool: tuple[McpPool, list[ServerSpec]],
+    http_server: str,
+    servers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    pool[1].append(spec_from("web", {"url": http_server}, Trust.USER, "user config"))
+    assert (await call(pool[0], tmp_path, "mcp__web__echo", {"text": "one"})).content == "one"
+    servers[0].kill()
+    servers[0].wait()
+    gone = await call(pool[0], tmp_path, "mcp__web__echo", {"text": "two"})
+    assert gone.is_error
+    assert "went away during tool echo" in gone.content
+    servers.append(serve(int(http_server.split(":")[2].split("/")[0])))
+    (server,) = pool[0].running()
+    with trio.fail_after(20):
+        while server.state is not State.READY or server.restarts == 0:  # noqa: ASYNC110
+            await trio.sleep(0.1)
+    assert (await call(pool[0], tmp_path, "mcp__web__echo", {"text": "three"})).content == "three"
