@@ -60,7 +60,6 @@ class McpPool:
         self._running: dict[tuple[object, ...], Server] = {}
         self._nursery: trio.Nursery | None = None
         self._done = trio.Event()
-        self._stopped = False
         self._sessions: weakref.WeakValueDictionary[str, SessionMcp] = weakref.WeakValueDictionary()
 
     # -- the daemon child ------------------------------------------------------------------------
@@ -75,7 +74,6 @@ class McpPool:
                     self.reap_idle()
         finally:
             self._nursery = None
-            self._stopped = True
             for server in self._running.values():
                 server.state = State.STOPPED
             self._done.set()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
@@ -188,14 +188,4 @@ async def http_channel(url: str, headers: Mapping[str, str]) -> AsyncIterator[Ch
         yield Channel(read, write)
 
 
-def launch_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    """The server's environment: `base` (the sandbox's or the allowlisted one), then the
-    config's `env`."""
-    return {**base, **extra}
-
-
-def argv_text(argv: Sequence[str]) -> str:
-    return " ".join(argv)
-
-
-__all__ = ["Channel", "StdioCommand", "http_channel", "launch_env", "stdio_channel"]
+__all__ = ["Channel", "StdioCommand", "http_channel", "stdio_channel"]
