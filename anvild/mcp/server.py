@@ -121,7 +121,7 @@ class Server:
                     self.last_error = self._describe(EOFError("it closed the connection"))
                 except Exception as exc:
                     self.last_error = self._describe(exc)
-                    log.warning("mcp.server_down", server=self.name, error=self.last_error)
+                log.warning("mcp.server_down", server=self.name, error=self.last_error)
                 ready_before = self.state is State.READY
                 self._session, self._channel, self.tools = None, None, ()
                 self.state = State.RESTARTING if ready_before else State.FAILED
