@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from anvild.agent.tools.base import TOOL_NAME_RE
-from anvild.config import load
+from anvild.config import TrustStore, digest, load
 from anvild.config.load import Trust
 from anvild.config.schema import ConfigFileError, parse_bytes
 from anvild.mcp import servers_of, tool_name
@@ -126,3 +126,25 @@ def test_tool_names_are_valid_bounded_and_stable() -> None:
     assert long == tool_name("server", "t" * 100)  # same on every run
     assert long != tool_name("server", "t" * 99 + "u")  # a shared prefix does not collide
     assert long.startswith("mcp__server__ttt")
+
+
+def test_a_project_server_and_its_sandbox_false_wait_for_the_grant(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".anvil").mkdir()
+    project = repo / ".anvil" / "config.toml"
+    project.write_text(
+        '[mcp_servers.proj]\ncommand = "node"\nsandbox = false\n'
+        '[mcp_servers.web]\nurl = "https://mcp.example/mcp"\n'
+        'headers_env = { Authorization = "GH_TOKEN" }\n'
+    )
+    user = tmp_path / "config.toml"
+    user.write_text("")
+    data = tmp_path / "data"
+    config = load(repo, user_file=user, data_dir=data)
+    assert servers_of(config) == ()
+    assert {w.key for w in config.warnings} == {"mcp_servers.proj", "mcp_servers.web"}
+    TrustStore(data).grant(project, digest(project.read_bytes()))
+    proj, web = servers_of(load(repo, user_file=user, data_dir=data))
+    assert (proj.name, proj.sandbox) == ("proj", False)
+    assert web.credential_origin is None  # a grant never extends a credential
