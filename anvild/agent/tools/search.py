@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -225,6 +225,20 @@ def _search_root(ctx: ToolContext, path: str | None) -> Path:
         raise Failed(f"{path}: {exc.strerror or exc}") from exc
 
 
+def _search_schema(pattern: str, path: str, **more: Mapping[str, Any]) -> dict[str, Any]:
+    """A search tool's arguments: `pattern` (required) and `path`, then the tool's own."""
+    return {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": pattern},
+            "path": {"type": "string", "description": path},
+            **more,
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+
+
 class _ReadSearch:
     """What glob and grep share: they read the tree under `path` (default: the working
     directory) and may be abandoned at any point."""
@@ -246,19 +260,11 @@ class Glob(_ReadSearch):
         "in bash; use grep to search file contents."
     )
     summary = "Find files by name pattern such as `**/*.py`; newest first, at most 200."
-    input_schema: Final[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "minLength": 1, "description": "The glob pattern."},
-            "path": {
-                "type": "string",
-                "description": "Directory to search in (default: the working directory). "
-                "The pattern is matched against paths relative to it.",
-            },
-        },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+    input_schema: Final = _search_schema(
+        "The glob pattern.",
+        "Directory to search in (default: the working directory). The pattern is matched "
+        "against paths relative to it.",
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         regex = translate_glob(args["pattern"])
@@ -337,30 +343,22 @@ class Grep(_ReadSearch):
         'Search file contents with a Python regular expression; mode "content" shows matching '
         'lines, "files" (default) the files.'
     )
-    input_schema: Final[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
-            "pattern": {"type": "string", "minLength": 1, "description": "The regular expression."},
-            "path": {
-                "type": "string",
-                "description": "File or directory to search (default: the working directory).",
-            },
-            "glob": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Only search files whose path matches this glob, e.g. `*.py`.",
-            },
-            "case_insensitive": {"type": "boolean", "description": "Ignore case when matching."},
-            "mode": {
-                "type": "string",
-                "enum": ["files", "content"],
-                "description": '"files": paths of matching files (default); "content": '
-                "matching lines as path:line:text.",
-            },
+    input_schema: Final = _search_schema(
+        "The regular expression.",
+        "File or directory to search (default: the working directory).",
+        glob={
+            "type": "string",
+            "minLength": 1,
+            "description": "Only search files whose path matches this glob, e.g. `*.py`.",
         },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+        case_insensitive={"type": "boolean", "description": "Ignore case when matching."},
+        mode={
+            "type": "string",
+            "enum": ["files", "content"],
+            "description": '"files": paths of matching files (default); "content": '
+            "matching lines as path:line:text.",
+        },
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         flags = re.MULTILINE | (re.IGNORECASE if args.get("case_insensitive") else 0)
