@@ -122,7 +122,7 @@ def build_agent(
                     session_id=session.id,
                 )
             ),
-            *([SkillTool(skills)] if skills.skills else []),
+            *_skill_tool(session, settings, skills),
         ],
         session,
         recorder,
@@ -219,6 +219,13 @@ def _skills(session: Session, services: Services) -> SkillSet:
             )
         )
     return found
+
+
+def _skill_tool(session: Session, settings: SessionSettings, found: SkillSet) -> list[Tool]:
+    """The `skill` tool when the session has skills: it finds them again at each call."""
+    if settings.skills is None or not found.skills:
+        return []
+    return [SkillTool(settings.skills.live(session.cwd, session.role))]
 
 
 def _summariser(session_id: str, services: Services) -> ResolvedModel | None:

@@ -2,7 +2,8 @@
 
     skill.py    Skill, parse_skill (SKILL.md frontmatter and body), list_files, SkillError
     catalog.py  SkillCatalog (where a session's skills come from), SkillSet (what it sees,
-                the prompt's list within its byte budget, the `skills` file), Skipped
+                the prompt's list within its byte budget, the `skills` file), Skipped,
+                LiveSkills (the `skill` tool's view, found again at each call)
 
 Only names and descriptions enter the system prompt; the `skill` tool
 (`anvild.agent.tools.skill`) returns a body and lists a skill's files. A skill is data, never
@@ -11,6 +12,7 @@ authority: its `allowed-tools` are recorded and shown, and grant nothing.
 
 from anvild.skills.catalog import (
     PROMPT_BUDGET,
+    LiveSkills,
     SkillCatalog,
     SkillSet,
     Skipped,
@@ -30,6 +32,7 @@ from anvild.skills.skill import (
 __all__ = [
     "PROMPT_BUDGET",
     "SKILL_FILE",
+    "LiveSkills",
     "Skill",
     "SkillCatalog",
     "SkillError",

@@ -50,7 +50,8 @@ class Skipped:
 
 @attrs.frozen
 class SkillSet:
-    """What a session sees: its skills (discovery order), the skipped folders, the sources."""
+    """What a session sees: its skills (discovery order), the skipped folders, and the source
+    directories that exist (canonical)."""
 
     skills: tuple[Skill, ...] = ()
     skipped: tuple[Skipped, ...] = ()
@@ -81,8 +82,10 @@ class SkillSet:
         )
 
     def read_roots(self) -> tuple[Path, ...]:
-        """The canonical folders of the skills: readable for the file tools, never writable."""
-        return tuple(dict.fromkeys(skill.directory for skill in self.skills))
+        """The source directories and the skills' folders (a symlinked one is elsewhere), all
+        canonical: readable for the file tools, never writable."""
+        found = [source.directory for source in self.sources]
+        return tuple(dict.fromkeys([*found, *(skill.directory for skill in self.skills)]))
 
     def prompt_block(self, budget: int = PROMPT_BUDGET) -> str:
         """The system prompt's list of skills ("" without any)."""
@@ -161,11 +164,13 @@ def discover(searched: tuple[Source, ...]) -> SkillSet:
     """The skills in `searched` (first name wins), and the folders skipped with why."""
     skills: dict[str, Skill] = {}
     skipped: list[Skipped] = []
+    present: list[Source] = []
     for source in searched:
         try:
             entries = sorted(os.scandir(source.directory), key=lambda e: e.name)
         except OSError:
             continue  # absent or unreadable: nothing from here
+        present.append(Source(source.label, Path(os.path.realpath(source.directory))))
         for entry in entries[:MAX_SKILLS_PER_SOURCE]:
             folder = Path(entry.path)
             if entry.name.startswith(".") or not (folder / SKILL_FILE).is_file():
@@ -181,7 +186,7 @@ def discover(searched: tuple[Source, ...]) -> SkillSet:
                 skipped.append(Skipped(skill.file, source.label, why))
                 continue
             skills[skill.name] = skill
-    return SkillSet(tuple(skills.values()), tuple(skipped), searched)
+    return SkillSet(tuple(skills.values()), tuple(skipped), tuple(present))
 
 
 @attrs.frozen
@@ -192,6 +197,10 @@ class SkillCatalog:
     config_dir: Path | None = None
     role_dir: Path | None = None
 
+    def live(self, cwd: Path | str, role: str) -> LiveSkills:
+        """The skills of a session in `cwd` with `role`, found again at each use."""
+        return LiveSkills(self, Path(cwd), role)
+
     def for_session(self, cwd: Path | str, role: str) -> SkillSet:
         config = (
             platformdirs.user_config_path("anvil") if self.config_dir is None else self.config_dir
@@ -200,9 +209,26 @@ class SkillCatalog:
         return discover(sources(Path(cwd), role, config_dir=config, role_dir=roles))
 
 
+@attrs.frozen
+class LiveSkills:
+    """A session's skills as a `SkillLibrary` for the `skill` tool: each call finds them again
+    (blocking: call from a worker thread), so the tool sees the folders as they are now."""
+
+    catalog: SkillCatalog
+    cwd: Path
+    role: str
+
+    def names(self) -> tuple[str, ...]:
+        return self.catalog.for_session(self.cwd, self.role).names()
+
+    def load(self, name: str) -> LoadedSkill:
+        return self.catalog.for_session(self.cwd, self.role).load(name)
+
+
 __all__ = [
     "PROMPT_BUDGET",
     "PROMPT_DESCRIPTION_CHARS",
+    "LiveSkills",
     "SkillCatalog",
     "SkillSet",
     "Skipped",

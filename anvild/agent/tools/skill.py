@@ -73,7 +73,8 @@ class SkillLibrary(Protocol):
         ...
 
     def load(self, name: str) -> LoadedSkill:
-        """The skill `name` read now (blocking); `ValueError` or `OSError` if it broke."""
+        """The skill `name` read now; `KeyError` if there is none, `ValueError` or `OSError`
+        if it broke. Both methods may block (they are called from a worker thread)."""
         ...
 
 
@@ -118,12 +119,14 @@ class SkillTool:
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         name = str(args["name"]).strip()
-        names = self._library.names()
-        if name not in names:
-            known = ", ".join(names) or "(none)"
-            raise InvalidArgs(f"There is no skill named {name!r}. The skills are: {known}.")
         try:
             skill = await trio.to_thread.run_sync(self._library.load, name)
+        except KeyError:
+            names = await trio.to_thread.run_sync(self._library.names)
+            known = ", ".join(names) or "(none)"
+            raise InvalidArgs(
+                f"There is no skill named {name!r}. The skills are: {known}."
+            ) from None
         except (OSError, ValueError) as exc:
             raise Failed(f"The skill {name!r} cannot be loaded now: {exc}") from exc
         return ToolOutput(render(skill))

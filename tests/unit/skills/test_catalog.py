@@ -142,7 +142,7 @@ def test_a_symlinked_skill_folder_is_found_at_its_target(tmp_path: Path) -> None
     (tmp_path / "config" / "skills").mkdir(parents=True)
     os.symlink(target, tmp_path / "config" / "skills" / "linked")
     found = SkillCatalog(tmp_path / "config").for_session(tmp_path, "developer")
-    assert found.read_roots() == (target.resolve(),)
+    assert found.read_roots() == ((tmp_path / "config" / "skills").resolve(), target.resolve())
 
 
 def test_the_prompt_block_lists_names_and_descriptions_only(tmp_path: Path) -> None:

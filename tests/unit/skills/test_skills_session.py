@@ -20,7 +20,7 @@ from anvild.store import SessionStatus
 from anvild.tree.skills import skills_file
 from tests.unit.session.support import Models, ask, new, running, target
 from tests.unit.session.test_approvals_records import wait_for
-from tests.unit.skills.support import layout
+from tests.unit.skills.support import add_skill, layout
 from tests.unit.tree.test_sessions_tree import new_session, read_some, served
 
 TIMEOUT = 20  # a call that waited for an approval would hang the turn: fail instead
@@ -106,8 +106,9 @@ async def test_a_skill_folder_outside_the_workspace_is_never_writable(tmp_path: 
     assert not found["c1"].is_error
     assert "Run the linter" in found["c1"].content
     assert found["c2"].is_error
-    assert f"is in the skill folder {skill_file.parent.resolve()}, which is read-only" in (
-        found["c2"].content
+    skills_dir = (repo / ".claude" / "skills").resolve()
+    assert found["c2"].content == (
+        f"{skill_file.resolve()} is in the skill folder {skills_dir}, which is read-only for you."
     )
     assert skill_file.read_text() == before
     assert not found["c3"].is_error, found["c3"].content  # the grant itself works
@@ -190,3 +191,29 @@ async def test_without_skills_there_is_no_tool_and_no_list(tmp_path: Path) -> No
         assert await ask(session, "hi") == "hi\n"
     assert "# Skills" not in provider.requests[0].system
     assert SkillTool.name not in [tool.name for tool in provider.requests[0].tools]
+
+
+async def test_a_skill_added_during_the_session_is_loaded_and_readable(tmp_path: Path) -> None:
+    """The prompt lists the skills found at session start; the tool and the file tools see the
+    skill folders as they are now."""
+    config, repo = layout(tmp_path)
+    late = config / "skills" / "late"
+    provider, scripted = models(
+        script.tool_call("c1", "skill", {"name": "late"}),
+        script.tool_call("c2", "read_file", {"file_path": str(late / "notes.md")}),
+        script.text("done"),
+    )
+    async with running(tmp_path, scripted, mode=Mode.DEFAULT, skills=SkillCatalog(config)) as (
+        manager
+    ):
+        session = await new(manager, cwd=str(repo))
+        add_skill(config / "skills", "late", "Added after the session started.", body="LATE")
+        (late / "notes.md").write_text("late notes\n")
+        with trio.fail_after(TIMEOUT):
+            assert await ask(session, "use the late skill") == "done\n"
+    assert "- late:" not in provider.requests[0].system
+    found = results(provider)
+    assert "\nLATE\n</skill>" in found["c1"].content
+    assert f"\n{late / 'notes.md'}" in found["c1"].content
+    assert "late notes" in found["c2"].content
+    assert not found["c2"].is_error
