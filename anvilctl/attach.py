@@ -85,6 +85,8 @@ COMMANDS: Final = (
     "/last",
     "/verbose",
     "/attach",
+    "/undo",
+    "/rewind",
 )
 
 HELP: Final = """\
@@ -97,6 +99,8 @@ Type a prompt and press Enter; the answer streams above the input line.
   /last             the last tool results in full (from the session's records)
   /verbose          show every tool result in full (again: previews)
   /attach ID        leave this session for another
+  /undo [force]     take back the files' changes of the last turn (ctl undo)
+  /rewind N [conversation]  files (and the conversation) as before turn N (ctl rewind)
 Keys: Enter sends; Alt-Enter, Ctrl-J or a \\ at the end of a line adds a line (a paste stays one
 prompt); Tab completes /commands, models, session ids and paths; Up/Down walk the history.
 Ctrl-C cancels a running turn (ctl cancel); at the prompt it clears the line.
@@ -666,6 +670,10 @@ class Attach:
             case "/attach" if rest:
                 self.switch_to = rest
                 raise Leave
+            case "/undo":
+                await self._ctl(f"undo {rest}".strip(), f"undone: agent/{self.sid}/turns/")
+            case "/rewind" if rest:
+                await self._ctl(f"rewind {rest}", f"rewound: agent/{self.sid}/turns/")
             case _:
                 self.error(f"unknown command {word}; /help lists the commands")
 

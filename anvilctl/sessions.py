@@ -1,8 +1,9 @@
-"""`anvilctl new|send|wait|out|kill|models|sessions|attach`: the session commands over 9P files.
+"""`anvilctl new|send|wait|out|kill|models|sessions|attach|diff|undo`: session commands over 9P.
 
     anvilctl [-a ADDRESS] [-A ANAME] [-n] new [model=M] [cwd=D] [role=R] [alias=A] ...
     anvilctl [...] send [--wait] ID TEXT...|-       anvilctl [...] wait ID [--timeout T]
     anvilctl [...] out|kill ID    models [--no-header]    sessions [--all]    attach ID
+    anvilctl [...] diff ID [TURN]    undo ID [--force]    (agent/ID/turns/, undo on its ctl)
 
 Each is a few reads and writes on `agent/` (DESIGN section 4): `new` reads the id back on the
 ctl fid; `send` writes `in` on one open (a refusal fails the clunk and the command); `wait` reads
@@ -33,7 +34,7 @@ from anvild.ninep.framing import FrameReader
 
 __all__ = ["COMMANDS", "add_subcommands", "run"]
 
-COMMANDS = ("new", "send", "wait", "out", "kill", "models", "sessions", "attach")
+COMMANDS = ("new", "send", "wait", "out", "kill", "models", "sessions", "attach", "diff", "undo")
 _CHUNK = 8192
 
 
@@ -175,6 +176,16 @@ def _kill(args: argparse.Namespace) -> None:
             fid.write(f"kill {args.id}".encode())  # a refusal fails this write
         finally:
             fid.clunk()
+
+
+def _undo(args: argparse.Namespace, out: BinaryIO) -> None:
+    """`undo [force]` on the session's ctl; prints what the daemon answered."""
+    client, fid = _open(args, f"{args.id}/ctl", ORDWR)
+    with client:
+        fid.write(b"undo force" if args.force else b"undo")  # a refusal fails this write
+        answer = fid.pread(_CHUNK, 0)
+        fid.clunk()
+    out.write(answer if answer.endswith(b"\n") or not answer else answer + b"\n")
 
 
 def _suggestion(args: argparse.Namespace, name: str, error: str) -> str | None:
@@ -459,6 +470,16 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("id", metavar="ID", help="the session's id or alias")
     p = sub.add_parser("kill", help="end a session (kill ID on agent/ctl)")
     p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p = sub.add_parser("diff", help="print what a turn changed in the files (a unified diff)")
+    p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p.add_argument("turn", nargs="?", metavar="TURN", help="the turn's number (default: the last)")
+    p = sub.add_parser(
+        "undo",
+        help="take back the files' changes of a session's last turn (refused if they were edited "
+        "since and do not merge)",
+    )
+    p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p.add_argument("--force", action="store_true", help="overwrite later edits that do not merge")
     p = sub.add_parser("models", help="list the models sessions can use")
     p.add_argument(
         "--no-header",
@@ -501,6 +522,13 @@ def run(
             _read_file(args, f"{args.id}/out", stdout)
         elif args.command == "kill":
             _kill(args)
+        elif args.command == "diff":
+            turn = args.turn or "last"
+            if turn != "last" and not turn.isdigit():
+                raise ClientError(f"{turn!r} is not a turn number (1, 2, ...) or last")
+            _read_file(args, f"{args.id}/turns/{turn}/diff", stdout)
+        elif args.command == "undo":
+            _undo(args, stdout)
         elif args.command == "models":
             _models(args, stdout)
         elif args.command == "sessions":

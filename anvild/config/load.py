@@ -147,6 +147,15 @@ class Permissions:
 
 
 @attrs.frozen
+class CheckpointLimits:
+    """`[checkpoints]`: whether each turn's workspace changes are checkpointed (in the data dir:
+    `anvild.checkpoints`), and the size in bytes above which a file is skipped (not undoable)."""
+
+    enabled: bool = True
+    max_file_bytes: int = 1 << 20
+
+
+@attrs.frozen
 class SessionLimits:
     """`[sessions]`: defaults for every session. `max_steps` per turn; `token_budget` (tokens
     per turn, None: none); `turn_deadline` in seconds (None: none; `0` in the file); `reap_delay`,
@@ -227,6 +236,7 @@ class Config:
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
     context: ContextLimits = ContextLimits()  # `[context]`
+    checkpoints: CheckpointLimits = CheckpointLimits()  # `[checkpoints]`
     server: ServerLimits = ServerLimits()  # `[server]`
     subagents: SubagentLimits = SubagentLimits()  # `[subagents]`
     # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
@@ -529,6 +539,9 @@ def _build(
             ),
         ),
         context=ContextLimits(**{k[1]: v for k, v in merged.items() if k[0] == "context"}),
+        checkpoints=CheckpointLimits(
+            **{k[1]: v for k, v in merged.items() if k[0] == "checkpoints"}
+        ),
         server=ServerLimits(**{k[1]: v for k, v in merged.items() if k[0] == "server"}),
         subagents=SubagentLimits(
             **{k[1]: tuple(v) if k[1] == "roles" else v for k, v in merged.items() if k[0] == "subagents"}

@@ -39,6 +39,7 @@ TOP_KEYS: Final = (
     "permissions",
     "sessions",
     "context",
+    "checkpoints",
     "hooks",
     "mcp_servers",
     "beads",
@@ -96,6 +97,10 @@ MAX_STEPS_LIMIT: Final = 1000
 CONTEXT_KEYS: Final = ("auto_compact", "clear_at", "compaction_model", "keep_tool_results")
 """`[context]`: `auto_compact` and `clear_at` are percentages of the window (0: off),
 `compaction_model` a model name, `keep_tool_results` how many recent results are never cleared."""
+CHECKPOINT_KEYS: Final = ("enabled", "max_file_bytes")
+"""`[checkpoints]`: whether turns are checkpointed (`anvild.checkpoints`), and the size above
+which a file is left out of them (recorded as skipped)."""
+MAX_FILE_BYTES_LIMIT: Final = 1 << 30
 SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_outstanding": 65535}
 """`[server]` integer keys and their largest values (65535: every tag but NOTAG)."""
 SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
@@ -323,6 +328,15 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     c.set(sub, float(item))
                 else:
                     raise c.fail(sub, "a percentage of the window, from 0 (off) to below 100", item)
+        elif top == "checkpoints":
+            table = c.table(key, value)
+            c.known(key, table, CHECKPOINT_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "enabled":
+                    c.set(sub, c.boolean(sub, item))
+                else:
+                    c.set(sub, c.bounded_int(sub, item, MAX_FILE_BYTES_LIMIT))
         elif top == "server":
             table = c.table(key, value)
             c.known(key, table, SERVER_KEYS)

@@ -8,7 +8,8 @@
 every part that sits on it: the provider `Registry` (one shared HTTP client; `local` through a
 `LocalModelProvider` that waits for llama-server), the tools chain (default, conductor, mail,
 beads, task), `ProjectConfigs`, the `SessionExtension`s (config, outcome, family, mcp,
-introspection, compaction), `SessionSettings` (with the daemon's `McpPool`), the `SessionTree`,
+introspection, compaction, turns), `SessionSettings` (with the daemon's `McpPool` and the
+checkpoints' `Workspaces`), the `SessionTree`,
 mail, the bead store and tree, `BeadGates` and `SessionApprovals`. `run` (a daemon child) opens
 the bead store before any session is restored, then runs the MCP pool and the manager; the
 shutdown step `sessions` cancels them (the MCP servers stop) and waits until every turn ended
@@ -31,6 +32,7 @@ from anvild.agent.permissions.rules import RuleSet
 from anvild.beads import BeadError, BeadStore
 from anvild.beads.events import BeadEvent, encode_event
 from anvild.beads.tools import bead_tools
+from anvild.checkpoints import Workspaces
 from anvild.config import Config
 from anvild.coord.approvers import SessionApprovals
 from anvild.coord.bead_gates import BeadGates
@@ -86,6 +88,7 @@ from anvild.tree.outcome import outcome_file
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import ModelLine, SessionExtension, SessionTree, forward_events
 from anvild.tree.skills import skills_file
+from anvild.tree.turns import turn_files
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
 
@@ -171,6 +174,14 @@ def _resolver(manager: SessionManager) -> Callable[[str], str | None]:
         return None if session.status is SessionStatus.EXITED else session.id
 
     return resolve
+
+
+def _checkpoints(config: Config, data_dir: Path) -> Workspaces | None:
+    """`[checkpoints]`: the shadow repositories under `<data_dir>/checkpoints`, or None (off)."""
+    limits = config.checkpoints
+    if not limits.enabled:
+        return None
+    return Workspaces(data_dir / "checkpoints", max_file_bytes=limits.max_file_bytes)
 
 
 def _lookup(manager: SessionManager) -> Callable[[str], Session | None]:
@@ -284,6 +295,7 @@ class Sessions:
                 keep_tool_results=config.context.keep_tool_results,
             ),
             mcp=pool,
+            checkpoints=_checkpoints(config, data_dir),
             skills=SkillCatalog(),
         )
         conductor = ConductorTools(beads=store)
@@ -336,6 +348,7 @@ class Sessions:
         tree.extend(config_file(configs))
         tree.extend(compaction_files())
         tree.extend(outcome_file())
+        tree.extend(turn_files())
         tree.extend(family_files(manager))
         tree.extend(skills_file(settings.skills))
         tree.extend(mcp_file(pool))

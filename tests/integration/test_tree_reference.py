@@ -29,7 +29,7 @@ TREE_MD = Path(__file__).resolve().parents[2] / "docs" / "TREE.md"
 ENTRY = re.compile(r"### `(?P<path>agent/[^`]*)` (?P<mode>d?[0-7]{3})")
 """An entry of TREE.md: the whole of a level-3 heading (every level-3 heading is one)."""
 
-PLACEHOLDERS = frozenset({"ID", "BEAD", "CONVOY", "MSG", "NAME"})
+PLACEHOLDERS = frozenset({"ID", "BEAD", "CONVOY", "MSG", "NAME", "N"})
 """The variable parts TREE.md may name, each in capitals as a whole path element (before any
 file extension)."""
 
@@ -108,6 +108,8 @@ def placeholder_form(served: Served, ids: Ids) -> str:
             parts[i] = "CONVOY"
         elif parent[-2:] in (("mail", "received"), ("mail", "sent")) and name.startswith("msg-"):
             parts[i] = "MSG" + name[name.index(".") :] if "." in name else "MSG"
+        elif len(parent) == 3 and parent[2] == "turns" and name.isdigit():
+            parts[i] = "N"  # a turn's number
         elif parent in NAMED:
             parts[i] = NAMED[parent] + (name[name.index(".") :] if "." in name else "")
     return "/".join(parts) + ("/" if served.is_dir else "")
@@ -232,8 +234,13 @@ def differences(served: list[Served], ids: Ids, reference: dict[str, str]) -> li
         if found[path] != {reference[path]}:
             modes = ", ".join(sorted(found[path]))
             problems.append(f"mode: {path} is {modes}, documented {reference[path]}")
-    # Each kind of session has every session file (a message file only where mail went).
-    every_session = {p for p in reference if p.startswith("agent/ID/") and "MSG" not in p}
+    # Each kind of session has every session file (a message file only where mail went, a turn's
+    # directory only where a turn ran).
+    every_session = {
+        p
+        for p in reference
+        if p.startswith("agent/ID/") and "MSG" not in p and not re.search("/turns/(N|last)/", p)
+    }
     for sid, forms in sorted(per_session.items()):
         missing = sorted(every_session - forms)
         if missing:
