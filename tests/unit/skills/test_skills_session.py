@@ -15,10 +15,20 @@ from anvild.agent.tools.skill import SkillTool
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.llm.types import ToolResult
 from anvild.ninep import messages as m
+from anvild.session.events import ConfigInvalid, SessionEvent
+from anvild.session.manager import SessionManager
 from anvild.skills import SkillCatalog
-from anvild.store import SessionStatus
+from anvild.store import SessionStatus, SessionStore
 from anvild.tree.skills import skills_file
-from tests.unit.session.support import Models, ask, new, running, target
+from tests.unit.session.support import (
+    Models,
+    ask,
+    file_tools,
+    new,
+    running,
+    settings,
+    target,
+)
 from tests.unit.session.test_approvals_records import wait_for
 from tests.unit.skills.support import add_skill, layout
 from tests.unit.tree.test_sessions_tree import new_session, read_some, served
@@ -217,3 +227,28 @@ async def test_a_skill_added_during_the_session_is_loaded_and_readable(tmp_path:
     assert f"\n{late / 'notes.md'}" in found["c1"].content
     assert "late notes" in found["c2"].content
     assert not found["c2"].is_error
+
+
+async def test_a_skipped_skill_is_a_config_invalid_event(tmp_path: Path) -> None:
+    config, repo = layout(tmp_path)
+    events: list[SessionEvent] = []
+    manager = SessionManager(
+        SessionStore(tmp_path / "data" / "sessions"),
+        Models({"fake": target(ScriptedProvider([]))}),
+        settings=settings(tmp_path, skills=SkillCatalog(config)),
+        tools=file_tools(),
+        default_cwd=repo,
+        on_event=events.append,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        session = await new(manager)
+        nursery.cancel_scope.cancel()
+    invalid = [e for e in events if isinstance(e, ConfigInvalid)]
+    bad = repo / ".anvil" / "skills" / "broken-yaml" / "SKILL.md"
+    assert len(invalid) == 3
+    assert {e.id for e in invalid} == {session.id}
+    assert any(
+        e.error.startswith(f"skill skipped: {bad}: the frontmatter is not valid") for e in invalid
+    )
+    assert {e.using for e in invalid} == {"the session's other skills (its skills file lists them)"}
