@@ -28,12 +28,12 @@ from anvild.mcp import McpPool
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.roles import Role as SandboxRole
-from anvild.skills import SkillCatalog
 from anvild.session.checkpoint import INTERVAL
 from anvild.session.compaction import ContextPolicy
 from anvild.session.errors import InvalidSessionRequest
 from anvild.session.events import SessionEvent
 from anvild.session.stream import BroadcastLimits
+from anvild.skills import SkillCatalog
 
 if TYPE_CHECKING:
     from anvild.session.session import Session
