@@ -15,6 +15,8 @@ from anvild.agent.tools.todo import TodoWriteTool
 from anvild.llm.integrity import validate_transcript
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.llm.types import ChatRequest, Message, Role, Text
+from anvild.store import read_journal
+from tests.unit.session.support import ask, new, running
 
 PLAN_A = {"todos": [{"content": "read the parser", "status": "in_progress"}]}
 PLAN_B = {
@@ -125,3 +127,30 @@ def test_compaction_keeps_the_todos_as_a_fact_not_the_note_verbatim() -> None:
     # A turn whose first step showed the note: the kept prompt leaves it out too.
     head = plan([Message(Role.USER, (Text("start"), Text(note)))], turn_start=0, keep_user_bytes=0)
     assert head.prompt == (Text("start"),)
+
+
+async def test_a_session_records_the_note_and_a_restart_does_not_repeat_it(
+    tmp_path: Path,
+) -> None:
+    steps = [
+        script.tool_call("c1", "todo_write", PLAN_A),
+        script.text("planned"),
+        script.text("again"),
+    ]
+    async with running(tmp_path, steps, ids=["s1"]) as manager:
+        session = await new(manager)
+        assert await ask(session, "plan it") == "planned\n"
+        transcript = session.agent.messages
+        assert read_journal(session.journal.path).state.messages == transcript
+        assert [t for m in transcript for t in m.content if isinstance(t, Text)][-2] == Text(
+            todos_note((ev.Todo("read the parser", ev.TodoStatus.IN_PROGRESS),))
+        )
+    async with running(tmp_path, steps[2:]) as manager:
+        restored = manager.get("s1")
+        assert restored.agent.messages == transcript
+        assert await ask(restored, "go on") == "again\n"
+        notes_now = [
+            t for m in restored.agent.messages for t in m.content
+            if isinstance(t, Text) and t.text.startswith(TODOS_MARK)
+        ]  # fmt: skip
+        assert len(notes_now) == 1
