@@ -544,9 +544,6 @@ def _build(
         ),
         server=ServerLimits(**{k[1]: v for k, v in merged.items() if k[0] == "server"}),
         subagents=SubagentLimits(
-            **{k[1]: tuple(v) if k[1] == "roles" else v for k, v in merged.items() if k[0] == "subagents"}
-        ),
-        subagents=SubagentLimits(
             max_depth=merged.get(("subagents", "max_depth"), SubagentLimits().max_depth),
             max_per_turn=merged.get(("subagents", "max_per_turn"), SubagentLimits().max_per_turn),
             roles=tuple(merged.get(("subagents", "roles"), SubagentLimits().roles)),
