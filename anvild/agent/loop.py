@@ -292,7 +292,7 @@ class Agent:
     async def _steps(
         self, turn: _Turn, prompt: tuple[ContentBlock, ...]
     ) -> tuple[TurnOutcome, str]:
-        specs = self.tools.specs(compact=self.config.compact_tools)
+        await self.tools.prepare()
         if (too_large := self._too_large(prompt)) is not None:
             return TurnOutcome.ERROR, too_large
         self._commit(Message(Role.USER, prompt))
@@ -305,6 +305,8 @@ class Agent:
             self._show_todos()
             self._emit(ev.StepStarted(step))
             validate_transcript(self.messages)
+            # Read each step: a tool list that changed (an MCP server's) reaches the next request.
+            specs = self.tools.specs(compact=self.config.compact_tools)
             completion = await self._sample_fitting(turn, specs)
             if not completion.executable:
                 outcome, why = _ABNORMAL[completion.finish]

@@ -1,15 +1,15 @@
 """What a session sees of its MCP servers: the tools, the two generic tools, the status.
 
-`SessionMcp` is one session's handle: at every turn start (`ensure_started`, awaited by
-`McpAgent` in the turn) it asks the pool which servers apply to the session's cwd and role, gets
-each one's shared `Server` (starting it the first time) and waits for the first attempts, each
-at most its `startup_timeout`. A server not ready then is reported once (the pool's `report`)
-and its tools are absent; the session goes on. `tools()`: an `McpTool` per exposed tool of each
-ready server (`mcp__SERVER__TOOL`), and `mcp_resources` / `mcp_prompts` when a server offers
-resources or prompts. `McpRegistry` (the session's registry) rebuilds its MCP part when
-`specs()` sees a new `SessionMcp.version` (a server's state or tool list changed, e.g. by
-`notifications/tools/list_changed`); `McpAgent` asks at every step, and calls go to the tools
-the model was last shown.
+`SessionMcp` is one session's handle: at every turn start (`ensure_started`, awaited in the turn
+through `McpRegistry.prepare`) it asks the pool which servers apply to the session's cwd and
+role, gets each one's shared `Server` (starting it the first time) and waits for the first
+attempts, each at most its `startup_timeout`. A server not ready then is reported once (the
+pool's `report`) and its tools are absent; the session goes on. `tools()`: an `McpTool` per
+exposed tool of each ready server (`mcp__SERVER__TOOL`), and `mcp_resources` / `mcp_prompts`
+when a server offers resources or prompts. `McpRegistry` (the session's registry) rebuilds its
+MCP part when `specs()` sees a new `SessionMcp.version` (a server's state or tool list changed,
+e.g. by `notifications/tools/list_changed`); the loop reads the specs at every step, and calls
+go to the tools the model was last shown.
 
 Effects: a server's calls have unknown effects (the policy asks; role ceilings that write
 nothing refuse them) unless its config says `read_only = true` (the user vouches for it).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -27,8 +27,6 @@ import mcp_types
 import trio
 from mcp import ClientSession
 
-from anvild.agent.events import TurnFinished
-from anvild.agent.loop import Agent
 from anvild.agent.tools.base import (
     Args,
     ArgsValidator,
@@ -42,8 +40,7 @@ from anvild.agent.tools.base import (
 )
 from anvild.agent.tools.bash import STDOUT_KEEP
 from anvild.agent.tools.registry import ToolRegistry, truncate_middle
-from anvild.llm.builder import Completion
-from anvild.llm.types import ContentBlock, ToolCall, ToolResult, ToolSpec
+from anvild.llm.types import ToolCall, ToolResult, ToolSpec
 from anvild.mcp.config import ServerSpec
 from anvild.mcp.names import tool_name
 from anvild.mcp.pool import McpPool
@@ -441,6 +438,12 @@ class McpRegistry(ToolRegistry):
                 continue
         self._extra = extra
 
+    async def prepare(self) -> None:
+        """Start (or re-check) the session's servers, inside the turn: a cancel or the turn's
+        deadline stops the wait, which the servers' `startup_timeout`s bound."""
+        if self.mcp is not None:
+            await self.mcp.ensure_started()
+
     def names(self) -> list[str]:
         return sorted([*super().names(), *self._extra.names()])
 
@@ -469,31 +472,9 @@ class McpRegistry(ToolRegistry):
         return await super().dispatch(call, ctx)
 
 
-class McpAgent(Agent):
-    """An agent that starts (or re-checks) the session's MCP servers at the start of each turn,
-    inside the turn (a cancel or the turn's deadline stops the wait; it is bounded by the
-    servers' `startup_timeout`s), and reads its tool list again before each step, so a server's
-    changed list reaches the next request."""
-
-    def __init__(self, *args: Any, mcp: SessionMcp, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.mcp = mcp
-
-    async def _guarded(self, turn: Any, prompt: tuple[ContentBlock, ...]) -> TurnFinished:
-        await self.mcp.ensure_started()
-        return await super()._guarded(turn, prompt)
-
-    async def _sample_fitting(self, turn: Any, specs: Sequence[ToolSpec]) -> Completion:
-        # The loop reads the specs once per turn; each step takes the list as it is now.
-        return await super()._sample_fitting(
-            turn, self.tools.specs(compact=self.config.compact_tools)
-        )
-
-
 __all__ = [
     "PROMPTS",
     "RESOURCES",
-    "McpAgent",
     "McpRegistry",
     "McpSetup",
     "McpTool",

@@ -19,7 +19,6 @@ never writes); a skipped skill is reported (daemon log, session log, `config_inv
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -39,7 +38,7 @@ from anvild.agent.tools.skill import SkillTool
 from anvild.hooks import SessionHooks
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
-from anvild.mcp import McpAgent, McpRegistry, McpSetup, Placement, SessionMcp, session_mcp
+from anvild.mcp import McpRegistry, McpSetup, Placement, SessionMcp, session_mcp
 from anvild.session import leftovers, roles
 from anvild.session.approvals import parse_remembered
 from anvild.session.compaction import window_for
@@ -162,8 +161,7 @@ def build_agent(
         cache_key=session.id,
         compaction_model="" if summariser is None else summariser.model,
     )
-    make: Callable[..., Agent] = Agent if mcp is None else functools.partial(McpAgent, mcp=mcp)
-    return make(
+    return Agent(
         services.provider_for(target),
         tools,
         config,

@@ -122,6 +122,10 @@ class ToolRegistry:
             raise ValueError(f"a tool named {name!r} is already registered")
         self._entries[name] = _Entry(tool)
 
+    async def prepare(self) -> None:
+        """Awaited by the agent loop at the start of each turn, inside it (a cancel stops it):
+        a registry whose tools come from elsewhere (MCP servers) gets them ready here."""
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 
