@@ -163,8 +163,18 @@ class Shadow:
     async def snapshot(self) -> Snapshot:
         """The workspace now, as a tree in the shadow's object store (and what was left out)."""
         self._sync_exclude()
-        listed = await self.git("ls-files", "-z", "-m", "-d", "-o", "--exclude-standard")
-        paths = sorted({p for p in listed.decode("utf-8", "surrogateescape").split("\0") if p})
+        listed: list[bytes] = []
+
+        async def run(*args: str) -> None:
+            listed.append(await self.git(*args))
+
+        # Two scans at once: tracked files whose stat differs (diff-files stats them on several
+        # threads), and files not in the index and not ignored (the untracked cache).
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "diff-files", "-z", "--name-only")
+            nursery.start_soon(run, "ls-files", "-z", "-o", "--exclude-standard")
+        text = b"".join(listed).decode("utf-8", "surrogateescape")
+        paths = sorted({p for p in text.split("\0") if p})
         add: list[str] = []
         remove: list[str] = []
         skipped: list[Skipped] = []
