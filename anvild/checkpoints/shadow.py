@@ -7,8 +7,9 @@ refs, stash, hooks, config) is never read for settings nor written. `.gitignore`
 the user's `.git/info/exclude` is copied into the shadow's own. `$GIT_DIR/info/attributes`
 switches off every conversion, so a blob is the file's exact bytes. A snapshot asks git which
 paths differ from the shadow index (its stat cache: unchanged files are not read), adds those
-under the size cap and records the others as skipped, then writes a tree: unchanged workspaces
-cost one `ls-files`. Callers serialise operations on one workspace (`Workspaces` holds a lock).
+under the size cap and records the others as skipped, then writes a tree: an unchanged workspace
+costs two scans run at once (`diff-files`, `ls-files -o`). Callers serialise operations on one
+workspace (`Workspace.lock`).
 """
 
 from __future__ import annotations
