@@ -26,7 +26,7 @@ import structlog
 import trio
 
 from anvild.checkpoints import revert
-from anvild.checkpoints.shadow import GitFailed, Shadow, Snapshot
+from anvild.checkpoints.shadow import GitFailed, Shadow, Snapshot, TooLarge
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +82,7 @@ class Workspace:
         self.shadow = Shadow(root, cwd, max_file_bytes=max_file_bytes)
         self.lock = trio.Lock()
         self.intent = root / "undo.json"
+        self.disabled = ""  # why this workspace is not checkpointed ("": it is)
         self._opened = False
 
     async def ready(self) -> None:
@@ -233,10 +234,16 @@ class SessionCheckpoints:
 
     async def _snapshot(self) -> Snapshot | None:
         workspace = self._workspace
+        if workspace.disabled:
+            return None
         try:
             async with workspace.lock:
                 await workspace.ready()
                 return await workspace.shadow.snapshot()
+        except TooLarge as exc:
+            workspace.disabled = str(exc)
+            log.warning("checkpoints.workspace_too_large", session=self._id, error=str(exc))
+            return None
         except (GitFailed, OSError) as exc:
             log.warning("checkpoints.snapshot_failed", session=self._id, error=str(exc))
             return None

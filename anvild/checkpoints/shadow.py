@@ -38,8 +38,17 @@ CONFIG: Final = (
 )
 
 
+MAX_NEW_FILES: Final = 100_000
+"""The most files one snapshot adds: a workspace with more new files at once (a session started
+in a home directory) is not checkpointed, instead of copying all of it into the data dir."""
+
+
 class GitFailed(Exception):
     """A git command of the shadow repository failed; the message has its stderr."""
+
+
+class TooLarge(GitFailed):
+    """The workspace has more new files than a snapshot takes (`MAX_NEW_FILES`)."""
 
 
 @attrs.frozen
@@ -100,10 +109,18 @@ def _env(git_dir: Path, work_tree: Path, index: Path, home: Path) -> dict[str, s
 class Shadow:
     """The shadow repository of the workspace `work_tree`, kept in `root` (created on `open`)."""
 
-    def __init__(self, root: Path, work_tree: Path, *, max_file_bytes: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        work_tree: Path,
+        *,
+        max_file_bytes: int,
+        max_new_files: int = MAX_NEW_FILES,
+    ) -> None:
         self.root = root
         self.work_tree = work_tree
         self.max_file_bytes = max_file_bytes
+        self.max_new_files = max_new_files
         self.git_dir = root / "git"
         self._hooks = root / "no-hooks"
         self._env = _env(self.git_dir, work_tree, root / "index", root)
@@ -176,6 +193,12 @@ class Shadow:
             nursery.start_soon(run, "ls-files", "-z", "-o", "--exclude-standard")
         text = b"".join(listed).decode("utf-8", "surrogateescape")
         paths = sorted({p for p in text.split("\0") if p})
+        if len(paths) > self.max_new_files:
+            raise TooLarge(
+                f"{len(paths)} files are new or changed at once, more than {self.max_new_files}: "
+                f"{self.work_tree} is not checkpointed (start sessions in a project directory, "
+                "or .gitignore what need not be)"
+            )
         add: list[str] = []
         remove: list[str] = []
         skipped: list[Skipped] = []
@@ -353,5 +376,6 @@ __all__ = [
     "Shadow",
     "Skipped",
     "Snapshot",
+    "TooLarge",
     "entry_map",
 ]

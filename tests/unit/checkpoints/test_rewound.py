@@ -8,7 +8,14 @@ import json
 import pytest
 
 from anvild.llm.types import Message, Role, Text
-from anvild.store import MessageAppended, MessageExtended, RecordError, SessionStarted, replay
+from anvild.store import (
+    MessageAppended,
+    MessageExtended,
+    Record,
+    RecordError,
+    SessionStarted,
+    replay,
+)
 from anvild.store.records import Rewound, decode, encode
 
 START = SessionStarted(
@@ -19,7 +26,12 @@ ANSWER = Message(Role.ASSISTANT, (Text("done"),))
 
 
 def test_a_cut_replaces_the_transcript_and_survives_a_reload() -> None:
-    records = [START, MessageAppended(ONE), MessageAppended(ANSWER), MessageAppended(ONE)]
+    records: list[Record] = [
+        START,
+        MessageAppended(ONE),
+        MessageAppended(ANSWER),
+        MessageAppended(ONE),
+    ]
     state = replay([*records, Rewound(2, (ONE, ANSWER))])
     assert state.messages == (ONE, ANSWER)
     line = encode(5, Rewound(2, (ONE, ANSWER)))
@@ -27,12 +39,12 @@ def test_a_cut_replaces_the_transcript_and_survives_a_reload() -> None:
 
 
 def test_a_prompt_merged_into_the_last_message_is_cut_off_it() -> None:
-    records = [START, MessageAppended(ONE), MessageExtended((Text("two"),))]
+    records: list[Record] = [START, MessageAppended(ONE), MessageExtended((Text("two"),))]
     assert replay([*records, Rewound(2, (ONE,))]).messages == (ONE,)
 
 
 def test_anything_but_a_cut_is_refused() -> None:
-    records = [START, MessageAppended(ONE), MessageAppended(ANSWER)]
+    records: list[Record] = [START, MessageAppended(ONE), MessageAppended(ANSWER)]
     with pytest.raises(RecordError, match="not a cut"):
         replay([*records, Rewound(2, (Message.user_text("other"),))])
     with pytest.raises(RecordError, match="not a cut"):

@@ -184,3 +184,21 @@ async def test_an_intent_left_by_a_crash_is_finished(tmp_path: Path, workspace: 
     assert not (workspace / "new.txt").exists()
     assert (workspace / "src" / "b.py").read_text() == "restored\n"
     assert [s.kind for s in again._steps] == ["turn", "undo"]
+
+
+async def test_a_workspace_with_too_many_new_files_is_not_checkpointed(
+    tmp_path: Path, workspace: Path
+) -> None:
+    checkpoints = session(tmp_path, workspace)
+    checkpoints._workspace.shadow.max_new_files = 3
+    checkpoints.begin_turn(1, "in a home directory", messages=0)
+    await checkpoints.before_change()
+    (workspace / "new.txt").write_text("new\n")
+    await checkpoints.end_turn("done")
+    step = checkpoints.turn(1)
+    assert step is not None
+    assert step.before is None
+    assert step.changes == ""
+    assert "not checkpointed" in checkpoints._workspace.disabled
+    with pytest.raises(UndoRefused, match="nothing to undo"):
+        await checkpoints.undo()
