@@ -21,7 +21,7 @@ import trio
 from anvild.agent import events as ev
 from anvild.agent.loop import Agent
 from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
-from anvild.checkpoints import SessionCheckpoints, Step, UndoRefused
+from anvild.checkpoints import GitFailed, SessionCheckpoints, Step, UndoRefused
 from anvild.llm.types import Message
 from anvild.session.errors import InvalidSessionRequest, RecordWriteFailed, SessionRefused
 from anvild.session.output import Output
@@ -125,6 +125,8 @@ class Turns:
                 text = await store.undo(force=force)
             except UndoRefused as exc:
                 raise SessionRefused(str(exc)) from exc
+            except (GitFailed, OSError) as exc:
+                raise SessionRefused(_failed("undo", exc)) from exc
             self._output.log_lines([f"UNDO: {text.splitlines()[0]}"])
             self._notify()
             return text
@@ -147,6 +149,8 @@ class Turns:
                 text, step = await store.rewind(number, force=force)
             except UndoRefused as exc:
                 raise SessionRefused(str(exc)) from exc
+            except (GitFailed, OSError) as exc:
+                raise SessionRefused(_failed(f"rewind {number}", exc)) from exc
             if before is not None:
                 if not await self._recorder.append_synced(Rewound(number, before)):
                     raise RecordWriteFailed(
@@ -169,6 +173,13 @@ class Turns:
                 f"{verb}: a turn is running in session {session.id}; write cancel (or wait) first"
             )
         return self.checkpoints
+
+
+def _failed(verb: str, exc: Exception) -> str:
+    return (
+        f"{verb} failed: {exc}; a change it began is finished at the session's next checkpoint "
+        "(its intent is recorded), so check the files after fixing the cause"
+    )
 
 
 def parse_rewind(words: Sequence[str]) -> tuple[int, bool, bool]:

@@ -7,7 +7,7 @@ and the fake provider, in a workspace that is the user's own git repository.
   the ones bash deleted included, leaves the ignored and the oversized file alone and says so;
   the user's `.git` is byte-identical before and after everything.
 - A user's overlapping edit after a turn makes `undo` refuse, naming the path; a
-  non-overlapping one merges; `undo force` overwrites.
+  non-overlapping one merges; `undo force` overwrites; `undo` during a turn is refused.
 - `rewind 2 conversation` after 4 turns: files and transcript as before turn 2, and so after a
   daemon restart (the next request the model gets has no trace of turns 2 to 4).
 - kill -9 in the middle of an undo (a crash point after two of its files): after the restart
@@ -107,6 +107,7 @@ SCRIPT: list[dict[str, Any]] = [
     {"contains": "T2", "text": "turn two done"},
     {"contains": "turn three", "tool_calls": [bash("sed -i s/delta/DELTA/ src/app.py && echo T3")]},
     {"contains": "T3", "text": "turn three done"},
+    {"contains": "held turn", "text": "held turn done", "hold": 1},
     # four numbered turns for rewind, one file each
     *(
         step
@@ -223,6 +224,18 @@ def test_changes_diff_undo_and_conflicts(tmp_path: Path, fake: FakeServer) -> No
         assert ctl(namespace, sid, "undo").returncode == 1
         ok(anvilctl(namespace, "undo", sid, "--force"))
         assert app.read_text() == APP.replace("theta", "THETA")  # as before turn three
+
+        ok(anvilctl(namespace, "send", sid, "held turn"))  # the model holds its answer
+        deadline = time.monotonic() + 30
+        while read(namespace, f"agent/{sid}/state") != "running\n":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        busy = ctl(namespace, sid, "undo")
+        assert busy.returncode == 1
+        assert "a turn is running" in busy.stderr
+        fake.release()
+        assert ok(anvilctl(namespace, "wait", sid)) == "await\n"
+        assert app.read_text() == APP.replace("theta", "THETA")
         assert git_bytes(work) == git_before
     finally:
         daemon.stop()
