@@ -31,6 +31,9 @@ from anvild.checkpoints.shadow import GitFailed, Shadow, Snapshot, TooLarge
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_FILE_BYTES: Final = 1 << 20
+SNAPSHOT_SECONDS: Final = 60.0
+"""The longest one snapshot may take; a workspace whose snapshot takes longer is not
+checkpointed any more (logged once), so a session in a huge tree is not held at every turn."""
 
 
 class UndoRefused(Exception):
@@ -120,6 +123,8 @@ class Workspaces:
         found = self._open.get(key)
         if found is None:
             found = self._open[key] = Workspace(self.root / key, cwd, self.max_file_bytes)
+            if cwd.resolve() in (Path("/"), Path.home().resolve()):
+                found.disabled = f"{cwd} is the root or the home directory: not checkpointed"
         return found
 
     def session(self, session_id: str, cwd: str | Path) -> SessionCheckpoints:
@@ -238,8 +243,14 @@ class SessionCheckpoints:
             return None
         try:
             async with workspace.lock:
-                await workspace.ready()
-                return await workspace.shadow.snapshot()
+                with trio.move_on_after(SNAPSHOT_SECONDS):
+                    await workspace.ready()
+                    return await workspace.shadow.snapshot()
+                workspace.shadow.clear_lock()  # a killed git may have left it
+                raise TooLarge(
+                    f"a snapshot of {workspace.shadow.work_tree} took over {SNAPSHOT_SECONDS:g} "
+                    "seconds: it is not checkpointed"
+                )
         except TooLarge as exc:
             workspace.disabled = str(exc)
             log.warning("checkpoints.workspace_too_large", session=self._id, error=str(exc))

@@ -164,6 +164,10 @@ class Shadow:
         info.mkdir(exist_ok=True)
         if not (info / "attributes").exists():
             (info / "attributes").write_text(ATTRIBUTES)
+        self.clear_lock()
+
+    def clear_lock(self) -> None:
+        """Drop the index lock a git killed mid-write left (only the daemon writes this index)."""
         (self.root / "index.lock").unlink(missing_ok=True)
 
     # -- snapshots -----------------------------------------------------------------------------
