@@ -263,7 +263,11 @@ class SessionCheckpoints:
         return await changes_text(self._workspace.shadow, old, new, skipped)
 
     def _write(self, step: Step) -> None:
-        _append(self._path, step.line())
+        """Keep `step`; a failed write (disk full) costs its line on disk, never the turn."""
+        try:
+            _append(self._path, step.line())
+        except OSError as exc:
+            log.warning("checkpoints.write_failed", session=self._id, error=str(exc))
         key = (step.kind, step.number)
         self._steps = [s for s in self._steps if (s.kind, s.number) != key] + [step]
 
