@@ -148,11 +148,12 @@ def read_body(skill: Skill) -> str:
 
 
 def list_files(skill: Skill, limit: int = MAX_LISTED_FILES) -> tuple[list[str], bool]:
-    """The files in the skill's folder besides SKILL.md, relative and sorted, hidden ones and
-    symlinked directories skipped; and whether there were more than `limit`."""
+    """The files in the skill's folder besides SKILL.md, relative and sorted, hidden ones,
+    Python's `__pycache__` and symlinked directories skipped; and whether there were more than
+    `limit`."""
     found: list[str] = []
     for root, dirs, files in os.walk(skill.directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
         base = Path(root).relative_to(skill.directory)
         for name in sorted(files):
             rel = (base / name).as_posix()
