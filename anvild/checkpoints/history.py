@@ -213,7 +213,11 @@ class SessionCheckpoints:
         self._write(await self._finished(turn, outcome))
 
     async def recover(self) -> None:
-        """At start: finish an undo a crash cut short, close a turn a crash cut."""
+        """At start: finish an undo a crash cut short, close a turn a crash cut. A new session
+        in a workspace with no undo pending has nothing to recover: the repository is opened by
+        its first snapshot, not before its first prompt runs."""
+        if not self._path.exists() and not self._workspace.intent.exists():
+            return
         try:
             async with self._workspace.lock:
                 await self._workspace.ready()
