@@ -132,7 +132,11 @@ class Client:
     def __init__(self, path: Path, dialect: Dialect = Dialect.P9P2000, bound: float = 5.0) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(bound)
-        self.sock.connect(str(path))
+        try:
+            self.sock.connect(str(path))
+        except OSError:
+            self.sock.close()  # a refused connect must not leak the socket into a later test
+            raise
         self.dialect = dialect
         self.bound = bound
         self.reader = FrameReader(1 << 24)
