@@ -5,7 +5,8 @@ A key carrying *authority* takes effect from a project file only under a grant f
 file content: endpoint (`providers.*.kind`, `.base_url`, default limits), credential
 (`.api_key_env`), `env_passthrough`, permission (`permissions.allow`, `.mode`, `.max_mode`;
 `full_access` never from a project), executable (`hooks.*`, `mcp_servers.*`), budget
-(`models.*.pricing.*`, `sessions.*`, `context.*`, `subagents.*`), data location (`beads.repo`).
+(`models.*.pricing.*`, `sessions.*`, `context.*`, `subagents.*`,
+`checkpoints.*`), data location (`beads.repo`).
 Everything else (`default_model`, `instructions`, model aliases, `permissions.deny`/`.ask`) is
 instruction or data.
 A grant binds the file's absolute path to the SHA-256 of its bytes, kept in the user data dir's
@@ -44,7 +45,7 @@ def authority_of(key: Key) -> str | None:
             return "env passthrough"
         case ("permissions", "allow" | "mode" | "max_mode" | "full_access"):
             return "permission"
-        case ("sessions" | "context" | "subagents", _):
+        case ("sessions" | "context" | "subagents" | "checkpoints", _):
             return "budget"
         case ("hooks" | "mcp_servers", *_):
             return "executable"

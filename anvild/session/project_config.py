@@ -44,7 +44,9 @@ Resolver = Callable[[str | None], ResolvedModel]
 Stamp = tuple[object, ...]
 
 _MODELS: Final = frozenset({"providers", "models", "default_model"})
-DAEMON_WIDE: Final = frozenset({"env_passthrough", "sessions", "context", "server", "beads"})
+DAEMON_WIDE: Final = frozenset(
+    {"env_passthrough", "sessions", "context", "server", "beads", "checkpoints"}
+)
 """Top-level keys a project may set that a session does not apply (daemon-wide, or unused).
 A granted project's hooks and MCP servers apply to its sessions."""
 _NOT_APPLIED: Final = ("permissions.max_mode", "permissions.full_access")
