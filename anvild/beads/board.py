@@ -388,11 +388,16 @@ class Board:
         event = self._bead_event(changed, "dep remove", by, dep)
         return self._change(f"dep remove {bead_id} {dep} (by {by})", [changed], events=[event])
 
-    def claim(self, bead_id: str, session: str, *, by: str, now: str) -> Change:
+    def claim(
+        self, bead_id: str, session: str, *, by: str, now: str, host: str | None = None
+    ) -> Change:
+        """`session` (on the daemon of `host`, when the board is shared) takes the bead."""
         bead = self.bead(bead_id)
         _check_actor(session, "claimant")
         if bead.status is B.IN_PROGRESS or bead.status is B.PENDING_APPROVAL:
-            who = "you" if bead.assigned_to == session else bead.assigned_to
+            who = "you" if bead.assigned_to == session and bead.host == host else bead.assigned_to
+            if bead.host is not None:
+                who = f"{who} on host {bead.host}"
             raise BeadConflict(
                 f"bead {bead_id} is already claimed by {who} ({bead.status.value} since "
                 f"{bead.updated_at}); only a release (write release to its ctl) makes it "
@@ -406,7 +411,7 @@ class Board:
                 f"bead {bead_id} is not ready: it depends on {waiting}; claim it when they are "
                 "completed (agent/beads/ready lists the claimable beads)"
             )
-        claimed = attrs.evolve(bead, status=target, assigned_to=session, updated_at=now)
+        claimed = attrs.evolve(bead, status=target, assigned_to=session, host=host, updated_at=now)
         return self._status_change(
             claimed, "claim", by, now, f"claim {bead_id} for {session}", session
         )
@@ -556,7 +561,7 @@ class Board:
         bead = self.bead(bead_id)
         target = self._transition(bead, "release")
         was = bead.assigned_to or "nobody"
-        released = attrs.evolve(bead, status=target, assigned_to=None, updated_at=now)
+        released = attrs.evolve(bead, status=target, assigned_to=None, host=None, updated_at=now)
         return self._status_change(
             released, "release", by, now, f"release {bead_id} (was {was})", was
         )

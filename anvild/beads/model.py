@@ -122,7 +122,8 @@ class Bead:
     which the assigned session's result gate carries as its `ref` (see `anvild.beads`);
     `approver` is who may approve it besides a person: an approver session's id named by the
     bead's creator, fixed at creation, or `user` (only a person; files written before the
-    field existed read as `user`)."""
+    field existed read as `user`); `host` is the host of the daemon that claimed it (kept
+    while it is claimed; None without a `[beads] remote`)."""
 
     id: str
     title: str
@@ -140,6 +141,7 @@ class Bead:
     created_at: str = ""
     updated_at: str = ""
     submissions: int = 0
+    host: str | None = None
 
     @property
     def gate(self) -> str:

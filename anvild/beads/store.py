@@ -8,15 +8,22 @@ from cancellation. A failed write or commit restores the paths from HEAD (`BeadS
 The lock makes a claim a compare-and-swap.
 One daemon per repository (`flock` on `.git/anvild.lock`). `open` recovers from a kill -9:
 removes a stale `index.lock`, restores dirty paths under `beads/` and `convoys/` from HEAD
-(never any other path), logs `beads.recovered`. An undecodable file is logged
-(`beads.unreadable`), left out and its id reserved.
+(never any other path), aborts a rebase, logs `beads.recovered`. An undecodable file is
+logged (`beads.unreadable`), left out and its id reserved.
+With a remote (`anvild.beads.remote`) each change is pushed under the lock; a rejected push
+fetches, rebases the queue, reloads and re-runs the change's decision on the shared board (its
+precondition re-checked), with back-off. `sync` pulls (the daemon runs `run_sync`; `refresh`
+pulls on demand when the last try is older than `pull_bound`); unreachable: changes queue.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import math
 import os
+import random
+import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final, TypeVar
@@ -31,6 +38,7 @@ from anvild.beads.errors import BeadError, BeadStoreError
 from anvild.beads.events import BeadEvent
 from anvild.beads.git import Git
 from anvild.beads.model import Bead, BeadStatus, Convoy, ConvoyStatus, Progress
+from anvild.beads.remote import Push, RemoteLink, SyncState
 
 __all__ = ["BEADS_DIR", "CONVOYS_DIR", "SETTLED", "BeadStore"]
 
@@ -42,6 +50,14 @@ BEADS_DIR: Final = "beads"
 CONVOYS_DIR: Final = "convoys"
 TMP_SUFFIX: Final = ".tmp"
 LOCK_FILE: Final = "anvild.lock"
+PULL_INTERVAL: Final = 5.0
+"""Seconds between two pulls of the background sync (`run_sync`)."""
+PULL_BOUND: Final = 1.0
+"""A read of `ready` or `list` pulls first when the last pull was tried longer ago than this."""
+NETWORK_LIMIT: Final = 30.0
+"""Seconds one fetch or push may take before the remote counts as unreachable."""
+PUSH_TRIES: Final = 12
+MAX_DROPPED: Final = 20
 SETTLED: Final = frozenset({BeadStatus.COMPLETED, BeadStatus.FAILED, BeadStatus.PENDING_APPROVAL})
 """Bead statuses in which nobody is working on the bead (what `wait_bead` waits for)."""
 
@@ -69,9 +85,23 @@ class BeadStore:
         on_event: Callable[[BeadEvent], None] | None = None,
         clock: Callable[[], str] = _now,
         git: str = "git",
+        remote: str | None = None,
+        host: str | None = None,
+        pull_interval: float = PULL_INTERVAL,
+        pull_bound: float = PULL_BOUND,
+        network_limit: float = NETWORK_LIMIT,
     ) -> None:
+        """`remote` is a git URL shared with other daemons (None: this repository alone);
+        `host` names this daemon on the shared board (default: the host name)."""
         self.root = root
         self.git = Git(root, program=git)
+        self.host = host if host is not None else (socket.gethostname() if remote else None)
+        self.pull_interval = pull_interval
+        self.pull_bound = pull_bound
+        self._link = None if remote is None else RemoteLink(self.git, remote, limit=network_limit)
+        self.sync_state = SyncState(remote=remote, host=self.host)
+        """Where the shared board stands (`agent/beads/sync`)."""
+        self._last_try = -math.inf
         self.on_event = on_event
         self._clock = clock
         self._lock = trio.Lock()
@@ -97,6 +127,8 @@ class BeadStore:
                 self._take_lock()
                 if existed:
                     await self._recover()
+                if self._link is not None:
+                    await self._join(fresh=not existed)
                 self._board = await trio.to_thread.run_sync(self._load)
             except OSError as exc:
                 self.unavailable = f"cannot use {self.root}: {exc.strerror or exc}"
@@ -151,6 +183,10 @@ class BeadStore:
         if lock.exists():
             lock.unlink()
             self._note("removed a stale .git/index.lock (git was stopped mid-command)")
+        git_dir = self.root / ".git"
+        if (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
+            await self.git.run("rebase", "--abort", check=False)
+            self._note("aborted a rebase of queued changes (git was stopped mid-rebase)")
         if not (await self.git.run("rev-parse", "--verify", "-q", "HEAD", check=False)).strip():
             await self.git.run(
                 "commit", "-q", "--no-verify", "--allow-empty", "-m", "init bead store (by anvild)"
@@ -245,7 +281,7 @@ class BeadStore:
             bead = self._board.bead(bead_id)
             if bead.status in SETTLED:
                 return bead
-            await self._changed.wait()
+            await self._next_change()
 
     async def wait_convoy(self, convoy_id: str) -> Convoy:
         """Block until the convoy is completed, failed or abandoned."""
@@ -253,7 +289,18 @@ class BeadStore:
             convoy = self._board.convoy(convoy_id)
             if not convoy.status.open:
                 return convoy
+            await self._next_change()
+
+    async def _next_change(self) -> None:
+        """Until the board changes here; with a remote, at most `pull_interval`, then a pull
+        (a change made by another daemon)."""
+        if self._link is None:
             await self._changed.wait()
+            return
+        with trio.move_on_after(self.pull_interval):
+            await self._changed.wait()
+            return
+        await self.refresh()
 
     # -- changing --------------------------------------------------------------------------
 
@@ -271,7 +318,10 @@ class BeadStore:
             # Shielded: a cancel (Tflush, a cancelled tool call) between the rename and the
             # commit would leave a visible, uncommitted file. A change takes milliseconds.
             with trio.CancelScope(shield=True):
-                if not await self._commit(change):
+                committed = await self._commit(change)
+                if self._link is not None:
+                    change, committed = await self._publish(self._link, make, change, committed)
+                if not committed:
                     return attrs.evolve(change, board=self._board, events=())
                 self._board = change.board
         log.info("beads.changed", repo=str(self.root), change=change.message)
@@ -296,7 +346,12 @@ class BeadStore:
         try:
             await trio.to_thread.run_sync(self._write_files, files)
             await self.git.run("add", "--", *paths)
-            await self.git.run("commit", "-q", "--no-verify", "-m", change.message, "--", *paths)
+            # With a remote, a second paragraph names the daemon: the same change made by two
+            # daemons in the same second must not be one commit (a push would find it there).
+            where = () if self._link is None else ("-m", f"on {self.host} (pid {os.getpid()})")
+            await self.git.run(
+                "commit", "-q", "--no-verify", "-m", change.message, *where, "--", *paths
+            )
         except (OSError, BeadStoreError) as exc:
             with trio.CancelScope(shield=True):
                 await self._undo(previous)
@@ -349,6 +404,141 @@ class BeadStore:
             finally:
                 os.close(dir_fd)
 
+    # -- the remote ----------------------------------------------------------------------------
+
+    async def _publish(
+        self, link: RemoteLink, make: Callable[[Board, str], Change], change: Change, done: bool
+    ) -> tuple[Change, bool]:
+        """Push the committed change (`done`: it made a commit). Rejected: another daemon
+        changed the board; take its board and decide again (`make` raises when the change's
+        precondition no longer holds). Unreachable: the change stays queued."""
+        for attempt in range(PUSH_TRIES):
+            outcome, message = await link.push()
+            if outcome is Push.DONE:
+                self._reached(pushed=True)
+                return change, done
+            if outcome is Push.OFFLINE:
+                await self._unreached("push", message)
+                return change, done
+            await trio.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))
+            fetched = await link.fetch()
+            if fetched.returncode != 0:
+                await self._unreached("fetch", fetched.message)
+                return change, done
+            self.sync_state.last_pull = self._clock()
+            if done:
+                await self.git.run("reset", "-q", "--hard", "HEAD~1")
+            self._dropped(await link.integrate())
+            self._adopt(await trio.to_thread.run_sync(self._load))
+            change = make(self._board, self._clock())
+            done = await self._commit(change)
+        self.sync_state.last_error = (
+            f"{self._clock()} push: rejected {PUSH_TRIES} times (a busy board); the change is "
+            "queued and the next sync pushes it"
+        )
+        self.sync_state.queued = await link.queued()
+        return change, done
+
+    async def sync(self) -> None:
+        """Pull the shared board and push the queue (no-op without a remote). A failure is
+        kept in `sync_state`, never raised."""
+        link = self._link
+        if link is None:
+            return
+        async with self._lock:
+            if not self._opened:
+                return
+            self._last_try = trio.current_time()
+            with trio.CancelScope(shield=True):
+                try:
+                    before = await link.head()
+                    await self._exchange(link)
+                    if await link.head() != before:
+                        self._adopt(await trio.to_thread.run_sync(self._load))
+                except (OSError, BeadStoreError) as exc:
+                    self.sync_state.last_error = f"{self._clock()} sync: {exc}"
+                    log.error("beads.sync_failed", repo=str(self.root), error=str(exc))
+
+    async def refresh(self) -> None:
+        """`sync` unless the last one was tried less than `pull_bound` seconds ago."""
+        if self._link is not None and trio.current_time() - self._last_try >= self.pull_bound:
+            await self.sync()
+
+    async def run_sync(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The background sync: every `pull_interval` seconds (returns at once without a
+        remote)."""
+        task_status.started()
+        if self._link is None:
+            return
+        while True:
+            await trio.sleep(self.pull_interval)
+            await self.sync()
+
+    async def _join(self, *, fresh: bool) -> None:
+        """At `open`: a new repository takes the remote's board when it has one; then the
+        queue (changes made offline, or committed before a kill -9) is pushed."""
+        assert self._link is not None
+        if fresh:
+            fetched = await self._link.fetch()
+            if fetched.returncode == 0 and (base := await self._link.tracking()) is not None:
+                await self.git.run("reset", "-q", "--hard", base)
+        await self._exchange(self._link)
+
+    async def _exchange(self, link: RemoteLink) -> None:
+        """Fetch, put the queue on top, push it (a rejected push starts over, with back-off)."""
+        for attempt in range(PUSH_TRIES):
+            fetched = await link.fetch()
+            if fetched.returncode != 0:
+                await self._unreached("fetch", fetched.message)
+                return
+            self.sync_state.last_pull = self._clock()
+            self._dropped(await link.integrate())
+            if await link.queued() == 0:
+                self._reached(pushed=False)
+                return
+            outcome, message = await link.push()
+            if outcome is Push.DONE:
+                self._reached(pushed=True)
+                return
+            if outcome is Push.OFFLINE:
+                await self._unreached("push", message)
+                return
+            await trio.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))
+        self.sync_state.last_error = f"{self._clock()} push: rejected {PUSH_TRIES} times"
+        self.sync_state.queued = await link.queued()
+
+    def _reached(self, *, pushed: bool) -> None:
+        state = self.sync_state
+        if pushed:
+            state.last_push = self._clock()
+        state.queued = 0
+        if state.last_error is not None:
+            log.info("beads.sync_restored", repo=str(self.root), remote=state.remote)
+        state.last_error = None
+
+    async def _unreached(self, what: str, message: str) -> None:
+        assert self._link is not None
+        self.sync_state.last_error = f"{self._clock()} {what}: {message}"
+        self.sync_state.queued = await self._link.queued()
+        log.warning(
+            "beads.sync_failed", repo=str(self.root), what=what, error=message,
+            queued=self.sync_state.queued,
+        )  # fmt: skip
+
+    def _dropped(self, subjects: list[str]) -> None:
+        for subject in subjects:
+            log.error("beads.sync_dropped", repo=str(self.root), change=subject)
+            self.sync_state.dropped.append(f"{self._clock()} {subject}")
+        del self.sync_state.dropped[:-MAX_DROPPED]
+
+    def _adopt(self, board: Board) -> None:
+        """Take a board that came from the remote; waiters look again."""
+        self._board = board
+        self._changed.set()
+        self._changed = trio.Event()
+
     # -- the verbs (each one commit) ---------------------------------------------------------
 
     async def create(self, spec: NewBead, *, by: str) -> Bead:
@@ -362,7 +552,11 @@ class BeadStore:
         return _bead(await self.apply(lambda b, now: b.remove_dep(bead_id, dep, by=by, now=now)))
 
     async def claim(self, bead_id: str, session: str, *, by: str) -> Bead:
-        return _bead(await self.apply(lambda b, now: b.claim(bead_id, session, by=by, now=now)))
+        return _bead(
+            await self.apply(
+                lambda b, now: b.claim(bead_id, session, by=by, now=now, host=self.host)
+            )
+        )
 
     async def complete(
         self, bead_id: str, result: str | None, *, by: str, only_session: str | None = None
