@@ -11,7 +11,7 @@ is committed only after a clean finish: an abnormal one commits its text and run
 Allowed calls run concurrently only when each is read-only by its `effects(args)` or its tool
 declares `parallel_safe = True` (`task`: a child session runs elsewhere). On
 cancellation the transcript is left valid (interrupted calls say so) and no unfinished text is
-put in the model's mouth. Unknown token spend stops a budgeted turn. Tool results are redacted
+put in the model's mouth. Unknown spend, or `BudgetExceeded`, ends a turn. Tool results are redacted
 before anyone sees them. A step whose todo list changed since it was last shown starts with it as
 a note at the end of the transcript (`TODOS_MARK`: never in the system prompt, so the cached
 prefix holds). The `ContextWindow` clears, compacts, and retries an overflow once;
@@ -28,6 +28,7 @@ import attrs
 import trio
 
 from anvild.agent import events as ev
+from anvild.agent.admission import BudgetExceeded
 from anvild.agent.context import Compaction, ContextWindow, SummaryFailed
 from anvild.agent.context.compaction import (
     TODOS_MARK,
@@ -284,6 +285,8 @@ class Agent:
     async def _guarded(self, turn: _Turn, prompt: tuple[ContentBlock, ...]) -> TurnFinished:
         try:
             return turn.finished(*await self._steps(turn, prompt))
+        except BudgetExceeded as exc:  # the request was not sent
+            return turn.finished(TurnOutcome.BUDGET_EXCEEDED, str(exc))
         except (LlmError, TranscriptError) as exc:
             retryable = isinstance(exc, LlmError) and exc.is_retryable
             self._emit(ev.StepFailed(turn.step, type(exc).__name__, str(exc), retryable))
@@ -397,7 +400,7 @@ class Agent:
                 summary, usage = await window.summarise(
                     self.summariser or self.provider, model, chosen, found, focus
                 )
-        except (LlmError, SummaryFailed) as exc:
+        except (LlmError, SummaryFailed, BudgetExceeded) as exc:
             why = f"the summary could not be written: {type(exc).__name__}: {exc}"
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
             return why

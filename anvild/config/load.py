@@ -170,6 +170,51 @@ class SessionLimits:
 
 
 @attrs.frozen
+class DailyLimit:
+    """One budget's limits per UTC day: USD and tokens (None: no limit of that kind)."""
+
+    usd: float | None = None
+    tokens: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.usd is not None or self.tokens is not None
+
+
+@attrs.frozen
+class BudgetLimits:
+    """`[budget]`: the daemon-wide daily limit, each role's (`[budget.roles.NAME]`) and each
+    convoy's (`[budget.convoys]`, the same for every convoy). Enforced by `anvild.budget`."""
+
+    daemon: DailyLimit = DailyLimit()
+    roles: Mapping[str, DailyLimit] = attrs.field(factory=dict)
+    convoy: DailyLimit = DailyLimit()
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.daemon.limited
+            or self.convoy.limited
+            or any(r.limited for r in self.roles.values())
+        )
+
+
+def _daily(merged: Mapping[Key, Any], *prefix: str) -> DailyLimit:
+    return DailyLimit(
+        usd=merged.get((*prefix, "daily_usd")), tokens=merged.get((*prefix, "daily_tokens"))
+    )
+
+
+def _budget(merged: Mapping[Key, Any]) -> BudgetLimits:
+    roles = {k[2] for k in merged if k[:2] == ("budget", "roles")}
+    return BudgetLimits(
+        daemon=_daily(merged, "budget"),
+        roles={role: _daily(merged, "budget", "roles", role) for role in sorted(roles)},
+        convoy=_daily(merged, "budget", "convoys"),
+    )
+
+
+@attrs.frozen
 class SubagentLimits:
     """`[subagents]`: the deepest a `task` child may be (a top-level session is depth 0), how
     many children one turn may start, and the roles whose sessions get the `task` tool."""
@@ -239,6 +284,7 @@ class Config:
     checkpoints: CheckpointLimits = CheckpointLimits()  # `[checkpoints]`
     server: ServerLimits = ServerLimits()  # `[server]`
     subagents: SubagentLimits = SubagentLimits()  # `[subagents]`
+    budget: BudgetLimits = BudgetLimits()  # `[budget]`
     # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
     # whose trust grants were consulted: `merge_project` re-merges a project onto these.
     layers: tuple[tuple[Layer, Source], ...] = ()
@@ -548,6 +594,7 @@ def _build(
             max_per_turn=merged.get(("subagents", "max_per_turn"), SubagentLimits().max_per_turn),
             roles=tuple(merged.get(("subagents", "roles"), SubagentLimits().roles)),
         ),
+        budget=_budget(merged),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
         sources=sources,

@@ -45,6 +45,7 @@ TOP_KEYS: Final = (
     "beads",
     "server",
     "subagents",
+    "budget",
 )
 BEADS_KEYS: Final = ("repo",)
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads)."""
@@ -129,6 +130,10 @@ SUBAGENT_KEYS: Final = ("max_depth", "max_per_turn", "roles")
 whose sessions get the `task` tool (default every role but reviewer)."""
 SUBAGENT_LIMITS: Final = {"max_depth": 8, "max_per_turn": 64}
 MCP_TIMEOUT_LIMIT: Final = 3600
+BUDGET_KEYS: Final = ("daily_usd", "daily_tokens", "roles", "convoys")
+LIMIT_KEYS: Final = ("daily_usd", "daily_tokens")
+"""`[budget]`: daemon-wide daily limits (USD, tokens), `[budget.roles.NAME]` the same per role,
+`[budget.convoys]` the same for each convoy (`anvild.budget`); a day is a UTC day."""
 """The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 
 
@@ -328,6 +333,8 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     c.set(sub, float(item))
                 else:
                     raise c.fail(sub, "a percentage of the window, from 0 (off) to below 100", item)
+        elif top == "budget":
+            _check_budget(c, key, value)
         elif top == "checkpoints":
             table = c.table(key, value)
             c.known(key, table, CHECKPOINT_KEYS)
@@ -446,6 +453,36 @@ def _check_mcp_server(c: _Checker, key: Key, value: object) -> dict[str, Any]:
         else:  # sandbox, read_only
             out[name] = c.boolean(sub, item)
     return out
+
+
+def _check_limits(c: _Checker, key: Key, table: Mapping[str, Any]) -> None:
+    """`daily_usd` (USD above 0) and `daily_tokens` (a positive integer) of one budget."""
+    for name, item in table.items():
+        sub = (*key, name)
+        if name == "daily_tokens":
+            c.set(sub, c.positive_int(sub, item))
+        elif isinstance(item, bool) or not isinstance(item, int | float) or item <= 0:
+            raise c.fail(sub, "a number of USD above 0", item)
+        else:
+            c.set(sub, float(item))
+
+
+def _check_budget(c: _Checker, key: Key, value: object) -> None:
+    table = c.table(key, value)
+    c.known(key, table, BUDGET_KEYS)
+    _check_limits(c, key, {k: v for k, v in table.items() if k in LIMIT_KEYS})
+    if "convoys" in table:
+        sub = (*key, "convoys")
+        convoys = c.table(sub, table["convoys"])
+        c.known(sub, convoys, LIMIT_KEYS)
+        _check_limits(c, sub, convoys)
+    if "roles" in table:
+        sub = (*key, "roles")
+        for role, limits in c.table(sub, table["roles"]).items():
+            at = (*sub, c.name((*sub, role), role))
+            checked = c.table(at, limits)
+            c.known(at, checked, LIMIT_KEYS)
+            _check_limits(c, at, checked)
 
 
 def _check_provider(c: _Checker, key: Key, value: object) -> None:

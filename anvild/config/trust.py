@@ -49,7 +49,7 @@ def authority_of(key: Key) -> str | None:
             return "budget"
         case ("hooks" | "mcp_servers", *_):
             return "executable"
-        case ("models", _, "pricing", *_):
+        case ("models", _, "pricing", *_) | ("budget", *_):
             return "budget"
         case ("beads", *_):
             return "data location"

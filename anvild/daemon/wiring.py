@@ -32,6 +32,7 @@ from anvild.agent.permissions.rules import RuleSet
 from anvild.beads import BeadError, BeadStore
 from anvild.beads.events import BeadEvent, encode_event
 from anvild.beads.tools import bead_tools
+from anvild.budget import Budgets, Ledger
 from anvild.checkpoints import Workspaces
 from anvild.config import Config
 from anvild.coord.approvers import SessionApprovals
@@ -72,6 +73,7 @@ from anvild.session.project_config import ProjectConfigs
 from anvild.skills import SkillCatalog
 from anvild.store import SessionStore
 from anvild.tree.beads import BeadsTree
+from anvild.tree.budget import budget_file
 from anvild.tree.compaction import compaction_files
 from anvild.tree.config import config_file
 from anvild.tree.family import family_files
@@ -297,6 +299,12 @@ class Sessions:
             mcp=pool,
             checkpoints=_checkpoints(config, data_dir),
             skills=SkillCatalog(),
+            budgets=Budgets(config.budget, Ledger(data_dir / "budget"))
+            if config.budget.any
+            else None,
+            convoys_of=lambda sid: tuple(
+                sorted({b.convoy for b in store.assigned(sid) if b.convoy})
+            ),
         )
         conductor = ConductorTools(beads=store)
         subagents = SubagentTools(
@@ -354,6 +362,7 @@ class Sessions:
         tree.extend(mcp_file(pool))
         pool.report = mcp_reporter(root, _lookup(manager))
         tree.extend(introspection_files(settings))
+        root.root.add(budget_file(settings.budgets))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

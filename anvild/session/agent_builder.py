@@ -8,7 +8,8 @@ and what `always` answers added, from the records), the file tools' freshness tr
 restored from the records (`FileSeen`: a file read before a daemon restart can be edited after
 it, and one changed meanwhile is still refused as stale), and the model's config. With the
 daemon's MCP pool (`SessionSettings.mcp`) the registry adds the session's MCP tools and the
-agent starts its servers before each turn (`anvild.mcp.tools`).
+agent starts its servers before each turn (`anvild.mcp.tools`). With `SessionSettings.budgets`
+each model request is admitted against the daemon's budgets first (`anvild.budget`).
 With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
 gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
 With `SessionSettings.skills` the session's skills (`anvild.skills`) add the `skill` tool, and
@@ -35,7 +36,9 @@ from anvild.agent.permissions.policy import Grants, Policy
 from anvild.agent.tools.base import FileTracker, Tool, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.agent.tools.skill import SkillTool
+from anvild.budget import BudgetedProvider, Scope
 from anvild.hooks import SessionHooks
+from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.types import Message, ToolCall, ToolResult
 from anvild.mcp import McpRegistry, McpSetup, Placement, SessionMcp, session_mcp
@@ -162,7 +165,7 @@ def build_agent(
         compaction_model="" if summariser is None else summariser.model,
     )
     return Agent(
-        services.provider_for(target),
+        _provider(session, services, target),
         tools,
         config,
         context,
@@ -172,10 +175,26 @@ def build_agent(
         messages=messages,
         window=window_for(target, settings.context),
         on_compaction=on_compaction,
-        summariser=None if summariser is None else services.provider_for(summariser),
+        summariser=None if summariser is None else _provider(session, services, summariser),
         hooks=NO_HOOKS if hooks is None else hooks,
         snapshots=session.turns.snapshots,
     )
+
+
+def _provider(session: Session, services: Services, target: ResolvedModel) -> Provider:
+    """`target`'s provider for `session`: behind its concurrency cap, and with the daemon's
+    budgets, each request admitted against them first (charged to the session, its role and
+    its beads' convoys as they are at the request)."""
+    provider = services.provider_for(target)
+    budgets, convoys_of = services.settings.budgets, services.settings.convoys_of
+    if budgets is None:
+        return provider
+
+    def scope() -> Scope:
+        convoys = () if convoys_of is None else convoys_of(session.id)
+        return Scope(session.id, session.role, convoys)
+
+    return BudgetedProvider(provider, budgets, scope, target.pricing)
 
 
 def _hooks(

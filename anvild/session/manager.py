@@ -88,7 +88,7 @@ log = structlog.get_logger(__name__)
 
 RESERVED: Final = frozenset(
     {"ctl", "list", "models", "events", "roles", "beads", "convoys", "user", "version", "mail"}
-    | {"anvild"}
+    | {"budget", "anvild"}
 )
 """Names an alias may not take: the `agent/` entries, and `anvild`, the sender of the daemon's
 own mail (ERROR_REPORTs), so a reply to the daemon can never reach a session."""
@@ -517,6 +517,9 @@ class SessionManager:
         if alias is not None:
             self._check_alias(alias)
         target = self._resolve(request.model or (base.model if base else None), cwd)
+        budgets = self.settings.budgets
+        if budgets is not None and (why := budgets.unpriced(target.name, target.pricing, role)):
+            raise InvalidSessionRequest(why)
         sandbox_role = roles.sandbox_role(role, user_dir=self.settings.sandbox_role_dir)
         sandbox = request.sandbox or (base.sandbox if base else "")
         policy = sandbox_policy(sandbox, sandbox_role, self.settings)

@@ -20,6 +20,7 @@ import attrs
 from anvild.agent.permissions.policy import Grants, Mode
 from anvild.agent.permissions.rules import RuleSet
 from anvild.agent.tools.base import COMPACT_TOOLS_WINDOW, Tool
+from anvild.budget import Budgets
 from anvild.checkpoints import Workspaces
 from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
@@ -94,6 +95,10 @@ class SessionSettings:
     skills: SkillCatalog | None = None
     """Where sessions find skills (`anvild.skills`): the prompt lists them, the `skill` tool
     loads them, the file tools may read their folders. None: no skills."""
+    budgets: Budgets | None = None
+    """The daemon's spend budgets (`anvild.budget`): every model request of a session is
+    admitted against them first. None: no budgets."""
+    convoys_of: Callable[[str], tuple[str, ...]] | None = None  # a session's beads' convoys
 
 
 @attrs.frozen

@@ -110,10 +110,10 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("ninep", "llm", "sandbox"),
     ("store", "agent", "fs"),
     ("config",),
-    ("mcp", "hooks", "skills", "checkpoints"),
+    ("mcp", "hooks", "skills", "checkpoints", "budget"),
     ("session",),
     ("beads", "mail"),
-    ("tree", "coord"),
+    ("tree", "coord", "web"),
     ("daemon",),
     ("__main__",),
 )
