@@ -1,6 +1,6 @@
 """The bead and convoy part of the `agent/` tree (DESIGN.md section 4), served from a `BeadStore`.
 
-    agent/beads/  ctl (new, dep add|remove)  list  ready  <bead-id>/ (fields, wait, ctl)
+    agent/beads/  ctl (new, dep add|remove)  list  ready  sync  <bead-id>/ (fields, wait, ctl)
     agent/convoys/  ctl (new)  list  <id>/ (title goal status ... context progress wait ctl)
 
 Like the session tree this owns no state: each file asks the store at open or calls one store
@@ -10,7 +10,8 @@ words are options, quoted words are always text. File writes are `by user`; `cla
 names who works. A bead in progress whose session is gone is orphaned (`list` marks it, one
 `bead_orphaned` event). `approve`/`reject` go through `answer` (the coord bead gates), so a bead
 and its session's result gate hold one verdict. Directory nodes are kept (stable qids); `wait`
-blocks in the store once per open, no polling. Details: docs/decisions.md, "Module notes".
+blocks in the store once per open. With a `[beads] remote`, opening `list` or `ready` pulls
+first (`BeadStore.refresh`) and `sync` shows the remote's state. Details: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ BEAD_FILES = (
     "description",
     "role",
     "assigned_to",
+    "host",
     "result",
     "depends_on",
     "requires_approval",
@@ -172,8 +174,9 @@ class BeadsTree:
             "beads",
             [
                 CtlFile("ctl", self._beads_table()),
-                SnapshotFile("list", self._list_text),
-                SnapshotFile("ready", self._ready_text),
+                SnapshotFile("list", self._pulled(self._list_text)),
+                SnapshotFile("ready", self._pulled(self._ready_text)),
+                SnapshotFile("sync", lambda: self.store.sync_state.text()),
             ],
             dynamic=_Children(self._bead_ids, self._bead_node),
         )
@@ -181,7 +184,7 @@ class BeadsTree:
             "convoys",
             [
                 CtlFile("ctl", self._convoys_table()),
-                SnapshotFile("list", self._convoy_list_text),
+                SnapshotFile("list", self._pulled(self._convoy_list_text)),
             ],
             dynamic=_Children(self._convoy_ids, self._convoy_node),
         )
@@ -236,6 +239,17 @@ class BeadsTree:
                     self.publish(encode_event(orphan))
 
     # -- texts -------------------------------------------------------------------------------
+
+    def _pulled(self, text: Callable[[], str]) -> Callable[[], str | Awaitable[str]]:
+        """`text` as it is, or, with a remote, after a pull when the last one is too old."""
+        if self.store.sync_state.remote is None:
+            return text
+
+        async def fresh() -> str:
+            await self.store.refresh()
+            return text()
+
+        return fresh
 
     def _list_text(self) -> str:
         return "".join(b.list_line(orphaned=self.orphaned(b)) + "\n" for b in self.store.beads())
@@ -394,6 +408,7 @@ class BeadsTree:
             _text_file(store, bead_id, lambda: get().description, Board.set_description),
             SnapshotFile("role", lambda: _line(get().role)),
             SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
+            SnapshotFile("host", lambda: _line(get().host)),
             _text_file(store, bead_id, lambda: get().result, Board.set_result),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(

@@ -121,7 +121,7 @@ async def test_new_with_the_ideas_file_quoting_and_the_bead_files(tmp_path: Path
         assert await c.get("beads/ready") == (
             "research-auth-001\tpending\tresearcher\t-\tResearch auth system\n"
         )
-        assert await dir_names(c, "beads") == ["ctl", "list", "ready", first, second]
+        assert await dir_names(c, "beads") == ["ctl", "list", "ready", "sync", first, second]
         assert await dir_names(c, f"beads/{second}") == list(BEAD_FILES)
         b = f"beads/{second}"
         assert await c.get(f"{b}/status") == "pending\n"
