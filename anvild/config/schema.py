@@ -47,8 +47,10 @@ TOP_KEYS: Final = (
     "subagents",
     "budget",
 )
-BEADS_KEYS: Final = ("repo",)
-"""`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads)."""
+BEADS_KEYS: Final = ("repo", "remote")
+"""`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads);
+`remote = "URL"`: a git remote shared by several daemons (a path, ssh://host/path, host:path)."""
+REMOTE_SCHEMES: Final = ("ssh", "git", "http", "https", "file")
 PROVIDER_KEYS: Final = ("kind", "base_url", "api_key_env", "context_window", "max_output_tokens")
 MODEL_KEYS: Final = (
     "provider",
@@ -294,6 +296,9 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
             c.known(key, table, BEADS_KEYS)
             for name, item in table.items():
                 path = c.string((top, name), item)
+                if name == "remote":
+                    c.set((top, name), _check_remote(c, (top, name), path))
+                    continue
                 if not Path(path).expanduser().is_absolute():
                     raise c.fail((top, name), "an absolute path (or one starting with ~)", item)
                 c.set((top, name), path)
@@ -532,6 +537,28 @@ def _check_model(c: _Checker, key: Key, value: object) -> None:
                     c.set(at, c.string(at, setting))
                 else:
                     c.set(at, c.boolean(at, setting))
+
+
+def _check_remote(c: _Checker, key: Key, url: str) -> str:
+    """A git URL for the shared bead board: `scheme://...` of a known scheme, scp-like
+    `[user@]host:path`, or an absolute path (`~` expanded). Never an option, never blanks."""
+    expected = (
+        "a git URL: an absolute path (or one starting with ~), ssh://host/path.git, "
+        "[user@]host:path.git, or git://, http(s)://, file:// URL"
+    )
+    if url.startswith("-") or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise c.fail(key, expected, url)
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        if scheme.lower() not in REMOTE_SCHEMES or not rest:
+            raise c.fail(key, expected, url)
+        return url
+    if re.match(r"^[^/:]+:", url) and "::" not in url:  # `transport::address` runs a helper
+        return url
+    path = Path(url).expanduser()
+    if not path.is_absolute():
+        raise c.fail(key, expected, url)
+    return str(path)
 
 
 def _check_hook(c: _Checker, key: Key, value: object) -> dict[str, Any]:
