@@ -17,7 +17,7 @@ UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
 DEBIAN_PACKAGES := bubblewrap util-linux libseccomp2 diod 9base ripgrep git perl-base \
-	cmake g++ make patch unzip curl strace
+	cmake g++ make patch unzip curl strace chromium
 STAMP := $(VENV)/.synced
 
 .PHONY: help run test lint fmt typecheck pytest setup system-deps bench clean \

@@ -1,7 +1,7 @@
 """The `anvild` command: run the daemon in the foreground until SIGTERM or SIGINT.
 
-    anvild [--namespace DIR] [--listen tcp!127.0.0.1!5640 ...] [--allow-remote]
-           [--data-dir DIR] [--config FILE] [-q] [--version]
+    anvild [--namespace DIR] [--listen tcp!127.0.0.1!5640 ...] [--web 127.0.0.1:8080]
+           [--allow-remote] [--data-dir DIR] [--config FILE] [-q] [--version]
 
 Start-up, each refusal on stderr with what to do: check `ANVIL_LOG` and listen addresses (exit
 2); prepare the data dir and load and check the config (exit 2; a missing provider key is only a
@@ -25,7 +25,14 @@ import structlog
 import trio
 
 from anvild import __version__
-from anvild.config import ConfigFileError, check_models, load, user_config_file, user_data_dir
+from anvild.config import (
+    Config,
+    ConfigFileError,
+    check_models,
+    load,
+    user_config_file,
+    user_data_dir,
+)
 from anvild.daemon.app import Daemon, DaemonConfig, Endpoints
 from anvild.daemon.datadir import DataDirError, DataDirLock, prepare_data_dir
 from anvild.daemon.fdlimit import raise_nofile
@@ -40,10 +47,17 @@ from anvild.daemon.llama import (
     threads_from,
 )
 from anvild.daemon.logs import LOG_ENV, LogLevelError, configure_logging, parse_level
-from anvild.daemon.namespace import SERVICE, NamespaceError, default_namespace
+from anvild.daemon.namespace import (
+    SERVICE,
+    NamespaceError,
+    ServiceFiles,
+    default_namespace,
+    read_or_create_token,
+)
 from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
 from anvild.tree.root import RootTree
+from anvild.web import WebAddress, WebAddressError, WebBoard, parse_web_address, web_settings
 
 log = structlog.get_logger("anvild")
 
@@ -77,9 +91,16 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-remote)",
     )
     p.add_argument(
+        "--web",
+        metavar="HOST:PORT",
+        help="serve the web board there, e.g. 127.0.0.1:8080 (default: [web] listen, else off; "
+        "loopback only unless --allow-remote); open /?token=TOKEN with the token from "
+        "agent.token",
+    )
+    p.add_argument(
         "--allow-remote",
         action="store_true",
-        help="permit --listen addresses that other machines can reach",
+        help="permit --listen and --web addresses that other machines can reach",
     )
     p.add_argument(
         "--data-dir",
@@ -159,6 +180,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 2
     for warning in key_warnings:
         _say(warning)
+    try:
+        web = _web_address(args.web, args.allow_remote, config)
+    except WebAddressError as exc:
+        _say(str(exc))
+        return 2
     lock = DataDirLock(data_dir)
     try:
         lock.acquire(namespace / SERVICE)
@@ -220,6 +246,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             local_model=local_model,
             gc_policy=GcPolicy(),
         )
+        board: WebBoard | None = None
+        if web is not None:
+            token_file = ServiceFiles(namespace, SERVICE).token_path
+            board = WebBoard(
+                web,
+                sessions.manager,
+                root.events.core,
+                lambda: read_or_create_token(token_file),
+                answered=None if sessions.gates is None else sessions.gates.settle,
+            )
         daemon = Daemon(
             DaemonConfig(
                 namespace=namespace,
@@ -230,7 +266,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 max_outstanding=config.server.max_outstanding,
             ),
             tree=root,
-            children=[sessions.run],
+            children=[sessions.run] if board is None else [sessions.run, board.run],
             local_model=local_model,
         )
         sessions.attach(daemon)
@@ -241,12 +277,24 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 token = f" (token in {endpoints.token_path})" if endpoints.token_path else ""
                 model = "; default model: local llama-server" if local_model else ""
                 _say(f"serving {where}{token}; data {data_dir}; log {logs.path}{model}")
+                if board is not None and board.url is not None:
+                    token_file = ServiceFiles(namespace, SERVICE).token_path
+                    _say(f"web board {board.url}?token=TOKEN (TOKEN: the contents of {token_file})")
             if not_built:
                 _say(not_built)  # even with -q: what the user expects to work does not
 
         return _run(daemon, started)
     finally:
         lock.release()
+
+
+def _web_address(flag: str | None, allow_remote: bool, config: Config) -> WebAddress | None:
+    """Where the board listens: `--web`, else `[web] listen`, else nowhere (off)."""
+    settings = web_settings(config)
+    text = flag if flag is not None else settings.listen
+    if text is None:
+        return None
+    return parse_web_address(text, allow_remote=allow_remote or settings.allow_remote)
 
 
 def _run(daemon: Daemon, started: Callable[[Endpoints], None]) -> int:

@@ -1,0 +1,229 @@
+"""The board's HTTP side: pages, a JSON API over the session APIs, and one SSE event stream.
+
+    GET  /                      the board          GET /session/ID   one session's page
+    GET  /static/NAME           the package's own scripts and styles (no third-party asset)
+    GET  /api/sessions          every session, those needing a person first, and the feed's seq
+    GET  /api/sessions/ID       one session: its files' values and its recent events
+    GET  /events?after=N[&session=ID]   SSE: the feed after N (`Last-Event-ID` wins over N)
+    POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
+    POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
+    POST /api/sessions/ID/ctl       {"command"}   one ctl line (cancel, stop, model NAME, ...)
+
+The board keeps no state: every read is a session's own value at that moment, every action
+calls the same `Session` method as the file it stands for, and a refusal comes back verbatim
+as `{"error": MESSAGE}` (404 for an unknown session, 409 for a refusal). `Guarded` checks every
+request first (`anvild.web.auth`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from importlib import resources
+from typing import Any, Final
+
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from anvild.session import (
+    InvalidSessionRequest,
+    Session,
+    SessionError,
+    SessionManager,
+    SessionNotFound,
+)
+from anvild.store import PendingResult
+from anvild.web.auth import COOKIE, Guard
+from anvild.web.hub import EventHub, Gap
+
+__all__ = ["Answered", "board_app"]
+
+log = structlog.get_logger("anvild.web")
+
+Answered = Callable[[Session, PendingResult], Awaitable[None]]
+"""Awaited after an answer settled a result gate (the tree's `SessionExtension.answered`)."""
+
+STATIC: Final = {
+    "board.js": "text/javascript",
+    "session.js": "text/javascript",
+    "common.js": "text/javascript",
+    "style.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
+MAX_BODY: Final = 1 << 20
+RECENT_EVENTS: Final = 2000
+NEEDS_PERSON: Final = ("await_approval", "error")
+_USD = re.compile(r"^(?:total_)?usd (\S+)$", re.MULTILINE)
+
+
+def _asset(name: str) -> str:
+    return resources.files("anvild.web").joinpath("static", name).read_text("utf-8")
+
+
+def _usd(cost_text: str) -> str:
+    """The session's cost in USD from its `cost` file (the total with children when given)."""
+    found = _USD.findall(cost_text)
+    return found[-1] if found else "n/a"
+
+
+def session_info(s: Session) -> dict[str, Any]:
+    """What the board shows of one session (each value as its file shows it)."""
+    window = s.target.limits.context_window
+    return {
+        "id": s.id,
+        "alias": s.alias,
+        "role": s.role,
+        "state": s.status.value,
+        "detail": s.status_detail,
+        "model": s.model,
+        "usage": s.usage_line(),
+        "used": s.usage_used(),
+        "window": window,
+        "usd": _usd(s.cost_text()),
+        "created": s.created,
+        "first_prompt": s.first_prompt,
+        "cwd": s.cwd,
+        "needs_person": s.status.value in NEEDS_PERSON or s.pending_result is not None,
+    }
+
+
+def _error(exc: SessionError) -> JSONResponse:
+    status = 404 if isinstance(exc, SessionNotFound) else 409
+    return JSONResponse({"error": str(exc)}, status_code=status)
+
+
+async def _field(request: Request, name: str) -> str:
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise InvalidSessionRequest(f"the request is over {MAX_BODY} bytes")
+    try:
+        value = json.loads(body).get(name)
+    except (ValueError, AttributeError):
+        value = None
+    if not isinstance(value, str):
+        raise InvalidSessionRequest(f'send a JSON object with a string "{name}"')
+    return value
+
+
+def board_app(
+    manager: SessionManager,
+    hub: EventHub,
+    guard: Guard,
+    *,
+    answered: Answered | None = None,
+) -> Starlette:
+    """The board's routes (put the result behind `Guarded(app, guard)`)."""
+
+    def page(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def serve(request: Request) -> Response:
+            nonce = guard.nonce_of(request.cookies.get(COOKIE)) or ""
+            html = _asset(name).replace("{{csrf}}", guard.csrf_for(nonce))
+            return Response(html, media_type="text/html; charset=utf-8")
+
+        return serve
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return Response("404: no such file\n", status_code=404, media_type="text/plain")
+        return Response(_asset(name), media_type=f"{STATIC[name]}; charset=utf-8")
+
+    async def sessions(request: Request) -> Response:
+        seq = hub.pump()
+        infos = [session_info(s) for s in manager.sessions()]
+        infos.sort(key=lambda i: (not i["needs_person"], i["created"]), reverse=False)
+        return JSONResponse({"seq": seq, "sessions": infos})
+
+    async def one(request: Request) -> Response:
+        try:
+            s = manager.get(request.path_params["id"])
+        except SessionError as exc:
+            return _error(exc)
+        seq = hub.pump()
+        events = [json.loads(i.line) for i in hub.recent(s.id, RECENT_EVENTS)]
+        return JSONResponse(
+            {
+                "seq": seq,
+                "session": session_info(s),
+                "out": s.out,
+                "approval": s.approval_text(),
+                "queue": s.queue_text(),
+                "todos": s.todos_text(),
+                "cost": s.cost_text(),
+                "events": events,
+            }
+        )
+
+    def action(
+        run: Callable[[Session, str], Awaitable[None]], field: str
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def act(request: Request) -> Response:
+            try:
+                s = manager.get(request.path_params["id"])
+                await run(s, await _field(request, field))
+            except SessionError as exc:
+                return _error(exc)
+            return JSONResponse({"ok": True})
+
+        return act
+
+    async def prompt(s: Session, text: str) -> None:
+        s.submit(await s.screen_prompt(text))
+
+    async def approval(s: Session, answer: str) -> None:
+        gate = s.pending_result
+        s.answer_approval(answer)
+        if answered is not None and gate is not None and s.pending_result is not gate:
+            await answered(s, gate)
+
+    async def ctl(s: Session, command: str) -> None:
+        verb = command.strip().partition(" ")[0]
+        if verb in ("approve", "always", "reject"):
+            await approval(s, command)
+        else:
+            await s.control(command)
+
+    async def events(request: Request) -> Response:
+        last = request.headers.get("last-event-id") or request.query_params.get("after", "")
+        try:
+            after = int(last or hub.pump())
+        except ValueError:
+            return JSONResponse({"error": f"after must be a number, not {last!r}"}, 400)
+        session = request.query_params.get("session") or None
+
+        async def stream() -> AsyncIterator[str]:
+            yield "retry: 1000\n\n"
+            try:
+                async with aclosing(hub.feed(after, session)) as feed:
+                    async for item in feed:  # None: a heartbeat, so a closed peer is noticed
+                        if item is None:
+                            yield ": ping\n\n"
+                        else:
+                            yield f"id: {item.seq}\ndata: {item.data()}\n\n"
+            except Gap:
+                yield f"id: {hub.seq}\nevent: reset\ndata: {{}}\n\n"
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={"x-accel-buffering": "no"},
+        )
+
+    return Starlette(
+        routes=[
+            Route("/", page("board.html")),
+            Route("/session/{id}", page("session.html")),
+            Route("/static/{name}", static),
+            Route("/api/sessions", sessions),
+            Route("/api/sessions/{id}", one),
+            Route("/api/sessions/{id}/prompt", action(prompt, "text"), methods=["POST"]),
+            Route("/api/sessions/{id}/approval", action(approval, "answer"), methods=["POST"]),
+            Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),
+            Route("/events", events),
+        ]
+    )

@@ -1,0 +1,189 @@
+"""`EventHub`: the board's one numbered event feed, read from the same broadcasts as 9P readers.
+
+The hub holds a cursor on the daemon's `agent/events` stream and one on each live session's
+`events` stream (a session is followed from the `session_created` line that announces it, its
+backlog included, so nothing it said before is missed). Every line it takes gets the next
+sequence number and is kept, with the session it came from ("" for the daemon's stream), in a
+bounded window of the latest `keep` lines. A browser's SSE stream resumes after the last number
+it saw (`Last-Event-ID`): what is still in the window is replayed, in order, with no gap; a
+number older than the window gets one `reset` instead (the page reloads its snapshot), so loss
+is never silent. `pump` drains every cursor synchronously: a snapshot taken right after it and
+the number it reports agree with the feed exactly. The hub holds lines, never session state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Callable
+from typing import Final
+
+import attrs
+import trio
+
+from anvild.lines.broadcast import Broadcast, Cursor
+
+__all__ = ["EventHub", "FeedItem", "Gap"]
+
+_READ: Final = 1 << 20
+ROOT: Final = ""
+"""The session id of a line from the daemon's own stream."""
+
+
+@attrs.frozen
+class FeedItem:
+    seq: int
+    session: str  # "" for agent/events
+    line: bytes  # one JSON object, no newline
+
+    def data(self) -> str:
+        """The SSE data: `{"session": ID or null, "event": {...}}`."""
+        who = json.dumps(self.session or None)
+        return f'{{"session":{who},"event":{self.line.decode("utf-8", "replace")}}}'
+
+
+class EventHub:
+    """The numbered feed of the daemon's and every session's events (module docstring)."""
+
+    def __init__(
+        self,
+        root: Broadcast,
+        session_events: Callable[[str], Broadcast | None],
+        sessions: Callable[[], list[str]],
+        *,
+        keep: int = 20_000,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self._root = root
+        self._session_events = session_events
+        self._sessions = sessions
+        self._keep = keep
+        self._items: list[FeedItem] = []
+        self._seq = 0
+        self._cursors: dict[str, Cursor] = {}
+        self._partial: dict[str, bytes] = {}
+        self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def seq(self) -> int:
+        """The number of the latest line taken (0: none yet)."""
+        return self._seq
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow the daemon's stream and every session's until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._follow(ROOT, self._root)
+            for session_id in self._sessions():
+                self._follow_session(session_id)
+            task_status.started()
+
+    def _follow_session(self, session_id: str) -> None:
+        if session_id in self._cursors:
+            return
+        broadcast = self._session_events(session_id)
+        if broadcast is not None:
+            self._follow(session_id, broadcast)
+
+    def _follow(self, session_id: str, broadcast: Broadcast) -> None:
+        assert self._nursery is not None
+        cursor = broadcast.subscribe(backlog=True)
+        self._cursors[session_id] = cursor
+        self._nursery.start_soon(self._read, session_id, cursor)
+
+    async def _read(self, session_id: str, cursor: Cursor) -> None:
+        try:
+            while session_id in self._cursors:
+                data = await cursor.read(_READ)
+                if not data:
+                    break
+                self._take(session_id, data)
+        finally:
+            self._forget(session_id, cursor)
+
+    def _forget(self, session_id: str, cursor: Cursor) -> None:
+        cursor.close()
+        if self._cursors.get(session_id) is cursor:
+            del self._cursors[session_id]
+            self._partial.pop(session_id, None)
+
+    def pump(self) -> int:
+        """Take every line the cursors hold now (no await); return `seq`."""
+        drained: set[str] = set()
+        while todo := [(k, c) for k, c in self._cursors.items() if k not in drained]:
+            session_id, cursor = todo[0]  # a session the daemon's stream announced is next
+            drained.add(session_id)
+            while True:
+                data = cursor.read_nowait(_READ)
+                if data is None:
+                    break
+                if not data:
+                    self._forget(session_id, cursor)
+                    break
+                self._take(session_id, data)
+        return self._seq
+
+    def _take(self, session_id: str, data: bytes) -> None:
+        *lines, rest = (self._partial.pop(session_id, b"") + data).split(b"\n")
+        if rest:
+            self._partial[session_id] = rest
+        for line in lines:
+            self._seq += 1
+            self._items.append(FeedItem(self._seq, session_id, line))
+            if session_id == ROOT and b'"session_created"' in line:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                created = event.get("id") if isinstance(event, dict) else None
+                if event.get("type") == "session_created" and isinstance(created, str):
+                    self._follow_session(created)
+        if len(self._items) > 2 * self._keep:
+            del self._items[: len(self._items) - self._keep]
+        if lines:
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def since(self, after: int, session: str | None = None) -> list[FeedItem] | None:
+        """The kept lines numbered above `after` (the daemon's, and `session`'s when given), or
+        None when some of them are no longer kept."""
+        items = self._items
+        first = items[0].seq if items else self._seq + 1
+        if after < first - 1 and after < self._seq:
+            return None
+        start = max(0, after + 1 - first)
+        return [i for i in items[start:] if i.session in (ROOT, session)]
+
+    def recent(self, session: str, limit: int) -> list[FeedItem]:
+        """The latest `limit` kept lines of `session` (after a `pump`, for a snapshot)."""
+        mine = [i for i in self._items if i.session == session]
+        return mine[-limit:]
+
+    async def feed(
+        self, after: int, session: str | None = None, *, heartbeat: float = 15.0
+    ) -> AsyncGenerator[FeedItem | None, None]:
+        """The lines after `after` (see `since`), then each new one as it comes, forever; None
+        when `heartbeat` seconds passed without one. Raises `Gap` when `after` is too old."""
+        while True:
+            changed = self._changed
+            items = self.since(after, session)
+            if items is None:
+                raise Gap(after)
+            after = self._seq  # every line up to here was looked at
+            for item in items:
+                yield item
+            if items:
+                continue
+            with trio.move_on_after(heartbeat):
+                await changed.wait()
+                continue
+            yield None
+
+
+class Gap(Exception):
+    """A reader asked to resume after a line no longer kept."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__(f"events after {after} are no longer kept")
+        self.after = after

@@ -1,0 +1,87 @@
+// Shared by the board's pages: DOM building (text only, never HTML), JSON calls, the feed.
+"use strict";
+
+const anvil = (() => {
+  const csrf = document.querySelector('meta[name="csrf"]').content;
+  const stats = { batches: 0, maxMs: 0 };
+  window.anvilStats = stats;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (key === "class") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child);
+    }
+    return node;
+  }
+
+  async function getJSON(url) {
+    const reply = await fetch(url, { credentials: "same-origin" });
+    const text = await reply.text();
+    let body;
+    try { body = JSON.parse(text); } catch { body = { error: text }; }
+    if (!reply.ok) throw new Error(body.error || `${reply.status} ${reply.statusText}`);
+    return body;
+  }
+
+  async function post(url, body) {
+    const reply = await fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json", "x-anvil-csrf": csrf },
+      body: JSON.stringify(body),
+    });
+    if (reply.ok) return;
+    const text = await reply.text();
+    let message = text;
+    try { message = JSON.parse(text).error || text; } catch { /* plain text */ }
+    throw new Error(message.trim() || `${reply.status} ${reply.statusText}`);
+  }
+
+  // One SSE stream; the browser resumes it with Last-Event-ID after a reconnect. `reset`
+  // means lines were lost: the page reloads its snapshot and opens a new stream.
+  function feed(url, onItem, onReset, live) {
+    const source = new EventSource(url);
+    source.onopen = () => live(true);
+    source.onerror = () => live(false);
+    source.onmessage = (message) => {
+      const started = performance.now();
+      onItem(JSON.parse(message.data));
+      const took = performance.now() - started;
+      stats.batches += 1;
+      stats.maxMs = Math.max(stats.maxMs, took);
+    };
+    source.addEventListener("reset", () => { source.close(); onReset(); });
+    return source;
+  }
+
+  function showLive(up) {
+    const badge = document.getElementById("live");
+    badge.textContent = up ? "live" : "reconnecting…";
+    badge.className = up ? "live up" : "live down";
+  }
+
+  function age(created) {
+    const seconds = Math.max(0, (Date.now() - Date.parse(created)) / 1000);
+    if (seconds < 60) return `${Math.floor(seconds)}s`;
+    if (seconds < 3600) return `${Math.floor(seconds / 60)}m`;
+    if (seconds < 86400) return `${Math.floor(seconds / 3600)}h`;
+    return `${Math.floor(seconds / 86400)}d`;
+  }
+
+  function usageBar(info) {
+    const bar = el("progress", { max: String(info.window), value: String(info.used || 0) });
+    return el("span", { class: "usage", title: info.usage }, bar, " ", info.usage);
+  }
+
+  function showError(error) {
+    const box = document.getElementById("error");
+    box.textContent = error ? String(error.message || error) : "";
+  }
+
+  return { el, getJSON, post, feed, showLive, age, usageBar, showError };
+})();

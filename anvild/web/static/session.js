@@ -1,0 +1,182 @@
+// One session: its files' values, its turns live from its events, approvals and a prompt box.
+"use strict";
+
+(() => {
+  const { el, getJSON, post, feed, showLive, usageBar, showError } = anvil;
+  const id = decodeURIComponent(location.pathname.split("/")[2] || "");
+  const base = `/api/sessions/${encodeURIComponent(id)}`;
+  const turns = document.getElementById("turns");
+  const approvals = document.getElementById("approvals");
+  let text = null; // the text block being streamed into
+  const tools = new Map();
+  let source = null;
+
+  function line(kind, ...content) {
+    text = null;
+    turns.append(el("div", { class: `line ${kind}` }, ...content));
+  }
+
+  function answer(body) {
+    return async () => {
+      try {
+        await post(`${base}/approval`, body);
+        showError(null);
+      } catch (error) {
+        showError(error);
+      }
+    };
+  }
+
+  function approvalBox(event) {
+    const key = event.kind === "tool" ? event.call_id : "result";
+    const reason = el("input", { type: "text", class: "reason", placeholder: "reason for rejecting" });
+    const reject = async () => {
+      if (!reason.value.trim()) { showError("write a reason to reject"); return; }
+      await answer({ answer: `reject ${reason.value.trim()}` })();
+    };
+    const what = event.kind === "tool"
+      ? [el("strong", {}, event.tool), " ", el("code", {}, JSON.stringify(event.arguments)),
+        el("div", { class: "muted" }, event.reason),
+        event.always_adds.length ? el("div", { class: "muted" }, `always adds: ${event.always_adds.join("; ")}`) : null]
+      : [el("strong", {}, "result"), " asked by ", event.asked_by || "-",
+        el("pre", {}, event.summary)];
+    const box = el("div", { class: "approval", "data-key": key },
+      el("div", {}, "Approval needed: ", ...what),
+      el("div", { class: "buttons" },
+        el("button", { type: "button", class: "approve", onclick: answer({ answer: "approve" }) }, "Approve"),
+        event.kind === "tool"
+          ? el("button", { type: "button", class: "always", onclick: answer({ answer: "always" }) }, "Always")
+          : null,
+        reason,
+        el("button", { type: "button", class: "reject danger", onclick: reject }, "Reject")));
+    approvals.append(box);
+  }
+
+  function dropApproval(key) {
+    for (const box of approvals.querySelectorAll(".approval")) {
+      if (box.dataset.key === key) box.remove();
+    }
+  }
+
+  function apply(event) {
+    switch (event.type) {
+      case "text_delta":
+        if (text === null) {
+          text = el("div", { class: "text" });
+          turns.append(text);
+        }
+        text.append(event.text);
+        break;
+      case "tool_call_started": {
+        const result = el("pre", { class: "result" }, "running…");
+        const item = el("details", { class: "tool" },
+          el("summary", {}, el("strong", {}, event.name), " ", JSON.stringify(event.arguments)),
+          result);
+        tools.set(event.id, { item, result });
+        text = null;
+        turns.append(item);
+        break;
+      }
+      case "tool_call_finished": {
+        const call = tools.get(event.id);
+        if (call) {
+          call.result.textContent = event.preview;
+          if (event.is_error) call.item.classList.add("failed");
+        }
+        break;
+      }
+      case "approval_requested":
+        line("note", `approval requested: ${event.kind === "tool" ? event.tool : "result"}`);
+        approvalBox(event);
+        break;
+      case "approval_answered":
+        dropApproval(event.kind === "tool" ? event.call_id : "result");
+        line("note", `approval ${event.verdict}${event.reason ? `: ${event.reason}` : ""}`);
+        break;
+      case "step_failed":
+        line("error", `step failed: ${event.message}`);
+        break;
+      case "retrying":
+        line("note", `retrying (${event.attempt}/${event.max_attempts}): ${event.reason}`);
+        break;
+      case "lagged":
+        line("error", `${event.dropped} events were dropped here (the reader was too slow)`);
+        break;
+      case "turn_finished":
+        line("end", `turn ${event.outcome}${event.detail ? `: ${event.detail}` : ""}`);
+        tools.clear();
+        refresh();
+        break;
+      default:
+        break;
+    }
+  }
+
+  function showInfo(data) {
+    const s = data.session;
+    document.title = `anvild ${s.alias || s.id}`;
+    document.getElementById("title").textContent = s.alias ? `${s.id} (${s.alias})` : s.id;
+    const fields = [
+      ["state", el("span", { class: `state ${s.state}`, title: s.detail }, s.state)],
+      ["role", s.role], ["model", s.model], ["usage", usageBar(s)], ["cost (USD)", s.usd],
+      ["created", s.created], ["cwd", s.cwd], ["first prompt", s.first_prompt],
+    ];
+    document.getElementById("info").replaceChildren(
+      ...fields.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, value)]));
+    document.getElementById("out").textContent = data.out;
+    document.getElementById("queue").textContent = data.queue || "(empty)";
+    document.getElementById("todos").textContent = data.todos || "(none)";
+    document.getElementById("cost").textContent = data.cost;
+  }
+
+  async function refresh() {
+    try {
+      showInfo(await getJSON(base));
+    } catch (error) {
+      showError(error);
+    }
+  }
+
+  async function start() {
+    let data;
+    try {
+      data = await getJSON(base);
+    } catch (error) {
+      showError(error);
+      return;
+    }
+    showInfo(data);
+    turns.replaceChildren();
+    approvals.replaceChildren();
+    tools.clear();
+    text = null;
+    for (const event of data.events) apply(event);
+    if (source) source.close();
+    source = feed(`/events?session=${encodeURIComponent(id)}&after=${data.seq}`, (item) => {
+      if (item.session === id) apply(item.event);
+      else if (item.event.id === id) refresh();
+    }, start, showLive);
+  }
+
+  document.getElementById("prompt-form").addEventListener("submit", async (submitted) => {
+    submitted.preventDefault();
+    const box = document.getElementById("prompt");
+    try {
+      await post(`${base}/prompt`, { text: box.value });
+      line("user", box.value);
+      box.value = "";
+      showError(null);
+    } catch (error) {
+      showError(error);
+    }
+  });
+  document.getElementById("cancel").addEventListener("click", async () => {
+    try {
+      await post(`${base}/ctl`, { command: "cancel" });
+      showError(null);
+    } catch (error) {
+      showError(error);
+    }
+  });
+  start();
+})();

@@ -1,0 +1,324 @@
+"""The web board end to end: a real daemon with `--web`, the fake provider, Playwright driving
+Debian's chromium (never a downloaded browser), and plain HTTP for the security checks.
+
+One daemon and one browser serve the whole module (each test makes its own session), so the
+module stays well under a minute. `ANVIL_UPDATE_SCREENSHOTS=1` rewrites docs/web-board.png and
+docs/web-session.png from the pages as the tests leave them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_session_verbs_e2e import tool_messages, write_call
+from tests.integration.test_sessions_e2e import FakeServer, anvilctl, ok, read, user_config
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 20_000
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+XSS = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+
+TURNS: list[dict[str, Any]] = [
+    {"contains": "stream please", "text": "first words, then the rest of them", "piece": 11,
+     "hold": 2},
+    {"contains": "write a", "tool_calls": [write_call("wa", "a.txt", "a\n")]},
+    {"contains": "Created", "text": "a is written"},
+    {"contains": "write b", "tool_calls": [write_call("wb", "b.txt", "b\n")]},
+    {"contains": "not that file", "text": "understood, b stays unwritten"},
+    {"text": "pong", "repeat": True},
+]  # fmt: skip
+
+
+class Board:
+    """The module's daemon, fake provider, namespace and board URL."""
+
+    def __init__(self, root: Path) -> None:
+        self.namespace = root / "ns"
+        self.work = root / "work"
+        self.work.mkdir()
+        self.fake = FakeServer(root, TURNS)
+        self.daemon = Anvild(
+            self.namespace, "--config", str(user_config(root, self.fake.url)), "--web",
+            "127.0.0.1:0",
+        )  # fmt: skip
+        self.daemon.wait_serving()
+        line = self.daemon.wait_serving("web board ")
+        found = re.search(r"web board (http://127\.0\.0\.1:\d+/)\?token=TOKEN", line)
+        assert found, line
+        self.url = found.group(1)
+        self.token = (self.namespace / "agent.token").read_text().strip()
+
+    def new_session(self, *words: str) -> str:
+        return ok(anvilctl(self.namespace, "new", *words, cwd=self.work)).strip()
+
+    @contextmanager
+    def client(self) -> Iterator[httpx.Client]:
+        """An HTTP client logged in with the token (the cookie set)."""
+        with httpx.Client(base_url=self.url, timeout=10) as client:
+            reply = client.get("/", params={"token": self.token})
+            assert reply.status_code == 303, reply.text
+            yield client
+
+    def csrf(self, client: httpx.Client) -> str:
+        page = client.get("/").text
+        found = re.search(r'<meta name="csrf" content="([0-9a-f]{64})">', page)
+        assert found, page
+        return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    b = Board(tmp_path_factory.mktemp("web"))
+    try:
+        yield b
+    finally:
+        code, log = b.daemon.stop()
+        b.fake.stop()
+    assert code == 0, log
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (make test installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any, board: Board) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    refused = "the server responded with a status of 409"  # a refusal the page shows
+
+    def console(message: Any) -> None:
+        if message.type == "error" and refused not in message.text:
+            errors.append(message.text)
+
+    p.on("console", console)
+    p.goto(f"{board.url}?token={board.token}")
+    yield p
+    context.close()
+    assert errors == []
+
+
+def session_page(page: Any, board: Board, sid: str) -> None:
+    page.goto(f"{board.url}session/{sid}")
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+
+
+# --- security -----------------------------------------------------------------------------
+
+
+def test_without_the_token_everything_is_401_and_names_nothing(board: Board) -> None:
+    sid = board.new_session("alias=secretive")
+    with httpx.Client(base_url=board.url, timeout=10) as anonymous:
+        for path in ("/", "/api/sessions", f"/api/sessions/{sid}", f"/session/{sid}",
+                     "/events?after=0", "/static/board.js", "/no/such/page"):  # fmt: skip
+            reply = anonymous.get(path)
+            assert reply.status_code == 401, path
+            assert sid not in reply.text
+            assert "secretive" not in reply.text
+            assert "content-security-policy" in reply.headers
+        assert anonymous.get("/", params={"token": "0" * 64}).status_code == 401
+        forged = {"cookie": "anvil_board=nonce.0123"}
+        assert anonymous.get("/api/sessions", headers=forged).status_code == 401
+        reply = anonymous.post(f"/api/sessions/{sid}/prompt", json={"text": "hi"})
+        assert reply.status_code == 401
+    assert read(board.namespace, f"agent/{sid}/queue") == ""
+
+
+def test_the_token_once_then_an_httponly_strict_cookie_and_a_strict_csp(board: Board) -> None:
+    sid = board.new_session()
+    with httpx.Client(base_url=board.url, timeout=10) as client:
+        reply = client.get("/session/x", params={"token": board.token, "keep": "1"})
+        assert reply.status_code == 303
+        assert reply.headers["location"] == "/session/x?keep=1"  # the token leaves the URL
+        cookie = reply.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie
+        assert "Path=/" in cookie
+        assert board.token not in cookie
+        reply = client.get("/api/sessions")
+        assert reply.status_code == 200
+        assert sid in [s["id"] for s in reply.json()["sessions"]]
+        csp = reply.headers["content-security-policy"]
+        assert "default-src 'none'" in csp
+        assert "script-src 'self'" in csp
+        assert "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert reply.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_cross_site_or_tokenless_post_changes_nothing(board: Board) -> None:
+    sid = board.new_session()
+    with board.client() as client:
+        csrf = board.csrf(client)
+        own = board.url.rstrip("/")
+        attempts = [
+            {"origin": "http://evil.example", "x-anvil-csrf": csrf},
+            {"origin": own, "x-anvil-csrf": csrf, "sec-fetch-site": "cross-site"},
+            {"x-anvil-csrf": csrf},  # no Origin
+            {"origin": own},  # no CSRF token
+            {"origin": own, "x-anvil-csrf": "0" * 64},
+        ]
+        for headers in attempts:
+            reply = client.post(f"/api/sessions/{sid}/prompt", json={"text": "hi"}, headers=headers)
+            assert reply.status_code == 403, (headers, reply.text)
+        assert read(board.namespace, f"agent/{sid}/first_prompt") == "-\n"
+        reply = client.post(
+            f"/api/sessions/{sid}/prompt",
+            json={"text": "hi"},
+            headers={"origin": own, "x-anvil-csrf": csrf},
+        )
+        assert reply.status_code == 200, reply.text
+        assert ok(anvilctl(board.namespace, "wait", sid)) == "await\n"
+        assert read(board.namespace, f"agent/{sid}/first_prompt") == "hi\n"
+
+
+def test_a_rebound_host_name_is_refused(board: Board) -> None:
+    port = board.url.rstrip("/").rpartition(":")[2]
+    with board.client() as client:
+        reply = client.get("/api/sessions", headers={"host": f"evil.example:{port}"})
+        assert reply.status_code == 421
+        assert client.get("/api/sessions", headers={"host": f"localhost:{port}"}).status_code == 200
+
+
+def test_refusals_come_back_verbatim(board: Board) -> None:
+    sid = board.new_session()
+    with board.client() as client:
+        headers = {"origin": board.url.rstrip("/"), "x-anvil-csrf": board.csrf(client)}
+        reply = client.post(f"/api/sessions/{sid}/ctl", json={"command": "cancel"}, headers=headers)
+        assert reply.status_code == 409
+        assert reply.json() == {
+            "error": f"no turn is running (session {sid} is idle): nothing to cancel"
+        }
+        reply = client.get("/api/sessions/nosuch")
+        assert reply.status_code == 404
+        assert reply.json()["error"].startswith("no session 'nosuch'")
+
+
+# --- in the browser -----------------------------------------------------------------------
+
+
+def test_a_session_created_through_9p_appears_live(page: Any, board: Board) -> None:
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+    sid = board.new_session("alias=appears", "role=reviewer")
+    row = page.locator(f'#sessions tr[data-id="{sid}"]')
+    row.wait_for(timeout=WAIT_MS)
+    assert "appears" in row.inner_text()
+    assert "reviewer" in row.inner_text()
+    page.select_option("#role", "reviewer")
+    assert page.locator("#sessions tbody tr").count() == sum(
+        1 for line in read(board.namespace, "agent/list").splitlines() if "\treviewer\t" in line
+    )
+
+
+def test_streamed_text_arrives_as_it_streams(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    session_page(page, board, sid)
+    ok(anvilctl(board.namespace, "send", sid, "stream please"))
+    turns = page.locator("#turns")
+    turns.locator(".text", has_text="first words").wait_for(timeout=WAIT_MS)
+    assert "the rest" not in turns.inner_text()  # the provider holds the rest
+    assert page.locator("#turns .line.end").count() == 0
+    board.fake.release()
+    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+    assert "first words, then the rest of them" in turns.inner_text()
+    page.locator("#out", has_text="first words, then the rest of them").wait_for(timeout=WAIT_MS)
+
+
+def test_approve_a_tool_call_from_the_page(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    session_page(page, board, sid)
+    page.fill("#prompt", "write a")
+    page.click("#send")
+    box = page.locator(".approval", has_text="write_file")
+    box.wait_for(timeout=WAIT_MS)
+    assert "a.txt" in box.inner_text()
+    if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
+        page.screenshot(path=str(DOCS / "web-session.png"), full_page=True)
+    box.locator("button.approve").click()
+    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+    assert page.locator(".approval").count() == 0
+    assert "approval approve" in page.locator("#turns").inner_text()
+    assert (board.work / "a.txt").read_text() == "a\n"
+    page.locator("#out", has_text="a is written").wait_for(timeout=WAIT_MS)
+
+
+def test_reject_with_a_reason_reaches_the_model(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    session_page(page, board, sid)
+    ok(anvilctl(board.namespace, "send", sid, "write b"))
+    box = page.locator(".approval", has_text="write_file")
+    box.wait_for(timeout=WAIT_MS)
+    box.locator("button.reject").click()  # no reason yet: refused on the page
+    page.locator("#error", has_text="write a reason to reject").wait_for(timeout=WAIT_MS)
+    box.locator("input.reason").fill("not that file")
+    box.locator("button.reject").click()
+    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+    assert "approval reject: not that file" in page.locator("#turns").inner_text()
+    assert tool_messages(board.fake.requests()[-1])["wb"] == (
+        "ERROR: Permission denied for write_file: the user rejected this call and said: "
+        "not that file"
+    )
+    assert not (board.work / "b.txt").exists()
+
+
+def test_a_prompt_with_markup_is_shown_as_text(page: Any, board: Board) -> None:
+    sid = board.new_session("alias=markup")
+    session_page(page, board, sid)
+    page.fill("#prompt", XSS)
+    page.click("#send")
+    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+    page.goto(board.url)
+    row = page.locator(f'#sessions tr[data-id="{sid}"]')
+    row.wait_for(timeout=WAIT_MS)
+    assert row.locator("td.prompt").inner_text() == XSS
+    assert page.locator("#sessions script, #sessions img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    session_page(page, board, sid)
+    assert page.locator("#info dd", has_text=XSS).count() == 1
+    assert page.evaluate("window.pwned") is None
+    assert page.evaluate("window.anvilStats.maxMs") < 50
+
+
+def test_an_error_is_shown_verbatim_on_the_page(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    session_page(page, board, sid)
+    page.click("#cancel")
+    page.locator("#error").filter(has_text="nothing to cancel").wait_for(timeout=WAIT_MS)
+    assert page.locator("#error").inner_text() == (
+        f"no turn is running (session {sid} is idle): nothing to cancel"
+    )
+    if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
+        page.goto(board.url)
+        page.locator("#sessions tbody tr").first.wait_for(timeout=WAIT_MS)
+        page.screenshot(path=str(DOCS / "web-board.png"), full_page=True)
