@@ -120,19 +120,20 @@ def test_thirty_claims_from_three_processes_one_wins_and_the_remote_has_one_clai
     assert claims == [f"claim {bead} for {won[0]} (by user)"]
 
 
-def test_ninety_beads_made_by_three_processes_at_once_are_on_every_board(tmp_path: Path) -> None:
+def test_a_hundred_beads_made_by_three_processes_at_once_are_on_every_board(tmp_path: Path) -> None:
     bare = bare_repo(tmp_path)
     finish(start(tmp_path, "d0", "board"))  # the remote's first commit
-    procs = [start(tmp_path, f"d{n}", "create", f"Host {n}", "30") for n in (1, 2, 3)]
+    counts = {1: "34", 2: "33", 3: "33"}
+    procs = [start(tmp_path, f"d{n}", "create", f"Host {n}", c) for n, c in counts.items()]
     made = [line for proc in procs for line in finish(proc) if "made" in line]
-    assert len(made) == 90
-    assert len({line["made"] for line in made}) == 90  # no id given twice
+    assert len(made) == 100
+    assert len({line["made"] for line in made}) == 100  # no id given twice
     titles = {line["title"] for line in made}
     for host in ("d1", "d2", "d3", "d4"):
         board = board_of(tmp_path, host)
         assert set(board.values()) == titles
     news = [s for s in run_git(bare, "log", "--format=%s", "main").splitlines() if s[:4] == "new "]
-    assert len(news) == 90
+    assert len(news) == 100
 
 
 def test_kill_9_mid_push_loses_and_duplicates_nothing(tmp_path: Path) -> None:
