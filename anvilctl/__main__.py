@@ -30,6 +30,7 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.sandbox": ("sandbox",),
     "anvilctl.completion": ("completion",),
     "anvilctl.eval": ("eval",),
+    "anvilctl.stats": ("stats",),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
 # `-p`'s options that take a value: given before `-p` (`anvilctl --resume ID -p ...`), their
