@@ -4,8 +4,8 @@ Where each command lives: the 9P file commands in `anvilctl.ninep_cli` (plan9por
 behaviour); `new`, `send`, `wait`, `out`, `models`, `sessions`, `attach` in `anvilctl.sessions`
 (`attach` in `anvilctl.attach`); `-p PROMPT` (an option, recognised before any command word,
 after `-a`/`-A`/`-n`) in `anvilctl.headless`; `completion bash|zsh|fish` in
-`anvilctl.completion`; `eval run` in `anvilctl.eval`. A mistyped command is refused with the
-nearest one.
+`anvilctl.completion`; `eval run` in `anvilctl.eval`, `auto` in `anvilctl.auto`. A mistyped
+command is refused with the nearest one.
 Invariant: the 9P commands start fast (scripts poll in loops; bench/anvilctl.py): for them only
 `ninep_cli`, the client and `anvilctl.wire` are imported and the line is parsed without argparse.
 Other commands' modules (provider and sandbox layers) are imported only when asked for.
@@ -31,6 +31,7 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.completion": ("completion",),
     "anvilctl.eval": ("eval",),
     "anvilctl.stats": ("stats",),
+    "anvilctl.auto": ("auto",),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
 # `-p`'s options that take a value: given before `-p` (`anvilctl --resume ID -p ...`), their

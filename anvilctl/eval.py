@@ -254,42 +254,17 @@ class Runner:
         record["pass"] = passed
 
     def _session(self, trial: Trial, work: Path) -> dict[str, Any]:
-        argv = [
-            *self.anvilctl_argv,
-            *("-p", trial.task.prompt, "-m", trial.model, "-C", str(work)),
-            *("--output-format", "json", "--permission-mode", "bypass"),
-        ]
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            start_new_session=True,
-        )
-        timed_out = False
         try:
-            out, err = proc.communicate(timeout=trial.task.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            proc.send_signal(signal.SIGINT)  # anvilctl -p cancels the turn on Ctrl-C
-            try:
-                out, err = proc.communicate(timeout=GRACE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-        lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-        try:
-            result = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
-            result = None
-        if not isinstance(result, dict) or result.get("type") != "result":
-            why = err.decode(errors="replace").strip()[-500:] or f"exit {proc.returncode}"
-            raise _Infra(f"anvilctl -p gave no result: {why}")
-        if timed_out:  # the agent used its time: a task failure, whatever the turn said
-            result["outcome"] = "timeout"
-            result["detail"] = f"timed out after {trial.task.timeout:g} s"
-        return result
+            return run_headless(
+                self.anvilctl_argv,
+                trial.task.prompt,
+                trial.model,
+                work,
+                trial.task.timeout,
+                self.env,
+            )
+        except NoResult as exc:
+            raise _Infra(str(exc)) from exc
 
     def _grade(self, task: Task, top: Path) -> tuple[bool, str]:
         """Copy the agent's workspace to `grade/work` and what is beside it to `grade/outside`,
@@ -306,6 +281,60 @@ class Runner:
 
 class _Infra(Exception):
     pass
+
+
+class NoResult(Exception):
+    """`anvilctl -p` ended without its JSON result: the harness failed, not the agent."""
+
+
+def run_headless(
+    anvilctl_argv: Sequence[str],
+    prompt: str,
+    model: str | None,
+    cwd: Path,
+    timeout: float,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """One headless turn through the daemon in bypass mode (still sandboxed): its JSON
+    `result`. Past `timeout` the turn is cancelled (SIGINT, as Ctrl-C) and the result says
+    `outcome: "timeout"`."""
+    argv = [
+        *anvilctl_argv,
+        *("-p", prompt, "-C", str(cwd)),
+        *(("-m", model) if model else ()),
+        *("--output-format", "json", "--permission-mode", "bypass"),
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.send_signal(signal.SIGINT)  # anvilctl -p cancels the turn on Ctrl-C
+        try:
+            out, err = proc.communicate(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+    lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        result = None
+    if not isinstance(result, dict) or result.get("type") != "result":
+        why = err.decode(errors="replace").strip()[-500:] or f"exit {proc.returncode}"
+        raise NoResult(f"anvilctl -p gave no result: {why}")
+    if timed_out:  # the agent used its time: a task failure, whatever the turn said
+        result["outcome"] = "timeout"
+        result["detail"] = f"timed out after {timeout:g} s"
+    return result
 
 
 def run_grader(script: str, grade: Path) -> tuple[bool, str]:
@@ -414,16 +443,16 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     run.add_argument("--models", required=True, help="comma-separated model aliases")
-    run.add_argument("--trials", type=_positive, default=1, help="trials per task and model")
+    run.add_argument("--trials", type=positive, default=1, help="trials per task and model")
     run.add_argument("--tasks", default="*", help="a glob over task names (default: all)")
-    run.add_argument("--concurrency", type=_positive, default=1, help="trials at a time")
+    run.add_argument("--concurrency", type=positive, default=1, help="trials at a time")
     run.add_argument("--tasks-dir", type=Path, default=Path("evals/tasks"))
     run.add_argument("--out", type=Path, default=Path("results.jsonl"), help="JSONL (rewritten)")
     run.add_argument("--work-dir", type=Path, help="where trials run (default: a new dir)")
     run.add_argument("--keep", action="store_true", help="keep the trial directories")
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
