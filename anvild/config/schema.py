@@ -46,6 +46,7 @@ TOP_KEYS: Final = (
     "server",
     "subagents",
     "budget",
+    "web",
 )
 BEADS_KEYS: Final = ("repo", "remote")
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads);
@@ -107,6 +108,9 @@ MAX_FILE_BYTES_LIMIT: Final = 1 << 30
 SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_outstanding": 65535}
 """`[server]` integer keys and their largest values (65535: every tag but NOTAG)."""
 SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
+WEB_KEYS: Final = ("listen", "allow_remote")
+"""`[web]`: where the daemon serves the web board (`listen = "127.0.0.1:8080"`, off when unset)
+and whether that address may be reachable from other machines (`anvild.web`)."""
 HANDSHAKE_TIMEOUT_LIMIT: Final = 3600
 MAX_PROMPT_BYTES_LIMIT: Final = 16 << 20
 MCP_SERVER_KEYS: Final = (
@@ -349,6 +353,17 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     c.set(sub, c.boolean(sub, item))
                 else:
                     c.set(sub, c.bounded_int(sub, item, MAX_FILE_BYTES_LIMIT))
+        elif top == "web":
+            table = c.table(key, value)
+            c.known(key, table, WEB_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "allow_remote":
+                    c.set(sub, c.boolean(sub, item))
+                elif isinstance(item, str) and item.strip():
+                    c.set(sub, item.strip())
+                else:
+                    raise c.fail(sub, 'an address HOST:PORT, e.g. "127.0.0.1:8080"', item)
         elif top == "server":
             table = c.table(key, value)
             c.known(key, table, SERVER_KEYS)

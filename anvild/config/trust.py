@@ -6,7 +6,8 @@ file content: endpoint (`providers.*.kind`, `.base_url`, default limits), creden
 (`.api_key_env`), `env_passthrough`, permission (`permissions.allow`, `.mode`, `.max_mode`;
 `full_access` never from a project), executable (`hooks.*`, `mcp_servers.*`), budget
 (`models.*.pricing.*`, `sessions.*`, `context.*`, `subagents.*`,
-`checkpoints.*`), data location (`beads.repo`).
+`checkpoints.*`), data location (`beads.repo`), listener (`web.*`: the daemon reads it from the
+user config only).
 Everything else (`default_model`, `instructions`, model aliases, `permissions.deny`/`.ask`) is
 instruction or data.
 A grant binds the file's absolute path to the SHA-256 of its bytes, kept in the user data dir's
@@ -53,6 +54,8 @@ def authority_of(key: Key) -> str | None:
             return "budget"
         case ("beads", *_):
             return "data location"
+        case ("web", _):
+            return "listener"
     return None
 
 
