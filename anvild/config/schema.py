@@ -48,9 +48,10 @@ TOP_KEYS: Final = (
     "budget",
     "web",
 )
-BEADS_KEYS: Final = ("repo", "remote")
+BEADS_KEYS: Final = ("repo", "remote", "host")
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads);
-`remote = "URL"`: a git remote shared by several daemons (a path, ssh://host/path, host:path)."""
+`remote = "URL"`: a git remote shared by several daemons (a path, ssh://host/path, host:path);
+`host = "NAME"`: this daemon's name on the shared board (default: the host name)."""
 REMOTE_SCHEMES: Final = ("ssh", "git", "http", "https", "file")
 PROVIDER_KEYS: Final = ("kind", "base_url", "api_key_env", "context_window", "max_output_tokens")
 MODEL_KEYS: Final = (
@@ -302,6 +303,9 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                 path = c.string((top, name), item)
                 if name == "remote":
                     c.set((top, name), _check_remote(c, (top, name), path))
+                    continue
+                if name == "host":
+                    c.set((top, name), c.name((top, name), path))
                     continue
                 if not Path(path).expanduser().is_absolute():
                     raise c.fail((top, name), "an absolute path (or one starting with ~)", item)

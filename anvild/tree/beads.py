@@ -211,11 +211,13 @@ class BeadsTree:
     # -- orphans -----------------------------------------------------------------------------
 
     def orphaned(self, bead: Bead) -> bool:
-        """In progress, and the session it is assigned to is no longer live."""
+        """In progress, claimed on this daemon (a shared board holds other daemons' beads),
+        and the session it is assigned to is no longer live."""
         return (
             bead.status is BeadStatus.IN_PROGRESS
             and bead.assigned_to is not None
             and bead.assigned_to != USER
+            and bead.host in (None, self.store.host)
             and not self.session_live(bead.assigned_to)
         )
 

@@ -64,6 +64,10 @@ async def test_ready_and_list_show_the_other_hosts_changes_and_a_lost_claim_name
         await ok(two, f"beads/{bead}/ctl", "claim s2")
         assert await one.get("beads/ready") == ""
         assert (await one.get("beads/list")).startswith(f"{bead}\tin_progress\tdeveloper\ts2\t")
+        # No session here is live: s2 is another daemon's (not orphaned), and on its own
+        # daemon the bead is orphaned.
+        assert not (await one.get("beads/list")).endswith("\torphaned\n")
+        assert (await two.get("beads/list")).endswith("\torphaned\n")
         assert await one.get(f"beads/{bead}/host") == "h2\n"
         text = await refused(one, f"beads/{bead}/ctl", "claim s1")
         assert "already claimed by s2 on host h2 (in_progress since" in text

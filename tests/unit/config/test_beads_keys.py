@@ -51,6 +51,13 @@ def test_what_is_not_a_git_url_is_refused_naming_what_is(url: str) -> None:
         _remote(url)
 
 
+def test_the_host_is_a_name() -> None:
+    layer = parse_bytes(b'[beads]\nhost = "build-2.lan"\n', "user.toml")
+    assert layer[("beads", "host")] == "build-2.lan"
+    with pytest.raises(ConfigFileError, match=r"beads\.host.*expected a name of letters"):
+        parse_bytes(b'[beads]\nhost = "build 2"\n', "user.toml")
+
+
 def test_the_remote_is_a_data_location() -> None:
     assert authority_of(("beads", "remote")) == "data location"
     assert authority_of(("beads", "repo")) == "data location"
