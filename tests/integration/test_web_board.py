@@ -265,6 +265,11 @@ def test_approve_a_tool_call_from_the_page(page: Any, board: Board) -> None:
     assert "a.txt" in box.inner_text()
     if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
         page.screenshot(path=str(DOCS / "web-session.png"), full_page=True)
+        overview = page.context.new_page()  # the board while this session waits for a person
+        overview.goto(board.url)
+        overview.locator("#sessions tr.needs").first.wait_for(timeout=WAIT_MS)
+        overview.screenshot(path=str(DOCS / "web-board.png"), full_page=True)
+        overview.close()
     box.locator("button.approve").click()
     page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
     assert page.locator(".approval").count() == 0
@@ -318,7 +323,11 @@ def test_an_error_is_shown_verbatim_on_the_page(page: Any, board: Board) -> None
     assert page.locator("#error").inner_text() == (
         f"no turn is running (session {sid} is idle): nothing to cancel"
     )
-    if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
-        page.goto(board.url)
-        page.locator("#sessions tbody tr").first.wait_for(timeout=WAIT_MS)
-        page.screenshot(path=str(DOCS / "web-board.png"), full_page=True)
+
+
+def test_a_board_address_other_machines_could_reach_is_refused(tmp_path: Path) -> None:
+    daemon = Anvild(tmp_path / "ns", "--web", "0.0.0.0:8080")
+    code, log = daemon.exit()
+    assert code == 2
+    assert "the web board address '0.0.0.0:8080' is not a loopback address" in log
+    assert "--allow-remote" in log
