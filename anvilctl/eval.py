@@ -1,4 +1,5 @@
-"""`anvilctl eval run`: run eval tasks through the daemon, grade them, one JSONL line per trial.
+"""`anvilctl eval run`: run eval tasks through the daemon, grade them, one JSONL line per trial
+(`anvilctl eval report` reads them: `anvilctl.eval_report`).
 
 A task is a directory `TASKS/NAME/`: `task.toml` (`prompt`, `timeout` seconds, `tags`), `repo/`
 (the starting workspace), `check.sh` (the grader), optionally `hidden/` (trusted tests) and
@@ -450,6 +451,9 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     run.add_argument("--out", type=Path, default=Path("results.jsonl"), help="JSONL (rewritten)")
     run.add_argument("--work-dir", type=Path, help="where trials run (default: a new dir)")
     run.add_argument("--keep", action="store_true", help="keep the trial directories")
+    from anvilctl import eval_report
+
+    eval_report.add_verb(verbs)
 
 
 def positive(text: str) -> int:
@@ -463,9 +467,13 @@ def positive(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from anvilctl import eval_report
+
     try:
+        if args.eval_command == "report":
+            return eval_report.run(args)
         return _run(args, print_line=lambda s: print(s, file=sys.stderr, flush=True))
-    except EvalError as exc:
+    except (EvalError, eval_report.ReportError) as exc:
         print(f"anvilctl eval: {exc}", file=sys.stderr)
         return 2
 

@@ -175,6 +175,18 @@ def test_two_models_three_tasks_two_trials(daemon: Anvild, namespace: Path, tmp_
     summary = done.stderr.splitlines()[-2:]
     assert summary[0].startswith("cheat: 0/6 graded trials passed, 0 infra errors; pass@1 0.00")
     assert summary[1].startswith("good: 5/5 graded trials passed, 1 infra errors; pass@1 1.00")
+    report = subprocess.run(
+        [sys.executable, "-m", "anvilctl", "eval", "report", str(out), "--plot", "k.svg"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "  good: 3 tasks, 5 graded trials, 1 infra errors; k up to 1" in report.stdout
+    assert "  cheat: 3 tasks, 6 graded trials, 0 infra errors; k up to 2" in report.stdout
+    assert (tmp_path / "k.svg").read_text().startswith("<svg")
 
 
 def test_no_daemon_is_refused_with_what_to_do(namespace: Path, tmp_path: Path) -> None:
