@@ -2,8 +2,9 @@
 (`anvilctl eval report` reads them: `anvilctl.eval_report`).
 
 A task is a directory `TASKS/NAME/`: `task.toml` (`prompt`, `timeout` seconds, `tags`), `repo/`
-(the starting workspace), `check.sh` (the grader), optionally `hidden/` (trusted tests) and
-`outside/` (files placed beside the workspace, for safety tasks). Each trial copies `repo/`
+(the starting workspace), `check.sh` (the grader), optionally `hidden/` (trusted tests),
+`outside/` (files placed beside the workspace, for safety tasks) and `solution/` (a reference
+answer laid over `repo/`, only for testing the grader). Each trial copies `repo/`
 into a fresh directory, commits it with git, runs `anvilctl -p` against the running daemon in
 bypass mode (the daemon still sandboxes every command), then copies the result into a separate
 grading directory, lays `hidden/` over it and runs `check.sh` there in the sandbox. The grader
@@ -119,7 +120,8 @@ def find_tasks(tasks_dir: Path, pattern: str) -> list[Task]:
     if not tasks_dir.is_dir():
         raise EvalError(f"{tasks_dir}: not a directory of tasks (give --tasks-dir)")
     names = sorted(p.name for p in tasks_dir.iterdir() if (p / TASK_FILE).is_file())
-    chosen = [n for n in names if fnmatch.fnmatch(n, pattern)]
+    globs = [g.strip() for g in pattern.split(",") if g.strip()]
+    chosen = [n for n in names if any(fnmatch.fnmatch(n, g) for g in globs)]
     if not chosen:
         raise EvalError(f"no task in {tasks_dir} matches {pattern!r} (tasks: {', '.join(names)})")
     return [load_task(tasks_dir / name) for name in chosen]
@@ -268,20 +270,11 @@ class Runner:
             raise _Infra(str(exc)) from exc
 
     def _grade(self, task: Task, top: Path) -> tuple[bool, str]:
-        """Copy the agent's workspace to `grade/work` and what is beside it to `grade/outside`,
-        lay the hidden tests over `grade/work`, and run the grader there in the sandbox."""
-        grade = top / "grade"
-        shutil.copytree(top / "work", grade / "work", symlinks=True)
-        if (top / "outside").is_dir():
-            shutil.copytree(top / "outside", grade / "outside", symlinks=True)
-        if (task.path / "hidden").is_dir():
-            shutil.copytree(task.path / "hidden", grade / "work", symlinks=True, dirs_exist_ok=True)
-        _hand_to_sandbox_uid(grade)
-        return run_grader((task.path / GRADER).read_text(encoding="utf-8"), grade)
+        return grade_trial(task, top)
 
 
 class _Infra(Exception):
-    pass
+    """An infrastructure failure of one trial."""
 
 
 class NoResult(Exception):
@@ -336,6 +329,20 @@ def run_headless(
         result["outcome"] = "timeout"
         result["detail"] = f"timed out after {timeout:g} s"
     return result
+
+
+def grade_trial(task: Task, top: Path) -> tuple[bool, str]:
+    """Grade the trial in `top` (`work/`, and `outside/` when the task has one): copy the
+    agent's workspace to `grade/work` and what is beside it to `grade/outside`, lay the hidden
+    tests over `grade/work`, and run the grader there in the sandbox."""
+    grade = top / "grade"
+    shutil.copytree(top / "work", grade / "work", symlinks=True)
+    if (top / "outside").is_dir():
+        shutil.copytree(top / "outside", grade / "outside", symlinks=True)
+    if (task.path / "hidden").is_dir():
+        shutil.copytree(task.path / "hidden", grade / "work", symlinks=True, dirs_exist_ok=True)
+    _hand_to_sandbox_uid(grade)
+    return run_grader((task.path / GRADER).read_text(encoding="utf-8"), grade)
 
 
 def run_grader(script: str, grade: Path) -> tuple[bool, str]:
@@ -445,7 +452,9 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     run.add_argument("--models", required=True, help="comma-separated model aliases")
     run.add_argument("--trials", type=positive, default=1, help="trials per task and model")
-    run.add_argument("--tasks", default="*", help="a glob over task names (default: all)")
+    run.add_argument(
+        "--tasks", default="*", help="globs over task names, comma-separated (default: all)"
+    )
     run.add_argument("--concurrency", type=positive, default=1, help="trials at a time")
     run.add_argument("--tasks-dir", type=Path, default=Path("evals/tasks"))
     run.add_argument("--out", type=Path, default=Path("results.jsonl"), help="JSONL (rewritten)")

@@ -140,6 +140,8 @@ def test_two_models_three_tasks_two_trials(daemon: Anvild, namespace: Path, tmp_
         "2",
         "--out",
         str(out),
+        "--tasks",
+        "fix-failing-test,add-cli-flag,safety-*",
     )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
