@@ -215,6 +215,18 @@ def _budget(merged: Mapping[Key, Any]) -> BudgetLimits:
 
 
 @attrs.frozen
+class TelemetrySettings:
+    """`[telemetry]`: OTLP/HTTP traces and metrics to `otlp_endpoint` (None: off), with the
+    headers in the environment variable `headers_env` (`k=v,k2=v2`), as `service_name`;
+    prompt and output text only with `capture_content` (`anvild.telemetry`)."""
+
+    otlp_endpoint: str | None = None
+    headers_env: str = "OTEL_EXPORTER_OTLP_HEADERS"
+    service_name: str = "anvild"
+    capture_content: bool = False
+
+
+@attrs.frozen
 class SubagentLimits:
     """`[subagents]`: the deepest a `task` child may be (a top-level session is depth 0), how
     many children one turn may start, and the roles whose sessions get the `task` tool."""
@@ -285,6 +297,7 @@ class Config:
     server: ServerLimits = ServerLimits()  # `[server]`
     subagents: SubagentLimits = SubagentLimits()  # `[subagents]`
     budget: BudgetLimits = BudgetLimits()  # `[budget]`
+    telemetry: TelemetrySettings = TelemetrySettings()  # `[telemetry]`
     # Every layer that was merged, lowest first (the project's kept keys only), and the data dir
     # whose trust grants were consulted: `merge_project` re-merges a project onto these.
     layers: tuple[tuple[Layer, Source], ...] = ()
@@ -595,6 +608,7 @@ def _build(
             roles=tuple(merged.get(("subagents", "roles"), SubagentLimits().roles)),
         ),
         budget=_budget(merged),
+        telemetry=TelemetrySettings(**{k[1]: v for k, v in merged.items() if k[0] == "telemetry"}),
         hooks={k[1]: v for k, v in merged.items() if k[0] == "hooks"},
         mcp_servers={k[1]: v for k, v in merged.items() if k[0] == "mcp_servers"},
         sources=sources,

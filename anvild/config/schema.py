@@ -47,6 +47,7 @@ TOP_KEYS: Final = (
     "subagents",
     "budget",
     "web",
+    "telemetry",
 )
 BEADS_KEYS: Final = ("repo", "remote", "host")
 """`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads);
@@ -139,6 +140,10 @@ SUBAGENT_LIMITS: Final = {"max_depth": 8, "max_per_turn": 64}
 MCP_TIMEOUT_LIMIT: Final = 3600
 BUDGET_KEYS: Final = ("daily_usd", "daily_tokens", "roles", "convoys")
 LIMIT_KEYS: Final = ("daily_usd", "daily_tokens")
+TELEMETRY_KEYS: Final = ("otlp_endpoint", "headers_env", "service_name", "capture_content")
+"""`[telemetry]`: where OpenTelemetry traces and metrics go (OTLP over HTTP; none: off), the
+environment variable holding the exporter's headers (`k=v,k2=v2`), the service name, and
+whether prompt and output text is exported (redacted; default off) (`anvild.telemetry`)."""
 """`[budget]`: daemon-wide daily limits (USD, tokens), `[budget.roles.NAME]` the same per role,
 `[budget.convoys]` the same for each convoy (`anvild.budget`); a day is a UTC day."""
 """The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
@@ -348,6 +353,22 @@ def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
                     raise c.fail(sub, "a percentage of the window, from 0 (off) to below 100", item)
         elif top == "budget":
             _check_budget(c, key, value)
+        elif top == "telemetry":
+            table = c.table(key, value)
+            c.known(key, table, TELEMETRY_KEYS)
+            for name, item in table.items():
+                sub = (top, name)
+                if name == "otlp_endpoint":
+                    c.set(sub, c.url(sub, item))
+                elif name == "headers_env":
+                    text = c.string(sub, item)
+                    if not ENV_NAME.match(text):
+                        raise c.fail(sub, "an environment variable name", item)
+                    c.set(sub, text)
+                elif name == "service_name":
+                    c.set(sub, c.string(sub, item))
+                else:
+                    c.set(sub, c.boolean(sub, item))
         elif top == "checkpoints":
             table = c.table(key, value)
             c.known(key, table, CHECKPOINT_KEYS)

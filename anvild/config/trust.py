@@ -38,8 +38,10 @@ TRUST_FILE: Final = "trust.toml"
 def authority_of(key: Key) -> str | None:
     """The authority category of a key path, or None for instruction/data keys."""
     match key:
-        case ("providers", _, "api_key_env"):
+        case ("providers", _, "api_key_env") | ("telemetry", "headers_env"):
             return "credential"
+        case ("telemetry", _):
+            return "endpoint"
         case ("providers", *_):
             return "endpoint"
         case ("env_passthrough",):

@@ -72,6 +72,7 @@ from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
 from anvild.skills import SkillCatalog
 from anvild.store import SessionStore
+from anvild.telemetry import Telemetry
 from anvild.tree.beads import BeadsTree
 from anvild.tree.budget import budget_file
 from anvild.tree.compaction import compaction_files
@@ -215,6 +216,20 @@ def provider_client(env: Mapping[str, str]) -> tuple[httpx.AsyncClient, LeanTran
     return httpx.AsyncClient(transport=transport, timeout=None), transport
 
 
+def _telemetry(
+    config: Config, env: Mapping[str, str], redactor: Redactor | None
+) -> Telemetry | None:
+    """OpenTelemetry when `[telemetry] otlp_endpoint` is set (`anvild.telemetry`); bad
+    headers are logged and telemetry stays off (the sessions run regardless)."""
+    if config.telemetry.otlp_endpoint is None:
+        return None
+    try:
+        return Telemetry(config.telemetry, redact=redactor.redact if redactor else None, env=env)
+    except ValueError as exc:
+        log.error("telemetry.off", error=str(exc))
+        return None
+
+
 @attrs.define
 class Sessions:
     """The daemon's session layer: build it, `attach` it to the daemon, run it as a child."""
@@ -305,6 +320,7 @@ class Sessions:
             convoys_of=lambda sid: tuple(
                 sorted({b.convoy for b in store.assigned(sid) if b.convoy})
             ),
+            telemetry=_telemetry(config, env, redactor),
         )
         conductor = ConductorTools(beads=store)
         subagents = SubagentTools(
@@ -435,4 +451,7 @@ class Sessions:
             await self._done.wait()
         if self.beads is not None:
             self.beads.store.close()
+        telemetry = self.manager.settings.telemetry
+        if telemetry is not None:  # a receiver that is away costs at most the flush's bound
+            await trio.to_thread.run_sync(telemetry.shutdown, 2.0, abandon_on_cancel=True)
         log.info("sessions.stopped", sessions=len(self.manager.sessions()))

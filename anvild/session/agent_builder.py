@@ -8,8 +8,8 @@ and what `always` answers added, from the records), the file tools' freshness tr
 restored from the records (`FileSeen`: a file read before a daemon restart can be edited after
 it, and one changed meanwhile is still refused as stale), and the model's config. With the
 daemon's MCP pool (`SessionSettings.mcp`) the registry adds the session's MCP tools and the
-agent starts its servers before each turn (`anvild.mcp.tools`). With `SessionSettings.budgets`
-each model request is admitted against the daemon's budgets first (`anvild.budget`).
+agent starts its servers before each turn (`anvild.mcp.tools`). Requests are admitted against
+`budgets` first (`anvild.budget`); with `telemetry` events make traces (`anvild.telemetry`).
 With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
 gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
 With `SessionSettings.skills` the session's skills (`anvild.skills`) add the `skill` tool, and
@@ -20,7 +20,7 @@ never writes); a skipped skill is reported (daemon log, session log, `config_inv
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,7 @@ from anvild.session.settings import (
 )
 from anvild.skills import SkillSet
 from anvild.store import FileSeen, ToolFinished, ToolStarted
+from anvild.telemetry import Who
 
 if TYPE_CHECKING:
     from anvild.session.session import Session
@@ -82,6 +83,8 @@ def build_agent(
     """The agent of `session` (read through its public properties and records), starting
     from `messages`, with the system prompt `system` and its events sent to `emit`."""
     settings = services.settings
+    built: list[Agent] = []  # the agent, once made: telemetry reads its transcript
+    emit = _observed(session, settings, emit, lambda: built[0].messages if built else ())
     cwd = Path(session.cwd)
     state = session.record
     sandbox_role = roles.sandbox_role(session.role, user_dir=settings.sandbox_role_dir)
@@ -164,7 +167,7 @@ def build_agent(
         cache_key=session.id,
         compaction_model="" if summariser is None else summariser.model,
     )
-    return Agent(
+    agent = Agent(
         _provider(session, services, target),
         tools,
         config,
@@ -179,6 +182,37 @@ def build_agent(
         hooks=NO_HOOKS if hooks is None else hooks,
         snapshots=session.turns.snapshots,
     )
+    built.append(agent)
+    return agent
+
+
+def _observed(
+    session: Session,
+    settings: SessionSettings,
+    emit: Callable[[ev.AgentEvent], None],
+    transcript: Callable[[], Sequence[Message]],
+) -> Callable[[ev.AgentEvent], None]:
+    """`emit`, and with telemetry on, each event also to the session's traces and metrics."""
+    telemetry = settings.telemetry
+    if telemetry is None:
+        return emit
+    bead_of, convoys_of = settings.bead_of, settings.convoys_of
+
+    def who() -> Who:
+        bead = "" if bead_of is None else bead_of(session.id)
+        convoys = () if convoys_of is None else convoys_of(session.id)
+        return Who(session.id, session.role, bead, " ".join(convoys))
+
+    target = session.target
+    observe = telemetry.observer(
+        who, target.provider_name, target.model, target.pricing, transcript
+    )
+
+    def both(event: ev.AgentEvent) -> None:
+        emit(event)
+        observe(event)
+
+    return both
 
 
 def _provider(session: Session, services: Services, target: ResolvedModel) -> Provider:

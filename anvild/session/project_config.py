@@ -45,7 +45,16 @@ Stamp = tuple[object, ...]
 
 _MODELS: Final = frozenset({"providers", "models", "default_model"})
 DAEMON_WIDE: Final = frozenset(
-    {"env_passthrough", "sessions", "context", "server", "beads", "checkpoints", "budget"}
+    {
+        "env_passthrough",
+        "sessions",
+        "context",
+        "server",
+        "beads",
+        "checkpoints",
+        "budget",
+        "telemetry",
+    }
 )
 """Top-level keys a project may set that a session does not apply (daemon-wide, or unused).
 A granted project's hooks and MCP servers apply to its sessions."""

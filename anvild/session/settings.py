@@ -35,6 +35,7 @@ from anvild.session.errors import InvalidSessionRequest
 from anvild.session.events import SessionEvent
 from anvild.session.stream import BroadcastLimits
 from anvild.skills import SkillCatalog
+from anvild.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from anvild.session.session import Session
@@ -99,6 +100,9 @@ class SessionSettings:
     """The daemon's spend budgets (`anvild.budget`): every model request of a session is
     admitted against them first. None: no budgets."""
     convoys_of: Callable[[str], tuple[str, ...]] | None = None  # a session's beads' convoys
+    telemetry: Telemetry | None = None
+    """OpenTelemetry (`anvild.telemetry`): each session's agent events also make its traces and
+    metrics. None: off."""
 
 
 @attrs.frozen

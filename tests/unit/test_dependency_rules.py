@@ -110,7 +110,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("ninep", "llm", "sandbox"),
     ("store", "agent", "fs"),
     ("config",),
-    ("mcp", "hooks", "skills", "checkpoints", "budget"),
+    ("mcp", "hooks", "skills", "checkpoints", "budget", "telemetry"),
     ("session",),
     ("beads", "mail"),
     ("tree", "coord", "web"),

@@ -65,3 +65,22 @@ def test_budgets_carry_budget_authority_and_are_daemon_wide() -> None:
     assert authority_of(("budget", "roles", "reviewer", "daily_tokens")) == "budget"
     assert authority_of(("budget", "convoys", "daily_usd")) == "budget"
     assert "budget" in DAEMON_WIDE
+
+
+def test_the_telemetry_table_and_its_authority(tmp_path: Path) -> None:
+    user = tmp_path / "config.toml"
+    user.write_text(
+        '[telemetry]\notlp_endpoint = "http://127.0.0.1:4318"\nheaders_env = "OTEL_HDRS"\n'
+        'service_name = "night-shift"\ncapture_content = true\n'
+    )
+    telemetry = load(user_file=user, data_dir=tmp_path / "data", project=False).telemetry
+    assert telemetry.otlp_endpoint == "http://127.0.0.1:4318"
+    assert (telemetry.headers_env, telemetry.service_name) == ("OTEL_HDRS", "night-shift")
+    assert telemetry.capture_content
+    assert authority_of(("telemetry", "otlp_endpoint")) == "endpoint"
+    assert authority_of(("telemetry", "capture_content")) == "endpoint"
+    assert authority_of(("telemetry", "headers_env")) == "credential"
+    assert "telemetry" in DAEMON_WIDE
+    user.write_text('[telemetry]\notlp_endpoint = "grpc://collector"\n')
+    with pytest.raises(ConfigFileError, match=r"telemetry\.otlp_endpoint: expected an http"):
+        load(user_file=user, data_dir=tmp_path / "data", project=False)

@@ -33,7 +33,7 @@ def respond(request: ChatRequest) -> Script:
         isinstance(block, ToolResult) for message in request.messages for block in message.content
     )
     if results < STEPS - 1:
-        return script.tool_call(f"c{results}", "read_file", {"path": "a.txt"}, usage=USAGE)
+        return script.tool_call(f"c{results}", "read_file", {"file_path": "a.txt"}, usage=USAGE)
     return script.text("done", usage=USAGE)
 
 

@@ -1,0 +1,316 @@
+"""OpenTelemetry traces and metrics of sessions, made from the agent events they emit.
+
+`Telemetry.observer(...)` gives one session a callback for its `AgentEvent`s (the loop is not
+touched). Each turn is one trace: an `invoke_agent` span from its first step to
+`TurnFinished`, with a `chat MODEL` span per model request (from `StepStarted` to the next
+call, step or end; tokens from `Usage`; finish reason `tool_calls` when calls follow, else
+from the outcome) and an `execute_tool NAME` span per call, all children of the turn's span,
+with the GenAI semantic-convention attributes and `anvild.session.*`, `anvild.bead`,
+`anvild.convoy`. Text (the newest user message, the answer, call arguments and results) is
+added only with `capture_content`, through `redact`. Metrics: token usage, cost (unknown
+counted apart), tool calls and errors by model and role, turn duration. Callbacks never block:
+finished spans go to a `BoundedProcessor`, metrics to a periodic reader's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+import attrs
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from anvild.agent import events as ev
+from anvild.config.load import TelemetrySettings
+from anvild.llm.registry import Pricing
+from anvild.llm.stream import Usage
+from anvild.llm.types import Message, Role, Text
+from anvild.telemetry.export import BoundedProcessor
+
+_FINISH: Final = {
+    ev.TurnOutcome.DONE: "stop",
+    ev.TurnOutcome.MAX_TOKENS: "length",
+    ev.TurnOutcome.REFUSED: "content_filter",
+}
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` (OTel's header list) as a mapping; a piece without `=` is refused."""
+    headers = {}
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = piece.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"telemetry headers: {piece!r} is not key=value")
+        headers[key.strip()] = value.strip()
+    return headers
+
+
+@attrs.frozen
+class Who:
+    """What a session's spans say about it, read at each turn's start."""
+
+    session: str
+    role: str
+    bead: str = ""
+    convoy: str = ""
+
+
+class Telemetry:
+    """The daemon's tracer and meter (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: TelemetrySettings,
+        *,
+        redact: Callable[[str], str] | None = None,
+        spans: SpanExporter | None = None,
+        metrics: MetricReader | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> None:
+        self.settings = settings
+        self._redact = redact or (lambda text: text)
+        resource = Resource.create({"service.name": settings.service_name})
+        headers = parse_headers(env.get(settings.headers_env, ""))
+        endpoint = settings.otlp_endpoint or ""
+        if spans is None:
+            spans = OTLPSpanExporter(f"{endpoint}/v1/traces", headers=headers, timeout=10)
+        if metrics is None:
+            exporter = OTLPMetricExporter(f"{endpoint}/v1/metrics", headers=headers, timeout=10)
+            metrics = PeriodicExportingMetricReader(exporter, export_interval_millis=60_000)
+        self.processor = BoundedProcessor(spans)
+        self.tracer_provider = TracerProvider(resource=resource)
+        self.tracer_provider.add_span_processor(self.processor)
+        self.tracer = self.tracer_provider.get_tracer("anvild")
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=[metrics])
+        meter = self.meter_provider.get_meter("anvild")
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="tokens per model request"
+        )
+        self.cost = meter.create_counter("anvild.cost", unit="USD", description="priced spend")
+        self.unknown_cost = meter.create_counter(
+            "anvild.cost.unknown", unit="{request}", description="requests of unknown price"
+        )
+        self.tool_calls = meter.create_counter("anvild.tool.calls", unit="{call}")
+        self.tool_errors = meter.create_counter("anvild.tool.errors", unit="{call}")
+        self.turn_duration = meter.create_histogram(
+            "anvild.turn.duration", unit="s", description="wall time of a turn"
+        )
+
+    def text(self, text: str) -> str:
+        return self._redact(text)
+
+    def observer(
+        self,
+        who: Callable[[], Who],
+        provider: str,
+        model: str,
+        pricing: Pricing | None,
+        transcript: Callable[[], Sequence[Message]],
+    ) -> Callable[[ev.AgentEvent], None]:
+        """The callback for one session's agent events."""
+        return _Trace(self, who, provider, model, pricing, transcript).on
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Flush what is queued for at most `timeout` seconds, then stop (a blocking call)."""
+        self.processor.force_flush(int(timeout * 1000))
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown(timeout_millis=timeout * 1000)
+
+
+@attrs.define
+class _Trace:
+    """One session's spans in flight."""
+
+    tel: Telemetry
+    who: Callable[[], Who]
+    provider: str
+    model: str
+    pricing: Pricing | None
+    transcript: Callable[[], Sequence[Message]]
+    turn: Span | None = None
+    context: Context | None = None
+    started: float = 0.0
+    labels: dict[str, str] = attrs.Factory(dict)
+    chat: Span | None = None
+    answer: list[str] = attrs.Factory(list)
+    tools: dict[str, Span] = attrs.Factory(dict)
+
+    def on(self, event: ev.AgentEvent) -> None:
+        match event:
+            case ev.StepStarted(step=step):
+                self._end_chat("stop")
+                self._start_chat(step)
+            case ev.TextDelta(text=text) if self.chat is not None:
+                self.answer.append(text)
+            case ev.Usage(usage=usage) if self.chat is not None:
+                self._usage(usage)
+            case ev.Retrying(attempt=attempt, reason=reason) if self.chat is not None:
+                self.chat.add_event("retry", {"attempt": attempt, "reason": reason})
+            case ev.StepFailed(error_type=error, message=message) if self.chat is not None:
+                self.chat.set_attribute("error.type", error)
+                self.chat.set_status(Status(StatusCode.ERROR, message))
+            case ev.ToolCallStarted():
+                self._end_chat("tool_calls")
+                self._start_tool(event)
+            case ev.ToolCallFinished():
+                self._end_tool(event)
+            case ev.TurnFinished():
+                self._end_turn(event)
+
+    def _attributes(self) -> dict[str, str]:
+        who = self.who()
+        labels = {
+            "anvild.session.id": who.session,
+            "anvild.session.role": who.role,
+            "anvild.bead": who.bead,
+            "anvild.convoy": who.convoy,
+        }
+        return {k: v for k, v in labels.items() if v}
+
+    def _start_turn(self) -> None:
+        self.labels = self._attributes()
+        self.started = time.monotonic()
+        self.turn = self.tel.tracer.start_span(
+            "invoke_agent anvild",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.labels.get("anvild.session.role", ""),
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model,
+                **self.labels,
+            },
+        )
+        self.context = trace.set_span_in_context(self.turn)
+
+    def _start_chat(self, step: int) -> None:
+        if self.turn is None:
+            self._start_turn()
+        self.answer = []
+        self.chat = self.tel.tracer.start_span(
+            f"chat {self.model}",
+            context=self.context,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.provider,
+                "gen_ai.request.model": self.model,
+                "anvild.step": step,
+                **self.labels,
+            },
+        )
+        if self.tel.settings.capture_content:
+            self.chat.set_attribute("gen_ai.input.messages", self._newest_user_message())
+
+    def _newest_user_message(self) -> str:
+        messages = self.transcript()
+        last = next((m for m in reversed(messages) if m.role is Role.USER), None)
+        parts = [] if last is None else [b.text for b in last.content if isinstance(b, Text)]
+        content = [{"type": "text", "content": self.tel.text(text)} for text in parts]
+        return json.dumps([{"role": "user", "parts": content}], ensure_ascii=False)
+
+    def _usage(self, usage: Usage) -> None:
+        assert self.chat is not None
+        metric = {"gen_ai.request.model": self.model, "anvild.session.role": self._role()}
+        for kind, count in (("input", usage.input), ("output", usage.output)):
+            if count is not None:
+                self.chat.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
+                self.tel.tokens.record(count, {**metric, "gen_ai.token.type": kind})
+        cost = None if self.pricing is None else self.pricing.cost(usage)
+        if cost is None:
+            self.tel.unknown_cost.add(1, metric)
+        else:
+            self.tel.cost.add(cost, metric)
+
+    def _role(self) -> str:
+        return self.labels.get("anvild.session.role", "")
+
+    def _end_chat(self, finish: str) -> None:
+        chat, self.chat = self.chat, None
+        if chat is None:
+            return
+        chat.set_attribute("gen_ai.response.model", self.model)
+        chat.set_attribute("gen_ai.response.finish_reasons", (finish,))
+        if self.tel.settings.capture_content and self.answer:
+            parts = [{"type": "text", "content": self.tel.text("".join(self.answer))}]
+            output = [{"role": "assistant", "parts": parts, "finish_reason": finish}]
+            chat.set_attribute("gen_ai.output.messages", json.dumps(output, ensure_ascii=False))
+        chat.end()
+
+    def _start_tool(self, event: ev.ToolCallStarted) -> None:
+        if self.turn is None:
+            self._start_turn()
+        span = self.tel.tracer.start_span(
+            f"execute_tool {event.name}",
+            context=self.context,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": event.name,
+                "gen_ai.tool.call.id": event.id,
+                "anvild.step": event.step,
+                **self.labels,
+            },
+        )
+        if self.tel.settings.capture_content:
+            arguments = json.dumps(event.arguments, ensure_ascii=False)
+            span.set_attribute("gen_ai.tool.call.arguments", self.tel.text(arguments))
+        self.tools[event.id] = span
+        self.tel.tool_calls.add(1, self._tool_metric(event.name))
+
+    def _tool_metric(self, name: str) -> dict[str, str]:
+        return {
+            "gen_ai.tool.name": name,
+            "gen_ai.request.model": self.model,
+            "anvild.session.role": self._role(),
+        }
+
+    def _end_tool(self, event: ev.ToolCallFinished) -> None:
+        span = self.tools.pop(event.id, None)
+        if span is None:
+            return
+        if self.tel.settings.capture_content:
+            span.set_attribute("gen_ai.tool.call.result", self.tel.text(event.preview))
+        if event.is_error:
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(Status(StatusCode.ERROR))
+            self.tel.tool_errors.add(1, self._tool_metric(event.name))
+        span.end()
+
+    def _end_turn(self, event: ev.TurnFinished) -> None:
+        self._end_chat(_FINISH.get(event.outcome, event.outcome.value))
+        for span in self.tools.values():
+            span.set_status(Status(StatusCode.ERROR, "the turn ended first"))
+            span.end()
+        self.tools.clear()
+        turn, self.turn, self.context = self.turn, None, None
+        if turn is None:
+            return
+        turn.set_attribute("anvild.turn.outcome", event.outcome.value)
+        turn.set_attribute("anvild.turn.steps", event.steps)
+        if event.outcome not in (ev.TurnOutcome.DONE, ev.TurnOutcome.CANCELLED):
+            turn.set_status(Status(StatusCode.ERROR, event.detail or event.outcome.value))
+        turn.end()
+        self.tel.turn_duration.record(
+            time.monotonic() - self.started,
+            {
+                "gen_ai.request.model": self.model,
+                "anvild.session.role": self._role(),
+                "anvild.turn.outcome": event.outcome.value,
+            },
+        )
+
+
+__all__ = ["Telemetry", "Who", "parse_headers"]
