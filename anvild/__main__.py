@@ -57,7 +57,14 @@ from anvild.daemon.namespace import (
 from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
 from anvild.tree.root import RootTree
-from anvild.web import WebAddress, WebAddressError, WebBoard, parse_web_address, web_settings
+from anvild.web import (
+    BeadActions,
+    WebAddress,
+    WebAddressError,
+    WebBoard,
+    parse_web_address,
+    web_settings,
+)
 
 log = structlog.get_logger("anvild")
 
@@ -255,6 +262,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 root.events.core,
                 lambda: read_or_create_token(token_file),
                 answered=None if sessions.gates is None else sessions.gates.settle,
+                beads=None
+                if sessions.beads is None
+                else BeadActions(
+                    sessions.beads.store, sessions.beads.answer, sessions.beads.resolve_session
+                ),
             )
         daemon = Daemon(
             DaemonConfig(

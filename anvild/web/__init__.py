@@ -7,6 +7,7 @@ files; `Guard` (auth.py) the token, cookie, CSRF and Host checks; static/ the pa
 
 from anvild.web.app import board_app, session_info
 from anvild.web.auth import Guard, Guarded
+from anvild.web.beads import BeadActions
 from anvild.web.hub import EventHub, FeedItem, Gap
 from anvild.web.server import (
     WebAddress,
@@ -18,6 +19,7 @@ from anvild.web.server import (
 )
 
 __all__ = [
+    "BeadActions",
     "EventHub",
     "FeedItem",
     "Gap",

@@ -1,6 +1,7 @@
 """The board's HTTP side: pages, a JSON API over the session APIs, and one SSE event stream.
 
     GET  /                      the board          GET /session/ID   one session's page
+    GET  /beads                 beads and convoys (routes: `anvild.web.beads`)
     GET  /static/NAME           the package's own scripts and styles (no third-party asset)
     GET  /api/sessions          every session, those needing a person first, and the feed's seq
     GET  /api/sessions/ID       one session: its files' values and its recent events
@@ -31,7 +32,6 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from anvild.session import (
-    InvalidSessionRequest,
     Session,
     SessionError,
     SessionManager,
@@ -39,6 +39,8 @@ from anvild.session import (
 )
 from anvild.store import PendingResult
 from anvild.web.auth import COOKIE, Guard
+from anvild.web.beads import BeadActions, bead_routes
+from anvild.web.body import BadBody, read_field
 from anvild.web.hub import EventHub, Gap
 
 __all__ = ["Answered", "board_app"]
@@ -52,10 +54,10 @@ STATIC: Final = {
     "board.js": "text/javascript",
     "session.js": "text/javascript",
     "common.js": "text/javascript",
+    "beads.js": "text/javascript",
     "style.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
-MAX_BODY: Final = 1 << 20
 RECENT_EVENTS: Final = 2000
 NEEDS_PERSON: Final = ("await_approval", "error")
 _USD = re.compile(r"^(?:total_)?usd (\S+)$", re.MULTILINE)
@@ -97,25 +99,13 @@ def _error(exc: SessionError) -> JSONResponse:
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
-async def _field(request: Request, name: str) -> str:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise InvalidSessionRequest(f"the request is over {MAX_BODY} bytes")
-    try:
-        value = json.loads(body).get(name)
-    except (ValueError, AttributeError):
-        value = None
-    if not isinstance(value, str):
-        raise InvalidSessionRequest(f'send a JSON object with a string "{name}"')
-    return value
-
-
 def board_app(
     manager: SessionManager,
     hub: EventHub,
     guard: Guard,
     *,
     answered: Answered | None = None,
+    beads: BeadActions | None = None,
 ) -> Starlette:
     """The board's routes (put the result behind `Guarded(app, guard)`)."""
 
@@ -165,9 +155,11 @@ def board_app(
         async def act(request: Request) -> Response:
             try:
                 s = manager.get(request.path_params["id"])
-                await run(s, await _field(request, field))
+                await run(s, await read_field(request, field))
             except SessionError as exc:
                 return _error(exc)
+            except BadBody as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
             return JSONResponse({"ok": True})
 
         return act
@@ -218,6 +210,7 @@ def board_app(
         routes=[
             Route("/", page("board.html")),
             Route("/session/{id}", page("session.html")),
+            Route("/beads", page("beads.html")),
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
@@ -225,5 +218,6 @@ def board_app(
             Route("/api/sessions/{id}/approval", action(approval, "answer"), methods=["POST"]),
             Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),
             Route("/events", events),
+            *([] if beads is None else bead_routes(beads, hub)),
         ]
     )

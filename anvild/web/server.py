@@ -24,6 +24,7 @@ from anvild.lines.broadcast import Broadcast
 from anvild.session import SessionError, SessionManager
 from anvild.web.app import Answered, board_app
 from anvild.web.auth import Guard, Guarded
+from anvild.web.beads import BeadActions
 from anvild.web.hub import EventHub
 
 __all__ = [
@@ -95,6 +96,7 @@ class WebBoard:
     events: Broadcast
     token: Callable[[], str]
     answered: Answered | None = None
+    beads: BeadActions | None = None
     url: str | None = None
 
     def _session_events(self, session_id: str) -> Broadcast | None:
@@ -116,7 +118,9 @@ class WebBoard:
         config.graceful_timeout = 1.0
         # Loopback: no Host is accepted until the port is known (then only the listener's).
         guard = Guard(self.token(), None if not self.address.is_loopback else ())
-        app = Guarded(board_app(self.manager, hub, guard, answered=self.answered), guard)
+        app = Guarded(
+            board_app(self.manager, hub, guard, answered=self.answered, beads=self.beads), guard
+        )
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
             binds: list[str] = await nursery.start(serve, app, config)

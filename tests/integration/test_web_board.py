@@ -2,8 +2,8 @@
 Debian's chromium (never a downloaded browser), and plain HTTP for the security checks.
 
 One daemon and one browser serve the whole module (each test makes its own session), so the
-module stays well under a minute. `ANVIL_UPDATE_SCREENSHOTS=1` rewrites docs/web-board.png and
-docs/web-session.png from the pages as the tests leave them.
+module stays well under a minute. `ANVIL_UPDATE_SCREENSHOTS=1` rewrites docs/web-board.png,
+docs/web-session.png and docs/web-beads.png from the pages as the tests see them.
 """
 
 from __future__ import annotations
@@ -331,3 +331,46 @@ def test_a_board_address_other_machines_could_reach_is_refused(tmp_path: Path) -
     assert code == 2
     assert "the web board address '0.0.0.0:8080' is not a loopback address" in log
     assert "--allow-remote" in log
+
+
+def test_follow_a_convoy_to_completion_claiming_and_approving_from_the_page(
+    page: Any, board: Board
+) -> None:
+    ns = board.namespace
+
+    def ctl(path: str, line: str) -> str:
+        return ok(anvilctl(ns, "rdwr", path, stdin=line + "\n")).split()[-1]
+
+    convoy = ctl("agent/convoys/ctl", 'new "Board convoy" "Ship it"')
+    a = ctl("agent/beads/ctl", f'new "Research" developer "" convoy={convoy} requires_approval')
+    b = ctl("agent/beads/ctl", f'new "Build" developer "" {a} convoy={convoy}')
+    page.goto(f"{board.url}beads")
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+    card = page.locator(f'.convoy[data-id="{convoy}"]')
+    card.filter(has_text="0/2 0%").wait_for(timeout=WAIT_MS)
+
+    row_a = page.locator(f'#beads tr[data-id="{a}"]')
+    row_a.locator("input.who").fill("nosuch")
+    row_a.locator("button.claim").click()
+    page.locator("#error").filter(has_text="no live session 'nosuch'").wait_for(timeout=WAIT_MS)
+    row_a.locator("input.who").fill("user")
+    row_a.locator("button.claim").click()
+    row_a.locator("td.state", has_text="in_progress").wait_for(timeout=WAIT_MS)
+    assert read(ns, f"agent/beads/{a}/assigned_to") == "user\n"
+
+    ok(anvilctl(ns, "write", f"agent/beads/{a}/ctl", stdin="complete notes\n"))  # through 9P
+    row_a.locator("td.state", has_text="pending_approval").wait_for(timeout=WAIT_MS)
+    row_a.locator("button.approve").click()
+    row_a.locator("td.state", has_text="completed").wait_for(timeout=WAIT_MS)
+    card.filter(has_text="1/2 50%").wait_for(timeout=WAIT_MS)
+    if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
+        page.screenshot(path=str(DOCS / "web-beads.png"), full_page=True)
+
+    row_b = page.locator(f'#beads tr[data-id="{b}"]')
+    row_b.locator("input.who").fill("user")
+    row_b.locator("button.claim").click()
+    row_b.locator("td.state", has_text="in_progress").wait_for(timeout=WAIT_MS)
+    ok(anvilctl(ns, "write", f"agent/beads/{b}/ctl", stdin="complete\n"))
+    card.filter(has_text="2/2 100%").wait_for(timeout=WAIT_MS)
+    card.filter(has_text="completed").wait_for(timeout=WAIT_MS)
+    assert read(ns, f"agent/convoys/{convoy}/status") == "completed\n"
