@@ -1,13 +1,17 @@
 """End to end: `anvilctl auto SPEC.md` against a real daemon whose model is scripted by the fake
 provider server: an initializer session, one worker session per feature with one commit each,
 a worker that edits a feature's description reverted, `--max-cost-usd` and `--max-sessions`
-stopping the loop, and a second run resuming where the first stopped."""
+stopping the loop, a second run resuming where the first stopped, and a run killed with
+kill -9 mid-session resuming without redoing a passed feature."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_daemon_cli import Anvild
-from tests.integration.test_headless import TIMEOUT, env_for
+from tests.integration.test_headless import TIMEOUT, env_for, processes_with
 from tests.integration.test_sessions_e2e import FakeServer, user_config
 
 FEATURES = [
@@ -66,8 +70,8 @@ TURNS: list[dict[str, Any]] = [
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeServer]:
-    server = FakeServer(tmp_path, TURNS)
+def fake(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FakeServer]:
+    server = FakeServer(tmp_path, getattr(request, "param", TURNS))
     yield server
     server.stop()
 
@@ -147,3 +151,52 @@ def test_a_spec_is_built_feature_by_feature_and_resumed(
             ["git", "ls-files"], cwd=project, capture_output=True, text=True, check=True
         ).stdout
     )
+
+
+# The `list` worker's first edit request is held (never released): the session in flight when
+# `auto` is killed. Later requests get the same answer at once.
+HELD = [
+    *TURNS[:6],
+    {**TURNS[6], "repeat": False, "hold": 1},
+    *TURNS[6:],
+]
+REQUESTS_BEFORE_HELD = 8  # initializer 3, add worker 3, list worker's read and held edit
+
+
+@pytest.mark.parametrize("fake", [HELD], indirect=True)
+def test_kill_9_mid_session_resumes_without_redoing_a_feature(
+    daemon: Anvild, namespace: Path, tmp_path: Path, fake: FakeServer
+) -> None:
+    project = tmp_path / "todo"
+    project.mkdir()
+    spec = project / "SPEC.md"
+    spec.write_text("# A CLI todo app\nadd, list and done.\n")
+    argv = [sys.executable, "-m", "anvilctl", "auto", str(spec), "--max-sessions", "4"]
+    proc = subprocess.Popen(
+        argv, env=env_for(namespace), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"{fake.url}/_fake/wait?requests={REQUESTS_BEFORE_HELD}&timeout={TIMEOUT}"
+        with urllib.request.urlopen(url, timeout=TIMEOUT + 5) as reply:
+            assert reply.status == 200
+    finally:
+        proc.kill()
+        proc.wait()
+    for pid in processes_with(str(project)):  # its `anvilctl -p`, in its own session
+        os.kill(pid, signal.SIGKILL)
+    assert git_log(project) == ["auto: feature add", "auto: initialize features"]
+    resumed = auto(namespace, spec, "--max-sessions", "4")
+    assert resumed.returncode == 3, resumed.stderr
+    assert "worker session: add" not in resumed.stderr
+    features = json.loads((project / "features.json").read_text())
+    assert [f["passes"] for f in features] == [True, True, False]
+    assert git_log(project) == [
+        "auto: feature list",
+        "auto: feature add",
+        "auto: initialize features",
+    ]
+    records = [
+        json.loads(x) for x in (project / ".anvil-auto" / "sessions.jsonl").read_text().splitlines()
+    ]
+    # The killed session left no line; the list worker ran again after the restart.
+    assert [r["feature"] for r in records] == [None, "add", "list", "done"]
