@@ -1,0 +1,188 @@
+"""Benchmark: what OpenTelemetry adds to the agent loop, with its receiver down.
+
+    .venv/bin/python bench/telemetry.py [--steps 100] [--repeat 9]
+
+The turn of bench/loop.py (a scripted provider, one no-op tool call per step, events drained
+by a concurrent reader), run in rotation: without telemetry; with `anvild.telemetry` exporting
+to a receiver that takes everything at once (an exporter that only counts: "up"); and
+exporting over OTLP/HTTP to a port that refuses connections ("down": the spans are made,
+queued, and fail to export, with the exporter's retries, on the export thread). Reported:
+milliseconds per step, best and median of each. The issue's check: with the receiver down,
+turns are not slower (down within 10% of up); the cost of making spans at all is "up" - "off".
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult  # noqa: E402
+
+from anvild.agent.channel import EventChannel  # noqa: E402
+from anvild.agent.events import AgentEvent  # noqa: E402
+from anvild.agent.loop import Agent, AgentConfig  # noqa: E402
+from anvild.agent.tools.base import (  # noqa: E402
+    Args,
+    Cancellation,
+    Effects,
+    ToolContext,
+    ToolOutput,
+)
+from anvild.agent.tools.registry import ToolRegistry  # noqa: E402
+from anvild.config.load import TelemetrySettings  # noqa: E402
+from anvild.llm.stream import Usage  # noqa: E402
+from anvild.llm.testing import ScriptedProvider, Step, script  # noqa: E402
+from anvild.telemetry import Telemetry, Who  # noqa: E402
+
+USAGE = Usage(input=1000, output=50, cache_read=0, cache_write=0)
+
+
+class Noop:
+    """bench/loop.py's tool: reads nothing, answers at once."""
+
+    name = "noop"
+    description = "Does nothing and says so."
+    input_schema: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["path"],
+    }
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.read(str(args["path"]))
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        return ToolOutput(f"ok {args['path']}")
+
+
+def make_scripts(steps: int) -> list[list[Step]]:
+    """bench/loop.py's turn: a call with a little text per step, then an answer."""
+    scripts = [
+        script.tool_call(
+            f"call_{i}",
+            "noop",
+            {"path": f"src/file_{i}.py", "n": i},
+            text="Let me look.",
+            usage=USAGE,
+        )
+        for i in range(steps - 1)
+    ]
+    scripts.append(script.text("All done.", usage=USAGE))
+    return scripts
+
+
+def closed_endpoint() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def turn(steps: int, cwd: str, telemetry: Telemetry | None) -> float:
+    channel = EventChannel()
+    emit = channel.send_nowait
+    built: list[Agent] = []
+    if telemetry is not None:
+        observe = telemetry.observer(
+            lambda: Who("bench", "developer"),
+            "scripted",
+            "bench",
+            None,
+            lambda: built[0].messages if built else (),
+        )
+
+        def both(event: AgentEvent) -> None:
+            channel.send_nowait(event)
+            observe(event)
+
+        emit = both
+    agent = Agent(
+        ScriptedProvider(make_scripts(steps)),
+        ToolRegistry([Noop()]),
+        AgentConfig(model="bench", max_steps=steps),
+        ToolContext(cwd=cwd),
+        emit=emit,
+    )
+    built.append(agent)
+
+    async def reader() -> None:
+        async for _ in channel:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        start = time.perf_counter()
+        finished = await agent.run_turn("Look at every file.")
+        elapsed = time.perf_counter() - start
+        channel.close()
+    assert finished.outcome == "done", finished
+    return elapsed
+
+
+class Counting(SpanExporter):
+    """A receiver that is always up and answers at once."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans += len(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=9)
+    args = parser.parse_args()
+    logging.getLogger("opentelemetry").setLevel(logging.CRITICAL)  # the retries' warnings
+    up = Telemetry(
+        TelemetrySettings(otlp_endpoint="http://up"),
+        spans=Counting(),
+        metrics=InMemoryMetricReader(),
+    )
+    telemetry = Telemetry(TelemetrySettings(otlp_endpoint=closed_endpoint()))
+    modes: dict[str, Telemetry | None] = {"off": None, "up": up, "down": telemetry}
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    with tempfile.TemporaryDirectory() as cwd:
+        for mode in modes.values():  # warm-up
+            trio.run(turn, args.steps, cwd, mode)
+        for _ in range(args.repeat):
+            for name, mode in modes.items():
+                elapsed = trio.run(turn, args.steps, cwd, mode)
+                times[name].append(elapsed / args.steps * 1000)
+    processor = telemetry.processor
+    up.shutdown(timeout=1.0)
+    telemetry.shutdown(timeout=1.0)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(f"steps per turn:          {args.steps}")
+    for name, values in times.items():
+        print(f"{name:5} per step: best {min(values):.3f} ms, median {median[name]:.3f} ms")
+    print(f"down / up (medians):     {median['down'] / median['up']:.3f} (target <= 1.10)")
+    print(f"spans per step (up - off): {median['up'] - median['off']:.3f} ms")
+    counts = processor.exported, processor.failed, processor.dropped
+    print("spans exported {}, failed {}, dropped {}".format(*counts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
