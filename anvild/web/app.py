@@ -2,6 +2,7 @@
 
     GET  /                      the board          GET /session/ID   one session's page
     GET  /beads                 beads and convoys (routes: `anvild.web.beads`)
+    GET  /spend                 tokens and USD per model and role, budgets (`anvild.web.spend`)
     GET  /static/NAME           the package's own scripts and styles (no third-party asset)
     GET  /api/sessions          every session, those needing a person first, and the feed's seq
     GET  /api/sessions/ID       one session: its files' values and its recent events
@@ -42,6 +43,7 @@ from anvild.web.auth import COOKIE, Guard
 from anvild.web.beads import BeadActions, bead_routes
 from anvild.web.body import BadBody, read_field
 from anvild.web.hub import EventHub, Gap
+from anvild.web.spend import spend_routes
 
 __all__ = ["Answered", "board_app"]
 
@@ -55,6 +57,7 @@ STATIC: Final = {
     "session.js": "text/javascript",
     "common.js": "text/javascript",
     "beads.js": "text/javascript",
+    "spend.js": "text/javascript",
     "style.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -211,6 +214,7 @@ def board_app(
             Route("/", page("board.html")),
             Route("/session/{id}", page("session.html")),
             Route("/beads", page("beads.html")),
+            Route("/spend", page("spend.html")),
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
@@ -219,5 +223,6 @@ def board_app(
             Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),
             Route("/events", events),
             *([] if beads is None else bead_routes(beads, hub)),
+            *spend_routes(manager, hub, lambda s: _usd(s.cost_text())),
         ]
     )

@@ -374,3 +374,28 @@ def test_follow_a_convoy_to_completion_claiming_and_approving_from_the_page(
     card.filter(has_text="2/2 100%").wait_for(timeout=WAIT_MS)
     card.filter(has_text="completed").wait_for(timeout=WAIT_MS)
     assert read(ns, f"agent/convoys/{convoy}/status") == "completed\n"
+
+
+def test_spend_sums_the_sessions_per_model_and_follows_a_turn(page: Any, board: Board) -> None:
+    sid = board.new_session("role=tester")
+    page.goto(f"{board.url}spend")
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+    listed = [line for line in read(board.namespace, "agent/list").splitlines() if line]
+    fake = page.locator('#models tr[data-name="fake"]')
+    fake.wait_for(timeout=WAIT_MS)
+    assert fake.locator("td").nth(1).inner_text() == str(len(listed))
+    tester = page.locator('#roles tr[data-name="tester"] td')
+    before = int(tester.nth(2).inner_text())
+    assert (
+        page.locator("#budget").inner_text().strip()
+        == read(board.namespace, "agent/budget").strip()
+    )
+    ok(anvilctl(board.namespace, "send", sid, "count my tokens"))
+    assert ok(anvilctl(board.namespace, "wait", sid)) == "await\n"
+    cost = read(board.namespace, f"agent/{sid}/cost")
+    found = re.search(r"^input (\d+)$", cost, re.MULTILINE)
+    assert found, cost
+    spent = int(found.group(1))
+    page.locator('#roles tr[data-name="tester"] td').nth(2).filter(
+        has_text=str(before + spent)
+    ).wait_for(timeout=WAIT_MS)
