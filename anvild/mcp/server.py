@@ -23,22 +23,24 @@ import os
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
-import mcp_types
 import structlog
 import trio
-from mcp import ClientSession
-from mcp.shared.exceptions import MCPError
 
 from anvild.mcp.config import ServerSpec
-from anvild.mcp.transport import Channel, StdioCommand, http_channel, stdio_channel
 from anvild.sandbox import FullAccess, SandboxError, SandboxPolicy
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import Role
 from anvild.sandbox.secrets import child_env
+
+if TYPE_CHECKING:  # the SDK (about a second to import) loads when a server first starts
+    import mcp_types
+    from mcp import ClientSession
+
+    from anvild.mcp.transport import Channel, StdioCommand
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +48,7 @@ BACKOFF_START: Final = 1.0
 BACKOFF_MAX: Final = 60.0
 STABLE: Final = 30.0
 RELIST_WAIT: Final = 5.0
-CLIENT_INFO: Final = mcp_types.Implementation(name="anvild", version="1")
+CLIENT_NAME: Final = "anvild"
 T = TypeVar("T")
 
 
@@ -149,6 +151,9 @@ class Server:
         return f"{text} (stderr: {tail})" if tail else text
 
     async def _serve(self) -> None:
+        import mcp_types
+        from mcp import ClientSession
+
         self.state = State.STARTING if self.version == 0 else State.RESTARTING
         async with self._open() as channel:
             self._channel = channel
@@ -156,7 +161,7 @@ class Server:
                 channel.read,
                 channel.write,
                 message_handler=self._on_message,
-                client_info=CLIENT_INFO,
+                client_info=mcp_types.Implementation(name=CLIENT_NAME, version="1"),
             ) as session:
                 with trio.fail_after(self.spec.startup_timeout):
                     result = await session.initialize()
@@ -173,6 +178,8 @@ class Server:
                     nursery.cancel_scope.cancel()
 
     def _open(self) -> Any:
+        from anvild.mcp.transport import http_channel, stdio_channel
+
         spec = self.spec
         if spec.url is not None:
             headers, why = spec.credential_headers(self._env)
@@ -182,6 +189,8 @@ class Server:
         return stdio_channel(self._command())
 
     def _command(self) -> StdioCommand:
+        from anvild.mcp.transport import StdioCommand
+
         spec, place = self.spec, self.placement
         cwd = place.cwd if spec.cwd is None else place.cwd / os.path.expanduser(spec.cwd)
         if not spec.sandbox or isinstance(place.policy, FullAccess):
@@ -200,6 +209,8 @@ class Server:
         )
 
     async def _list_tools(self, session: ClientSession) -> tuple[mcp_types.Tool, ...]:
+        import mcp_types
+
         if self.capabilities is not None and self.capabilities.tools is None:
             return ()
         tools: list[mcp_types.Tool] = []
@@ -213,11 +224,15 @@ class Server:
                 return tuple(tools)
 
     async def _on_message(self, message: Any) -> None:
+        import mcp_types
+
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._notified += 1
             self._changed.set()
 
     async def _refresh(self, session: ClientSession) -> None:
+        from mcp.shared.exceptions import MCPError
+
         while True:
             await self._changed.wait()
             self._changed = trio.Event()
@@ -244,6 +259,9 @@ class Server:
         self, what: str, call: Callable[[ClientSession], Awaitable[T]], limit: float
     ) -> T:
         """Run `call` on the live connection within `limit` seconds; `CallFailed` otherwise."""
+        import mcp_types
+        from mcp.shared.exceptions import MCPError
+
         session, channel = self._session, self._channel
         if session is None or channel is None or self.state is not State.READY:
             why = f": {self.last_error}" if self.last_error else ""
@@ -279,6 +297,8 @@ class Server:
 
 
 def _explain(exc: BaseException, startup_timeout: float) -> str:
+    from mcp.shared.exceptions import MCPError
+
     if isinstance(exc, trio.TooSlowError):
         return f"did not start within {startup_timeout:g} s (startup_timeout)"
     if isinstance(exc, MCPError):

@@ -20,12 +20,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-import mcp_types
 import trio
-from mcp import ClientSession
 
 from anvild.agent.tools.base import (
     Args,
@@ -46,6 +44,10 @@ from anvild.mcp.names import tool_name
 from anvild.mcp.pool import McpPool
 from anvild.mcp.server import CallFailed, Placement, Server, State
 
+if TYPE_CHECKING:  # loaded with the first server (anvild.mcp.server)
+    import mcp_types
+    from mcp import ClientSession
+
 RESOURCES: Final = "mcp_resources"
 PROMPTS: Final = "mcp_prompts"
 LIST_TIMEOUT: Final = 30.0
@@ -55,6 +57,8 @@ MORE_HINT: Final = "ask the tool for less (a narrower query, a page, a limit) to
 
 
 def _text_of(blocks: Iterable[Any]) -> str:
+    import mcp_types
+
     parts: list[str] = []
     for block in blocks:
         if isinstance(block, mcp_types.TextContent):
@@ -72,6 +76,8 @@ def _text_of(blocks: Iterable[Any]) -> str:
 
 
 def _resource_text(contents: Any) -> str:
+    import mcp_types
+
     if isinstance(contents, mcp_types.TextResourceContents):
         return contents.text
     if isinstance(contents, mcp_types.BlobResourceContents):
