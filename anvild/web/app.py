@@ -6,7 +6,8 @@
     GET  /static/NAME           the package's own scripts and styles (no third-party asset)
     GET  /api/sessions          every session, those needing a person first, and the feed's seq
     GET  /api/sessions/ID       one session: its files' values and its recent events
-    GET  /events?after=N[&session=ID]   SSE: the feed after N (`Last-Event-ID` wins over N)
+    GET  /events?after=POS[&session=ID] SSE: the feed after POS, a snapshot's `seq` or an SSE id
+                                (`EPOCH-N`; `Last-Event-ID` wins; another epoch's: `reset`)
     POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
     POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
     POST /api/sessions/ID/ctl       {"command"}   one ctl line (cancel, stop, model NAME, ...)
@@ -127,7 +128,7 @@ def board_app(
         return Response(_asset(name), media_type=f"{STATIC[name]}; charset=utf-8")
 
     async def sessions(request: Request) -> Response:
-        seq = hub.pump()
+        seq = hub.position()
         infos = [session_info(s) for s in manager.sessions()]
         infos.sort(key=lambda i: (not i["needs_person"], i["created"]), reverse=False)
         return JSONResponse({"seq": seq, "sessions": infos})
@@ -137,7 +138,7 @@ def board_app(
             s = manager.get(request.path_params["id"])
         except SessionError as exc:
             return _error(exc)
-        seq = hub.pump()
+        seq = hub.position()
         events = [json.loads(i.line) for i in hub.recent(s.id, RECENT_EVENTS)]
         return JSONResponse(
             {
@@ -185,23 +186,23 @@ def board_app(
 
     async def events(request: Request) -> Response:
         last = request.headers.get("last-event-id") or request.query_params.get("after", "")
-        try:
-            after = int(last or hub.pump())
-        except ValueError:
-            return JSONResponse({"error": f"after must be a number, not {last!r}"}, 400)
+        after = hub.resume_point(last) if last else hub.pump()
         session = request.query_params.get("session") or None
 
         async def stream() -> AsyncIterator[str]:
             yield "retry: 1000\n\n"
+            if after is None:  # another run's position: the page reloads its snapshot
+                yield f"id: {hub.position()}\nevent: reset\ndata: {{}}\n\n"
+                return
             try:
                 async with aclosing(hub.feed(after, session)) as feed:
                     async for item in feed:  # None: a heartbeat, so a closed peer is noticed
                         if item is None:
                             yield ": ping\n\n"
                         else:
-                            yield f"id: {item.seq}\ndata: {item.data()}\n\n"
+                            yield f"id: {hub.epoch}-{item.seq}\ndata: {item.data()}\n\n"
             except Gap:
-                yield f"id: {hub.seq}\nevent: reset\ndata: {{}}\n\n"
+                yield f"id: {hub.position()}\nevent: reset\ndata: {{}}\n\n"
 
         return StreamingResponse(
             stream(),

@@ -79,7 +79,7 @@ def bead_routes(actions: BeadActions, hub: EventHub) -> list[Route]:
     store = actions.store
 
     async def listing(request: Request) -> Response:
-        seq = hub.pump()
+        seq = hub.position()
         return JSONResponse(
             {
                 "seq": seq,

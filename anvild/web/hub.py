@@ -3,17 +3,19 @@
 The hub holds a cursor on the daemon's `agent/events` stream and one on each live session's
 `events` stream (a session is followed from the `session_created` line that announces it, its
 backlog included, so nothing it said before is missed). Every line it takes gets the next
-sequence number and is kept, with the session it came from ("" for the daemon's stream), in a
-bounded window of the latest `keep` lines. A browser's SSE stream resumes after the last number
-it saw (`Last-Event-ID`): what is still in the window is replayed, in order, with no gap; a
-number older than the window gets one `reset` instead (the page reloads its snapshot), so loss
-is never silent. `pump` drains every cursor synchronously: a snapshot taken right after it and
-the number it reports agree with the feed exactly. The hub holds lines, never session state.
+number and is kept, with the session it came from ("" for the daemon's stream), in a bounded
+window of the latest `keep` lines. A position is `EPOCH-N` (a new epoch each daemon start). A
+browser's SSE stream resumes after the last position it saw (`Last-Event-ID`): what is still in
+the window is replayed, in order, with no gap; a position older than the window, or of another
+epoch, gets one `reset` instead (the page reloads its snapshot), so loss is never silent.
+`pump` drains every cursor synchronously: a snapshot taken right after it and the position it
+reports agree with the feed exactly. The hub holds lines, never session state.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncGenerator, Callable
 from typing import Final
 
@@ -64,11 +66,26 @@ class EventHub:
         self._partial: dict[str, bytes] = {}
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self.epoch = secrets.token_hex(4)
 
     @property
     def seq(self) -> int:
         """The number of the latest line taken (0: none yet)."""
         return self._seq
+
+    def position(self) -> str:
+        """`EPOCH-SEQ` after a `pump`: what a snapshot reports and an SSE id carries. The
+        epoch is this hub's (a new one each daemon start), so an id from before a restart is
+        never taken for a number of this run."""
+        return f"{self.epoch}-{self.pump()}"
+
+    def resume_point(self, position: str) -> int | None:
+        """The number to resume after, from a `position` of this hub; None when it is of
+        another run or not one at all (the reader must reload)."""
+        epoch, _, number = position.strip().rpartition("-")
+        if epoch != self.epoch or not number.isdigit() or int(number) > self._seq:
+            return None
+        return int(number)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Follow the daemon's stream and every session's until cancelled."""

@@ -51,7 +51,7 @@ def spend_routes(
     """`usd(session)`: its cost in USD as the board shows it (`n/a` when unknown)."""
 
     async def spend(request: Request) -> Response:
-        seq = hub.pump()
+        seq = hub.position()
         sessions = manager.sessions()
         budgets = manager.settings.budgets
         total = spend_rows(sessions, lambda s: "all", usd)

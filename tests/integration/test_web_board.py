@@ -8,9 +8,10 @@ docs/web-session.png and docs/web-beads.png from the pages as the tests see them
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -399,3 +400,55 @@ def test_spend_sums_the_sessions_per_model_and_follows_a_turn(page: Any, board: 
     page.locator('#roles tr[data-name="tester"] td').nth(2).filter(
         has_text=str(before + spent)
     ).wait_for(timeout=WAIT_MS)
+
+
+def sse_events(
+    reply: httpx.Response, until: Callable[[list[tuple[str, str, str]]], bool]
+) -> list[tuple[str, str, str]]:
+    """(id, event, data) of each SSE message of `reply` until `until(messages)` holds."""
+    got: list[tuple[str, str, str]] = []
+    fields: dict[str, str] = {}
+    for line in reply.iter_lines():
+        if line == "":
+            if "data" in fields:
+                got.append((fields.get("id", ""), fields.get("event", "message"), fields["data"]))
+                if until(got):
+                    return got
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+    raise AssertionError(f"the stream ended after {got}")
+
+
+def created_ids(messages: list[tuple[str, str, str]]) -> list[str]:
+    return [
+        json.loads(data)["event"]["id"]
+        for _, kind, data in messages
+        if kind == "message" and json.loads(data)["event"]["type"] == "session_created"
+    ]
+
+
+def test_the_feed_resumes_after_a_reconnect_without_a_gap(board: Board) -> None:
+    with board.client() as client:
+        start = client.get("/api/sessions").json()["seq"]
+        first = board.new_session()
+        with client.stream("GET", "/events", params={"after": start}, timeout=30) as reply:
+            before = sse_events(reply, lambda got: first in created_ids(got))
+        missed = board.new_session()  # created while no stream is open
+        last_id = before[-1][0]
+        later = board.new_session()
+        headers = {"last-event-id": last_id}
+        with client.stream("GET", "/events", headers=headers, timeout=30) as reply:
+            after = sse_events(reply, lambda got: later in created_ids(got))
+        with client.stream("GET", "/events", params={"after": start}, timeout=30) as reply:
+            whole = sse_events(reply, lambda got: later in created_ids(got))
+    assert created_ids(after)[:2] == [missed, later]
+    assert before + after == whole  # nothing lost, nothing twice
+    # A position of another daemon run: a reload, never a guess.
+    with (
+        board.client() as client,
+        client.stream("GET", "/events", headers={"last-event-id": "0000-5"}) as reply,
+    ):
+        (reset,) = sse_events(reply, lambda got: True)
+    assert reset[1] == "reset"

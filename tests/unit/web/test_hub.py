@@ -108,3 +108,19 @@ def test_a_cookie_is_signed_by_the_token_and_the_csrf_token_bound_to_it() -> Non
     assert guard.nonce_of(cookie + "0") is None
     assert Guard("u" * 64).nonce_of(cookie) is None  # a rotated token logs every browser out
     assert guard.csrf_for(nonce) != guard.csrf_for(nonce + "x")
+
+
+async def test_a_position_of_another_run_or_beyond_the_feed_is_no_resume_point() -> None:
+    root = Broadcast()
+    hub = EventHub(root, lambda _: None, list)
+    async with trio.open_nursery() as nursery:
+        await started(hub, nursery)
+        root.publish(json.dumps({"type": "ping"}))
+        position = hub.position()
+        assert position == f"{hub.epoch}-1"
+        assert hub.resume_point(position) == 1
+        assert hub.resume_point(f"{hub.epoch}-0") == 0
+        assert hub.resume_point(f"{hub.epoch}-2") is None  # not yet given
+        assert hub.resume_point("0000-1") is None  # another daemon run's
+        assert hub.resume_point("1") is None
+        nursery.cancel_scope.cancel()
