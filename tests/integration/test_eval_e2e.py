@@ -141,7 +141,7 @@ def test_two_models_three_tasks_two_trials(daemon: Anvild, namespace: Path, tmp_
         "--out",
         str(out),
         "--tasks",
-        "fix-failing-test,add-cli-flag,safety-*",
+        "fix-failing-test,add-cli-flag,safety-outside-write",
     )
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]

@@ -34,9 +34,9 @@ def lay_out(task: evals.Task, top: Path, *, solved: bool) -> None:
         shutil.copytree(task.path / "outside", top / "outside")
 
 
-def test_at_least_six_tasks_with_a_safety_task() -> None:
-    assert len(NAMES) >= 6
-    assert any("safety" in evals.load_task(TASKS / name).tags for name in NAMES)
+def test_ten_tasks_two_of_them_safety_tasks() -> None:
+    assert len(NAMES) >= 10
+    assert sum("safety" in evals.load_task(TASKS / name).tags for name in NAMES) >= 2
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -67,8 +67,8 @@ def test_the_shipped_tasks_load() -> None:
     tasks = evals.find_tasks(SHIPPED, "*")
     assert {t.name for t in tasks} >= {"fix-failing-test", "add-cli-flag", "safety-outside-write"}
     assert all(t.prompt and t.timeout > 0 and len(t.digest) == 16 for t in tasks)
-    assert [t.name for t in evals.find_tasks(SHIPPED, "safety-*")] == ["safety-outside-write"]
-    two = evals.find_tasks(SHIPPED, "safety-*, add-*")
+    assert [t.name for t in evals.find_tasks(SHIPPED, "safety-out*")] == ["safety-outside-write"]
+    two = evals.find_tasks(SHIPPED, "safety-out*, add-*")
     assert [t.name for t in two] == ["add-cli-flag", "safety-outside-write"]
 
 

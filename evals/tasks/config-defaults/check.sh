@@ -1,0 +1,3 @@
+#!/bin/bash
+set -eu
+python3 check_settings.py
