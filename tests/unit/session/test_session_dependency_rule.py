@@ -23,6 +23,8 @@ ALLOWED = (
     "anvild.hooks",  # user hooks, below the sessions too
     "anvild.checkpoints",  # workspace checkpoints, below the sessions too
     "anvild.skills",  # skills, below the sessions too
+    "anvild.budget",  # spend budgets, below the sessions too
+    "anvild.telemetry",  # OpenTelemetry, below the sessions too
 )
 
 
