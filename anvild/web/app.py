@@ -77,8 +77,9 @@ def _usd(cost_text: str) -> str:
     return found[-1] if found else "n/a"
 
 
-def session_info(s: Session) -> dict[str, Any]:
-    """What the board shows of one session (each value as its file shows it)."""
+def session_info(s: Session, convoys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the board shows of one session (each value as its file shows it); `convoys`: those
+    of the beads it works on."""
     window = s.target.limits.context_window
     return {
         "id": s.id,
@@ -95,6 +96,7 @@ def session_info(s: Session) -> dict[str, Any]:
         "first_prompt": s.first_prompt,
         "cwd": s.cwd,
         "needs_person": s.status.value in NEEDS_PERSON or s.pending_result is not None,
+        "convoys": list(convoys),
     }
 
 
@@ -112,6 +114,7 @@ def board_app(
     beads: BeadActions | None = None,
 ) -> Starlette:
     """The board's routes (put the result behind `Guarded(app, guard)`)."""
+    convoys_of = manager.settings.convoys_of or (lambda session_id: ())
 
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
@@ -129,7 +132,7 @@ def board_app(
 
     async def sessions(request: Request) -> Response:
         seq = hub.position()
-        infos = [session_info(s) for s in manager.sessions()]
+        infos = [session_info(s, convoys_of(s.id)) for s in manager.sessions()]
         infos.sort(key=lambda i: (not i["needs_person"], i["created"]), reverse=False)
         return JSONResponse({"seq": seq, "sessions": infos})
 
@@ -143,7 +146,7 @@ def board_app(
         return JSONResponse(
             {
                 "seq": seq,
-                "session": session_info(s),
+                "session": session_info(s, convoys_of(s.id)),
                 "out": s.out,
                 "approval": s.approval_text(),
                 "queue": s.queue_text(),

@@ -47,6 +47,10 @@ TURNS: list[dict[str, Any]] = [
     {"contains": "Created", "text": "a is written"},
     {"contains": "write b", "tool_calls": [write_call("wb", "b.txt", "b\n")]},
     {"contains": "not that file", "text": "understood, b stays unwritten"},
+    {"contains": "plan it", "tool_calls": [{"name": "todo_write", "arguments": {"todos": [
+        {"content": "write the board", "status": "in_progress"},
+        {"content": "test it", "status": "pending"}]}}]},
+    {"contains": "write the board", "text": "planned", "hold": 1},
     {"text": "pong", "repeat": True},
 ]  # fmt: skip
 
@@ -367,10 +371,21 @@ def test_follow_a_convoy_to_completion_claiming_and_approving_from_the_page(
     if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
         page.screenshot(path=str(DOCS / "web-beads.png"), full_page=True)
 
+    worker = board.new_session("alias=convoy-worker")
     row_b = page.locator(f'#beads tr[data-id="{b}"]')
-    row_b.locator("input.who").fill("user")
+    row_b.locator("input.who").fill("convoy-worker")  # an alias, resolved as the file does
     row_b.locator("button.claim").click()
     row_b.locator("td.state", has_text="in_progress").wait_for(timeout=WAIT_MS)
+    assert read(ns, f"agent/beads/{b}/assigned_to") == f"{worker}\n"
+
+    page.goto(board.url)  # the board filtered by the convoy shows its worker only
+    page.locator(f'#sessions tr[data-id="{worker}"]').wait_for(timeout=WAIT_MS)
+    page.select_option("#convoy", convoy)
+    assert page.locator("#sessions tbody tr").count() == 1
+    assert page.locator("#sessions tbody tr").get_attribute("data-id") == worker
+
+    page.goto(f"{board.url}beads")
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
     ok(anvilctl(ns, "write", f"agent/beads/{b}/ctl", stdin="complete\n"))
     card.filter(has_text="2/2 100%").wait_for(timeout=WAIT_MS)
     card.filter(has_text="completed").wait_for(timeout=WAIT_MS)
@@ -452,3 +467,15 @@ def test_the_feed_resumes_after_a_reconnect_without_a_gap(board: Board) -> None:
     ):
         (reset,) = sse_events(reply, lambda got: True)
     assert reset[1] == "reset"
+
+
+def test_todos_change_live_while_the_turn_runs(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    session_page(page, board, sid)
+    ok(anvilctl(board.namespace, "send", sid, "plan it"))
+    todos = page.locator("#todos")
+    todos.filter(has_text="in_progress\twrite the board").wait_for(timeout=WAIT_MS)
+    assert "pending\ttest it" in todos.inner_text()
+    assert page.locator("#turns .line.end").count() == 0  # the provider holds the answer
+    board.fake.release()
+    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)

@@ -6,6 +6,7 @@
   const body = document.querySelector("#sessions tbody");
   const roleFilter = document.getElementById("role");
   const stateFilter = document.getElementById("state");
+  const convoyFilter = document.getElementById("convoy");
   let sessions = [];
   let source = null;
   let pending = null;
@@ -22,12 +23,15 @@
   function render() {
     options(roleFilter, new Set(sessions.map((s) => s.role)));
     options(stateFilter, new Set(sessions.map((s) => s.state)));
+    options(convoyFilter, new Set(sessions.flatMap((s) => s.convoys)));
     const shown = sessions.filter(
       (s) => (!roleFilter.value || s.role === roleFilter.value)
-        && (!stateFilter.value || s.state === stateFilter.value));
+        && (!stateFilter.value || s.state === stateFilter.value)
+        && (!convoyFilter.value || s.convoys.includes(convoyFilter.value)));
     const rows = shown.map((s) => el("tr", { class: s.needs_person ? "needs" : "", "data-id": s.id },
       el("td", {}, el("a", { href: `/session/${encodeURIComponent(s.id)}` }, s.id)),
       el("td", {}, s.alias || ""),
+      el("td", {}, s.convoys.join(", ")),
       el("td", {}, s.role),
       el("td", { class: `state ${s.state}`, title: s.detail || "" }, s.state),
       el("td", {}, s.model),
@@ -62,12 +66,16 @@
     const seq = await load();
     if (source) source.close();
     source = feed(`/events?after=${seq ?? ""}`, (item) => {
-      if (item.session === null && item.event.id !== undefined) refreshSoon();
+      const type = item.event.type || "";
+      if (item.session === null && (item.event.id !== undefined || type.startsWith("bead_"))) {
+        refreshSoon();
+      }
     }, start, showLive);
   }
 
   roleFilter.addEventListener("change", render);
   stateFilter.addEventListener("change", render);
+  convoyFilter.addEventListener("change", render);
   setInterval(() => { if (sessions.length) render(); }, 30000); // ages
   start();
 })();

@@ -99,6 +99,10 @@
       case "retrying":
         line("note", `retrying (${event.attempt}/${event.max_attempts}): ${event.reason}`);
         break;
+      case "todos_updated":
+        document.getElementById("todos").textContent =
+          event.todos.map((t) => `${t.status}\t${t.content}`).join("\n") || "(none)";
+        break;
       case "lagged":
         line("error", `${event.dropped} events were dropped here (the reader was too slow)`);
         break;
