@@ -10,7 +10,7 @@
                                 (`EPOCH-N`; `Last-Event-ID` wins; another epoch's: `reset`)
     POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
     POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
-    POST /api/sessions/ID/ctl       {"command"}   one ctl line (cancel, stop, model NAME, ...)
+    POST /api/sessions/ID/ctl       {"command"}   one ctl line (cancel, compact, model NAME, ...)
 
 The board keeps no state: every read is a session's own value at that moment, every action
 calls the same `Session` method as the file it stands for, and a refusal comes back verbatim
@@ -181,9 +181,11 @@ def board_app(
             await answered(s, gate)
 
     async def ctl(s: Session, command: str) -> None:
-        verb = command.strip().partition(" ")[0]
+        verb, _, rest = command.strip().partition(" ")
         if verb in ("approve", "always", "reject"):
             await approval(s, command)
+        elif verb == "compact":  # the `compact` verb of `anvild.tree.compaction`
+            await s.compaction.compact(rest.strip())
         else:
             await s.control(command)
 

@@ -479,3 +479,20 @@ def test_todos_change_live_while_the_turn_runs(page: Any, board: Board) -> None:
     assert page.locator("#turns .line.end").count() == 0  # the provider holds the answer
     board.fake.release()
     page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+
+
+def test_compact_and_model_switch_from_the_page(page: Any, board: Board) -> None:
+    sid = board.new_session()
+    ok(anvilctl(board.namespace, "send", sid, "hello"))
+    assert ok(anvilctl(board.namespace, "wait", sid)) == "await\n"
+    session_page(page, board, sid)
+    page.fill("#model", "nosuch")
+    page.click("#switch")
+    page.locator("#error").filter(has_text="nosuch").wait_for(timeout=WAIT_MS)
+    refusal = page.locator("#error").inner_text()
+    written = anvilctl(board.namespace, "write", f"agent/{sid}/ctl", stdin="model nosuch\n")
+    assert written.returncode != 0
+    assert refusal in written.stderr  # the file's refusal, word for word
+    page.click("#compact")
+    page.locator("#turns .line.note", has_text="compacted:").wait_for(timeout=WAIT_MS)
+    assert read(board.namespace, f"agent/{sid}/compactions").count("manual") == 1

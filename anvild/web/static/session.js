@@ -99,6 +99,14 @@
       case "retrying":
         line("note", `retrying (${event.attempt}/${event.max_attempts}): ${event.reason}`);
         break;
+      case "compaction_started":
+        line("note", `compacting (${event.trigger}, ${event.tokens} tokens)`);
+        break;
+      case "compaction_finished":
+        line(event.ok ? "note" : "error", event.ok
+          ? `compacted: ${event.before} → ${event.after} tokens, ${event.dropped} messages replaced`
+          : `compaction failed: ${event.detail}`);
+        break;
       case "todos_updated":
         document.getElementById("todos").textContent =
           event.todos.map((t) => `${t.status}\t${t.content}`).join("\n") || "(none)";
@@ -174,13 +182,20 @@
       showError(error);
     }
   });
-  document.getElementById("cancel").addEventListener("click", async () => {
-    try {
-      await post(`${base}/ctl`, { command: "cancel" });
-      showError(null);
-    } catch (error) {
-      showError(error);
-    }
-  });
+  function command(line) {
+    return async () => {
+      try {
+        await post(`${base}/ctl`, { command: line() });
+        showError(null);
+        refresh();
+      } catch (error) {
+        showError(error);
+      }
+    };
+  }
+  document.getElementById("cancel").addEventListener("click", command(() => "cancel"));
+  document.getElementById("compact").addEventListener("click", command(() => "compact"));
+  document.getElementById("switch").addEventListener("click",
+    command(() => `model ${document.getElementById("model").value.trim()}`));
   start();
 })();
