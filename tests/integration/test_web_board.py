@@ -353,6 +353,13 @@ def test_follow_a_convoy_to_completion_claiming_and_approving_from_the_page(
     page.locator("#live.up").wait_for(timeout=WAIT_MS)
     card = page.locator(f'.convoy[data-id="{convoy}"]')
     card.filter(has_text="0/2 0%").wait_for(timeout=WAIT_MS)
+    nodes = page.locator("#graph svg g.node")  # the graph: b's column is right of a's, joined
+    a_box = nodes.filter(has_text=a).bounding_box()
+    b_box = nodes.filter(has_text=b).bounding_box()
+    assert a_box is not None
+    assert b_box is not None
+    assert b_box["x"] > a_box["x"] + a_box["width"]
+    assert page.locator("#graph svg line.edge").count() >= 1
 
     row_a = page.locator(f'#beads tr[data-id="{a}"]')
     row_a.locator("input.who").fill("nosuch")

@@ -37,6 +37,63 @@
     return el("div", { class: "buttons" }, ...out);
   }
 
+  // The dependency graph: a bead's column is one past its deepest dependency's; an arrow runs
+  // from each dependency to the bead that waits on it.
+  function graph(beads) {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = (tag, attrs, text) => {
+      const node = document.createElementNS(ns, tag);
+      for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+      if (text !== undefined) node.textContent = text;
+      return node;
+    };
+    const byId = new Map(beads.map((b) => [b.id, b]));
+    const depth = new Map();
+    const depthOf = (id, seen) => {
+      if (depth.has(id)) return depth.get(id);
+      if (seen.has(id) || !byId.has(id)) return -1;
+      seen.add(id);
+      const d = 1 + Math.max(-1, ...byId.get(id).depends_on.map((dep) => depthOf(dep, seen)));
+      depth.set(id, d);
+      return d;
+    };
+    const columns = [];
+    for (const bead of beads) {
+      const d = depthOf(bead.id, new Set());
+      (columns[d] = columns[d] || []).push(bead);
+    }
+    const [w, h, gapX, gapY] = [170, 34, 60, 14];
+    const place = new Map();
+    columns.forEach((column, x) => column.forEach((bead, y) =>
+      place.set(bead.id, { x: 10 + x * (w + gapX), y: 10 + y * (h + gapY) })));
+    const rows = Math.max(0, ...columns.map((c) => c.length));
+    const root = svg("svg", { class: "graph", width: 20 + columns.length * (w + gapX),
+      height: 20 + rows * (h + gapY), role: "img", "aria-label": "bead dependencies" });
+    root.append(svg("defs", {}));
+    const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
+      markerWidth: 6, markerHeight: 6, orient: "auto" });
+    marker.append(svg("path", { d: "M0,0 L10,5 L0,10 z", class: "arrowhead" }));
+    root.firstChild.append(marker);
+    for (const bead of beads) {
+      const to = place.get(bead.id);
+      for (const dep of bead.depends_on) {
+        const from = place.get(dep);
+        if (!from) continue;
+        root.append(svg("line", { x1: from.x + w, y1: from.y + h / 2, x2: to.x, y2: to.y + h / 2,
+          class: "edge", "marker-end": "url(#arrow)" }));
+      }
+    }
+    for (const bead of beads) {
+      const at = place.get(bead.id);
+      const node = svg("g", { class: `node ${bead.status}`, "data-id": bead.id });
+      node.append(svg("rect", { x: at.x, y: at.y, width: w, height: h, rx: 5 }),
+        svg("text", { x: at.x + 8, y: at.y + 14 }, bead.id),
+        svg("text", { x: at.x + 8, y: at.y + 28, class: "status" }, bead.status));
+      root.append(node);
+    }
+    return root;
+  }
+
   function render(data) {
     const beads = new Map(data.beads.map((b) => [b.id, b]));
     document.getElementById("convoys").replaceChildren(...data.convoys.map((c) =>
@@ -59,6 +116,7 @@
           `${d}${beads.has(d) && beads.get(d).status === "completed" ? " ✓" : ""}`).join(", ")),
         el("td", {}, b.convoy || ""),
         el("td", {}, actions(b)))));
+    document.getElementById("graph").replaceChildren(graph(data.beads));
     document.getElementById("empty").hidden = data.beads.length > 0;
     if (data.unavailable) showError(data.unavailable);
   }
