@@ -31,6 +31,7 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.completion": ("completion",),
     "anvilctl.eval": ("eval",),
     "anvilctl.stats": ("stats",),
+    "anvilctl.rerun": ("replay",),
     "anvilctl.auto": ("auto",),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")

@@ -1,0 +1,125 @@
+"""`anvilctl replay`: a recorded ten-step session re-runs with every request as recorded, with
+tools re-executed in a scratch copy or fed from the records; a tool whose output format
+changed, and a transcript that changed, are reported at the right step with a diff."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from anvilctl import rerun
+from anvild.agent.tools.base import ToolOutput
+from anvild.agent.tools.files import ReadFile
+from anvild.llm.stream import Usage
+from anvild.llm.testing import script
+from tests.unit.session.support import ask, new, running
+
+STEPS = 10
+USAGE = Usage(input=50, output=5, cache_read=0, cache_write=0)
+
+
+def ten_steps() -> list[Any]:
+    calls = [
+        script.tool_call(f"c{i}", "read_file", {"file_path": f"f{i % 3}.txt"}, usage=USAGE)
+        for i in range(STEPS - 1)
+    ]
+    return [*calls, script.text("read them all", usage=USAGE)]
+
+
+async def record(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    for i in range(3):
+        (work / f"f{i}.txt").write_text(f"line one of {i}\nline two\n")
+    async with running(tmp_path, ten_steps()) as manager:
+        session = await new(manager)
+        assert await ask(session, "read the files") == "read them all\n"
+        assert await ask(session, "nothing else?") != ""
+        return tmp_path / "data" / "sessions" / f"{session.id}.jsonl"
+
+
+def replayed(path: Path, **kwargs: Any) -> tuple[int, str]:
+    out = io.StringIO()
+    status = rerun.replay(path, out=out, **kwargs)
+    return status, out.getvalue()
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Path:
+    return trio.run(record, tmp_path)
+
+
+def test_the_recorded_turns_are_read_back(recorded: Path) -> None:
+    from anvild.store import read_journal
+
+    _, turns = rerun.recorded_turns(read_journal(recorded).records)
+    assert [len(t.responses) for t in turns][:1] == [STEPS]
+    assert len(turns[0].results) == STEPS - 1
+    assert turns[0].outcome == "done"
+
+
+def test_every_request_is_reproduced_with_tools_re_executed(recorded: Path) -> None:
+    status, out = replayed(recorded, turn=1)
+    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced\n")
+
+
+def test_every_turn_is_replayed_one_that_failed_up_to_its_failure(recorded: Path) -> None:
+    # The second turn's only request failed (the script was exhausted): nothing to compare.
+    status, out = replayed(recorded)
+    assert (status, out) == (
+        0,
+        f"turn 1: {STEPS} requests reproduced\nturn 2: 0 requests reproduced\n",
+    )
+
+
+def test_recorded_results_can_be_fed_instead(recorded: Path) -> None:
+    status, out = replayed(recorded, turn=1, feed=True)
+    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced\n")
+
+
+def test_a_changed_tool_output_format_is_a_divergence_at_its_call(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = ReadFile.call
+
+    async def shouting(self: ReadFile, args: Any, ctx: Any) -> ToolOutput:
+        output = await original(self, args, ctx)
+        if args["file_path"] != "f2.txt":  # only this file's reads change: first at step 3
+            return output
+        return ToolOutput(output.content.upper())
+
+    monkeypatch.setattr(ReadFile, "call", shouting)
+    status, out = replayed(recorded, turn=1)
+    assert status == 1
+    assert out.startswith("DIVERGED turn 1 step 3: the result of c2 (read_file) differs\n")
+    assert "-     1\tline one of 2\n" in out
+    assert "+     1\tLINE ONE OF 2\n" in out
+
+
+def test_a_request_that_differs_is_reported_at_its_step(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fed results that differ from what the model saw make the next request differ.
+    real = rerun.CheckedTools.dispatch
+
+    async def altered(self: rerun.CheckedTools, call: Any, ctx: Any) -> Any:
+        result = await real(self, call, ctx)
+        if call.id == "c4":
+            return type(result)(result.call_id, result.content + " (changed)", result.is_error)
+        return result
+
+    monkeypatch.setattr(rerun.CheckedTools, "dispatch", altered)
+    status, out = replayed(recorded, turn=1, feed=True)
+    assert status == 1
+    assert out.startswith("DIVERGED turn 1 step 6: the request differs\n")
+    assert "(changed)" in out
+
+
+def test_an_unknown_turn_is_refused(recorded: Path) -> None:
+    status, out = replayed(recorded, turn=9)
+    assert status == 2
+    assert "has no turn 9" in out
