@@ -267,6 +267,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 else BeadActions(
                     sessions.beads.store, sessions.beads.answer, sessions.beads.resolve_session
                 ),
+                mail=None if sessions.mail is None else sessions.mail.office,
             )
         daemon = Daemon(
             DaemonConfig(

@@ -3,6 +3,7 @@
     GET  /                      the board          GET /session/ID   one session's page
     GET  /beads                 beads and convoys (routes: `anvild.web.beads`)
     GET  /spend                 tokens and USD per model and role, budgets (`anvild.web.spend`)
+    GET  /mail                  the person's mailbox, agent/user/ (`anvild.web.mail`)
     GET  /static/NAME           the package's own scripts and styles (no third-party asset)
     GET  /api/sessions          every session, those needing a person first, and the feed's seq
     GET  /api/sessions/ID       one session: its files' values and its recent events
@@ -33,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from anvild.mail import PostOffice
 from anvild.session import (
     Session,
     SessionError,
@@ -44,6 +46,7 @@ from anvild.web.auth import COOKIE, Guard
 from anvild.web.beads import BeadActions, bead_routes
 from anvild.web.body import BadBody, read_field
 from anvild.web.hub import EventHub, Gap
+from anvild.web.mail import mail_routes
 from anvild.web.spend import spend_routes
 
 __all__ = ["Answered", "board_app"]
@@ -59,6 +62,7 @@ STATIC: Final = {
     "common.js": "text/javascript",
     "beads.js": "text/javascript",
     "spend.js": "text/javascript",
+    "mail.js": "text/javascript",
     "style.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -112,6 +116,7 @@ def board_app(
     *,
     answered: Answered | None = None,
     beads: BeadActions | None = None,
+    mail: PostOffice | None = None,
 ) -> Starlette:
     """The board's routes (put the result behind `Guarded(app, guard)`)."""
     convoys_of = manager.settings.convoys_of or (lambda session_id: ())
@@ -221,6 +226,7 @@ def board_app(
             Route("/session/{id}", page("session.html")),
             Route("/beads", page("beads.html")),
             Route("/spend", page("spend.html")),
+            Route("/mail", page("mail.html")),
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
@@ -230,5 +236,6 @@ def board_app(
             Route("/events", events),
             *([] if beads is None else bead_routes(beads, hub)),
             *spend_routes(manager, hub, lambda s: _usd(s.cost_text())),
+            *([] if mail is None else mail_routes(mail, hub)),
         ]
     )

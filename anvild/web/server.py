@@ -21,6 +21,7 @@ from hypercorn.trio import serve
 
 from anvild.config import Config
 from anvild.lines.broadcast import Broadcast
+from anvild.mail import PostOffice
 from anvild.session import SessionError, SessionManager
 from anvild.web.app import Answered, board_app
 from anvild.web.auth import Guard, Guarded
@@ -97,6 +98,7 @@ class WebBoard:
     token: Callable[[], str]
     answered: Answered | None = None
     beads: BeadActions | None = None
+    mail: PostOffice | None = None
     url: str | None = None
 
     def _session_events(self, session_id: str) -> Broadcast | None:
@@ -118,9 +120,10 @@ class WebBoard:
         config.graceful_timeout = 1.0
         # Loopback: no Host is accepted until the port is known (then only the listener's).
         guard = Guard(self.token(), None if not self.address.is_loopback else ())
-        app = Guarded(
-            board_app(self.manager, hub, guard, answered=self.answered, beads=self.beads), guard
+        routes = board_app(
+            self.manager, hub, guard, answered=self.answered, beads=self.beads, mail=self.mail
         )
+        app = Guarded(routes, guard)
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)
             binds: list[str] = await nursery.start(serve, app, config)

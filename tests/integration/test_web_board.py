@@ -503,3 +503,36 @@ def test_compact_and_model_switch_from_the_page(page: Any, board: Board) -> None
     page.click("#compact")
     page.locator("#turns .line.note", has_text="compacted:").wait_for(timeout=WAIT_MS)
     assert read(board.namespace, f"agent/{sid}/compactions").count("manual") == 1
+
+
+def test_mail_to_the_person_arrives_live_is_marked_read_and_answered(
+    page: Any, board: Board
+) -> None:
+    ns = board.namespace
+    sid = board.new_session("alias=mailer")
+    page.goto(f"{board.url}mail")
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+    draft = {"to": "user", "type": "QUESTION", "subject": "which port?", "body": "<b>8080</b>?"}
+    ok(anvilctl(ns, "write", f"agent/{sid}/outbox", stdin=json.dumps(draft)))
+    unread = page.locator("#unread .message", has_text="which port?")
+    unread.wait_for(timeout=WAIT_MS)
+    assert unread.locator("pre").inner_text() == "<b>8080</b>?"  # text, never markup
+    page.click("#mark-read")
+    page.locator("#received .message", has_text="which port?").wait_for(timeout=WAIT_MS)
+    assert page.locator("#unread .message").count() == 0
+    assert json.loads(read(ns, "agent/user/inbox")) == []
+
+    page.fill("#to", "nobody-here")
+    page.fill("#body", "hello")
+    page.click("#send")
+    page.locator("#error", has_text="no live session has the id or alias 'nobody-here'").wait_for(
+        timeout=WAIT_MS
+    )
+    page.fill("#to", "mailer")
+    page.select_option("#type", "ANSWER")
+    page.fill("#subject", "re: which port?")
+    page.fill("#body", "8080")
+    page.click("#send")
+    page.locator("#sent .message", has_text="re: which port?").wait_for(timeout=WAIT_MS)
+    [got] = json.loads(read(ns, f"agent/{sid}/inbox"))
+    assert (got["from"], got["type"], got["body"]) == ("user", "ANSWER", "8080")
