@@ -47,7 +47,8 @@ from anvild.agent.tools.registry import ToolRegistry  # noqa: E402
 from anvild.config.load import TelemetrySettings  # noqa: E402
 from anvild.llm.stream import Usage  # noqa: E402
 from anvild.llm.testing import ScriptedProvider, Step, script  # noqa: E402
-from anvild.telemetry import Telemetry, Who  # noqa: E402
+from anvild.telemetry import Who  # noqa: E402
+from anvild.telemetry.traces import Telemetry  # noqa: E402
 
 USAGE = Usage(input=1000, output=50, cache_read=0, cache_write=0)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import httpx
@@ -72,7 +73,6 @@ from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
 from anvild.skills import SkillCatalog
 from anvild.store import SessionStore
-from anvild.telemetry import Telemetry
 from anvild.tree.beads import BeadsTree
 from anvild.tree.budget import budget_file
 from anvild.tree.compaction import compaction_files
@@ -94,6 +94,9 @@ from anvild.tree.skills import skills_file
 from anvild.tree.turns import turn_files
 
 __all__ = ["LocalModelProvider", "Sessions", "local_factory"]
+
+if TYPE_CHECKING:
+    from anvild.telemetry.traces import Telemetry
 
 log = structlog.get_logger("anvild.daemon.wiring")
 
@@ -223,6 +226,8 @@ def _telemetry(
     headers are logged and telemetry stays off (the sessions run regardless)."""
     if config.telemetry.otlp_endpoint is None:
         return None
+    from anvild.telemetry.traces import Telemetry  # the SDK loads only when configured
+
     try:
         return Telemetry(config.telemetry, redact=redactor.redact if redactor else None, env=env)
     except ValueError as exc:

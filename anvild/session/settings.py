@@ -35,10 +35,10 @@ from anvild.session.errors import InvalidSessionRequest
 from anvild.session.events import SessionEvent
 from anvild.session.stream import BroadcastLimits
 from anvild.skills import SkillCatalog
-from anvild.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from anvild.session.session import Session
+    from anvild.telemetry.traces import Telemetry
 
 SANDBOXES: Final = ("read-only", "workspace-write", "full-access")
 

@@ -38,6 +38,7 @@ from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role, Text
 from anvild.telemetry.export import BoundedProcessor
+from anvild.telemetry.who import Who
 
 _FINISH: Final = {
     ev.TurnOutcome.DONE: "stop",
@@ -55,16 +56,6 @@ def parse_headers(text: str) -> dict[str, str]:
             raise ValueError(f"telemetry headers: {piece!r} is not key=value")
         headers[key.strip()] = value.strip()
     return headers
-
-
-@attrs.frozen
-class Who:
-    """What a session's spans say about it, read at each turn's start."""
-
-    session: str
-    role: str
-    bead: str = ""
-    convoy: str = ""
 
 
 class Telemetry:

@@ -23,7 +23,8 @@ from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.sandbox.secrets import Redactor
-from anvild.telemetry import BoundedProcessor, Telemetry, parse_headers
+from anvild.telemetry.export import BoundedProcessor
+from anvild.telemetry.traces import Telemetry, parse_headers
 from tests.unit.session.support import Models, ask, new, running, target
 
 KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"
