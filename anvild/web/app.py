@@ -9,9 +9,10 @@
     GET  /api/sessions/ID       one session: its files' values and its recent events
     GET  /events?after=POS[&session=ID] SSE: the feed after POS, a snapshot's `seq` or an SSE id
                                 (`EPOCH-N`; `Last-Event-ID` wins; another epoch's: `reset`)
+    GET  /api/sessions/ID/turns[/N/diff]          `turns/`: each turn's changes; one's diff
     POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
     POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
-    POST /api/sessions/ID/ctl       {"command"}   one ctl line (cancel, compact, model NAME, ...)
+    POST /api/sessions/ID/ctl       {"command"}   a ctl line (cancel, compact, undo, model NAME...)
 
 The board keeps no state: every read is a session's own value at that moment, every action
 calls the same `Session` method as the file it stands for, and a refusal comes back verbatim
@@ -161,6 +162,39 @@ def board_app(
             }
         )
 
+    async def turns(request: Request) -> Response:
+        try:
+            s = manager.get(request.path_params["id"])
+        except SessionError as exc:
+            return _error(exc)
+        steps = [step for step in s.turns.steps() if not step.pending]
+        return JSONResponse(
+            {
+                "turns": [
+                    {
+                        "kind": step.kind,
+                        "number": step.number,
+                        "label": step.label,
+                        "changes": step.changes,
+                        "outcome": step.outcome,
+                    }
+                    for step in steps
+                ]
+            }
+        )
+
+    async def diff(request: Request) -> Response:
+        try:
+            s = manager.get(request.path_params["id"])
+        except SessionError as exc:
+            return _error(exc)
+        number = request.path_params["number"]
+        for step in s.turns.steps():
+            if not step.pending and str(step.number) == number:
+                text = (await s.turns.diff(step)).decode("utf-8", "replace")
+                return Response(text, media_type="text/plain; charset=utf-8")
+        return JSONResponse({"error": f"session {s.id} has no turn {number}"}, 404)
+
     def action(
         run: Callable[[Session, str], Awaitable[None]], field: str
     ) -> Callable[[Request], Awaitable[Response]]:
@@ -191,6 +225,8 @@ def board_app(
             await approval(s, command)
         elif verb == "compact":  # the `compact` verb of `anvild.tree.compaction`
             await s.compaction.compact(rest.strip())
+        elif verb == "undo" and rest.strip() in ("", "force"):  # `anvild.tree.turns`
+            await s.turns.undo(force=rest.strip() == "force")
         else:
             await s.control(command)
 
@@ -230,6 +266,8 @@ def board_app(
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
+            Route("/api/sessions/{id}/turns", turns),
+            Route("/api/sessions/{id}/turns/{number}/diff", diff),
             Route("/api/sessions/{id}/prompt", action(prompt, "text"), methods=["POST"]),
             Route("/api/sessions/{id}/approval", action(approval, "answer"), methods=["POST"]),
             Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),

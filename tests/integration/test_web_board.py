@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -281,6 +282,23 @@ def test_approve_a_tool_call_from_the_page(page: Any, board: Board) -> None:
     assert "approval approve" in page.locator("#turns").inner_text()
     assert (board.work / "a.txt").read_text() == "a\n"
     page.locator("#out", has_text="a is written").wait_for(timeout=WAIT_MS)
+
+    turn = page.locator('#changes details.turn[data-number="1"]')  # agent/ID/turns/1
+    turn.locator("pre.changes", has_text="a.txt").wait_for(timeout=WAIT_MS, state="attached")
+    assert turn.locator("pre.changes").text_content() == read(
+        board.namespace, f"agent/{sid}/turns/1/changes"
+    )
+    turn.locator("summary").click()
+    turn.locator("pre.diff", has_text="+a").wait_for(timeout=WAIT_MS)
+    assert turn.locator("pre.diff").inner_text().strip() == (
+        read(board.namespace, f"agent/{sid}/turns/1/diff").strip()
+    )
+    page.click("#undo")  # what `undo` on ctl does: the turn's write is taken back
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (board.work / "a.txt").exists():
+        assert time.monotonic() < deadline, page.locator("#error").inner_text()
+        time.sleep(0.05)
+    assert page.locator("#error").inner_text() == ""
 
 
 def test_reject_with_a_reason_reaches_the_model(page: Any, board: Board) -> None:

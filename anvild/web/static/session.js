@@ -141,9 +141,33 @@
     document.getElementById("cost").textContent = data.cost;
   }
 
+  async function showChanges() {
+    const { turns: steps } = await getJSON(`${base}/turns`);
+    const box = document.getElementById("changes");
+    box.replaceChildren(...steps.slice().reverse().map((step) => {
+      const diff = el("pre", { class: "diff" }, "");
+      const item = el("details", { class: "turn", "data-number": String(step.number) },
+        el("summary", {}, `${step.kind} ${step.number}: ${step.label}`,
+          step.outcome ? ` (${step.outcome})` : "", step.changes ? "" : " · no changes"),
+        el("pre", { class: "changes" }, step.changes || "(no changes)"), diff);
+      item.addEventListener("toggle", async () => {
+        if (!item.open || diff.textContent) return;
+        try {
+          const reply = await fetch(`${base}/turns/${step.number}/diff`, { credentials: "same-origin" });
+          diff.textContent = await reply.text();
+        } catch (error) {
+          showError(error);
+        }
+      });
+      return item;
+    }));
+    if (!steps.length) box.append(el("p", { class: "muted" }, "(no turns checkpointed)"));
+  }
+
   async function refresh() {
     try {
       showInfo(await getJSON(base));
+      await showChanges();
     } catch (error) {
       showError(error);
     }
@@ -158,6 +182,7 @@
       return;
     }
     showInfo(data);
+    showChanges().catch(showError);
     turns.replaceChildren();
     approvals.replaceChildren();
     tools.clear();
@@ -195,6 +220,7 @@
   }
   document.getElementById("cancel").addEventListener("click", command(() => "cancel"));
   document.getElementById("compact").addEventListener("click", command(() => "compact"));
+  document.getElementById("undo").addEventListener("click", command(() => "undo"));
   document.getElementById("switch").addEventListener("click",
     command(() => `model ${document.getElementById("model").value.trim()}`));
   start();
