@@ -1,23 +1,18 @@
 """The board's HTTP side: pages, a JSON API over the session APIs, and one SSE event stream.
 
-    GET  /                      the board          GET /session/ID   one session's page
-    GET  /beads                 beads and convoys (routes: `anvild.web.beads`)
-    GET  /spend                 tokens and USD per model and role, budgets (`anvild.web.spend`)
-    GET  /mail                  the person's mailbox, agent/user/ (`anvild.web.mail`)
-    GET  /static/NAME           the package's own scripts and styles (no third-party asset)
-    GET  /api/sessions          every session, those needing a person first, and the feed's seq
+    GET  /  /session/ID  /beads  /spend  /mail      the pages; GET /static/NAME their assets
+    GET  /api/sessions          every session, those needing a person first, and the position
     GET  /api/sessions/ID       one session: its files' values and its recent events
-    GET  /events?after=POS[&session=ID] SSE: the feed after POS, a snapshot's `seq` or an SSE id
-                                (`EPOCH-N`; `Last-Event-ID` wins; another epoch's: `reset`)
     GET  /api/sessions/ID/turns[/N/diff]          `turns/`: each turn's changes; one's diff
+    GET  /events?after=POS[&session=ID]  SSE after POS (`EPOCH-N`; `Last-Event-ID` wins)
     POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
     POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
     POST /api/sessions/ID/ctl       {"command"}   a ctl line (cancel, compact, undo, model NAME...)
 
-The board keeps no state: every read is a session's own value at that moment, every action
-calls the same `Session` method as the file it stands for, and a refusal comes back verbatim
-as `{"error": MESSAGE}` (404 for an unknown session, 409 for a refusal). `Guarded` checks every
-request first (`anvild.web.auth`).
+Beads, spend and mail routes are in their modules. The board keeps no state: every read is a
+session's own value at that moment, every action calls the same method as the file it stands
+for, and a refusal comes back verbatim as `{"error": MESSAGE}` (404 for an unknown session,
+409 for a refusal). `Guarded` checks every request first (`anvild.web.auth`).
 """
 
 from __future__ import annotations

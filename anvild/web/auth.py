@@ -95,7 +95,8 @@ class Guard:
             if not self.token_ok(given):
                 return PlainTextResponse(UNAUTHORIZED, status_code=401)
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            path = "/" + request.url.path.lstrip("/")  # never `//host`: no open redirect
+            target = path + (f"?{urlencode(rest)}" if rest else "")
             redirect = RedirectResponse(target, status_code=303)
             redirect.set_cookie(
                 COOKIE, self.new_cookie(), httponly=True, samesite="strict", path="/"

@@ -172,6 +172,8 @@ def test_the_token_once_then_an_httponly_strict_cookie_and_a_strict_csp(board: B
         assert "SameSite=strict" in cookie
         assert "Path=/" in cookie
         assert board.token not in cookie
+        reply = client.get(board.url.rstrip("/") + "//evil.example/", params={"token": board.token})
+        assert reply.headers["location"] == "/evil.example/"  # a path here, never another host
         reply = client.get("/api/sessions")
         assert reply.status_code == 200
         assert sid in [s["id"] for s in reply.json()["sessions"]]
