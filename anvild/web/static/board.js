@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, feed, showLive, age, usageBar, showError } = anvil;
+  const { el, getJSON, feed, showLive, age, usageBar, showError, timed } = anvil;
   const body = document.querySelector("#sessions tbody");
   const roleFilter = document.getElementById("role");
   const stateFilter = document.getElementById("state");
@@ -20,7 +20,7 @@
     select.value = chosen;
   }
 
-  function render() {
+  const render = timed(() => {
     options(roleFilter, new Set(sessions.map((s) => s.role)));
     options(stateFilter, new Set(sessions.map((s) => s.state)));
     options(convoyFilter, new Set(sessions.flatMap((s) => s.convoys)));
@@ -43,7 +43,7 @@
     document.getElementById("empty").hidden = sessions.length > 0;
     document.getElementById("count").textContent =
       `${shown.length} of ${sessions.length} sessions`;
-  }
+  });
 
   async function load() {
     try {

@@ -3,7 +3,7 @@
 
 const anvil = (() => {
   const csrf = document.querySelector('meta[name="csrf"]').content;
-  const stats = { batches: 0, maxMs: 0 };
+  const stats = { batches: 0, maxMs: 0, renders: 0, renderMaxMs: 0 };
   window.anvilStats = stats;
 
   function el(tag, attrs, ...children) {
@@ -83,5 +83,16 @@ const anvil = (() => {
     box.textContent = error ? String(error.message || error) : "";
   }
 
-  return { el, getJSON, post, feed, showLive, age, usageBar, showError };
+  // Time a page's redraw, kept beside the event handling times (window.anvilStats).
+  function timed(draw) {
+    return (...args) => {
+      const started = performance.now();
+      const result = draw(...args);
+      stats.renders += 1;
+      stats.renderMaxMs = Math.max(stats.renderMaxMs, performance.now() - started);
+      return result;
+    };
+  }
+
+  return { el, getJSON, post, feed, showLive, age, usageBar, showError, timed };
 })();
