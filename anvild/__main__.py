@@ -18,7 +18,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import structlog
@@ -268,6 +268,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                     sessions.beads.store, sessions.beads.answer, sessions.beads.resolve_session
                 ),
                 mail=None if sessions.mail is None else sessions.mail.office,
+                root_ctl=_ctl_line(root),
             )
         daemon = Daemon(
             DaemonConfig(
@@ -299,6 +300,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _run(daemon, started)
     finally:
         lock.release()
+
+
+def _ctl_line(root: RootTree) -> Callable[[str], Awaitable[str]]:
+    """One line of `agent/ctl`, run as a write of it runs it (for the board's New session)."""
+
+    async def run(line: str) -> str:
+        command = root.commands.parse_line(line)
+        return await root.commands[command.verb].handler(command)
+
+    return run
 
 
 def _web_address(flag: str | None, allow_remote: bool, config: Config) -> WebAddress | None:

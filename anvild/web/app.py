@@ -5,6 +5,7 @@
     GET  /api/sessions/ID       one session: its files' values and its recent events
     GET  /api/sessions/ID/turns[/N/diff]          `turns/`: each turn's changes; one's diff
     GET  /events?after=POS[&session=ID]  SSE after POS (`EPOCH-N`; `Last-Event-ID` wins)
+    POST /api/new                   {"args"}      `new ARGS` on agent/ctl: the new session's id
     POST /api/sessions/ID/prompt    {"text"}      what a write of `in` does
     POST /api/sessions/ID/approval  {"answer"}    approve | always | reject REASON
     POST /api/sessions/ID/ctl       {"command"}   a ctl line (cancel, compact, undo, model NAME...)
@@ -30,7 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from anvild.fs.ctl import CommandError
 from anvild.mail import PostOffice
+from anvild.ninep.errors import FsError
 from anvild.session import (
     Session,
     SessionError,
@@ -51,6 +54,8 @@ log = structlog.get_logger("anvild.web")
 
 Answered = Callable[[Session, PendingResult], Awaitable[None]]
 """Awaited after an answer settled a result gate (the tree's `SessionExtension.answered`)."""
+CtlLine = Callable[[str], Awaitable[str]]
+"""Runs one line of `agent/ctl` as a write of it does and returns what a read then gives."""
 
 STATIC: Final = {
     "board.js": "text/javascript",
@@ -113,6 +118,7 @@ def board_app(
     answered: Answered | None = None,
     beads: BeadActions | None = None,
     mail: PostOffice | None = None,
+    root_ctl: CtlLine | None = None,
 ) -> Starlette:
     """The board's routes (put the result behind `Guarded(app, guard)`)."""
     convoys_of = manager.settings.convoys_of or (lambda session_id: ())
@@ -225,6 +231,20 @@ def board_app(
         else:
             await s.control(command)
 
+    async def new(request: Request) -> Response:
+        if root_ctl is None:
+            return JSONResponse({"error": "this board cannot create sessions"}, status_code=404)
+        try:
+            words = await read_field(request, "args")
+            if "\n" in words:
+                raise BadBody("one line of new arguments, please")
+            session_id = await root_ctl(f"new {words}".strip())
+        except BadBody as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except (CommandError, FsError, SessionError) as exc:
+            return JSONResponse({"error": getattr(exc, "message", str(exc))}, status_code=409)
+        return JSONResponse({"id": session_id})
+
     async def events(request: Request) -> Response:
         last = request.headers.get("last-event-id") or request.query_params.get("after", "")
         after = hub.resume_point(last) if last else hub.pump()
@@ -261,6 +281,7 @@ def board_app(
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
+            Route("/api/new", new, methods=["POST"]),
             Route("/api/sessions/{id}/turns", turns),
             Route("/api/sessions/{id}/turns/{number}/diff", diff),
             Route("/api/sessions/{id}/prompt", action(prompt, "text"), methods=["POST"]),

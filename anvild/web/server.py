@@ -23,7 +23,7 @@ from anvild.config import Config
 from anvild.lines.broadcast import Broadcast
 from anvild.mail import PostOffice
 from anvild.session import SessionError, SessionManager
-from anvild.web.app import Answered, board_app
+from anvild.web.app import Answered, CtlLine, board_app
 from anvild.web.auth import Guard, Guarded
 from anvild.web.beads import BeadActions
 from anvild.web.hub import EventHub
@@ -99,6 +99,7 @@ class WebBoard:
     answered: Answered | None = None
     beads: BeadActions | None = None
     mail: PostOffice | None = None
+    root_ctl: CtlLine | None = None
     url: str | None = None
 
     def _session_events(self, session_id: str) -> Broadcast | None:
@@ -121,7 +122,13 @@ class WebBoard:
         # Loopback: no Host is accepted until the port is known (then only the listener's).
         guard = Guard(self.token(), None if not self.address.is_loopback else ())
         routes = board_app(
-            self.manager, hub, guard, answered=self.answered, beads=self.beads, mail=self.mail
+            self.manager,
+            hub,
+            guard,
+            answered=self.answered,
+            beads=self.beads,
+            mail=self.mail,
+            root_ctl=self.root_ctl,
         )
         app = Guarded(routes, guard)
         async with trio.open_nursery() as nursery:

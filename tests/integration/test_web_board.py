@@ -588,3 +588,20 @@ def test_the_board_stays_responsive_with_a_hundred_sessions_streaming(
     assert stats["batches"] >= 100
     assert stats["maxMs"] < 50, stats
     assert stats["renderMaxMs"] < 50, stats
+
+
+def test_a_new_session_from_the_board_as_agent_ctl_makes_it(page: Any, board: Board) -> None:
+    page.locator("#live.up").wait_for(timeout=WAIT_MS)
+    page.fill("#new-args", f"cwd={board.work} role=nosuchrole")
+    page.click("#new")
+    page.locator("#error").filter(has_text="nosuchrole").wait_for(timeout=WAIT_MS)
+    line = f"new cwd={board.work} role=nosuchrole\n"
+    refused = anvilctl(board.namespace, "write", "agent/ctl", stdin=line)
+    assert refused.returncode != 0
+    assert page.locator("#error").inner_text() in refused.stderr  # word for word
+    page.fill("#new-args", f"cwd={board.work} alias=from-the-page role=reviewer")
+    page.click("#new")
+    page.wait_for_url(re.compile(r".*/session/\w+$"), timeout=WAIT_MS)
+    sid = page.url.rpartition("/")[2]
+    assert read(board.namespace, f"agent/{sid}/alias") == "from-the-page\n"
+    assert read(board.namespace, f"agent/{sid}/role") == "reviewer\n"

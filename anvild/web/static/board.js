@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, feed, showLive, age, usageBar, showError, timed } = anvil;
+  const { el, getJSON, post, feed, showLive, age, usageBar, showError, timed } = anvil;
   const body = document.querySelector("#sessions tbody");
   const roleFilter = document.getElementById("role");
   const stateFilter = document.getElementById("state");
@@ -73,6 +73,23 @@
     }, start, showLive);
   }
 
+  document.getElementById("new-form").addEventListener("submit", async (submitted) => {
+    submitted.preventDefault();
+    try {
+      const reply = await fetch("/api/new", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "content-type": "application/json",
+          "x-anvil-csrf": document.querySelector('meta[name="csrf"]').content },
+        body: JSON.stringify({ args: document.getElementById("new-args").value }),
+      });
+      const body = await reply.json();
+      if (!reply.ok) throw new Error(body.error);
+      location.assign(`/session/${encodeURIComponent(body.id)}`);
+    } catch (error) {
+      showError(error);
+    }
+  });
   roleFilter.addEventListener("change", render);
   stateFilter.addEventListener("change", render);
   convoyFilter.addEventListener("change", render);
