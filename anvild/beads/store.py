@@ -56,7 +56,7 @@ PULL_BOUND: Final = 1.0
 """A read of `ready` or `list` pulls first when the last pull was tried longer ago than this."""
 NETWORK_LIMIT: Final = 30.0
 """Seconds one fetch or push may take before the remote counts as unreachable."""
-PUSH_TRIES: Final = 12
+PUSH_TRIES: Final = 20
 MAX_DROPPED: Final = 20
 SETTLED: Final = frozenset({BeadStatus.COMPLETED, BeadStatus.FAILED, BeadStatus.PENDING_APPROVAL})
 """Bead statuses in which nobody is working on the bead (what `wait_bead` waits for)."""
@@ -411,7 +411,9 @@ class BeadStore:
     ) -> tuple[Change, bool]:
         """Push the committed change (`done`: it made a commit). Rejected: another daemon
         changed the board; take its board and decide again (`make` raises when the change's
-        precondition no longer holds). Unreachable: the change stays queued."""
+        precondition no longer holds). Unreachable: the change stays queued. A change that
+        was rejected and cannot be pushed (the remote is gone, or busy beyond `PUSH_TRIES`)
+        is withdrawn: `BeadStoreError`, nothing changed."""
         for attempt in range(PUSH_TRIES):
             outcome, message = await link.push()
             if outcome is Push.DONE:
@@ -423,8 +425,12 @@ class BeadStore:
             await trio.sleep(random.uniform(0, min(1.0, 0.02 * 2**attempt)))
             fetched = await link.fetch()
             if fetched.returncode != 0:
+                await self._withdraw(link, done)
                 await self._unreached("fetch", fetched.message)
-                return change, done
+                raise BeadStoreError(
+                    "another daemon changed the shared board, and then the remote could not "
+                    f"be reached to see how ({fetched.message}): nothing changed; try again"
+                )
             self.sync_state.last_pull = self._clock()
             if done:
                 await self.git.run("reset", "-q", "--hard", "HEAD~1")
@@ -432,12 +438,18 @@ class BeadStore:
             self._adopt(await trio.to_thread.run_sync(self._load))
             change = make(self._board, self._clock())
             done = await self._commit(change)
-        self.sync_state.last_error = (
-            f"{self._clock()} push: rejected {PUSH_TRIES} times (a busy board); the change is "
-            "queued and the next sync pushes it"
+        await self._withdraw(link, done)
+        raise BeadStoreError(
+            f"the shared board is busy: {PUSH_TRIES} pushes of this change were rejected, each "
+            "time after another daemon's change; nothing changed, try again"
         )
+
+    async def _withdraw(self, link: RemoteLink, done: bool) -> None:
+        """Take back the change just committed (`done`) and never pushed."""
+        if done:
+            await self.git.run("reset", "-q", "--hard", "HEAD~1")
+        self._adopt(await trio.to_thread.run_sync(self._load))
         self.sync_state.queued = await link.queued()
-        return change, done
 
     async def sync(self) -> None:
         """Pull the shared board and push the queue (no-op without a remote). A failure is

@@ -29,7 +29,10 @@ def test_no_key_means_the_default(tmp_path: Path) -> None:
     [
         ('[beads]\nrepo = "relative/path"\n', "expected an absolute path"),
         ("[beads]\nrepo = 3\n", "expected a non-empty string"),
-        ('[beads]\nrepository = "/x"\n', "unknown key; expected one of repo in [beads]"),
+        (
+            '[beads]\nrepository = "/x"\n',
+            "unknown key; expected one of repo, remote, host in [beads]",
+        ),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, text: str, problem: str) -> None:

@@ -8,9 +8,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 import trio
 
-from anvild.beads import BeadConflict, BeadStatus, BeadStore, NewBead, NewConvoy
+from anvild.beads import (
+    BeadConflict,
+    BeadStatus,
+    BeadStore,
+    BeadStoreError,
+    NewBead,
+    NewConvoy,
+)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -258,3 +266,40 @@ async def test_without_a_remote_sync_says_local_only_and_beads_name_no_host(
 async def _returns(run: Callable[..., Awaitable[None]]) -> None:
     with trio.fail_after(1):
         await run()
+
+
+async def test_a_rejected_change_that_cannot_be_fetched_after_is_withdrawn(
+    tmp_path: Path,
+) -> None:
+    bare = bare_repo(tmp_path)
+    # h1's git pushes, but its fetches fail while `no-fetch` exists.
+    flag = tmp_path / "no-fetch"
+    wrapper = tmp_path / "git-no-fetch"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e {flag} ]; then for a in "$@"; do [ "$a" = fetch ] && exit 128; done; fi\n'
+        'exec git "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    one = BeadStore(tmp_path / "h1", remote=str(bare), host="h1", git=str(wrapper))
+    await one.open()
+    try:
+        async with stores(tmp_path, str(bare), "h2") as (two,):
+            bead = await one.create(NewBead("Contended", "dev"), by="user")
+            await two.refresh()
+            await two.claim(bead.id, "s2", by="user")
+            flag.touch()
+            before = git(tmp_path / "h1", "rev-parse", "HEAD")
+            with pytest.raises(BeadStoreError, match="could not be reached to see how"):
+                await one.claim(bead.id, "s1", by="user")
+            assert git(tmp_path / "h1", "rev-parse", "HEAD") == before
+            assert one.bead(bead.id).status is BeadStatus.PENDING  # as it last knew it
+            assert one.sync_state.queued == 0
+            assert "state\terror\n" in one.sync_state.text()
+            flag.unlink()
+            await one.sync()
+            assert one.bead(bead.id).assigned_to == "s2"
+            claims = [s for s in remote_subjects(bare) if s.startswith("claim")]
+            assert claims == [f"claim {bead.id} for s2 (by user)"]
+    finally:
+        one.close()
