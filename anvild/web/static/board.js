@@ -76,16 +76,8 @@
   document.getElementById("new-form").addEventListener("submit", async (submitted) => {
     submitted.preventDefault();
     try {
-      const reply = await fetch("/api/new", {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "content-type": "application/json",
-          "x-anvil-csrf": document.querySelector('meta[name="csrf"]').content },
-        body: JSON.stringify({ args: document.getElementById("new-args").value }),
-      });
-      const body = await reply.json();
-      if (!reply.ok) throw new Error(body.error);
-      location.assign(`/session/${encodeURIComponent(body.id)}`);
+      const made = await post("/api/new", { args: document.getElementById("new-args").value });
+      location.assign(`/session/${encodeURIComponent(made.id)}`);
     } catch (error) {
       showError(error);
     }

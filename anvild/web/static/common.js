@@ -35,8 +35,8 @@ const anvil = (() => {
       headers: { "content-type": "application/json", "x-anvil-csrf": csrf },
       body: JSON.stringify(body),
     });
-    if (reply.ok) return;
     const text = await reply.text();
+    if (reply.ok) return JSON.parse(text);
     let message = text;
     try { message = JSON.parse(text).error || text; } catch { /* plain text */ }
     throw new Error(message.trim() || `${reply.status} ${reply.statusText}`);
@@ -50,13 +50,19 @@ const anvil = (() => {
     source.onerror = () => live(false);
     source.onmessage = (message) => {
       const started = performance.now();
-      onItem(JSON.parse(message.data));
+      onItem(JSON.parse(message.data), position(message.lastEventId));
       const took = performance.now() - started;
       stats.batches += 1;
       stats.maxMs = Math.max(stats.maxMs, took);
     };
     source.addEventListener("reset", () => { source.close(); onReset(); });
     return source;
+  }
+
+  // The N of a feed position `EPOCH-N` (a snapshot's `seq`, an SSE id); -1 when there is none.
+  function position(text) {
+    const n = Number(String(text || "").split("-").pop());
+    return Number.isInteger(n) ? n : -1;
   }
 
   function showLive(up) {
@@ -94,5 +100,5 @@ const anvil = (() => {
     };
   }
 
-  return { el, getJSON, post, feed, showLive, age, usageBar, showError, timed };
+  return { el, getJSON, post, feed, showLive, age, usageBar, showError, timed, position };
 })();

@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, usageBar, showError } = anvil;
+  const { el, getJSON, post, feed, showLive, usageBar, showError, position } = anvil;
   const id = decodeURIComponent(location.pathname.split("/")[2] || "");
   const base = `/api/sessions/${encodeURIComponent(id)}`;
   const turns = document.getElementById("turns");
@@ -10,6 +10,7 @@
   let text = null; // the text block being streamed into
   const tools = new Map();
   let source = null;
+  let seen = -1; // the position of the last feed line applied
 
   function line(kind, ...content) {
     text = null;
@@ -166,7 +167,11 @@
 
   async function refresh() {
     try {
-      showInfo(await getJSON(base));
+      let data = await getJSON(base);
+      // A snapshot taken before the last line applied would undo what that line showed (a
+      // todo list, a state): take a newer one.
+      while (position(data.seq) < seen) data = await getJSON(base);
+      showInfo(data);
       await showChanges();
     } catch (error) {
       showError(error);
@@ -189,7 +194,9 @@
     text = null;
     for (const event of data.events) apply(event);
     if (source) source.close();
-    source = feed(`/events?session=${encodeURIComponent(id)}&after=${data.seq}`, (item) => {
+    seen = position(data.seq);
+    source = feed(`/events?session=${encodeURIComponent(id)}&after=${data.seq}`, (item, at) => {
+      seen = Math.max(seen, at);
       if (item.session === id) apply(item.event);
       else if (item.event.id === id) refresh();
     }, start, showLive);
