@@ -2,9 +2,10 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, showError } = anvil;
+  const { el, getJSON, post, feed, showLive, showError, position } = anvil;
   let source = null;
   let pending = null;
+  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function act(id, command) {
     return async () => {
@@ -124,6 +125,8 @@
   async function load() {
     try {
       const data = await getJSON("/api/beads");
+      if (position(data.seq) < shown) return data.seq;
+      shown = position(data.seq);
       render(data);
       return data.seq;
     } catch (error) {
@@ -137,6 +140,7 @@
   }
 
   async function start() {
+    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
     const seq = await load();
     if (source) source.close();
     source = feed(`/events?after=${seq ?? ""}`, (item) => {

@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, age, usageBar, showError, timed } = anvil;
+  const { el, getJSON, post, feed, showLive, age, usageBar, showError, timed, position } = anvil;
   const body = document.querySelector("#sessions tbody");
   const roleFilter = document.getElementById("role");
   const stateFilter = document.getElementById("state");
@@ -10,6 +10,7 @@
   let sessions = [];
   let source = null;
   let pending = null;
+  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function options(select, values) {
     const chosen = select.value;
@@ -48,6 +49,8 @@
   async function load() {
     try {
       const data = await getJSON("/api/sessions");
+      if (position(data.seq) < shown) return data.seq;
+      shown = position(data.seq);
       sessions = data.sessions;
       render();
       showError(null);
@@ -63,6 +66,7 @@
   }
 
   async function start() {
+    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
     const seq = await load();
     if (source) source.close();
     source = feed(`/events?after=${seq ?? ""}`, (item) => {

@@ -2,12 +2,13 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, showError } = anvil;
+  const { el, getJSON, post, feed, showLive, showError, position } = anvil;
   const TYPES = ["QUESTION", "ANSWER", "STATUS_UPDATE", "REVIEW_REQUEST", "REVIEW_RESPONSE",
     "APPROVAL_REQUEST", "APPROVAL_RESPONSE", "ERROR_REPORT"];
   let unread = [];
   let source = null;
   let pending = null;
+  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function message(m) {
     return el("div", { class: "message", "data-id": m.id },
@@ -25,6 +26,8 @@
   async function load() {
     try {
       const data = await getJSON("/api/mail");
+      if (position(data.seq) < shown) return data.seq;
+      shown = position(data.seq);
       unread = data.unread;
       list("unread", data.unread);
       list("received", data.received);
@@ -42,6 +45,7 @@
   }
 
   async function start() {
+    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
     const seq = await load();
     if (source) source.close();
     source = feed(`/events?after=${seq ?? ""}`, (item) => {

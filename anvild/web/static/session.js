@@ -170,7 +170,9 @@
       let data = await getJSON(base);
       // A snapshot taken before the last line applied would undo what that line showed (a
       // todo list, a state): take a newer one.
-      while (position(data.seq) < seen) data = await getJSON(base);
+      for (let tries = 0; position(data.seq) < seen && tries < 5; tries += 1) {
+        data = await getJSON(base); // (a restarted daemon's positions start over: give up)
+      }
       showInfo(data);
       await showChanges();
     } catch (error) {

@@ -2,9 +2,10 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, feed, showLive, showError } = anvil;
+  const { el, getJSON, feed, showLive, showError, position } = anvil;
   let source = null;
   let pending = null;
+  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function usd(value) {
     return value === null ? "n/a" : value.toFixed(6);
@@ -28,6 +29,8 @@
   async function load() {
     try {
       const data = await getJSON("/api/spend");
+      if (position(data.seq) < shown) return data.seq;
+      shown = position(data.seq);
       table("models", data.models, "model");
       table("roles", data.roles, "role");
       const t = data.total;
@@ -48,6 +51,7 @@
   }
 
   async function start() {
+    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
     const seq = await load();
     if (source) source.close();
     source = feed(`/events?after=${seq ?? ""}`, (item) => {
