@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -605,3 +606,40 @@ def test_a_new_session_from_the_board_as_agent_ctl_makes_it(page: Any, board: Bo
     sid = page.url.rpartition("/")[2]
     assert read(board.namespace, f"agent/{sid}/alias") == "from-the-page\n"
     assert read(board.namespace, f"agent/{sid}/role") == "reviewer\n"
+
+
+def test_an_open_board_follows_the_daemon_across_a_restart(browser: Any, tmp_path: Path) -> None:
+    """The page's stream resumes with the old run's Last-Event-ID: it is told to reset, reloads,
+    and goes on live (the cookie holds: the token is kept across restarts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    namespace, work = tmp_path / "ns", tmp_path / "work"
+    work.mkdir()
+    fake = FakeServer(tmp_path, [{"text": "pong", "repeat": True}])
+    config = str(user_config(tmp_path, fake.url))
+    args = ("--config", config, "--web", f"127.0.0.1:{port}")
+    daemon = Anvild(namespace, *args)
+    context = browser.new_context()
+    try:
+        daemon.wait_serving("web board ")
+        token = (namespace / "agent.token").read_text().strip()
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/?token={token}")
+        page.locator("#live.up").wait_for(timeout=WAIT_MS)
+        before = ok(anvilctl(namespace, "new", cwd=work)).strip()
+        page.locator(f'#sessions tr[data-id="{before}"]').wait_for(timeout=WAIT_MS)
+        code, log = daemon.stop()
+        assert code == 0, log
+        page.locator("#live.down").wait_for(timeout=WAIT_MS)
+        daemon = Anvild(namespace, *args)
+        daemon.wait_serving("web board ")
+        page.locator("#live.up").wait_for(timeout=WAIT_MS)
+        after = ok(anvilctl(namespace, "new", cwd=work)).strip()
+        page.locator(f'#sessions tr[data-id="{after}"]').wait_for(timeout=WAIT_MS)
+        assert page.locator(f'#sessions tr[data-id="{before}"]').count() == 1  # restored
+    finally:
+        context.close()
+        code, log = daemon.stop()
+        fake.stop()
+    assert code == 0, log
