@@ -291,6 +291,8 @@ class Config:
     user_file: Path
     project: ProjectFile | None
     beads_repo: Path | None = None  # `[beads] repo`; None: <data dir>/beads
+    beads_remote: str | None = None  # `[beads] remote`: a git URL shared by daemons
+    beads_host: str | None = None  # `[beads] host`; None: the host name
     sessions: SessionLimits = SessionLimits()  # `[sessions]`
     context: ContextLimits = ContextLimits()  # `[context]`
     checkpoints: CheckpointLimits = CheckpointLimits()  # `[checkpoints]`
@@ -616,6 +618,8 @@ def _build(
         user_file=user_file,
         project=project,
         beads_repo=_path(merged.get(("beads", "repo"))),
+        beads_remote=merged.get(("beads", "remote")),
+        beads_host=merged.get(("beads", "host")),
         layers=tuple(layers),
         trust_dir=trust_dir,
     )

@@ -285,7 +285,11 @@ class Sessions:
         configs = ProjectConfigs(
             base, resolve=resolve, registry=resolver, max_mode=Mode(perms.max_mode)
         )
-        store = BeadStore(beads_repo or config.beads_repo or data_dir / "beads")
+        store = BeadStore(
+            beads_repo or config.beads_repo or data_dir / "beads",
+            remote=config.beads_remote,
+            host=config.beads_host,
+        )
         pool = McpPool(lambda cwd: servers_of(configs.current(cwd).config), env=env)
         beads = BeadsTree(store)
         gates = BeadGates(store)
@@ -431,6 +435,8 @@ class Sessions:
                             await nursery.start(self.gc_policy.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")
+                            if self.beads.store.unavailable is None:  # pulls on an interval
+                                await nursery.start(self.beads.store.run_sync)
                         if self.gates is not None and self.gates.store.unavailable is None:
                             manager = self.manager
                             await nursery.start(self.gates.run, lambda: list(manager.sessions()))

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.integration.test_beads_e2e import new_bead
+from tests.integration.test_sessions_e2e import anvilctl, read, start_daemon
+
 WORKER = r"""
 import json, sys, time
 from pathlib import Path
@@ -165,3 +168,34 @@ def test_kill_9_mid_push_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     assert sorted(board.values()) == ["After item 0", "Crash item 0"]
     remote = run_git(bare, "log", "--format=%s", "main").splitlines()
     assert sum(1 for s in remote if "Crash item 0" in s) == 1
+
+
+def test_two_daemons_share_one_board_through_the_configured_remote(tmp_path: Path) -> None:
+    """`[beads] remote` in the daemons' configs: a bead made on one daemon is ready on the
+    other, whose claim wins; the first daemon's own claim is then refused naming that host."""
+    bare = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(bare)], check=True)
+    daemons, namespaces = [], []
+    try:
+        for host in ("d1", "d2"):
+            home = tmp_path / host
+            home.mkdir()
+            config = home / "config.toml"
+            config.write_text(f'[beads]\nremote = "{bare}"\nhost = "{host}"\n')
+            namespaces.append(home / "ns")
+            daemons.append(start_daemon(home / "ns", config))
+        one, two = namespaces
+        bead = new_bead(one, 'new "Shared work" developer')
+        assert bead in read(two, "agent/beads/ready")
+        claim = anvilctl(two, "write", f"agent/beads/{bead}/ctl", stdin="claim user\n")
+        assert claim.returncode == 0, claim.stderr
+        assert read(two, f"agent/beads/{bead}/host").strip() == "d2"
+        refused = anvilctl(one, "write", f"agent/beads/{bead}/ctl", stdin="claim user\n")
+        assert refused.returncode != 0
+        assert "already claimed" in refused.stderr, refused.stderr
+        assert "d2" in refused.stderr, refused.stderr
+        assert "in sync" in read(one, "agent/beads/sync")
+    finally:
+        for daemon in daemons:
+            code, log = daemon.stop()
+            assert code == 0, log
