@@ -20,6 +20,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 import trio
@@ -57,14 +58,10 @@ from anvild.daemon.namespace import (
 from anvild.daemon.wiring import Sessions
 from anvild.llm.errors import ConfigError
 from anvild.tree.root import RootTree
-from anvild.web import (
-    BeadActions,
-    WebAddress,
-    WebAddressError,
-    WebBoard,
-    parse_web_address,
-    web_settings,
-)
+from anvild.web import WebAddress, WebAddressError, parse_web_address, web_settings
+
+if TYPE_CHECKING:
+    from anvild.web.server import WebBoard
 
 log = structlog.get_logger("anvild")
 
@@ -255,6 +252,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         )
         board: WebBoard | None = None
         if web is not None:
+            from anvild.web.beads import BeadActions  # starlette and hypercorn: only when on
+            from anvild.web.server import WebBoard
+
             token_file = ServiceFiles(namespace, SERVICE).token_path
             board = WebBoard(
                 web,

@@ -9,7 +9,6 @@ the daemon's log (never to stdout or stderr).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Callable
 
@@ -19,67 +18,18 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 
-from anvild.config import Config
 from anvild.lines.broadcast import Broadcast
 from anvild.mail import PostOffice
 from anvild.session import SessionError, SessionManager
+from anvild.web.address import WebAddress
 from anvild.web.app import Answered, CtlLine, board_app
 from anvild.web.auth import Guard, Guarded
 from anvild.web.beads import BeadActions
 from anvild.web.hub import EventHub
 
-__all__ = [
-    "WebAddress",
-    "WebAddressError",
-    "WebBoard",
-    "WebSettings",
-    "parse_web_address",
-    "web_settings",
-]
+__all__ = ["WebBoard"]
 
 log = structlog.get_logger("anvild.web")
-
-
-class WebAddressError(Exception):
-    """A board address that cannot or must not be used; the message says why."""
-
-
-@attrs.frozen
-class WebAddress:
-    host: str
-    port: int
-
-    @property
-    def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
-
-    @property
-    def bind(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def parse_web_address(text: str, *, allow_remote: bool = False) -> WebAddress:
-    """`HOST:PORT` (`[::1]:PORT` for IPv6); a host that is not loopback needs `allow_remote`."""
-    host, colon, port_text = text.strip().rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not colon or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise WebAddressError(
-            f"bad web board address {text!r}: write HOST:PORT, e.g. 127.0.0.1:8080"
-        )
-    address = WebAddress(host, int(port_text))
-    if not address.is_loopback and not allow_remote:
-        raise WebAddressError(
-            f"the web board address {text!r} is not a loopback address: other machines could "
-            "reach it; use 127.0.0.1:PORT, or add --allow-remote (or [web] allow_remote = true) "
-            "if you mean it"
-        )
-    return address
 
 
 def _hosts(address: WebAddress, port: int) -> list[str]:
@@ -140,25 +90,3 @@ class WebBoard:
             self.url = f"http://{self.address.bind.rpartition(':')[0]}:{port}/"
             log.info("web.serving", url=self.url)
             task_status.started()
-
-
-@attrs.frozen
-class WebSettings:
-    """`[web]` of the user config: `listen` (HOST:PORT, None: off) and `allow_remote`."""
-
-    listen: str | None = None
-    allow_remote: bool = False
-
-
-def web_settings(config: Config) -> WebSettings:
-    """`[web]` as the config's layers set it (the daemon loads no project file: user only)."""
-    values: dict[str, object] = {}
-    for layer, _source in config.layers:
-        for key, value in layer.items():
-            if key[:1] == ("web",) and len(key) == 2:
-                values[key[1]] = value
-    listen = values.get("listen")
-    return WebSettings(
-        listen=listen if isinstance(listen, str) else None,
-        allow_remote=values.get("allow_remote") is True,
-    )

@@ -11,7 +11,9 @@ import trio
 import trio.testing
 
 from anvild.lines.broadcast import Broadcast
-from anvild.web import EventHub, FeedItem, Gap, Guard, WebAddressError, parse_web_address
+from anvild.web import WebAddressError, parse_web_address
+from anvild.web.auth import Guard
+from anvild.web.hub import EventHub, FeedItem, Gap
 
 
 def created(session_id: str) -> str:
