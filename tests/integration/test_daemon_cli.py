@@ -151,8 +151,8 @@ def test_anvilctl_ls_read_and_write(daemon: Anvild, namespace: Path) -> None:
     ls = anvilctl(namespace, "ls", "agent")
     assert (ls.returncode, ls.stderr) == (0, "")
     assert sorted(ls.stdout.split()) == [
-        *("beads", "budget", "convoys", "ctl", "events", "list", "models", "roles", "sandbox-roles"),
-        *("scripts", "user", "version"),
+        *("beads", "budget", "convoys", "ctl", "events", "list", "models", "roles"),
+        *("sandbox-roles", "scripts", "user", "version"),
     ]
 
     version = anvilctl(namespace, "read", "agent/version")
