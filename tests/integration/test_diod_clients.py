@@ -70,6 +70,7 @@ def test_diodls_lists_the_root_with_the_token(served: tuple[str, str]) -> None:
         "sandbox-roles",
         "scripts",
         "beads",
+        "budget",
         "convoys",
         "user",
     }
