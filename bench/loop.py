@@ -45,7 +45,7 @@ from anvild.hooks.process import run_hook
 from anvild.llm.integrity import validate_transcript
 from anvild.llm.stream import Usage
 from anvild.llm.testing import ScriptedProvider, Step, script
-from anvild.mcp import McpAgent, McpPool, McpRegistry, McpSetup, Placement, ServerSpec, session_mcp
+from anvild.mcp import McpPool, McpRegistry, McpSetup, Placement, ServerSpec, session_mcp
 from anvild.sandbox import WorkspaceWrite
 from anvild.sandbox.roles import load_role
 
@@ -133,14 +133,13 @@ async def mcp_agent(
         place = Placement(Path(cwd), WorkspaceWrite(), load_role("developer"))
         mcp = session_mcp(pool, McpSetup("bench", "developer", place))
         await mcp.ensure_started()
-        yield McpAgent(
+        yield Agent(
             ScriptedProvider(make_scripts(steps)),
             McpRegistry([Noop()], mcp),
             AgentConfig(model="bench", max_steps=steps),
             ToolContext(cwd=cwd),
             emit=channel.send_nowait,
             hooks=hooks,
-            mcp=mcp,
         )
         await pool.stop()
 

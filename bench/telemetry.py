@@ -20,15 +20,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import trio
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
+from loop import Noop, make_scripts  # noqa: E402  (bench/loop.py: the same turn)
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult  # noqa: E402
@@ -37,55 +38,13 @@ from anvild.agent.channel import EventChannel  # noqa: E402
 from anvild.agent.events import AgentEvent  # noqa: E402
 from anvild.agent.loop import Agent, AgentConfig  # noqa: E402
 from anvild.agent.tools.base import (  # noqa: E402
-    Args,
-    Cancellation,
-    Effects,
     ToolContext,
-    ToolOutput,
 )
 from anvild.agent.tools.registry import ToolRegistry  # noqa: E402
 from anvild.config.load import TelemetrySettings  # noqa: E402
-from anvild.llm.stream import Usage  # noqa: E402
-from anvild.llm.testing import ScriptedProvider, Step, script  # noqa: E402
+from anvild.llm.testing import ScriptedProvider  # noqa: E402
 from anvild.telemetry import Who  # noqa: E402
 from anvild.telemetry.traces import Telemetry  # noqa: E402
-
-USAGE = Usage(input=1000, output=50, cache_read=0, cache_write=0)
-
-
-class Noop:
-    """bench/loop.py's tool: reads nothing, answers at once."""
-
-    name = "noop"
-    description = "Does nothing and says so."
-    input_schema: Mapping[str, Any] = {
-        "type": "object",
-        "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
-        "required": ["path"],
-    }
-    cancellation = Cancellation.SAFE_TO_ABANDON
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.read(str(args["path"]))
-
-    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        return ToolOutput(f"ok {args['path']}")
-
-
-def make_scripts(steps: int) -> list[list[Step]]:
-    """bench/loop.py's turn: a call with a little text per step, then an answer."""
-    scripts = [
-        script.tool_call(
-            f"call_{i}",
-            "noop",
-            {"path": f"src/file_{i}.py", "n": i},
-            text="Let me look.",
-            usage=USAGE,
-        )
-        for i in range(steps - 1)
-    ]
-    scripts.append(script.text("All done.", usage=USAGE))
-    return scripts
 
 
 def closed_endpoint() -> str:
