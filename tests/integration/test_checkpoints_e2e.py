@@ -51,8 +51,13 @@ def tree_of(root: Path) -> dict[str, tuple[str, int]]:
         rel = path.relative_to(root)
         if rel.parts[0] == ".git" or (path.is_dir() and not path.is_symlink()):
             continue
-        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-        found[str(rel)] = (hashlib.sha256(data).hexdigest(), stat.S_IMODE(path.lstat().st_mode))
+        try:
+            data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+            mode = stat.S_IMODE(path.lstat().st_mode)
+        except FileNotFoundError:  # renamed away between the listing and the read
+            found[str(rel)] = ("vanished", 0)
+            continue
+        found[str(rel)] = (hashlib.sha256(data).hexdigest(), mode)
     return found
 
 
