@@ -79,6 +79,7 @@ from anvild.tree.compaction import compaction_files
 from anvild.tree.config import config_file
 from anvild.tree.family import family_files
 from anvild.tree.introspection import introspection_files
+from anvild.tree.load import load_file
 from anvild.tree.mail import (
     MailTree,
     SessionPeers,
@@ -388,6 +389,7 @@ class Sessions:
         pool.report = mcp_reporter(root, _lookup(manager))
         tree.extend(introspection_files(settings))
         root.root.add(budget_file(settings.budgets))
+        root.root.add(load_file(lambda: [s.status for s in manager.sessions()]))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)
