@@ -204,10 +204,18 @@ class ToolFinished:
 
 @attrs.frozen
 class UsageReported:
-    """Tokens reported for one model request (tag `usage`). `None` fields are unknown."""
+    """Tokens reported for one model request (tag `usage`). `None` fields are unknown.
+    `request` identifies the request (`anvild.llm.identity`: a sha256 over its canonical form),
+    `head` its part without the messages (system prompt, tool definitions, parameters), and
+    `head_body` is that part itself, written only with the first request of the file that has
+    it (as far as its writer knows). All three are optional and written only when set: records
+    written before them load with none."""
 
     TAG: ClassVar[str] = "usage"
     usage: stream.Usage
+    request: str = ""
+    head: str = ""
+    head_body: Json = None
 
 
 @attrs.frozen
@@ -509,6 +517,10 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(
         TurnEnded, make_dict_unstructure_fn(TurnEnded, conv, interrupted=omit)
+    )
+    conv.register_unstructure_hook(
+        UsageReported,
+        make_dict_unstructure_fn(UsageReported, conv, request=omit, head=omit, head_body=omit),
     )
     return conv
 

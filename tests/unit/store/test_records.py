@@ -123,6 +123,22 @@ def test_unknown_usage_stays_unknown() -> None:
     assert decode(json.loads(line)) == (4, record)
 
 
+def test_a_usage_record_carries_its_request_identity_only_when_known() -> None:
+    usage = stream.Usage(10, 2, 0, 0)
+    bare = encode(5, UsageReported(usage))
+    assert bare == (  # byte-identical to what older writers wrote
+        b'{"seq":5,"type":"usage","usage":{"input":10,"output":2,"cache_read":0,"cache_write":0}}\n'
+    )
+    head = {"model": "m", "system": "be brief", "tools": [{"name": "bash"}]}
+    record = UsageReported(usage, request="a" * 64, head="b" * 64, head_body=head)
+    line = encode(6, record)
+    assert decode(json.loads(line)) == (6, record)
+    # A record written before the fields existed loads with none.
+    old = {"seq": 7, "type": "usage", "usage": {"input": 1, "output": 1, "cache_read": 0,
+           "cache_write": 0}}  # fmt: skip
+    assert decode(old) == (7, UsageReported(stream.Usage(1, 1, 0, 0)))
+
+
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
