@@ -5,17 +5,20 @@ was expected (`...config.toml: models.tiny.context_window: expected a positive i
 string "8k"`). A valid document becomes a *layer*: key paths (tuples, so an alias may contain
 dots) to leaf values, which merging, provenance and trust work on. `hooks.<name>` and
 `mcp_servers.<name>` tables are checked here and each kept as one leaf (one authority).
-Every key of the format, and who may set it, is in `KEYS` (authority: `anvild.config.trust`).
+Every key of the format and how it is checked is in `DOCUMENT`, a table walked by `_check`;
+who may set each key: `anvild.config.trust`.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
+
+import attrs
 
 from anvild.agent.permissions.rules import RuleKind, RuleSyntaxError, parse_rule
 from anvild.llm.capabilities import Replay, SchemaDialect
@@ -24,56 +27,18 @@ from anvild.llm.registry import KINDS
 
 Key: TypeAlias = tuple[str, ...]
 Layer: TypeAlias = dict[Key, Any]
+Check: TypeAlias = "Callable[[_Checker, Key, Any], object]"
+"""A leaf's check: the value to keep, or a `ConfigFileError`."""
+Rule: TypeAlias = "Check | Mapping[str, Rule] | Each"
+"""How a value is checked: a leaf check, a table of known keys, or a table of named entries."""
+Spec: TypeAlias = Mapping[str, Rule]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NAME_RULE = "a name of letters, digits, '.', '_' or '-', starting with a letter or digit"
 
-TOP_KEYS: Final = (
-    "default_model",
-    "instructions",
-    "env_passthrough",
-    "providers",
-    "models",
-    "permissions",
-    "sessions",
-    "context",
-    "checkpoints",
-    "hooks",
-    "mcp_servers",
-    "beads",
-    "server",
-    "subagents",
-    "budget",
-    "web",
-    "telemetry",
-)
-BEADS_KEYS: Final = ("repo", "remote", "host")
-"""`[beads] repo = "/abs/path"`: the bead store's git repository (default <data dir>/beads);
-`remote = "URL"`: a git remote shared by several daemons (a path, ssh://host/path, host:path);
-`host = "NAME"`: this daemon's name on the shared board (default: the host name)."""
 REMOTE_SCHEMES: Final = ("ssh", "git", "http", "https", "file")
-PROVIDER_KEYS: Final = ("kind", "base_url", "api_key_env", "context_window", "max_output_tokens")
-MODEL_KEYS: Final = (
-    "provider",
-    "model",
-    "context_window",
-    "max_output_tokens",
-    "pricing",
-    "capabilities",
-)
-PRICING_KEYS: Final = ("input", "output", "cache_read", "cache_write")
-CAPABILITY_KEYS: Final = (
-    "images",
-    "schema_dialect",
-    "signed_reasoning",
-    "max_tokens_field",
-    "temperature",
-    "replay",
-)
-PERMISSION_KEYS: Final = ("allow", "ask", "deny", "mode", "max_mode", "full_access")
-RULE_KEYS: Final = ("allow", "ask", "deny")
 MODES: Final = ("plan", "default", "accept-edits", "bypass")
 """The permission modes (`anvild.agent.permissions.policy.Mode`), narrowest authority first."""
 HOOK_EVENTS: Final = (
@@ -92,29 +57,13 @@ MATCHED_EVENTS: Final = ("PreToolUse", "PostToolUse", "PreCompact", "SessionStar
 HOOK_KEYS: Final = ("event", "command", "matcher", "timeout", "max_blocks")
 HOOK_TIMEOUT_LIMIT: Final = 3600
 MAX_BLOCKS_LIMIT: Final = 100
-SESSION_KEYS: Final = (
-    "max_steps",
-    "token_budget",
-    "turn_deadline",
-    "reap_delay",
-    "max_prompt_bytes",
-)
 MAX_STEPS_LIMIT: Final = 1000
-CONTEXT_KEYS: Final = ("auto_compact", "clear_at", "compaction_model", "keep_tool_results")
-"""`[context]`: `auto_compact` and `clear_at` are percentages of the window (0: off),
-`compaction_model` a model name, `keep_tool_results` how many recent results are never cleared."""
-CHECKPOINT_KEYS: Final = ("enabled", "max_file_bytes")
-"""`[checkpoints]`: whether turns are checkpointed (`anvild.checkpoints`), and the size above
-which a file is left out of them (recorded as skipped)."""
 MAX_FILE_BYTES_LIMIT: Final = 1 << 30
 SERVER_LIMITS: Final = {"max_connections": 100_000, "max_fids": 1_000_000, "max_outstanding": 65535}
 """`[server]` integer keys and their largest values (65535: every tag but NOTAG)."""
-SERVER_KEYS: Final = ("handshake_timeout", *SERVER_LIMITS)
-WEB_KEYS: Final = ("listen", "allow_remote")
-"""`[web]`: where the daemon serves the web board (`listen = "127.0.0.1:8080"`, off when unset)
-and whether that address may be reachable from other machines (`anvild.web`)."""
 HANDSHAKE_TIMEOUT_LIMIT: Final = 3600
 MAX_PROMPT_BYTES_LIMIT: Final = 16 << 20
+"""The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 MCP_SERVER_KEYS: Final = (
     "command",
     "args",
@@ -133,20 +82,7 @@ MCP_SERVER_KEYS: Final = (
 )
 """`[mcp_servers.NAME]` keys (`anvild.mcp.config` reads the checked table; README, MCP servers)."""
 MCP_ROLES: Final = ("developer", "reviewer", "planner", "tester", "conductor")
-SUBAGENT_KEYS: Final = ("max_depth", "max_per_turn", "roles")
-"""`[subagents]`: how deep `task` children may nest, how many one turn may start, and the roles
-whose sessions get the `task` tool (default every role but reviewer)."""
-SUBAGENT_LIMITS: Final = {"max_depth": 8, "max_per_turn": 64}
 MCP_TIMEOUT_LIMIT: Final = 3600
-BUDGET_KEYS: Final = ("daily_usd", "daily_tokens", "roles", "convoys")
-LIMIT_KEYS: Final = ("daily_usd", "daily_tokens")
-TELEMETRY_KEYS: Final = ("otlp_endpoint", "headers_env", "service_name", "capture_content")
-"""`[telemetry]`: where OpenTelemetry traces and metrics go (OTLP over HTTP; none: off), the
-environment variable holding the exporter's headers (`k=v,k2=v2`), the service name, and
-whether prompt and output text is exported (redacted; default off) (`anvild.telemetry`)."""
-"""`[budget]`: daemon-wide daily limits (USD, tokens), `[budget.roles.NAME]` the same per role,
-`[budget.convoys]` the same for each convoy (`anvild.budget`); a day is a UTC day."""
-"""The largest `[sessions] max_prompt_bytes` (a prompt is held in memory and journaled)."""
 
 
 def render_key(key: Key) -> str:
@@ -179,6 +115,13 @@ def _describe(value: object) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}".strip()
+
+
+@attrs.frozen
+class Each:
+    """`[key.NAME]` tables: every NAME is checked as a name, its entry by `rule`."""
+
+    rule: Rule
 
 
 class _Checker:
@@ -219,14 +162,12 @@ class _Checker:
             raise self.fail(key, "a positive integer", value)
         return value
 
-    def price(self, key: Key, value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(key, "a number of USD per million tokens (0 or more)", value)
-        return float(value)
-
-    def seconds(self, key: Key, value: object, *, zero: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(key, f"a number of seconds (0 or more; 0 means {zero})", value)
+    def number(
+        self, key: Key, value: object, expected: str, within: Callable[[float], bool]
+    ) -> float:
+        """An integer or float (not a boolean) for which `within` holds, as a float."""
+        if isinstance(value, bool) or not isinstance(value, int | float) or not within(value):
+            raise self.fail(key, expected, value)
         return float(value)
 
     def bounded_int(self, key: Key, value: object, limit: int) -> int:
@@ -265,173 +206,6 @@ class _Checker:
 
     def set(self, key: Key, value: object) -> None:
         self.layer[key] = value
-
-
-def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
-    """Validate a parsed config document; the flat layer of its settings."""
-    c = _Checker(file)
-    c.known((), doc, TOP_KEYS)
-    for top, value in doc.items():
-        key: Key = (top,)
-        if top == "default_model":
-            c.set(key, c.string(key, value))
-        elif top == "instructions":
-            c.set(key, c.string(key, value, nonempty=False))
-        elif top == "env_passthrough":
-            c.set(key, c.strings(key, value, ENV_NAME))
-        elif top == "providers":
-            for name, table in c.table(key, value).items():
-                _check_provider(c, (top, c.name((top, name), name)), table)
-        elif top == "models":
-            for alias, table in c.table(key, value).items():
-                _check_model(c, (top, c.name((top, alias), alias)), table)
-        elif top == "permissions":
-            table = c.table(key, value)
-            c.known(key, table, PERMISSION_KEYS)
-            for name, rules in table.items():
-                if name in ("mode", "max_mode"):
-                    c.set((top, name), c.choice((top, name), rules, MODES))
-                    continue
-                if name == "full_access":
-                    c.set((top, name), c.boolean((top, name), rules))
-                    continue
-                c.set((top, name), c.strings((top, name), rules))
-                for index, rule in enumerate(rules, 1):
-                    try:
-                        parse_rule(rule, RuleKind(name))
-                    except RuleSyntaxError as exc:
-                        raise ConfigFileError(c.file, (top, name), f"rule {index}: {exc}") from exc
-        elif top == "beads":
-            table = c.table(key, value)
-            c.known(key, table, BEADS_KEYS)
-            for name, item in table.items():
-                path = c.string((top, name), item)
-                if name == "remote":
-                    c.set((top, name), _check_remote(c, (top, name), path))
-                    continue
-                if name == "host":
-                    c.set((top, name), c.name((top, name), path))
-                    continue
-                if not Path(path).expanduser().is_absolute():
-                    raise c.fail((top, name), "an absolute path (or one starting with ~)", item)
-                c.set((top, name), path)
-        elif top == "hooks":
-            for name, entry in c.table(key, value).items():
-                sub = (top, c.name((top, name), name))
-                c.set(sub, _check_hook(c, sub, entry))
-        elif top == "sessions":
-            table = c.table(key, value)
-            c.known(key, table, SESSION_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "max_steps":
-                    c.set(sub, c.bounded_int(sub, item, MAX_STEPS_LIMIT))
-                elif name == "token_budget":
-                    c.set(sub, c.positive_int(sub, item))
-                elif name == "turn_deadline":
-                    c.set(sub, c.seconds(sub, item, zero="no deadline"))
-                elif name == "max_prompt_bytes":
-                    c.set(sub, c.bounded_int(sub, item, MAX_PROMPT_BYTES_LIMIT))
-                else:
-                    c.set(sub, c.seconds(sub, item, zero="at once"))
-        elif top == "context":
-            table = c.table(key, value)
-            c.known(key, table, CONTEXT_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "compaction_model":
-                    c.set(sub, c.string(sub, item))
-                elif name == "keep_tool_results":
-                    if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item <= 1000:
-                        raise c.fail(sub, "an integer from 0 to 1000", item)
-                    c.set(sub, item)
-                elif (
-                    isinstance(item, int | float) and not isinstance(item, bool) and 0 <= item < 100
-                ):
-                    c.set(sub, float(item))
-                else:
-                    raise c.fail(sub, "a percentage of the window, from 0 (off) to below 100", item)
-        elif top == "budget":
-            _check_budget(c, key, value)
-        elif top == "telemetry":
-            table = c.table(key, value)
-            c.known(key, table, TELEMETRY_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "otlp_endpoint":
-                    c.set(sub, c.url(sub, item))
-                elif name == "headers_env":
-                    text = c.string(sub, item)
-                    if not ENV_NAME.match(text):
-                        raise c.fail(sub, "an environment variable name", item)
-                    c.set(sub, text)
-                elif name == "service_name":
-                    c.set(sub, c.string(sub, item))
-                else:
-                    c.set(sub, c.boolean(sub, item))
-        elif top == "checkpoints":
-            table = c.table(key, value)
-            c.known(key, table, CHECKPOINT_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "enabled":
-                    c.set(sub, c.boolean(sub, item))
-                else:
-                    c.set(sub, c.bounded_int(sub, item, MAX_FILE_BYTES_LIMIT))
-        elif top == "web":
-            table = c.table(key, value)
-            c.known(key, table, WEB_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "allow_remote":
-                    c.set(sub, c.boolean(sub, item))
-                elif isinstance(item, str) and item.strip():
-                    c.set(sub, item.strip())
-                else:
-                    raise c.fail(sub, 'an address HOST:PORT, e.g. "127.0.0.1:8080"', item)
-        elif top == "server":
-            table = c.table(key, value)
-            c.known(key, table, SERVER_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name in SERVER_LIMITS:
-                    c.set(sub, c.bounded_int(sub, item, SERVER_LIMITS[name]))
-                elif (
-                    isinstance(item, int | float)
-                    and not isinstance(item, bool)
-                    and (0 < item <= HANDSHAKE_TIMEOUT_LIMIT)
-                ):
-                    c.set(sub, float(item))
-                else:
-                    limit = HANDSHAKE_TIMEOUT_LIMIT
-                    raise c.fail(sub, f"a number of seconds above 0, at most {limit}", item)
-        elif top == "mcp_servers":
-            for name, entry in c.table(key, value).items():
-                sub = (top, c.name((top, name), name))
-                c.set(sub, _check_mcp_server(c, sub, entry))
-        elif top == "subagents":
-            table = c.table(key, value)
-            c.known(key, table, SUBAGENT_KEYS)
-            for name, item in table.items():
-                sub = (top, name)
-                if name == "roles":
-                    roles = _strings(c, sub, item)
-                    for role in roles:
-                        c.choice(sub, role, MCP_ROLES)
-                    c.set(sub, roles)
-                else:
-                    c.set(sub, c.bounded_int(sub, item, SUBAGENT_LIMITS[name]))
-    return c.layer
-
-
-def _percent(item: object) -> bool:
-    return isinstance(item, int | float) and not isinstance(item, bool) and 0 <= item < 100
-
-
-def _strings(c: _Checker, key: Key, value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise c.fail(key, "an array of non-empty strings", value)
-    return list(value)
 
 
 def _check_mcp_server(c: _Checker, key: Key, value: object) -> dict[str, Any]:
@@ -488,95 +262,11 @@ def _check_mcp_server(c: _Checker, key: Key, value: object) -> dict[str, Any]:
         elif name == "url":
             out[name] = c.url(sub, item)
         elif name in ("startup_timeout", "tool_timeout"):
-            if (
-                isinstance(item, bool)
-                or not isinstance(item, int | float)
-                or not 0 < item <= MCP_TIMEOUT_LIMIT
-            ):
-                raise c.fail(sub, f"a number of seconds above 0, at most {MCP_TIMEOUT_LIMIT}", item)
-            out[name] = float(item)
+            expected = f"a number of seconds above 0, at most {MCP_TIMEOUT_LIMIT}"
+            out[name] = c.number(sub, item, expected, lambda n: 0 < n <= MCP_TIMEOUT_LIMIT)
         else:  # sandbox, read_only
             out[name] = c.boolean(sub, item)
     return out
-
-
-def _check_limits(c: _Checker, key: Key, table: Mapping[str, Any]) -> None:
-    """`daily_usd` (USD above 0) and `daily_tokens` (a positive integer) of one budget."""
-    for name, item in table.items():
-        sub = (*key, name)
-        if name == "daily_tokens":
-            c.set(sub, c.positive_int(sub, item))
-        elif isinstance(item, bool) or not isinstance(item, int | float) or item <= 0:
-            raise c.fail(sub, "a number of USD above 0", item)
-        else:
-            c.set(sub, float(item))
-
-
-def _check_budget(c: _Checker, key: Key, value: object) -> None:
-    table = c.table(key, value)
-    c.known(key, table, BUDGET_KEYS)
-    _check_limits(c, key, {k: v for k, v in table.items() if k in LIMIT_KEYS})
-    if "convoys" in table:
-        sub = (*key, "convoys")
-        convoys = c.table(sub, table["convoys"])
-        c.known(sub, convoys, LIMIT_KEYS)
-        _check_limits(c, sub, convoys)
-    if "roles" in table:
-        sub = (*key, "roles")
-        for role, limits in c.table(sub, table["roles"]).items():
-            at = (*sub, c.name((*sub, role), role))
-            checked = c.table(at, limits)
-            c.known(at, checked, LIMIT_KEYS)
-            _check_limits(c, at, checked)
-
-
-def _check_provider(c: _Checker, key: Key, value: object) -> None:
-    table = c.table(key, value)
-    c.known(key, table, PROVIDER_KEYS)
-    for name, item in table.items():
-        sub = (*key, name)
-        if name == "kind":
-            c.set(sub, c.choice(sub, item, KINDS))
-        elif name == "base_url":
-            c.set(sub, c.url(sub, item))
-        elif name == "api_key_env":
-            text = c.string(sub, item)
-            if not ENV_NAME.match(text):
-                raise c.fail(sub, "an environment variable name", item)
-            c.set(sub, text)
-        else:
-            c.set(sub, c.positive_int(sub, item))
-
-
-def _check_model(c: _Checker, key: Key, value: object) -> None:
-    table = c.table(key, value)
-    c.known(key, table, MODEL_KEYS)
-    for name, item in table.items():
-        sub = (*key, name)
-        if name == "provider":
-            c.set(sub, c.name(sub, c.string(sub, item)))
-        elif name == "model":
-            c.set(sub, c.string(sub, item))
-        elif name in ("context_window", "max_output_tokens"):
-            c.set(sub, c.positive_int(sub, item))
-        elif name == "pricing":
-            pricing = c.table(sub, item)
-            c.known(sub, pricing, PRICING_KEYS)
-            for kind, price in pricing.items():
-                c.set((*sub, kind), c.price((*sub, kind), price))
-        else:
-            capabilities = c.table(sub, item)
-            c.known(sub, capabilities, CAPABILITY_KEYS)
-            for cap, setting in capabilities.items():
-                at = (*sub, cap)
-                if cap == "schema_dialect":
-                    c.set(at, c.choice(at, setting, tuple(d.value for d in SchemaDialect)))
-                elif cap == "replay":
-                    c.set(at, c.choice(at, setting, tuple(r.value for r in Replay)))
-                elif cap == "max_tokens_field":
-                    c.set(at, c.string(at, setting))
-                else:
-                    c.set(at, c.boolean(at, setting))
 
 
 def _check_remote(c: _Checker, key: Key, url: str) -> str:
@@ -643,15 +333,12 @@ def _check_hook(c: _Checker, key: Key, value: object) -> dict[str, Any]:
             ) from exc
         hook["matcher"] = pattern
     if "timeout" in table:
-        timeout = table["timeout"]
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 < timeout <= HOOK_TIMEOUT_LIMIT
-        ):
-            limit = HOOK_TIMEOUT_LIMIT
-            raise c.fail((*key, "timeout"), f"seconds above 0, at most {limit}", timeout)
-        hook["timeout"] = float(timeout)
+        hook["timeout"] = c.number(
+            (*key, "timeout"),
+            table["timeout"],
+            f"seconds above 0, at most {HOOK_TIMEOUT_LIMIT}",
+            lambda n: 0 < n <= HOOK_TIMEOUT_LIMIT,
+        )
     if "max_blocks" in table:
         at = (*key, "max_blocks")
         if event != "Stop":
@@ -660,6 +347,200 @@ def _check_hook(c: _Checker, key: Key, value: object) -> dict[str, Any]:
             )
         hook["max_blocks"] = c.bounded_int(at, table["max_blocks"], MAX_BLOCKS_LIMIT)
     return hook
+
+
+def _env_var(c: _Checker, key: Key, value: object) -> str:
+    text = c.string(key, value)
+    if not ENV_NAME.match(text):
+        raise c.fail(key, "an environment variable name", value)
+    return text
+
+
+def _strings(c: _Checker, key: Key, value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise c.fail(key, "an array of non-empty strings", value)
+    return list(value)
+
+
+def _rules(c: _Checker, key: Key, value: object) -> list[str]:
+    """`[permissions] allow/ask/deny`: an array of rules of the kind the key names."""
+    rules = c.strings(key, value)
+    for index, rule in enumerate(rules, 1):
+        try:
+            parse_rule(rule, RuleKind(key[-1]))
+        except RuleSyntaxError as exc:
+            raise ConfigFileError(c.file, key, f"rule {index}: {exc}") from exc
+    return rules
+
+
+def _bead_repo(c: _Checker, key: Key, value: object) -> str:
+    path = c.string(key, value)
+    if not Path(path).expanduser().is_absolute():
+        raise c.fail(key, "an absolute path (or one starting with ~)", value)
+    return path
+
+
+def _roles(c: _Checker, key: Key, value: object) -> list[str]:
+    roles = _strings(c, key, value)
+    for role in roles:
+        c.choice(key, role, MCP_ROLES)
+    return roles
+
+
+def _address(c: _Checker, key: Key, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise c.fail(key, 'an address HOST:PORT, e.g. "127.0.0.1:8080"', value)
+    return value.strip()
+
+
+def _keep_count(c: _Checker, key: Key, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1000:
+        raise c.fail(key, "an integer from 0 to 1000", value)
+    return value
+
+
+def _upto(limit: int) -> Check:
+    """A whole number from 1 to `limit`."""
+    return lambda c, key, value: c.bounded_int(key, value, limit)
+
+
+def _seconds(*, zero: str) -> Check:
+    return _number(f"a number of seconds (0 or more; 0 means {zero})", lambda n: n >= 0)
+
+
+def _choice(choices: tuple[str, ...]) -> Check:
+    return lambda c, key, value: c.choice(key, value, choices)
+
+
+def _number(expected: str, within: Callable[[float], bool]) -> Check:
+    return lambda c, key, value: c.number(key, value, expected, within)
+
+
+_PERCENT: Final = _number(
+    "a percentage of the window, from 0 (off) to below 100", lambda n: 0 <= n < 100
+)
+_PRICE: Final = _number("a number of USD per million tokens (0 or more)", lambda n: n >= 0)
+_USD: Final = _number("a number of USD above 0", lambda n: n > 0)
+_LIMITS: Final[Spec] = {"daily_usd": _USD, "daily_tokens": _Checker.positive_int}
+"""`daily_usd` (USD above 0) and `daily_tokens` (a positive integer) of one budget."""
+
+DOCUMENT: Final[Spec] = {
+    "default_model": _Checker.string,
+    "instructions": lambda c, key, value: c.string(key, value, nonempty=False),
+    "env_passthrough": lambda c, key, value: c.strings(key, value, ENV_NAME),
+    "providers": Each(
+        {
+            "kind": _choice(KINDS),
+            "base_url": _Checker.url,
+            "api_key_env": _env_var,
+            "context_window": _Checker.positive_int,
+            "max_output_tokens": _Checker.positive_int,
+        }
+    ),
+    "models": Each(
+        {
+            "provider": lambda c, key, value: c.name(key, c.string(key, value)),
+            "model": _Checker.string,
+            "context_window": _Checker.positive_int,
+            "max_output_tokens": _Checker.positive_int,
+            "pricing": dict.fromkeys(("input", "output", "cache_read", "cache_write"), _PRICE),
+            "capabilities": {
+                "images": _Checker.boolean,
+                "schema_dialect": _choice(tuple(d.value for d in SchemaDialect)),
+                "signed_reasoning": _Checker.boolean,
+                "max_tokens_field": _Checker.string,
+                "temperature": _Checker.boolean,
+                "replay": _choice(tuple(r.value for r in Replay)),
+            },
+        }
+    ),
+    "permissions": {
+        "allow": _rules,
+        "ask": _rules,
+        "deny": _rules,
+        "mode": _choice(MODES),
+        "max_mode": _choice(MODES),
+        "full_access": _Checker.boolean,
+    },
+    "sessions": {
+        "max_steps": _upto(MAX_STEPS_LIMIT),
+        "token_budget": _Checker.positive_int,
+        "turn_deadline": _seconds(zero="no deadline"),
+        "reap_delay": _seconds(zero="at once"),
+        "max_prompt_bytes": _upto(MAX_PROMPT_BYTES_LIMIT),
+    },
+    # `auto_compact` and `clear_at` are percentages of the window (0: off), `compaction_model`
+    # a model name, `keep_tool_results` how many recent results are never cleared.
+    "context": {
+        "auto_compact": _PERCENT,
+        "clear_at": _PERCENT,
+        "compaction_model": _Checker.string,
+        "keep_tool_results": _keep_count,
+    },
+    # Whether turns are checkpointed (`anvild.checkpoints`), and the size above which a file is
+    # left out of them (recorded as skipped).
+    "checkpoints": {"enabled": _Checker.boolean, "max_file_bytes": _upto(MAX_FILE_BYTES_LIMIT)},
+    "hooks": Each(_check_hook),
+    "mcp_servers": Each(_check_mcp_server),
+    # `repo`: the bead store's git repository (default <data dir>/beads); `remote`: a git remote
+    # shared by several daemons (a path, ssh://host/path, host:path); `host`: this daemon's name
+    # on the shared board (default: the host name).
+    "beads": {
+        "repo": _bead_repo,
+        "remote": lambda c, key, value: _check_remote(c, key, c.string(key, value)),
+        "host": lambda c, key, value: c.name(key, c.string(key, value)),
+    },
+    "server": {
+        "handshake_timeout": _number(
+            f"a number of seconds above 0, at most {HANDSHAKE_TIMEOUT_LIMIT}",
+            lambda n: 0 < n <= HANDSHAKE_TIMEOUT_LIMIT,
+        ),
+        **{name: _upto(limit) for name, limit in SERVER_LIMITS.items()},
+    },
+    # How deep `task` children may nest, how many one turn may start, and the roles whose
+    # sessions get the `task` tool (default every role but reviewer).
+    "subagents": {"max_depth": _upto(8), "max_per_turn": _upto(64), "roles": _roles},
+    # Daemon-wide daily limits (USD, tokens), `[budget.roles.NAME]` the same per role,
+    # `[budget.convoys]` the same for each convoy (`anvild.budget`); a day is a UTC day.
+    "budget": {**_LIMITS, "roles": Each(_LIMITS), "convoys": _LIMITS},
+    # Where the daemon serves the web board (`listen = "127.0.0.1:8080"`, off when unset) and
+    # whether that address may be reachable from other machines (`anvild.web`).
+    "web": {"listen": _address, "allow_remote": _Checker.boolean},
+    # Where OpenTelemetry traces and metrics go (OTLP over HTTP; none: off), the environment
+    # variable holding the exporter's headers (`k=v,k2=v2`), the service name, and whether
+    # prompt and output text is exported (redacted; default off) (`anvild.telemetry`).
+    "telemetry": {
+        "otlp_endpoint": _Checker.url,
+        "headers_env": _env_var,
+        "service_name": _Checker.string,
+        "capture_content": _Checker.boolean,
+    },
+}
+"""Every key of the format and how its value is checked; who may set it: `anvild.config.trust`."""
+
+
+def _check(c: _Checker, key: Key, value: object, rule: Rule) -> None:
+    """Check `value` at `key` by `rule`; each leaf goes into the layer."""
+    if isinstance(rule, Each):
+        for name, item in c.table(key, value).items():
+            _check(c, (*key, c.name((*key, name), name)), item, rule.rule)
+    elif isinstance(rule, Mapping):
+        _check_table(c, key, c.table(key, value), rule)
+    else:
+        c.set(key, rule(c, key, value))
+
+
+def _check_table(c: _Checker, key: Key, table: Mapping[str, Any], spec: Spec) -> None:
+    c.known(key, table, tuple(spec))
+    for name, item in table.items():
+        _check(c, (*key, name), item, spec[name])
+
+
+def check_document(doc: Mapping[str, Any], file: Path | str) -> Layer:
+    """Validate a parsed config document; the flat layer of its settings."""
+    c = _Checker(file)
+    _check_table(c, (), doc, DOCUMENT)
+    return c.layer
 
 
 def parse_bytes(data: bytes, file: Path | str) -> Layer:
