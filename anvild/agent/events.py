@@ -285,28 +285,10 @@ AgentEvent: TypeAlias = (
     | HookReported
 )
 
-EVENT_TYPES: Final[tuple[type, ...]] = (
-    StepStarted,
-    TextDelta,
-    ReasoningDelta,
-    ToolCallStarted,
-    ToolCallFinished,
-    Usage,
-    StepFailed,
-    Retrying,
-    TodosUpdated,
-    Lagged,
-    TurnFinished,
-    ApprovalRequested,
-    ApprovalAnswered,
-    CompactionStarted,
-    CompactionFinished,
-    HookReported,
-)
 
-
-event_json: Final = TaggedJson[AgentEvent](AgentEvent, EVENT_TYPES)
+event_json: Final = TaggedJson[AgentEvent](AgentEvent)
 """The JSON form of agent events: tagged by `TAG`, token counts as plain objects."""
+EVENT_TYPES: Final = event_json.types
 event_converter: Final[cattrs.Converter] = event_json.converter
 
 

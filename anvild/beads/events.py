@@ -97,10 +97,9 @@ class ConvoyChanged:
 BeadEvent: TypeAlias = (
     BeadCreated | BeadChanged | BeadOrphaned | BeadGate | ConvoyCreated | ConvoyChanged
 )
-_TYPES = (BeadCreated, BeadChanged, BeadOrphaned, BeadGate, ConvoyCreated, ConvoyChanged)
 
 
-_json: Final = TaggedJson[BeadEvent](BeadEvent, _TYPES)
+_json: Final = TaggedJson[BeadEvent](BeadEvent)
 
 
 def encode_event(event: BeadEvent, *, now: dt.datetime | None = None) -> str:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Final, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final, Generic, TypeVar, get_args
 
 import cattrs
 from cattrs.strategies import configure_tagged_union
@@ -51,14 +51,12 @@ class TaggedJson(Generic[T]):
     `converter` may come with hooks for the members (register them before: the union takes
     each member's hook as it is when the union is configured)."""
 
-    def __init__(
-        self, union: Any, types: Iterable[type], converter: cattrs.Converter | None = None
-    ) -> None:
+    def __init__(self, union: Any, converter: cattrs.Converter | None = None) -> None:
         self.union = union
         self.converter = converter if converter is not None else cattrs.Converter()
-        self.tags: Mapping[type, str] = {cls: cls.TAG for cls in types}  # type: ignore[attr-defined]
-        if set(self.tags) != set(union.__args__):
-            raise ValueError("the tagged types must be exactly the union's members")
+        self.types: tuple[type, ...] = get_args(union)
+        """The union's members, in the order the union names them."""
+        self.tags: Mapping[type, str] = {cls: cls.TAG for cls in self.types}  # type: ignore[attr-defined]
         configure_tagged_union(
             union, self.converter, tag_generator=self.tags.__getitem__, tag_name="type"
         )
@@ -71,8 +69,7 @@ class TaggedJson(Generic[T]):
 
     def line(self, value: T, **head: Any) -> str:
         """`fields` as one compact JSON line (no newline)."""
-        data: dict[str, Any] = self.converter.unstructure(value, self.union)
-        return _ENCODER.encode({"type": data.pop("type"), **head, **data})
+        return _ENCODER.encode(self.fields(value, **head))
 
     def structure(self, obj: Any) -> T:
         """The value a JSON object (as `fields` writes it, without `head`) stands for. Raises

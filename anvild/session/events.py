@@ -119,19 +119,9 @@ SessionEvent: TypeAlias = (
     | ConfigIgnored
     | ConfigInvalid
 )
-_TYPES = (
-    SessionCreated,
-    SessionStateChanged,
-    SessionEnded,
-    UsageThreshold,
-    SessionFailed,
-    ResultDecided,
-    ConfigIgnored,
-    ConfigInvalid,
-)
 
 
-_json: Final = TaggedJson[SessionEvent](SessionEvent, _TYPES)
+_json: Final = TaggedJson[SessionEvent](SessionEvent)
 
 
 def encode_event(event: SessionEvent, *, now: dt.datetime | None = None) -> str:

@@ -19,7 +19,7 @@ import datetime as dt
 import enum
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias, get_args
 
 import attrs
 import cattrs
@@ -447,36 +447,7 @@ Record: TypeAlias = (
     | SessionEnded
 )
 
-RECORD_TYPES: Final[tuple[type[Record], ...]] = (
-    SessionStarted,
-    MessageAppended,
-    MessageExtended,
-    ContextReplaced,
-    ModelChanged,
-    StateChanged,
-    TodosChanged,
-    ToolStarted,
-    ToolFinished,
-    UsageReported,
-    TurnEnded,
-    ContextFileChanged,
-    RoleChanged,
-    AliasChanged,
-    PromptQueued,
-    PromptTaken,
-    PromptDropped,
-    ApprovalRequested,
-    ApprovalAnswered,
-    PermissionsRemembered,
-    ResultApprovalRequested,
-    ResultApprovalAnswered,
-    Note,
-    FileSeen,
-    TextStreamed,
-    Compacted,
-    Rewound,
-    SessionEnded,
-)
+RECORD_TYPES: Final[tuple[type[Record], ...]] = get_args(Record)
 
 RECORD_TAGS: Final[Mapping[type[Record], str]] = {cls: cls.TAG for cls in RECORD_TYPES}
 
@@ -539,7 +510,7 @@ def _structure_datetime(value: Any, _: type) -> dt.datetime:
     return dt.datetime.fromisoformat(value)
 
 
-record_json: Final = TaggedJson[Record](Record, RECORD_TYPES, _make_converter())
+record_json: Final = TaggedJson[Record](Record, _make_converter())
 """The JSON form of records (the `Record` union; messages and blocks by the llm converter)."""
 record_converter: Final[cattrs.Converter] = record_json.converter
 

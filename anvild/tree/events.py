@@ -64,9 +64,7 @@ class ClientRefused:
 
 DaemonEvent = DaemonStarted | DaemonStopping | Pinged | ClientRefused
 
-_json: Final = TaggedJson[DaemonEvent](
-    DaemonEvent, (DaemonStarted, DaemonStopping, Pinged, ClientRefused)
-)
+_json: Final = TaggedJson[DaemonEvent](DaemonEvent)
 
 
 def encode_event(event: DaemonEvent, *, now_ns: int | None = None) -> str:

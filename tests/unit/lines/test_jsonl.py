@@ -26,7 +26,7 @@ class Closed:
 
 
 Event: TypeAlias = Opened | Closed
-CODEC = TaggedJson[Event](Event, (Opened, Closed))
+CODEC = TaggedJson[Event](Event)
 
 
 def test_the_tag_comes_first_then_the_head_then_the_fields() -> None:
@@ -49,9 +49,16 @@ def test_an_unknown_tag_is_refused() -> None:
         CODEC.structure({"type": "renamed", "path": "a"})
 
 
-def test_the_tagged_types_must_be_the_unions_members() -> None:
-    with pytest.raises(ValueError, match="exactly the union's members"):
-        TaggedJson[Event](Event, (Opened,))
+def test_the_members_and_their_tags_come_from_the_union() -> None:
+    assert CODEC.types == (Opened, Closed)
+    assert CODEC.tags == {Opened: "opened", Closed: "closed"}
+
+    @attrs.frozen
+    class Untagged:
+        path: str
+
+    with pytest.raises(AttributeError, match="TAG"):
+        TaggedJson[Opened | Untagged](Opened | Untagged)
 
 
 def test_dumps_is_compact_and_keeps_non_ascii() -> None:
