@@ -1,17 +1,18 @@
 """`anvilctl replay SESSION [--turn N] [--no-tools] [--data-dir DIR]`: re-run a recorded
 session's turns against its recorded model responses and report the first divergence.
 
-Each turn is rebuilt from the records: the transcript before it, its prompt, and each model
-response (the assistant message the records hold, its canonical form) with the transcript the
-request carried (the messages before that response). The agent loop then runs the turn again
-with a provider that plays the recorded responses in order and compares each request's
-messages with the recorded ones; tools are re-executed in a scratch copy of the session's
-workspace (as it is now) and each result compared with the recorded one, or, with
-`--no-tools`, the recorded results are fed back. The first difference ends the run with a
-unified diff (exit 1); a turn that reproduces prints how many requests it checked. A turn the
-replay cannot rebuild (a compaction, a rewind, a clear within it, a response with reasoning
-blocks) is reported as such (exit 2). The system prompt and tool definitions are not recorded,
-so a request is compared by its messages.
+Each turn is rebuilt from the records: the transcript before it, its prompt, each model
+response (the assistant message, its canonical form) with the identity of the request it
+answered (`anvild.llm.identity`), and the request's head (system prompt, parameters). The agent
+loop runs the turn again, with the recorded system prompt and parameters and the code's tools,
+against a provider that plays the recorded responses and checks each request's digest: a
+request that is not byte for byte the recorded one is reported with a unified diff of the part
+that differs (head, messages). Tools re-run in a scratch copy of the workspace (as it is now),
+each result compared, or with `--no-tools` the recorded results are fed back. The first
+difference ends the run (exit 1); a turn that reproduces says how many requests it checked.
+Records without request digests (older ones) are compared by their messages, and it says so.
+A turn the replay cannot rebuild (a compaction, rewind or clear within it, reasoning blocks) is
+reported as such (exit 2).
 """
 
 from __future__ import annotations
@@ -32,8 +33,17 @@ import trio
 
 from anvild.agent.events import TurnOutcome
 from anvild.agent.loop import Agent, AgentConfig
-from anvild.agent.tools.base import Tool, ToolContext
+from anvild.agent.tools.base import (
+    Args,
+    Cancellation,
+    Effects,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+)
 from anvild.agent.tools.registry import ToolRegistry
+from anvild.llm.identity import RequestHasher
 from anvild.llm.stream import (
     Finish,
     FinishReason,
@@ -84,6 +94,17 @@ class Response:
     message: Message
     request: tuple[Message, ...]  # the transcript the request carried
     usage: Usage = attrs.Factory(Usage)
+    digest: str = ""  # the request's identity ("": not recorded)
+    head: str = ""  # the digest of its head
+
+
+@attrs.define
+class _Usage:
+    """The latest `UsageReported`: what the next assistant message answered."""
+
+    usage: Usage = attrs.Factory(Usage)
+    digest: str = ""
+    head: str = ""
 
 
 @attrs.define
@@ -95,6 +116,13 @@ class RecordedTurn:
     results: dict[str, ToolResult] = attrs.Factory(dict)
     outcome: str = ""
     problem: str = ""
+    heads: dict[str, Any] = attrs.Factory(dict)  # head digest -> head, from the whole file
+    stand_ins: frozenset[str] = frozenset()  # its tools the replay could not build
+
+    @property
+    def hashed(self) -> bool:
+        """Whether every response has its request's digest (else: compared by messages)."""
+        return all(r.digest for r in self.responses)
 
 
 def recorded_turns(records: Sequence[Record]) -> tuple[SessionStarted, list[RecordedTurn]]:
@@ -102,7 +130,8 @@ def recorded_turns(records: Sequence[Record]) -> tuple[SessionStarted, list[Reco
     state = None
     turns: list[RecordedTurn] = []
     current: RecordedTurn | None = None
-    usage = Usage()
+    usage = _Usage()
+    heads: dict[str, Any] = {}
     started: SessionStarted | None = None
     for record in records:
         before = () if state is None else state.messages
@@ -111,19 +140,23 @@ def recorded_turns(records: Sequence[Record]) -> tuple[SessionStarted, list[Reco
             case SessionStarted():
                 started = record
             case PromptTaken():
-                current = RecordedTurn(len(turns) + 1, before=before)
+                current = RecordedTurn(len(turns) + 1, before=before, heads=heads)
                 turns.append(current)
             case MessageAppended(message=message) if current is not None:
                 if message.role is Role.USER and not current.prompt:
                     current.before, current.prompt = before, message.content
                 elif message.role is Role.ASSISTANT:
-                    current.responses.append(Response(message, before, usage))
-                    usage = Usage()
+                    current.responses.append(
+                        Response(message, before, usage.usage, usage.digest, usage.head)
+                    )
+                    usage = _Usage()
             case MessageExtended(blocks=blocks) if current is not None and not current.prompt:
                 current.before, current.prompt = before, tuple(blocks)
                 current.problem = "its prompt was merged into an earlier message"
-            case UsageReported(usage=reported):
-                usage = reported
+            case UsageReported(usage=reported, request=digest, head=head, head_body=body):
+                usage = _Usage(reported, digest, head)
+                if head and body is not None:
+                    heads.setdefault(head, body)
             case ToolFinished(result=result) if current is not None:
                 current.results[result.call_id] = result
             case Compacted() | ContextReplaced() | Rewound() if current is not None:
@@ -144,6 +177,25 @@ def _diff(expected: list[str], got: list[str], what: str) -> str:
     return "\n".join(
         difflib.unified_diff(expected, got, f"recorded {what}", f"replayed {what}", lineterm="")
     )
+
+
+def _head_lines(head: Any) -> list[str]:
+    """A request's head as lines to diff: each parameter, the system prompt, each tool."""
+    if not isinstance(head, dict):
+        return [json.dumps(head, sort_keys=True)]
+    lines: list[str] = []
+    for key in sorted(head):
+        value = head[key]
+        if key == "system" and isinstance(value, str):
+            lines += ["system:", *(f"  {line}" for line in value.splitlines())]
+        elif key == "tools" and isinstance(value, list):
+            for tool in value:
+                name = tool.get("name") if isinstance(tool, dict) else None
+                text = json.dumps(tool, sort_keys=True, indent=1, ensure_ascii=False)
+                lines += [f"tool {name}:", *(f"  {line}" for line in text.splitlines())]
+        else:
+            lines.append(f"{key}: {json.dumps(value, sort_keys=True, ensure_ascii=False)}")
+    return lines
 
 
 def _events(response: Response) -> list[StreamEvent]:
@@ -173,6 +225,7 @@ class RecordedProvider:
     def __init__(self, turn: RecordedTurn) -> None:
         self.turn = turn
         self.requests = 0
+        self._hasher = RequestHasher()
 
     @property
     def name(self) -> str:
@@ -187,10 +240,24 @@ class RecordedProvider:
             raise Divergence(f"turn {self.turn.number} step {step}: an extra request", "")
         response = self.turn.responses[self.requests]
         self.requests += 1
+        where = f"turn {self.turn.number} step {step}: the request differs"
         expected, got = _lines(response.request), _lines(request.messages)
-        if expected != got:
-            where = f"turn {self.turn.number} step {step}: the request differs"
-            raise Divergence(where, _diff(expected, got, "request"))
+        if not response.digest:  # recorded before requests had an identity: their messages
+            if expected != got:
+                raise Divergence(where, _diff(expected, got, "messages"))
+        elif (found := self._hasher.identify(request)).digest != response.digest:
+            diffs: list[str] = []
+            if found.head != response.head:
+                recorded = self.turn.heads.get(response.head)
+                if recorded is None:
+                    diffs.append(f"(the head {response.head[:12]} is not in the records)")
+                else:
+                    diffs.append(_diff(_head_lines(recorded), _head_lines(found.head_body), "head"))
+            if expected != got:
+                diffs.append(_diff(expected, got, "messages"))
+            if not diffs:  # the transcript the records hold is not what was sent (cleared)
+                diffs.append("(the messages differ from the sent ones, not from the transcript)")
+            raise Divergence(where, "\n".join(diffs))
         yield _play(_events(response))
 
 
@@ -204,12 +271,18 @@ class CheckedTools(ToolRegistry):
     recorded results returned instead of running anything."""
 
     def __init__(
-        self, tools: Sequence[Tool], turn: RecordedTurn, feed: bool, step: Callable[[], int]
+        self,
+        tools: Sequence[Tool],
+        turn: RecordedTurn,
+        feed: bool,
+        step: Callable[[], int],
+        stand_ins: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(tools)
         self.turn = turn
         self.feed = feed
         self.step = step  # the step whose calls run (the requests made so far)
+        self.stand_ins = stand_ins  # tools the replay cannot build: their results are fed
 
     async def dispatch(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         recorded = self.turn.results.get(call.id)
@@ -219,7 +292,7 @@ class CheckedTools(ToolRegistry):
                 "has no recorded result"
             )
             raise Divergence(where, "")
-        if self.feed:
+        if self.feed or call.name in self.stand_ins:
             return recorded
         result = await super().dispatch(call, ctx)
         if (result.content, result.is_error) != (recorded.content, recorded.is_error):
@@ -231,6 +304,67 @@ class CheckedTools(ToolRegistry):
             got = [*result.content.splitlines(), f"is_error={result.is_error}"]
             raise Divergence(where, _diff(expected, got, "result"))
         return result
+
+
+@attrs.frozen
+class RecordedTool:
+    """A tool the replay cannot build (MCP, skills, the daemon's own): the definition the
+    request recorded; its calls are fed their recorded results."""
+
+    spec: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name", ""))
+
+    @property
+    def description(self) -> str:
+        return str(self.spec.get("description", ""))
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.spec.get("input_schema")
+        return schema if isinstance(schema, dict) else {"type": "object"}
+
+    @property
+    def cancellation(self) -> Cancellation:
+        return Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
+        raise ToolError(f"{self.name} is not run by the replay (its result is fed)")
+
+
+def _first_head(turn: RecordedTurn) -> dict[str, Any] | None:
+    """The head of the turn's first request whose head the records hold."""
+    head = next((turn.heads[r.head] for r in turn.responses if r.head in turn.heads), None)
+    return head if isinstance(head, dict) else None
+
+
+def _replay_tools(
+    started: SessionStarted, turn: RecordedTurn, cwd: Path
+) -> tuple[list[Tool], frozenset[str]]:
+    """The tools the turn's requests offered: each one the replay can build from the code (its
+    definition compared, its calls re-run), the others as recorded (`RecordedTool`); without a
+    recorded head, the session's native tools."""
+    native = {tool.name: tool for tool in _tools(started, cwd)}
+    head = _first_head(turn)
+    if head is None or not isinstance(head.get("tools"), list):
+        return list(native.values()), frozenset()
+    tools: list[Tool] = []
+    stand_ins: set[str] = set()
+    for spec in head["tools"]:
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str):
+            raise Unreplayable(f"turn {turn.number}: a recorded tool definition has no name")
+        if name in native:
+            tools.append(native[name])
+        else:
+            tools.append(RecordedTool(spec))
+            stand_ins.add(name)
+    return tools, frozenset(stand_ins)
 
 
 def _tools(started: SessionStarted, cwd: Path) -> list[Tool]:
@@ -251,12 +385,13 @@ async def replay_turn(started: SessionStarted, turn: RecordedTurn, cwd: Path, fe
     if not turn.prompt:
         raise Unreplayable(f"turn {turn.number}: no prompt was recorded")
     provider = RecordedProvider(turn)
-    tools = CheckedTools(_tools(started, cwd), turn, feed, lambda: provider.requests)
+    built, turn.stand_ins = _replay_tools(started, turn, cwd)
+    tools = CheckedTools(built, turn, feed, lambda: provider.requests, turn.stand_ins)
     steps = max(1, len(turn.responses))
     agent = Agent(
         provider,
         tools,
-        AgentConfig(model=started.model, max_steps=steps),
+        _config(started, turn, tools, steps),
         ToolContext(cwd=cwd),
         messages=turn.before,
     )
@@ -275,6 +410,28 @@ async def replay_turn(started: SessionStarted, turn: RecordedTurn, cwd: Path, fe
         where = f"turn {turn.number}: {provider.requests} requests, {len(turn.responses)} recorded"
         raise Divergence(where, "")
     return provider.requests
+
+
+def _config(
+    started: SessionStarted, turn: RecordedTurn, tools: ToolRegistry, steps: int
+) -> AgentConfig:
+    """The loop's config as the turn's first request recorded it (system prompt, parameters),
+    else only the session's model."""
+    head = _first_head(turn)
+    if head is None:
+        return AgentConfig(model=started.model, max_steps=steps)
+    recorded_tools = head.get("tools")
+    compact = converter.unstructure(tools.specs(compact=True)) == recorded_tools
+    compact = compact and converter.unstructure(tools.specs()) != recorded_tools
+    return AgentConfig(
+        model=head.get("model", started.model),
+        system=head.get("system", ""),
+        max_steps=steps,
+        max_tokens=head.get("max_tokens", AgentConfig.max_tokens),
+        temperature=head.get("temperature"),
+        compact_tools=compact,
+        cache_key=head.get("cache_key", ""),
+    )
 
 
 def _divergence_in(group: BaseExceptionGroup[BaseException]) -> Divergence | None:
@@ -312,8 +469,20 @@ def replay(
             except Unreplayable as exc:
                 print(f"cannot replay: {exc}", file=out)
                 return 2
-            print(f"turn {one.number}: {checked} requests reproduced", file=out)
+            print(f"turn {one.number}: {checked} requests reproduced{_how(one, checked)}", file=out)
     return 0
+
+
+def _how(turn: RecordedTurn, checked: int) -> str:
+    """How a reproduced turn's requests were compared."""
+    if not checked:
+        return ""
+    if not turn.hashed:
+        return " (by their messages: the records hold no request hash)"
+    if turn.stand_ins:
+        fed = ", ".join(sorted(turn.stand_ins))
+        return f" (every request byte for byte; recorded definitions and results: {fed})"
+    return " (every request byte for byte)"
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

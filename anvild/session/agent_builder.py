@@ -168,7 +168,7 @@ def build_agent(
         compaction_model="" if summariser is None else summariser.model,
     )
     agent = Agent(
-        _provider(session, services, target),
+        recorder.requests.provider(_provider(session, services, target)),
         tools,
         config,
         context,

@@ -33,7 +33,7 @@ from anvild.session.stream import (
     event_line,
     is_turn_finished,
 )
-from anvild.store import SessionState, TodoItem, TodosChanged, TurnEnded, UsageReported
+from anvild.store import SessionState, TodoItem, TodosChanged, TurnEnded
 
 PREVIEW_CHARS: Final = 200
 INTERRUPTED_MARK: Final = "[interrupted]"
@@ -133,7 +133,7 @@ class Output:
             case ev.ToolCallFinished(is_error=is_error, preview=preview):
                 self.log_lines(indented("ERROR:" if is_error else "RESULT:", preview))
             case ev.Usage(usage=usage):
-                recorder.append(UsageReported(usage))
+                recorder.append(recorder.requests.usage_record(usage))
             case ev.TodosUpdated(todos=todos):
                 items = tuple(TodoItem(t.content, t.status.value) for t in todos)
                 recorder.append(TodosChanged(items))

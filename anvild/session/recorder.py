@@ -21,6 +21,7 @@ import trio
 from anvild.llm.types import Message, Role, ToolResult
 from anvild.session.checkpoint import INTERVAL, TextCheckpoint
 from anvild.session.errors import RecordWriteFailed
+from anvild.session.requests import RequestLog
 from anvild.store import (
     Journal,
     MessageAppended,
@@ -61,6 +62,8 @@ class Recorder:
         self._synced: tuple[object, object] = (None, None)  # transcripts at the last sync
         self.checkpoint = TextCheckpoint(self._record_text, text_interval)
         """The answer being streamed, recorded as `TextStreamed` at most `text_interval` behind."""
+        self.requests = RequestLog()
+        """The identity of each model request, for its `UsageReported` record."""
 
     @property
     def broken(self) -> str | None:

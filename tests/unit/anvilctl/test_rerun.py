@@ -1,10 +1,13 @@
-"""`anvilctl replay`: a recorded ten-step session re-runs with every request as recorded, with
-tools re-executed in a scratch copy or fed from the records; a tool whose output format
-changed, and a transcript that changed, are reported at the right step with a diff."""
+"""`anvilctl replay`: a recorded ten-step session re-runs with every request byte for byte (its
+recorded digest), with tools re-executed in a scratch copy or fed from the records; a tool whose
+output format or definition changed, and a transcript that changed, are reported at the right
+step with a diff; records without digests fall back to comparing messages and say so."""
 
 from __future__ import annotations
 
 import io
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 import trio
 
 from anvilctl import rerun
-from anvild.agent.tools.base import ToolOutput
+from anvild.agent.tools.base import Cancellation, Effects, ToolContext, ToolOutput
 from anvild.agent.tools.files import ReadFile
 from anvild.llm.stream import Usage
 from anvild.llm.testing import script
@@ -30,14 +33,19 @@ def ten_steps() -> list[Any]:
     return [*calls, script.text("read them all", usage=USAGE)]
 
 
-async def record(tmp_path: Path) -> Path:
+async def record(
+    tmp_path: Path,
+    script_: list[Any] | None = None,
+    tools: Any = (),
+    answer: str = "read them all\n",
+) -> Path:
     work = tmp_path / "work"
     work.mkdir()
     for i in range(3):
         (work / f"f{i}.txt").write_text(f"line one of {i}\nline two\n")
-    async with running(tmp_path, ten_steps()) as manager:
+    async with running(tmp_path, script_ or ten_steps(), tools=tools) as manager:
         session = await new(manager)
-        assert await ask(session, "read the files") == "read them all\n"
+        assert await ask(session, "read the files") == answer
         assert await ask(session, "nothing else?") != ""
         return tmp_path / "data" / "sessions" / f"{session.id}.jsonl"
 
@@ -62,9 +70,28 @@ def test_the_recorded_turns_are_read_back(recorded: Path) -> None:
     assert turns[0].outcome == "done"
 
 
+BYTES = "(every request byte for byte)"
+
+
+def usage_records(path: Path) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line for line in lines if line["type"] == "usage"]
+
+
+def test_each_request_is_recorded_by_digest_with_its_head_once(recorded: Path) -> None:
+    usages = usage_records(recorded)
+    assert len(usages) == STEPS
+    assert len({u["request"] for u in usages}) == STEPS  # every request differs from the last
+    assert len({u["head"] for u in usages}) == 1
+    bodies = [u["head_body"] for u in usages if "head_body" in u]
+    assert len(bodies) == 1  # the system prompt and tools once, not per step
+    assert [t["name"] for t in bodies[0]["tools"]][:2] == ["edit_file", "read_file"]
+    assert "You are a coding agent" in bodies[0]["system"]
+
+
 def test_every_request_is_reproduced_with_tools_re_executed(recorded: Path) -> None:
     status, out = replayed(recorded, turn=1)
-    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced\n")
+    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced {BYTES}\n")
 
 
 def test_every_turn_is_replayed_one_that_failed_up_to_its_failure(recorded: Path) -> None:
@@ -72,13 +99,13 @@ def test_every_turn_is_replayed_one_that_failed_up_to_its_failure(recorded: Path
     status, out = replayed(recorded)
     assert (status, out) == (
         0,
-        f"turn 1: {STEPS} requests reproduced\nturn 2: 0 requests reproduced\n",
+        f"turn 1: {STEPS} requests reproduced {BYTES}\nturn 2: 0 requests reproduced\n",
     )
 
 
 def test_recorded_results_can_be_fed_instead(recorded: Path) -> None:
     status, out = replayed(recorded, turn=1, feed=True)
-    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced\n")
+    assert (status, out) == (0, f"turn 1: {STEPS} requests reproduced {BYTES}\n")
 
 
 def test_a_changed_tool_output_format_is_a_divergence_at_its_call(
@@ -116,7 +143,71 @@ def test_a_request_that_differs_is_reported_at_its_step(
     status, out = replayed(recorded, turn=1, feed=True)
     assert status == 1
     assert out.startswith("DIVERGED turn 1 step 6: the request differs\n")
+    assert "--- recorded messages\n+++ replayed messages\n" in out
     assert "(changed)" in out
+    assert "recorded head" not in out  # only the part that differs
+
+
+def test_a_changed_tool_definition_is_a_divergence_at_the_first_request(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    description = ReadFile().description
+    monkeypatch.setattr(ReadFile, "description", description.replace("file", "document"))
+    status, out = replayed(recorded, turn=1)
+    assert status == 1
+    assert out.startswith("DIVERGED turn 1 step 1: the request differs\n--- recorded head\n")
+    lines = out.splitlines()
+    removed = [line for line in lines if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in lines if line.startswith("+") and not line.startswith("+++")]
+    assert len(removed) == len(added) == 1  # read_file's description line, nothing else
+    assert "document" in added[0]
+    assert "recorded messages" not in out
+
+
+def test_records_without_digests_are_compared_by_their_messages(recorded: Path) -> None:
+    lines = [json.loads(line) for line in recorded.read_text().splitlines()]
+    for line in lines:
+        for key in ("request", "head", "head_body"):
+            line.pop(key, None)
+    recorded.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    status, out = replayed(recorded, turn=1)
+    assert (status, out) == (
+        0,
+        f"turn 1: {STEPS} requests reproduced (by their messages: the records hold no request "
+        "hash)\n",
+    )
+
+
+class Weather:
+    """A tool the replay cannot build (not one of the session's native tools)."""
+
+    name = "weather"
+    description = "Today's weather."
+    input_schema: Mapping[str, Any] = {"type": "object", "properties": {}}
+    cancellation = Cancellation.SAFE_TO_ABANDON
+
+    def effects(self, args: Any) -> Effects:
+        return Effects.none()
+
+    async def call(self, args: Any, ctx: ToolContext) -> ToolOutput:
+        return ToolOutput("sunny")
+
+
+def test_a_tool_the_replay_cannot_build_keeps_its_recorded_definition_and_results(
+    tmp_path: Path,
+) -> None:
+    steps = [
+        script.tool_call("w1", "weather", {}, usage=USAGE),
+        script.tool_call("r1", "read_file", {"file_path": "f0.txt"}, usage=USAGE),
+        script.text("sunny, and f0 read", usage=USAGE),
+    ]
+    path = trio.run(record, tmp_path, steps, [Weather()], "sunny, and f0 read\n")
+    status, out = replayed(path, turn=1)
+    assert (status, out) == (
+        0,
+        "turn 1: 3 requests reproduced (every request byte for byte; recorded definitions and "
+        "results: weather)\n",
+    )
 
 
 def test_an_unknown_turn_is_refused(recorded: Path) -> None:

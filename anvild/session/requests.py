@@ -1,0 +1,64 @@
+"""`RequestLog`: the identity of each model request a session sends, for its usage record.
+
+`provider(inner)` wraps the session's provider: each request it is handed (the `ChatRequest`
+the agent loop built) is kept as the latest. When the loop reports that request's usage, the
+`UsageReported` record (`usage_record`) carries its identity (`anvild.llm.identity`): the
+request and head digests, and the head itself the first time this log sees that head, so the
+system prompt and tool definitions are written once per distinct head, not per step. Requests
+are sequential within a session; a request that failed reports no usage, and the next one
+replaces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+
+from anvild.llm.identity import RequestHasher
+from anvild.llm.provider import Provider
+from anvild.llm.stream import StreamEvent, Usage
+from anvild.llm.types import ChatRequest
+from anvild.store import UsageReported
+
+
+class RequestLog:
+    def __init__(self) -> None:
+        self._hasher = RequestHasher()
+        self._latest: ChatRequest | None = None
+        self._written: set[str] = set()  # heads already in the records
+
+    def provider(self, inner: Provider) -> Provider:
+        """`inner`, with each request it is handed kept as the latest."""
+        return _Logged(inner, self)
+
+    def sent(self, request: ChatRequest) -> None:
+        self._latest = request
+
+    def usage_record(self, usage: Usage) -> UsageReported:
+        """The record of the latest request's usage, with its identity when it is known."""
+        request, self._latest = self._latest, None
+        if request is None:
+            return UsageReported(usage)
+        found = self._hasher.identify(request)
+        body = None if found.head in self._written else found.head_body
+        self._written.add(found.head)
+        return UsageReported(usage, request=found.digest, head=found.head, head_body=body)
+
+
+class _Logged:
+    def __init__(self, inner: Provider, log: RequestLog) -> None:
+        self._inner = inner
+        self._log = log
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def stream(
+        self, request: ChatRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[StreamEvent]]:
+        self._log.sent(request)
+        return self._inner.stream(request)
+
+
+__all__ = ["RequestLog"]
