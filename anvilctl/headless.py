@@ -960,6 +960,14 @@ def _run_in_process(
     try:
         lock.acquire(holder)
     except DataDirError as exc:
+        if config.budget.any:  # a fresh ledger would forget the day's spend: refuse instead
+            raise HeadlessError(
+                f"no daemon answers on {agent_address(None)} and "
+                f"{exc.args[0].split(';')[0]}; a [budget] is configured and its ledger in "
+                f"{data_dir / 'budget'} cannot be shared with whoever holds that lock, so the "
+                "spend would not add up: start anvild (or wait for the other command to end) "
+                "and run this again"
+            ) from exc
         temporary = Path(tempfile.mkdtemp(prefix="anvilctl-p-"))
         renderer._say(
             f"no daemon answers on {agent_address(None)} and {exc.args[0].split(';')[0]}; "
