@@ -48,7 +48,7 @@ from anvild.agent.tools.todo import render_todos
 from anvild.llm import stream
 from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.errors import ContextOverflow, LlmError
-from anvild.llm.integrity import TranscriptError, validate_transcript
+from anvild.llm.integrity import TranscriptCheck, TranscriptError, validate_transcript
 from anvild.llm.provider import Provider
 from anvild.llm.retry import RetryNotice, retry_listener
 from anvild.llm.types import (
@@ -212,6 +212,7 @@ class Agent:
         self._redact = redact  # e.g. anvild.sandbox.secrets.Redactor.redact
         self._emit = emit
         self.messages: tuple[Message, ...] = ()
+        self._checked = TranscriptCheck()  # checks only what each commit adds
         self._commit(*messages)  # a resumed transcript must be valid too
         self.usage = stream.Usage(0, 0, 0, 0)  # every request of the session; None = unknown
         self._turn: _Turn | None = None
@@ -307,7 +308,7 @@ class Agent:
             turn.step = step
             self._show_todos()
             self._emit(ev.StepStarted(step))
-            validate_transcript(self.messages)
+            self._checked.check(self.messages)
             # Read each step: a tool list that changed (an MCP server's) reaches the next request.
             specs = self.tools.specs(compact=self.config.compact_tools)
             completion = await self._sample_fitting(turn, specs)
@@ -500,9 +501,10 @@ class Agent:
             else:
                 allowed.append(index)
                 contexts[index] = decision.context or self.context
-        if any(not self.tools.effects(batch.calls[i]).read_only for i in allowed):
+        read_only = {i: self.tools.effects(batch.calls[i]).read_only for i in allowed}
+        if not all(read_only.values()):
             await self._before_change()
-        if all(self._concurrent(batch.calls[i]) for i in allowed):
+        if all(read_only[i] or self._parallel_safe(batch.calls[i]) for i in allowed):
             async with trio.open_nursery() as nursery:
                 for index in allowed:
                     nursery.start_soon(self._run_call, batch, index, contexts[index])
@@ -517,12 +519,11 @@ class Agent:
             turn.changing = True
             await self.snapshots.before_change()
 
-    def _concurrent(self, call: ToolCall) -> bool:
-        """Whether a call may run beside the other calls of its step: it only reads, or its
-        tool says `parallel_safe` (what it does happens elsewhere, under its own checks: `task`
-        runs a child session)."""
-        tool = self.tools.get(call.name)
-        return self.tools.effects(call).read_only or getattr(tool, "parallel_safe", False) is True
+    def _parallel_safe(self, call: ToolCall) -> bool:
+        """Whether a call that may change something may still run beside the other calls of
+        its step: its tool says `parallel_safe` (what it does happens elsewhere, under its own
+        checks: `task` runs a child session). A call that only reads always may."""
+        return getattr(self.tools.get(call.name), "parallel_safe", False) is True
 
     async def _decide(self, call: ToolCall) -> Decision:
         try:
@@ -555,14 +556,16 @@ class Agent:
     def _commit(self, *messages: Message, pending: bool = False) -> None:
         """Append (merging a user message into a trailing user message), validate, replace."""
         candidate = list(self.messages)
+        kept = len(candidate)  # messages of the transcript left as they are
         for message in messages:
             if not message.content:
                 continue  # an empty answer adds nothing (and providers reject empty messages)
             if candidate and message.role is Role.USER and candidate[-1].role is Role.USER:
                 message = Message(Role.USER, (*candidate.pop().content, *message.content))
+                kept = min(kept, len(candidate))
             candidate.append(message)
-        validate_transcript(candidate, allow_pending_tail=pending)
-        self.messages = tuple(candidate)
+        base = self.messages if kept == len(self.messages) else self.messages[:kept]
+        self.messages = self._checked.append(base, candidate[kept:], allow_pending_tail=pending)
 
     def _over_budget(self, turn: _Turn) -> str | None:
         budget = self.config.token_budget

@@ -5,7 +5,8 @@ only on assistant messages, results only on user messages; ids non-empty and uni
 transcript; every call of assistant message *i* has exactly one result in message *i + 1* (no
 orphans, no duplicates); the last assistant message may leave calls unanswered only with
 `allow_pending_tail=True`. Violations raise `TranscriptError` naming the message index, block
-kind, id and `Rule`.
+kind, id and `Rule`. `TranscriptCheck` gives the same verdicts but checks only what a transcript
+adds to the last one it passed, so a growing transcript costs per step what the step appended.
 """
 
 from __future__ import annotations
@@ -49,20 +50,86 @@ class TranscriptError(ValueError):
 
 def validate_transcript(messages: Sequence[Message], *, allow_pending_tail: bool = False) -> None:
     """Raise `TranscriptError` unless `messages` is a structurally valid transcript."""
-    call_seen_at: dict[str, int] = {}
-    pending: list[ToolCall] = []  # calls of the previous assistant message, in order
-    for index, message in enumerate(messages):
-        if index == 0 and message.role is not Role.USER:
-            raise TranscriptError(Rule.FIRST_NOT_USER, index)
-        if index > 0 and message.role is messages[index - 1].role:
-            raise TranscriptError(Rule.ROLES_ALTERNATE, index)
-        if message.role is Role.USER:
-            _check_results(index, message, pending)
-            pending = []
-        else:
-            pending = _check_calls(index, message, call_seen_at)
-    if pending and not allow_pending_tail:
-        raise TranscriptError(Rule.PENDING_TAIL, len(messages) - 1, "tool_call", pending[0].id)
+    TranscriptCheck().check(tuple(messages), allow_pending_tail=allow_pending_tail)
+
+
+class TranscriptCheck:
+    """`validate_transcript` that remembers the last transcript it passed: a transcript that
+    keeps a prefix of it is checked only from where they differ, with the same verdict and the
+    same error. The prefix is compared by value (identity first: a pointer compare per message),
+    or, by `append`, known to be the passed transcript itself, so no caller can make it skip a
+    message it has not passed."""
+
+    def __init__(self) -> None:
+        self._valid: tuple[Message, ...] = ()  # the last transcript that passed
+        self._seen: dict[str, int] = {}  # the call ids of `_valid`: the message each is on
+
+    def check(self, messages: tuple[Message, ...], *, allow_pending_tail: bool = False) -> None:
+        """Raise `TranscriptError` unless `messages` is valid; remember it when it is."""
+        if messages is not self._valid:
+            self._advance(messages, self._rewind(messages))
+        self._check_tail(messages, allow_pending_tail)
+
+    def append(
+        self,
+        base: tuple[Message, ...],
+        added: Sequence[Message],
+        *,
+        allow_pending_tail: bool = False,
+    ) -> tuple[Message, ...]:
+        """`base + added`, checked as `check` does; when `base` is the last transcript passed
+        (the same object), without comparing it again: the cost is what `added` holds."""
+        after = base + tuple(added)
+        self._advance(after, len(base) if base is self._valid else self._rewind(after))
+        self._check_tail(after, allow_pending_tail)
+        return after
+
+    @staticmethod
+    def _check_tail(messages: tuple[Message, ...], allow_pending_tail: bool) -> None:
+        last = len(messages) - 1
+        if not allow_pending_tail and last >= 0 and messages[last].role is Role.ASSISTANT:
+            for block in messages[last].content:
+                if isinstance(block, ToolCall):
+                    raise TranscriptError(Rule.PENDING_TAIL, last, "tool_call", block.id)
+
+    def _rewind(self, messages: tuple[Message, ...]) -> int:
+        """Forget `_valid` back to its longest prefix `messages` keeps (all, or all but the
+        last message, else none); returns that prefix's length."""
+        valid, kept = self._valid, len(self._valid)
+        if len(messages) < kept or messages[:kept] != valid:
+            kept = kept - 1 if kept and messages[: kept - 1] == valid[: kept - 1] else 0
+        if not kept:
+            self._seen.clear()
+        for index in range(kept, len(valid) if kept else 0):
+            for block in valid[index].content:
+                if isinstance(block, ToolCall):
+                    del self._seen[block.id]
+        self._valid = valid[:kept]
+        return kept
+
+    def _advance(self, messages: tuple[Message, ...], start: int) -> None:
+        """Check `messages[start:]` after the passed `messages[:start]`."""
+        seen = self._seen
+        pending: list[ToolCall] = []  # calls of the previous assistant message, in order
+        if start and messages[start - 1].role is Role.ASSISTANT:
+            pending = [b for b in messages[start - 1].content if isinstance(b, ToolCall)]
+        try:
+            for index in range(start, len(messages)):
+                message = messages[index]
+                if index == 0 and message.role is not Role.USER:
+                    raise TranscriptError(Rule.FIRST_NOT_USER, index)
+                if index > 0 and message.role is messages[index - 1].role:
+                    raise TranscriptError(Rule.ROLES_ALTERNATE, index)
+                if message.role is Role.USER:
+                    _check_results(index, message, pending)
+                    pending = []
+                else:
+                    pending = _check_calls(index, message, seen)
+        except TranscriptError:
+            for call_id in [i for i, at in seen.items() if at >= start]:
+                del seen[call_id]
+            raise
+        self._valid = messages
 
 
 def _check_calls(index: int, message: Message, call_seen_at: dict[str, int]) -> list[ToolCall]:
