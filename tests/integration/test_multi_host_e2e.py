@@ -1,0 +1,222 @@
+"""End to end: scripts/conductor with workers on two daemons sharing one bead board.
+
+Two real `anvild` processes on this machine stand for two hosts: separate namespaces and data
+directories, each listening on TCP with its own token, both with `[beads] remote` on one bare
+repository in a tmp dir and one fake provider server. The conductor reaches them only over TCP
+(`--daemon NAME=tcp!127.0.0.1!PORT --token-file NAME=PATH`), places each workflow session by
+`agent/load`, and a kill -9 of one daemon mid-turn is followed by a re-run on the survivor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_sessions_e2e import FakeServer, anvilctl, ok, read
+from tests.integration.test_workflows_e2e import models_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CONDUCTOR = ROOT / "scripts" / "conductor"
+TIMEOUT = 120.0
+
+CHAIN = """\
+name: spread
+sessions:
+  a: {role: planner, model: dev}
+  b: {role: planner, model: rev}
+steps:
+  - id: one
+    session: a
+    prompt: "ONE: begin."
+  - id: two
+    needs: [one]
+    session: b
+    prompt: "TWO: after {{out.one}}"
+  - id: three
+    needs: [two]
+    session: b
+    prompt: "THREE: after {{out.two}}"
+  - id: four
+    needs: [three]
+    session: a
+    prompt: "FOUR: after {{out.three}}"
+"""
+
+ONE = {"model": "dev-model", "contains": "ONE: begin", "text": "uno"}
+TWO = {"model": "rev-model", "contains": "TWO: after uno", "text": "dos"}
+THREE = {"model": "rev-model", "contains": "THREE: after dos", "text": "tres"}
+FOUR = {"model": "dev-model", "contains": "FOUR: after tres", "text": "cuatro"}
+
+
+class Hosts:
+    """A fake provider, a bare bead remote and two daemons (`d1`, `d2`) on TCP with tokens."""
+
+    def __init__(self, tmp_path: Path, turns: list[dict[str, Any]]) -> None:
+        self.tmp_path = tmp_path
+        self.fake = FakeServer(tmp_path, turns)
+        self.remote = tmp_path / "remote.git"
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.remote)], check=True)
+        models = models_config(tmp_path, self.fake.url).read_text()
+        self.work = tmp_path / "work"
+        self.work.mkdir()
+        (tmp_path / "workflow.yaml").write_text(CHAIN)
+        self.daemons: dict[str, Anvild] = {}
+        self.addresses: dict[str, str] = {}
+        for name in ("d1", "d2"):  # started at once, then waited for
+            home = tmp_path / name
+            home.mkdir()
+            config = home / "config.toml"
+            config.write_text(f'{models}\n[beads]\nremote = "{self.remote}"\nhost = "{name}"\n')
+            self.daemons[name] = Anvild(
+                home / "ns", "--config", str(config), "--listen", "tcp!127.0.0.1!0"
+            )
+        for name, daemon in self.daemons.items():
+            found = re.search(r"tcp!127\.0\.0\.1!\d+", daemon.wait_serving())
+            assert found is not None
+            self.addresses[name] = found.group(0)
+
+    def namespace(self, name: str) -> Path:
+        return self.tmp_path / name / "ns"
+
+    def argv(self, *extra: str) -> list[str]:
+        argv = [sys.executable, str(CONDUCTOR)]
+        for name, address in self.addresses.items():
+            token = self.namespace(name) / "agent.token"
+            argv += ["--daemon", f"{name}={address}", "--token-file", f"{name}={token}"]
+        return [*argv, *extra, str(self.tmp_path / "workflow.yaml")]
+
+    def env(self) -> dict[str, str]:
+        # no $NAMESPACE: the conductor reaches the daemons only by their TCP addresses
+        env = {k: v for k, v in os.environ.items() if k != "NAMESPACE"}
+        env["XDG_CONFIG_HOME"] = str(self.tmp_path / "xdg-config")
+        return env
+
+    def conduct(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*extra),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            env=self.env(),
+            cwd=self.work,
+            check=False,
+        )
+
+    def aliases(self, name: str) -> list[str]:
+        listing = ok(anvilctl(self.namespace(name), "read", "agent/list"))
+        return [line.split("\t")[1] for line in listing.splitlines()]
+
+    def beads(self, name: str) -> dict[str, dict[str, str]]:
+        """The board as daemon `name` shows it (its `list` pulls first): by title, each
+        bead's status, host and result."""
+        namespace = self.namespace(name)
+        board = {}
+        for line in read(namespace, "agent/beads/list").splitlines():
+            bead = line.split("\t")[0]
+            fields = {f: read(namespace, f"agent/beads/{bead}/{f}") for f in ("status", "host")}
+            title = read(namespace, f"agent/beads/{bead}/title").strip()
+            board[title] = {k: v.strip() for k, v in fields.items()}
+            board[title]["result"] = read(namespace, f"agent/beads/{bead}/result")
+        return board
+
+    def load(self, name: str) -> dict[str, str]:
+        text = read(self.namespace(name), "agent/load")
+        return dict(line.split(" ", 1) for line in text.splitlines())
+
+    def stop(self) -> None:
+        for daemon in self.daemons.values():
+            daemon.stop(signal.SIGKILL)
+        self.fake.stop()
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Hosts]:
+    stuck = {**THREE, "text": "never", "chunk_delay": 60}
+    # run `spread`: each step once; run `again`: the same, but its step three hangs once
+    made = Hosts(tmp_path, [ONE, TWO, THREE, FOUR, ONE, TWO, stuck, THREE, FOUR])
+    yield made
+    made.stop()
+
+
+def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_completed_bead(
+    hosts: Hosts,
+) -> None:
+    """One shared board, sessions placed by agent/load: a run completes with work on both
+    daemons; a second run's daemon d2 is killed -9 mid-turn, and the re-run (d2 still given,
+    unreachable) finishes on d1 without asking again for the beads completed on either."""
+    result = hosts.conduct("--keep")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "=== four ===\ncuatro\n"
+    # a: the first placement, both idle (d1 first in order); b: d2, where this run has none
+    assert hosts.aliases("d1") == ["spread-a"]
+    assert hosts.aliases("d2") == ["spread-b"]
+    for name in ("d1", "d2"):
+        board = hosts.beads(name)  # the same shared board on both
+        hosts_of = {title.split(" ")[0]: bead["host"] for title, bead in board.items()}
+        assert hosts_of == {"one": "d1", "two": "d2", "three": "d2", "four": "d1", "finish": "d1"}
+        assert {bead["status"] for bead in board.values()} == {"completed"}
+        assert board["three (workflow spread)"]["result"] == "tres\n"
+    claims = subprocess.run(
+        ["git", "-C", str(hosts.remote), "log", "--format=%s", "main"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert sum(1 for s in claims.splitlines() if s.startswith("claim ")) == 5
+    # agent/load: the kept session, idle, and the host's figures
+    load = hosts.load("d2")
+    assert (load["running"], load["sessions"], load["state.idle"]) == ("0", "1", "1")
+    assert int(load["cores"]) >= 1
+    assert len(load["loadavg"].split()) == 3
+    assert int(load["mem_available"]) <= int(load["mem_total"])
+
+    first = subprocess.Popen(
+        hosts.argv("--run", "again"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=hosts.env(),
+        cwd=hosts.work,
+    )
+    try:
+        # d2 has the request of step three (its turn hangs): a running turn in agent/load
+        with urllib.request.urlopen(hosts.fake.url + "/_fake/wait?requests=7", timeout=60) as r:
+            assert json.load(r)["requests"] == 7
+        load = hosts.load("d2")
+        assert (load["running"], load["state.running"]) == ("1", "1")
+        hosts.daemons["d2"].stop(signal.SIGKILL)
+        _, err = first.communicate(timeout=TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1, err
+    assert "two: bead two-workflow-" in err
+    assert "claimed by d2/" in err
+    before = len(hosts.fake.requests())
+    second = hosts.conduct("--run", "again")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "=== four ===\ncuatro\n"
+    assert "daemon d2 (tcp!127.0.0.1!" in second.stderr
+    assert "not reachable, left out" in second.stderr
+    # one (done on d1) and two (done on d2, now dead) are not asked again; three is redone on d1
+    asked = [r["last_user_text"].split(":")[0] for r in hosts.fake.requests()[before:]]
+    assert asked == ["THREE", "FOUR"]
+    assert second.stderr.count("already completed") == 2
+    board = {t: b for t, b in hosts.beads("d1").items() if t.endswith("(workflow again)")}
+    assert len(board) == 5
+    assert {bead["status"] for bead in board.values()} == {"completed"}
+    assert board["two (workflow again)"]["host"] == "d2"
+    assert board["three (workflow again)"]["host"] == "d1"
+    assert board["three (workflow again)"]["result"] == "tres\n"
