@@ -269,6 +269,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 ),
                 mail=None if sessions.mail is None else sessions.mail.office,
                 root_ctl=_ctl_line(root),
+                pricing_of=lambda name: (
+                    config.models[name].pricing if name in config.models else None
+                ),
             )
         daemon = Daemon(
             DaemonConfig(

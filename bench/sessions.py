@@ -1,7 +1,7 @@
 """Benchmark: many sessions in one real `anvild` process, over its Unix socket.
 
     .venv/bin/python bench/sessions.py [--runs 3] [--sessions 1000] [--list-reads 200]
-                                       [--streaming 100] [--deltas 300] [--delay 0.02]
+                                       [--streaming 100] [--deltas 300] [--delay 0.02] [--board]
 
 Every run starts a fresh daemon (`python -m anvild` on a temporary namespace, data directory
 and XDG directories) whose user config points at the fake provider server
@@ -50,11 +50,18 @@ CPU: the daemon's own CPU time (utime + stime from /proc/PID/stat) is reported p
 daemon's cost can be told from the machine's: on a shared machine the latencies include the
 time the daemon waited for a core. The load average is printed before and after.
 `--profile FILE` runs the daemon under cProfile (stats written to FILE when it exits).
+
+`--board`: each streaming run is made twice, on fresh daemons started with `--web 127.0.0.1:0`:
+without a board, then with one board open in Debian's chromium (headless, through Playwright,
+as the browser tests drive it: the page follows the daemon's feed and reloads its snapshot on
+each session event) from before the sessions are created until the turns end; the two p99s and
+their ratio are printed, with the page's slowest event handling and redraw (`anvilStats`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -71,6 +78,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -153,9 +161,12 @@ def write_config(path: Path, url: str, providers: int) -> list[str]:
 
 
 class Daemon:
-    def __init__(self, work: Path, config: Path, profile: Path | None = None) -> None:
+    def __init__(
+        self, work: Path, config: Path, profile: Path | None = None, web: bool = False
+    ) -> None:
         self.namespace = work / "ns"
         profiler = ["-m", "cProfile", "-o", str(profile)] if profile else []
+        self.board_url = ""
         env = {k: v for k, v in os.environ.items() if k != "ANVIL_LOG" and k not in PROVIDER_KEYS}
         env["XDG_CONFIG_HOME"] = str(work / "xdg-config")
         env["XDG_DATA_HOME"] = str(work / "xdg-data")
@@ -163,6 +174,7 @@ class Daemon:
             [
                 *(sys.executable, *profiler, "-m", "anvild", "--namespace", str(self.namespace)),
                 *("--data-dir", str(work / "data"), "--config", str(config)),
+                *(("--web", "127.0.0.1:0") if web else ()),
             ],
             cwd=REPO,
             stdin=subprocess.DEVNULL,
@@ -186,6 +198,12 @@ class Daemon:
         if "serving " not in line:
             self.stop()
             raise BenchError(f"anvild did not start: {''.join(seen)}")
+        if web:  # the next line says where the board is
+            found = re.search(r"web board (http://\S+/)\?token=", self.proc.stderr.readline())
+            if found is None:
+                self.stop()
+                raise BenchError("anvild --web did not say where its board is")
+            self.board_url = found.group(1)
         self.pid = self.proc.pid
         self.fake_pid = 0
         self.address = f"unix!{self.namespace / 'agent'}"
@@ -217,7 +235,7 @@ class Daemon:
 
 @contextmanager
 def running(
-    turns: list[dict[str, object]], providers: int, profile: Path | None = None
+    turns: list[dict[str, object]], providers: int, profile: Path | None = None, web: bool = False
 ) -> Iterator[tuple[Daemon, Path]]:
     work = Path(tempfile.mkdtemp(prefix="anvil-bench-"))
     cwd = work / "work"
@@ -226,7 +244,7 @@ def running(
     try:
         config = work / "config.toml"
         write_config(config, fake.url, providers)
-        daemon = Daemon(work, config, profile)
+        daemon = Daemon(work, config, profile, web)
         daemon.fake_pid = fake.pid
         try:
             yield daemon, cwd
@@ -409,6 +427,35 @@ class StreamResult:
     fake_cpu_s: float
     client_cpu_s: float
     rss_mib: float
+    board_rows: int = 0  # sessions the open board showed at the end (--board)
+    board_event_max_ms: float = 0.0  # its slowest event handling (anvilStats.maxMs)
+    board_render_max_ms: float = 0.0  # its slowest redraw
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@contextmanager
+def board_open(daemon: Daemon) -> Iterator[object]:
+    """The daemon's board in a headless Debian chromium (Playwright, no downloaded browser),
+    live on the feed; yields the page."""
+    from playwright.sync_api import sync_playwright
+
+    if not CHROMIUM.exists():
+        raise BenchError("--board needs Debian's chromium (/usr/bin/chromium): make setup")
+    token = (daemon.namespace / "agent.token").read_text().strip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"],
+        )
+        try:
+            page = browser.new_page()
+            page.goto(f"{daemon.board_url}?token={token}")
+            page.locator("#live.up").wait_for(timeout=30_000)
+            yield page
+        finally:
+            browser.close()
 
 
 def _ts_ns(ts: str) -> int:
@@ -417,12 +464,25 @@ def _ts_ns(ts: str) -> int:
 
 
 def streaming(
-    count: int, deltas: int, delay: float, turns: int, profile: Path | None = None
+    count: int,
+    deltas: int,
+    delay: float,
+    turns: int,
+    profile: Path | None = None,
+    board: bool | None = None,
 ) -> StreamResult:
+    """`board`: None, no `--web`; False, `--web` and no board open; True, one board open."""
     text = "".join(f"{MARK};{i:04d} " for i in range(deltas))
     script = [{"text": text, "piece": len(f"{MARK};0000 "), "stamp": MARK, "chunk_delay": delay}]
     providers = -(-count // SESSIONS_PER_PROVIDER)
-    with running([{**script[0], "repeat": True}], providers, profile) as (daemon, cwd):
+    with (
+        running([{**script[0], "repeat": True}], providers, profile, board is not None) as (
+            daemon,
+            cwd,
+        ),
+        contextlib.ExitStack() as stack,
+    ):
+        page: Any = stack.enter_context(board_open(daemon)) if board else None
         client, root = daemon.connect()
         with client:
             ids = [
@@ -508,6 +568,14 @@ def streaming(
                 fake_cpu = cpu_seconds(daemon.fake_pid) - fake0
                 own_cpu = time.process_time() - own0
                 rss = daemon.rss_kib() / 1024
+                shown = {}
+                if page is not None:  # every session on the board, then what its page measured
+                    page.wait_for_function(
+                        f"document.querySelectorAll('#sessions tbody tr').length >= {count}",
+                        timeout=30_000,
+                    )
+                    shown = page.evaluate("window.anvilStats")
+                    shown["rows"] = page.locator("#sessions tbody tr").count()
             finally:
                 for reader in readers:
                     reader.close()
@@ -537,6 +605,9 @@ def streaming(
         fake_cpu_s=fake_cpu,
         client_cpu_s=own_cpu,
         rss_mib=rss,
+        board_rows=shown.get("rows", 0),
+        board_event_max_ms=shown.get("maxMs", 0.0),
+        board_render_max_ms=shown.get("renderMaxMs", 0.0),
     )
 
 
@@ -557,6 +628,11 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.02, help="seconds between deltas")
     parser.add_argument("--turns", type=int, default=1, help="turns per streaming session")
     parser.add_argument("--only", choices=("idle", "streaming"), default=None)
+    parser.add_argument(
+        "--board",
+        action="store_true",
+        help="streaming with --web twice per run: without and with one board open in chromium",
+    )
     parser.add_argument(
         "--profile", type=Path, help="run the daemon under cProfile, stats to this file (per run)"
     )
@@ -589,32 +665,54 @@ def main() -> None:
             f"  targets: RSS < 250 MB: {met(rss * 1.048576 < 250)}; list < 20 ms: {met(p99 < 20)}"
         )
     if args.only in (None, "streaming"):
-        streams = []
+        modes: tuple[bool | None, ...] = (False, True) if args.board else (None,)
+        labels = {None: "", False: " (--web, no board open)", True: " (one board open)"}
+        runs: dict[bool | None, list[StreamResult]] = {mode: [] for mode in modes}
         for run in range(args.runs):
-            s = streaming(args.streaming, args.deltas, args.delay, args.turns, args.profile)
-            streams.append(s)
+            for mode in modes:
+                s = streaming(
+                    args.streaming, args.deltas, args.delay, args.turns, args.profile, mode
+                )
+                runs[mode].append(s)
+                board = (
+                    f"; the board showed {s.board_rows} sessions, slowest event "
+                    f"{s.board_event_max_ms:.1f} ms, slowest redraw {s.board_render_max_ms:.1f} ms"
+                    if mode
+                    else ""
+                )
+                print(
+                    f"streaming run {run + 1}{labels[mode]}: {s.sessions} sessions, "
+                    f"{s.deltas_received}/{s.deltas_expected} deltas in {s.seconds:.1f} s "
+                    f"(daemon CPU {s.daemon_cpu_s:.1f} s, fake provider {s.fake_cpu_s:.1f} s, "
+                    f"this client {s.client_cpu_s:.1f} s; RSS {s.rss_mib:.0f} MiB); events p50 "
+                    f"{s.delta_p50_ms:.1f} ms p99 {s.delta_p99_ms:.1f} ms max "
+                    f"{s.delta_max_ms:.0f} ms; lagged markers {s.lag_markers} ({s.lag_dropped} "
+                    f"lines), silent loss {s.silent_loss}; agent/events {s.states_received}/"
+                    f"{s.states_expected} p50 {s.state_p50_ms:.1f} ms p99 {s.state_p99_ms:.1f} ms"
+                    f"{board}",
+                    flush=True,
+                )
+        p99s: dict[bool | None, tuple[float, float]] = {}
+        for mode, streams in runs.items():
+            d50 = statistics.median(s.delta_p50_ms for s in streams)
+            d99 = statistics.median(s.delta_p99_ms for s in streams)
+            s50 = statistics.median(s.state_p50_ms for s in streams)
+            s99 = statistics.median(s.state_p99_ms for s in streams)
+            p99s[mode] = (d99, s99)
+            silent = sum(s.silent_loss for s in streams)
+            print(f"streaming{labels[mode]}, median of {args.runs} runs:")
+            print(f"  session events: p50 {d50:.1f} ms, p99 {d99:.1f} ms")
+            print(f"  agent/events:   p50 {s50:.1f} ms, p99 {s99:.1f} ms")
             print(
-                f"streaming run {run + 1}: {s.sessions} sessions, {s.deltas_received}/"
-                f"{s.deltas_expected} deltas in {s.seconds:.1f} s (daemon CPU "
-                f"{s.daemon_cpu_s:.1f} s, fake provider {s.fake_cpu_s:.1f} s, this client "
-                f"{s.client_cpu_s:.1f} s; RSS {s.rss_mib:.0f} MiB); events p50 "
-                f"{s.delta_p50_ms:.1f} ms p99 {s.delta_p99_ms:.1f} ms max {s.delta_max_ms:.0f} ms; "
-                f"lagged markers {s.lag_markers} ({s.lag_dropped} lines), silent loss "
-                f"{s.silent_loss}; agent/events {s.states_received}/{s.states_expected} "
-                f"p50 {s.state_p50_ms:.1f} ms p99 {s.state_p99_ms:.1f} ms",
-                flush=True,
+                f"  targets: p99 < 50 ms: {met(max(d99, s99) < 50)}; "
+                f"no silent loss: {met(silent == 0)}"
             )
-        d50 = statistics.median(s.delta_p50_ms for s in streams)
-        d99 = statistics.median(s.delta_p99_ms for s in streams)
-        s50 = statistics.median(s.state_p50_ms for s in streams)
-        s99 = statistics.median(s.state_p99_ms for s in streams)
-        silent = sum(s.silent_loss for s in streams)
-        print(f"streaming, median of {args.runs} runs:")
-        print(f"  session events: p50 {d50:.1f} ms, p99 {d99:.1f} ms")
-        print(f"  agent/events:   p50 {s50:.1f} ms, p99 {s99:.1f} ms")
-        print(
-            f"  targets: p99 < 50 ms: {met(max(d99, s99) < 50)}; no silent loss: {met(silent == 0)}"
-        )
+        if args.board:
+            (d0, s0), (d1, s1) = p99s[False], p99s[True]
+            print(
+                f"one board open / none, p99: session events {d1 / d0:.2f}x "
+                f"({d0:.1f} -> {d1:.1f} ms), agent/events {s1 / s0:.2f}x ({s0:.1f} -> {s1:.1f} ms)"
+            )
     print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 

@@ -18,6 +18,7 @@ for, and a refusal comes back verbatim as `{"error": MESSAGE}` (404 for an unkno
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -43,10 +44,10 @@ from anvild.session import (
 from anvild.store import PendingResult
 from anvild.web.auth import COOKIE, Guard
 from anvild.web.beads import BeadActions, bead_routes
-from anvild.web.body import BadBody, read_field
+from anvild.web.body import BadBody, perform, read_field
 from anvild.web.hub import EventHub, Gap
 from anvild.web.mail import mail_routes
-from anvild.web.spend import spend_routes
+from anvild.web.spend import PricingOf, spend_routes
 
 __all__ = ["Answered", "board_app"]
 
@@ -57,13 +58,16 @@ Answered = Callable[[Session, PendingResult], Awaitable[None]]
 CtlLine = Callable[[str], Awaitable[str]]
 """Runs one line of `agent/ctl` as a write of it does and returns what a read then gives."""
 
+PAGES: Final = {  # name: its path and what its header says after "anvild"
+    "board": ("/", "board"),
+    "session": ("/session/{id}", 'session <span id="title"></span>'),
+    "beads": ("/beads", "beads and convoys"),
+    "spend": ("/spend", "spend"),
+    "mail": ("/mail", "mail for user"),
+}
+NAV: Final = (("/beads", "beads and convoys"), ("/spend", "spend"), ("/mail", "mail"))
 STATIC: Final = {
-    "board.js": "text/javascript",
-    "session.js": "text/javascript",
-    "common.js": "text/javascript",
-    "beads.js": "text/javascript",
-    "spend.js": "text/javascript",
-    "mail.js": "text/javascript",
+    **{f"{name}.js": "text/javascript" for name in (*PAGES, "common")},
     "style.css": "text/css",
     "favicon.svg": "image/svg+xml",
 }
@@ -74,6 +78,23 @@ _USD = re.compile(r"^(?:total_)?usd (\S+)$", re.MULTILINE)
 
 def _asset(name: str) -> str:
     return resources.files("anvild.web").joinpath("static", name).read_text("utf-8")
+
+
+@functools.cache
+def _page(name: str) -> str:
+    """Page `name`: static/NAME.html (its `<main>`) in static/page.html, the head, header and
+    scripts every page shares; `{{csrf}}` is left for the request's token."""
+    path, heading = PAGES[name]
+    nav = " ".join(f'<a href="{where}">{label}</a>' for where, label in NAV if where != path)
+    values = {
+        "title": name,
+        "heading": heading,
+        "nav": nav,
+        "main": _asset(f"{name}.html").strip(),
+        "page": name,
+        "csrf": "{{csrf}}",
+    }
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m[1]], _asset("page.html"))
 
 
 def _usd(cost_text: str) -> str:
@@ -119,14 +140,16 @@ def board_app(
     beads: BeadActions | None = None,
     mail: PostOffice | None = None,
     root_ctl: CtlLine | None = None,
+    pricing_of: PricingOf | None = None,
 ) -> Starlette:
-    """The board's routes (put the result behind `Guarded(app, guard)`)."""
+    """The board's routes (put the result behind `Guarded(app, guard)`); without `pricing_of`
+    spend per hour has no USD (every price unknown)."""
     convoys_of = manager.settings.convoys_of or (lambda session_id: ())
 
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
             nonce = guard.nonce_of(request.cookies.get(COOKIE)) or ""
-            html = _asset(name).replace("{{csrf}}", guard.csrf_for(nonce))
+            html = _page(name).replace("{{csrf}}", guard.csrf_for(nonce))
             return Response(html, media_type="text/html; charset=utf-8")
 
         return serve
@@ -202,12 +225,9 @@ def board_app(
         async def act(request: Request) -> Response:
             try:
                 s = manager.get(request.path_params["id"])
-                await run(s, await read_field(request, field))
             except SessionError as exc:
                 return _error(exc)
-            except BadBody as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            return JSONResponse({"ok": True})
+            return await perform(request, field, lambda value: run(s, value), (SessionError,))
 
         return act
 
@@ -273,11 +293,7 @@ def board_app(
 
     return Starlette(
         routes=[
-            Route("/", page("board.html")),
-            Route("/session/{id}", page("session.html")),
-            Route("/beads", page("beads.html")),
-            Route("/spend", page("spend.html")),
-            Route("/mail", page("mail.html")),
+            *(Route(path, page(name)) for name, (path, _) in PAGES.items()),
             Route("/static/{name}", static),
             Route("/api/sessions", sessions),
             Route("/api/sessions/{id}", one),
@@ -289,7 +305,9 @@ def board_app(
             Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),
             Route("/events", events),
             *([] if beads is None else bead_routes(beads, hub)),
-            *spend_routes(manager, hub, lambda s: _usd(s.cost_text())),
+            *spend_routes(
+                manager, hub, lambda s: _usd(s.cost_text()), pricing_of or (lambda model: None)
+            ),
             *([] if mail is None else mail_routes(mail, hub)),
         ]
     )

@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from anvild.beads import BeadError, BeadStore
 from anvild.beads.model import USER, Bead, Convoy
-from anvild.web.body import BadBody, read_field
+from anvild.web.body import perform
 from anvild.web.hub import EventHub
 
 __all__ = ["BeadActions", "bead_routes"]
@@ -113,15 +113,8 @@ def bead_routes(actions: BeadActions, hub: EventHub) -> list[Route]:
             )
 
     async def ctl(request: Request) -> Response:
-        try:
-            command = await read_field(request, "command")
-        except BadBody as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        try:
-            await run(request.path_params["id"], command)
-        except (BeadError, _Refused) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        return JSONResponse({"ok": True})
+        bead_id = request.path_params["id"]
+        return await perform(request, "command", lambda c: run(bead_id, c), (BeadError, _Refused))
 
     return [
         Route("/api/beads", listing),

@@ -9,7 +9,10 @@ browser's SSE stream resumes after the last position it saw (`Last-Event-ID`): w
 the window is replayed, in order, with no gap; a position older than the window, or of another
 epoch, gets one `reset` instead (the page reloads its snapshot), so loss is never silent.
 `pump` drains every cursor synchronously: a snapshot taken right after it and the position it
-reports agree with the feed exactly. The hub holds lines, never session state.
+reports agree with the feed exactly. Besides those lines, each followed session's queue (what
+its `queue` file shows) is fed as a line of the board's own, `{"type":"queue","text":...}`,
+whenever the session's change notification finds it different (no 9P stream carries it).
+The hub holds lines, never session state.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncGenerator, Callable
-from typing import Final
+from typing import Final, Protocol
 
 import attrs
 import trio
 
 from anvild.lines.broadcast import Broadcast, Cursor
 
-__all__ = ["EventHub", "FeedItem", "Gap"]
+__all__ = ["EventHub", "FeedItem", "Gap", "Queued"]
 
 _READ: Final = 1 << 20
 ROOT: Final = ""
@@ -43,8 +46,24 @@ class FeedItem:
         return f'{{"session":{who},"event":{self.line.decode("utf-8", "replace")}}}'
 
 
+class Queued(Protocol):
+    """A session as the hub watches its queue (`anvild.session.Session`)."""
+
+    @property
+    def version(self) -> int: ...
+
+    async def wait_changed(self, seen: int) -> int: ...
+
+    def queue_text(self) -> str: ...
+
+
+def _queue_line(text: str) -> bytes:
+    return json.dumps({"type": "queue", "text": text}, separators=(",", ":")).encode()
+
+
 class EventHub:
-    """The numbered feed of the daemon's and every session's events (module docstring)."""
+    """The numbered feed of the daemon's and every session's events (module docstring);
+    `queued(id)`: the session whose queue is watched (None: not watched)."""
 
     def __init__(
         self,
@@ -53,20 +72,19 @@ class EventHub:
         sessions: Callable[[], list[str]],
         *,
         keep: int = 20_000,
+        queued: Callable[[str], Queued | None] = lambda session_id: None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
-        self._root = root
-        self._session_events = session_events
-        self._sessions = sessions
-        self._keep = keep
+        self._root, self._session_events, self._sessions = root, session_events, sessions
+        self._queued, self._keep, self.epoch = queued, keep, secrets.token_hex(4)
         self._items: list[FeedItem] = []
         self._seq = 0
         self._cursors: dict[str, Cursor] = {}
+        self._watching: dict[str, trio.CancelScope] = {}
         self._partial: dict[str, bytes] = {}
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
-        self.epoch = secrets.token_hex(4)
 
     @property
     def seq(self) -> int:
@@ -102,6 +120,25 @@ class EventHub:
         broadcast = self._session_events(session_id)
         if broadcast is not None:
             self._follow(session_id, broadcast)
+            session = self._queued(session_id)
+            if session is not None and self._nursery is not None:
+                self._watching[session_id] = scope = trio.CancelScope()
+                seen = (session.version, session.queue_text())  # now: no change is missed
+                self._nursery.start_soon(self._watch_queue, session_id, session, seen, scope)
+
+    async def _watch_queue(
+        self, session_id: str, session: Queued, seen: tuple[int, str], scope: trio.CancelScope
+    ) -> None:
+        """Feed the session's queue each time it changes, until its events stream ends."""
+        version, shown = seen
+        with scope:
+            while True:
+                version = await session.wait_changed(version)
+                text = session.queue_text()
+                if text != shown:
+                    shown = text
+                    self.pump()  # what the session's streams said before the change comes first
+                    self._add(session_id, [_queue_line(text)])
 
     def _follow(self, session_id: str, broadcast: Broadcast) -> None:
         assert self._nursery is not None
@@ -124,6 +161,8 @@ class EventHub:
         if self._cursors.get(session_id) is cursor:
             del self._cursors[session_id]
             self._partial.pop(session_id, None)
+            if (scope := self._watching.pop(session_id, None)) is not None:
+                scope.cancel()
 
     def pump(self) -> int:
         """Take every line the cursors hold now (no await); return `seq`."""
@@ -145,6 +184,9 @@ class EventHub:
         *lines, rest = (self._partial.pop(session_id, b"") + data).split(b"\n")
         if rest:
             self._partial[session_id] = rest
+        self._add(session_id, lines)
+
+    def _add(self, session_id: str, lines: list[bytes]) -> None:
         for line in lines:
             self._seq += 1
             self._items.append(FeedItem(self._seq, session_id, line))

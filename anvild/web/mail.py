@@ -28,7 +28,7 @@ from anvild.mail import (
     parse_draft,
 )
 from anvild.mail.message import encode
-from anvild.web.body import BadBody, read_field
+from anvild.web.body import perform
 from anvild.web.hub import EventHub
 
 __all__ = ["mail_routes"]
@@ -61,22 +61,13 @@ def mail_routes(office: PostOffice, hub: EventHub) -> list[Route]:
         )
 
     async def mark_read(request: Request) -> Response:
-        try:
-            ids = (await read_field(request, "ids")).split()
-        except BadBody as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        try:
-            await office.mark_read(USER, ids)
-        except MailError as exc:
-            return JSONResponse({"error": f"inbox: {exc}"}, status_code=409)
-        return JSONResponse({"ok": True})
+        async def mark(ids: str) -> None:
+            await office.mark_read(USER, ids.split())
+
+        return await perform(request, "ids", mark, (MailError,), prefix="inbox: ")
 
     async def send(request: Request) -> Response:
-        try:
-            text = await read_field(request, "draft")
-        except BadBody as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        try:
+        async def deliver(text: str) -> None:
             draft = parse_draft(text.encode())
             if office.resolve(draft.to) is None:
                 raise UnknownMailbox(
@@ -84,9 +75,8 @@ def mail_routes(office: PostOffice, hub: EventHub) -> list[Route]:
                     "has exited): nothing was sent; read agent/list for the live sessions"
                 )
             await office.send(USER, draft)
-        except MailError as exc:
-            return JSONResponse({"error": f"outbox: {exc}"}, status_code=409)
-        return JSONResponse({"ok": True})
+
+        return await perform(request, "draft", deliver, (MailError,), prefix="outbox: ")
 
     return [
         Route("/api/mail", listing),

@@ -20,12 +20,13 @@ from hypercorn.trio import serve
 
 from anvild.lines.broadcast import Broadcast
 from anvild.mail import PostOffice
-from anvild.session import SessionError, SessionManager
+from anvild.session import Session, SessionError, SessionManager
 from anvild.web.address import WebAddress
 from anvild.web.app import Answered, CtlLine, board_app
 from anvild.web.auth import Guard, Guarded
 from anvild.web.beads import BeadActions
 from anvild.web.hub import EventHub
+from anvild.web.spend import PricingOf
 
 __all__ = ["WebBoard"]
 
@@ -50,19 +51,25 @@ class WebBoard:
     beads: BeadActions | None = None
     mail: PostOffice | None = None
     root_ctl: CtlLine | None = None
+    pricing_of: PricingOf | None = None
     url: str | None = None
 
-    def _session_events(self, session_id: str) -> Broadcast | None:
+    def _session(self, session_id: str) -> Session | None:
         try:
-            return self.manager.get(session_id).events
+            return self.manager.get(session_id)
         except SessionError:
             return None
+
+    def _session_events(self, session_id: str) -> Broadcast | None:
+        session = self._session(session_id)
+        return None if session is None else session.events
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         hub = EventHub(
             self.events,
             self._session_events,
             lambda: [s.id for s in self.manager.sessions()],
+            queued=self._session,
         )
         config = HypercornConfig()
         config.bind = [self.address.bind]
@@ -79,6 +86,7 @@ class WebBoard:
             beads=self.beads,
             mail=self.mail,
             root_ctl=self.root_ctl,
+            pricing_of=self.pricing_of,
         )
         app = Guarded(routes, guard)
         async with trio.open_nursery() as nursery:

@@ -1,27 +1,42 @@
-"""The board's spend: tokens and USD of the live sessions, summed per model and per role, and
-the daemon's budgets as `agent/budget` shows them.
+"""The board's spend: tokens and USD per hour and model from the session records, the live
+sessions summed per model and per role, and the daemon's budgets as `agent/budget` shows them.
 
-    GET /api/spend   {"seq", "models": [...], "roles": [...], "total": {...}, "budget": TEXT}
+    GET /api/spend[?hours=N]   {"seq", "hours": [...], "slots": [...], "models": [...],
+                                "roles": [...], "total": {...}, "budget": TEXT}
 
-Each row sums the sessions' recorded usage (`cost`: input, output, cache_read, cache_write)
-and USD; a USD of any session unknown makes the sum unknown (null), as `cost` says `n/a`.
+`hours` (last N hours, 24 unless given, at most 168): one row per (hour, model) from every
+session file (live or exited) whose session started in the window, read through the store as
+`anvilctl stats` reads them: each request counts for the model the session had when it was made
+and for the hour its session started (records carry no other time). USD is summed over the
+requests of known price, `unknown_usd` counts the others (never priced as 0). The live rows
+sum each session's recorded usage and USD (None when any is unknown, as `cost` says `n/a`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from anvild.llm.registry import Pricing
+from anvild.llm.stream import Usage
 from anvild.session import Session, SessionManager
+from anvild.store import SessionStore, StoreError, read_journal
+from anvild.store.records import Compacted, ModelChanged, SessionStarted, UsageReported
 from anvild.web.hub import EventHub
 
-__all__ = ["spend_routes", "spend_rows"]
+__all__ = ["PricingOf", "hourly", "spend_routes", "spend_rows"]
 
-FIELDS = ("input", "output", "cache_read", "cache_write")
+PricingOf = Callable[[str], Pricing | None]
+"""A model alias's prices (the user config's, as `anvilctl stats` prices), None: unknown."""
+FIELDS: Final = ("input", "output", "cache_read", "cache_write")
+HOURS: Final = 24
+MAX_HOURS: Final = 7 * 24
 
 
 def spend_rows(
@@ -45,19 +60,81 @@ def spend_rows(
     return sorted(rows.values(), key=lambda r: (-(r["input"] + r["output"]), r["name"]))
 
 
+def hour_of(when: dt.datetime) -> str:
+    """The UTC hour `when` falls in: `2026-12-02T14:00Z`."""
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:00Z")
+
+
+def _charge(row: dict[str, Any], usage: Usage, pricing: Pricing | None) -> None:
+    row["requests"] += 1
+    for name in FIELDS:
+        row[name] += getattr(usage, name) or 0
+    row["tokens"] = row["input"] + row["output"]
+    cost = None if pricing is None else pricing.cost(usage)
+    if cost is None:
+        row["unknown_usd"] += 1
+    else:
+        row["usd"] += cost
+
+
+def hourly(store: SessionStore, pricing_of: PricingOf, since: dt.datetime) -> list[dict[str, Any]]:
+    """The (hour, model) rows of the sessions of `store` started at or after `since` (module
+    docstring), oldest hour first; a file not changed since `since` is not opened, one that
+    cannot be read is left out. Blocks: run it in a thread."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    cutoff = since.timestamp()
+    for session_id in store.ids():
+        path = store.path_for(session_id)
+        try:
+            if path.stat().st_mtime < cutoff:
+                continue
+            records = read_journal(path).records
+        except (OSError, StoreError, ValueError):
+            continue
+        hour, model, pricing = "", "", None
+        for record in records:
+            match record:
+                case SessionStarted(created_at=created) if created < since:
+                    break
+                case SessionStarted(created_at=created, model=model):
+                    hour, pricing = hour_of(created), pricing_of(model)
+                case ModelChanged(model=model):
+                    pricing = pricing_of(model)
+                case UsageReported(usage=usage) | Compacted(usage=usage) if hour:
+                    row = rows.setdefault(
+                        (hour, model),
+                        {"hour": hour, "model": model, "requests": 0, "tokens": 0,
+                         **dict.fromkeys(FIELDS, 0), "usd": 0.0, "unknown_usd": 0},
+                    )  # fmt: skip
+                    _charge(row, usage, pricing)
+    return [rows[key] for key in sorted(rows)]
+
+
 def spend_routes(
-    manager: SessionManager, hub: EventHub, usd: Callable[[Session], str]
+    manager: SessionManager,
+    hub: EventHub,
+    usd: Callable[[Session], str],
+    pricing_of: PricingOf,
 ) -> list[Route]:
     """`usd(session)`: its cost in USD as the board shows it (`n/a` when unknown)."""
 
     async def spend(request: Request) -> Response:
+        text = request.query_params.get("hours", str(HOURS))
+        if not text.isdigit() or not 1 <= int(text) <= MAX_HOURS:
+            message = f"hours={text}: give a whole number of hours from 1 to {MAX_HOURS}"
+            return JSONResponse({"error": message}, status_code=400)
+        now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+        since = now - dt.timedelta(hours=int(text) - 1)
         seq = hub.position()
         sessions = manager.sessions()
+        hours = await trio.to_thread.run_sync(hourly, manager.store, pricing_of, since)
         budgets = manager.settings.budgets
         total = spend_rows(sessions, lambda s: "all", usd)
         return JSONResponse(
             {
                 "seq": seq,
+                "hours": hours,
+                "slots": [hour_of(since + dt.timedelta(hours=n)) for n in range(int(text))],
                 "models": spend_rows(sessions, lambda s: s.model, usd),
                 "roles": spend_rows(sessions, lambda s: s.role, usd),
                 "total": total[0] if total else None,

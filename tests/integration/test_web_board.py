@@ -40,6 +40,10 @@ CHROMIUM_ARGS = [
 ]
 WAIT_MS = 20_000
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+PRICED_AND_BUDGETED = (
+    "\n[models.fake.pricing]\ninput = 1.5\noutput = 6.0\n"  # USD per million tokens
+    "\n[budget]\ndaily_tokens = 100000000\n"
+)
 XSS = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
 TURNS: list[dict[str, Any]] = [
@@ -67,10 +71,9 @@ class Board:
         self.work = root / "work"
         self.work.mkdir()
         self.fake = FakeServer(root, TURNS)
-        self.daemon = Anvild(
-            self.namespace, "--config", str(user_config(root, self.fake.url)), "--web",
-            "127.0.0.1:0",
-        )  # fmt: skip
+        config = user_config(root, self.fake.url)
+        config.write_text(config.read_text() + PRICED_AND_BUDGETED)
+        self.daemon = Anvild(self.namespace, "--config", str(config), "--web", "127.0.0.1:0")
         self.daemon.wait_serving()
         line = self.daemon.wait_serving("web board ")
         found = re.search(r"web board (http://127\.0\.0\.1:\d+/)\?token=TOKEN", line)
@@ -260,10 +263,21 @@ def test_streamed_text_arrives_as_it_streams(page: Any, board: Board) -> None:
     turns.locator(".text", has_text="first words").wait_for(timeout=WAIT_MS)
     assert "the rest" not in turns.inner_text()  # the provider holds the rest
     assert page.locator("#turns .line.end").count() == 0
+    # Two prompts queued behind the held turn: listed live, as the `queue` file shows them.
+    ok(anvilctl(board.namespace, "send", sid, "queued one"))
+    ok(anvilctl(board.namespace, "send", sid, "queued two"))
+    queue = page.locator("#queue")
+    queue.filter(has_text="queued two").wait_for(timeout=WAIT_MS)
+    listed = read(board.namespace, f"agent/{sid}/queue")
+    assert re.fullmatch(r"p\d+\tqueued one\np\d+\tqueued two\n", listed), listed
+    assert queue.inner_text().strip() == listed.strip()
     board.fake.release()
-    page.locator("#turns .line.end", has_text="turn done").wait_for(timeout=WAIT_MS)
+    page.locator("#turns .line.end", has_text="turn done").first.wait_for(timeout=WAIT_MS)
     assert "first words, then the rest of them" in turns.inner_text()
-    page.locator("#out", has_text="first words, then the rest of them").wait_for(timeout=WAIT_MS)
+    queue.filter(has_text="(empty)").wait_for(timeout=WAIT_MS)  # drained: both ran
+    page.locator("#turns .line.end", has_text="turn done").nth(2).wait_for(timeout=WAIT_MS)
+    page.locator("#out", has_text="pong").wait_for(timeout=WAIT_MS)
+    assert read(board.namespace, f"agent/{sid}/queue") == ""
 
 
 def test_approve_a_tool_call_from_the_page(page: Any, board: Board) -> None:
@@ -422,7 +436,26 @@ def test_follow_a_convoy_to_completion_claiming_and_approving_from_the_page(
     assert read(ns, f"agent/convoys/{convoy}/status") == "completed\n"
 
 
-def test_spend_sums_the_sessions_per_model_and_follows_a_turn(page: Any, board: Board) -> None:
+def hourly_spend(board: Board) -> dict[str, tuple[int, float]]:
+    """(input + output tokens, USD) per hour of session start, summed from every session's own
+    `cost` and `created` (the board's per-hour chart reads the records instead)."""
+    spend: dict[str, tuple[int, float]] = {}
+    with board.client() as client:
+        for info in client.get("/api/sessions").json()["sessions"]:
+            cost = client.get(f"/api/sessions/{info['id']}").json()["cost"]
+            value = dict(line.split(" ", 1) for line in cost.splitlines() if " " in line)
+            hour = info["created"][:13] + ":00Z"
+            tokens, usd = spend.get(hour, (0, 0.0))
+            spend[hour] = (
+                tokens + int(value["input"]) + int(value["output"]),
+                usd + float(value["usd"]),
+            )
+    return spend
+
+
+def test_spend_charts_tokens_and_cost_per_hour_and_model_and_follows_a_turn(
+    page: Any, board: Board
+) -> None:
     sid = board.new_session("role=tester")
     page.goto(f"{board.url}spend")
     page.locator("#live.up").wait_for(timeout=WAIT_MS)
@@ -432,10 +465,6 @@ def test_spend_sums_the_sessions_per_model_and_follows_a_turn(page: Any, board: 
     assert fake.locator("td").nth(1).inner_text() == str(len(listed))
     tester = page.locator('#roles tr[data-name="tester"] td')
     before = int(tester.nth(2).inner_text())
-    assert (
-        page.locator("#budget").inner_text().strip()
-        == read(board.namespace, "agent/budget").strip()
-    )
     ok(anvilctl(board.namespace, "send", sid, "count my tokens"))
     assert ok(anvilctl(board.namespace, "wait", sid)) == "await\n"
     cost = read(board.namespace, f"agent/{sid}/cost")
@@ -445,6 +474,25 @@ def test_spend_sums_the_sessions_per_model_and_follows_a_turn(page: Any, board: 
     page.locator('#roles tr[data-name="tester"] td').nth(2).filter(
         has_text=str(before + spent)
     ).wait_for(timeout=WAIT_MS)
+
+    # The charts: one bar per hour and model, its numbers those of the sessions' `cost` files.
+    expected = hourly_spend(board)
+    assert sum(usd for _, usd in expected.values()) > 0  # the fake model is priced
+    for hour, (tokens, usd) in expected.items():
+        bar = page.locator(f'#tokens-chart rect.bar[data-hour="{hour}"][data-model="fake"]')
+        bar.and_(page.locator(f'[data-value="{tokens}"]')).wait_for(timeout=WAIT_MS)
+        assert f"{hour} fake: {tokens} tokens" in bar.locator("title").text_content()
+        drawn = page.locator(f'#usd-chart rect.bar[data-hour="{hour}"][data-model="fake"]')
+        rounding = 1e-6 * len(listed)  # each `cost` gives its USD to six places
+        assert float(drawn.get_attribute("data-value")) == pytest.approx(usd, abs=rounding)
+    assert page.locator("#tokens-chart rect.bar").count() == len(expected)
+    assert page.locator("#legend .key").all_inner_texts() == ["fake"]
+    budget = read(board.namespace, "agent/budget")
+    assert budget.startswith("daemon daily_tokens limit=100000000 spent=")  # the config's
+    page.locator("#budget").filter(has_text=budget.strip()).wait_for(timeout=WAIT_MS)
+    assert page.locator("#budget").inner_text().strip() == budget.strip()
+    if os.environ.get("ANVIL_UPDATE_SCREENSHOTS"):
+        page.screenshot(path=str(DOCS / "web-spend.png"), full_page=True)
 
 
 def sse_events(

@@ -2,10 +2,7 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, showError, position } = anvil;
-  let source = null;
-  let pending = null;
-  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
+  const { el, svg, post, snapshotPage, showError } = anvil;
 
   function act(id, command) {
     return async () => {
@@ -41,13 +38,6 @@
   // The dependency graph: a bead's column is one past its deepest dependency's; an arrow runs
   // from each dependency to the bead that waits on it.
   function graph(beads) {
-    const ns = "http://www.w3.org/2000/svg";
-    const svg = (tag, attrs, text) => {
-      const node = document.createElementNS(ns, tag);
-      for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-      if (text !== undefined) node.textContent = text;
-      return node;
-    };
     const byId = new Map(beads.map((b) => [b.id, b]));
     const depth = new Map();
     const depthOf = (id, seen) => {
@@ -122,34 +112,8 @@
     if (data.unavailable) showError(data.unavailable);
   }
 
-  async function load() {
-    try {
-      const data = await getJSON("/api/beads");
-      if (position(data.seq) < shown) return data.seq;
-      shown = position(data.seq);
-      render(data);
-      return data.seq;
-    } catch (error) {
-      showError(error);
-      return null;
-    }
-  }
-
-  function refreshSoon() {
-    if (pending === null) pending = setTimeout(() => { pending = null; load(); }, 100);
-  }
-
-  async function start() {
-    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
-    const seq = await load();
-    if (source) source.close();
-    source = feed(`/events?after=${seq ?? ""}`, (item) => {
-      const type = item.event.type || "";
-      if (item.session === null && (type.startsWith("bead_") || type.startsWith("convoy_"))) {
-        refreshSoon();
-      }
-    }, start, showLive);
-  }
-
-  start();
+  snapshotPage("/api/beads", render, (item) => {
+    const type = item.event.type || "";
+    return item.session === null && (type.startsWith("bead_") || type.startsWith("convoy_"));
+  });
 })();

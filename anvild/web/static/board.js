@@ -2,15 +2,12 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, age, usageBar, showError, timed, position } = anvil;
+  const { el, post, snapshotPage, age, usageBar, showError, timed } = anvil;
   const body = document.querySelector("#sessions tbody");
   const roleFilter = document.getElementById("role");
   const stateFilter = document.getElementById("state");
   const convoyFilter = document.getElementById("convoy");
   let sessions = [];
-  let source = null;
-  let pending = null;
-  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function options(select, values) {
     const chosen = select.value;
@@ -46,36 +43,13 @@
       `${shown.length} of ${sessions.length} sessions`;
   });
 
-  async function load() {
-    try {
-      const data = await getJSON("/api/sessions");
-      if (position(data.seq) < shown) return data.seq;
-      shown = position(data.seq);
-      sessions = data.sessions;
-      render();
-      showError(null);
-      return data.seq;
-    } catch (error) {
-      showError(error);
-      return null;
-    }
-  }
-
-  function refreshSoon() {
-    if (pending === null) pending = setTimeout(() => { pending = null; load(); }, 100);
-  }
-
-  async function start() {
-    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
-    const seq = await load();
-    if (source) source.close();
-    source = feed(`/events?after=${seq ?? ""}`, (item) => {
-      const type = item.event.type || "";
-      if (item.session === null && (item.event.id !== undefined || type.startsWith("bead_"))) {
-        refreshSoon();
-      }
-    }, start, showLive);
-  }
+  snapshotPage("/api/sessions", (data) => {
+    sessions = data.sessions;
+    render();
+  }, (item) => {
+    const type = item.event.type || "";
+    return item.session === null && (item.event.id !== undefined || type.startsWith("bead_"));
+  });
 
   document.getElementById("new-form").addEventListener("submit", async (submitted) => {
     submitted.preventDefault();
@@ -90,5 +64,4 @@
   stateFilter.addEventListener("change", render);
   convoyFilter.addEventListener("change", render);
   setInterval(() => { if (sessions.length) render(); }, 30000); // ages
-  start();
 })();

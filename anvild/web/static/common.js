@@ -19,6 +19,14 @@ const anvil = (() => {
     return node;
   }
 
+  // An SVG element (drawn charts and graphs); `text` its text content.
+  function svg(tag, attrs, text) {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
   async function getJSON(url) {
     const reply = await fetch(url, { credentials: "same-origin" });
     const text = await reply.text();
@@ -57,6 +65,43 @@ const anvil = (() => {
     };
     source.addEventListener("reset", () => { source.close(); onReset(); });
     return source;
+  }
+
+  // A page that draws one snapshot (`url`: JSON with the feed position `seq` it was taken at)
+  // and takes a newer one, `delay` ms later, when a feed line `wanted(item)` says it changed.
+  // Returns `load`, to take one now (after an action).
+  function snapshotPage(url, draw, wanted, delay = 100) {
+    let source = null;
+    let pending = null;
+    let shown = -1; // the position of the snapshot on the page: an older reply is dropped
+
+    async function load() {
+      try {
+        const data = await getJSON(url);
+        if (position(data.seq) < shown) return data.seq;
+        shown = position(data.seq);
+        showError(null);
+        draw(data);
+        return data.seq;
+      } catch (error) {
+        showError(error);
+        return null;
+      }
+    }
+
+    async function start() {
+      shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
+      const seq = await load();
+      if (source) source.close();
+      source = feed(`/events?after=${seq ?? ""}`, (item) => {
+        if (wanted(item) && pending === null) {
+          pending = setTimeout(() => { pending = null; load(); }, delay);
+        }
+      }, start, showLive);
+    }
+
+    start();
+    return load;
   }
 
   // The N of a feed position `EPOCH-N` (a snapshot's `seq`, an SSE id); -1 when there is none.
@@ -100,5 +145,7 @@ const anvil = (() => {
     };
   }
 
-  return { el, getJSON, post, feed, showLive, age, usageBar, showError, timed, position };
+  return {
+    el, svg, getJSON, post, feed, snapshotPage, showLive, age, usageBar, showError, timed, position,
+  };
 })();

@@ -2,13 +2,10 @@
 "use strict";
 
 (() => {
-  const { el, getJSON, post, feed, showLive, showError, position } = anvil;
+  const { el, post, snapshotPage, showError } = anvil;
   const TYPES = ["QUESTION", "ANSWER", "STATUS_UPDATE", "REVIEW_REQUEST", "REVIEW_RESPONSE",
     "APPROVAL_REQUEST", "APPROVAL_RESPONSE", "ERROR_REPORT"];
   let unread = [];
-  let source = null;
-  let pending = null;
-  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
   function message(m) {
     return el("div", { class: "message", "data-id": m.id },
@@ -23,35 +20,12 @@
     if (!messages.length) box.append(el("p", { class: "muted" }, "(none)"));
   }
 
-  async function load() {
-    try {
-      const data = await getJSON("/api/mail");
-      if (position(data.seq) < shown) return data.seq;
-      shown = position(data.seq);
-      unread = data.unread;
-      list("unread", data.unread);
-      list("received", data.received);
-      list("sent", data.sent);
-      showError(null);
-      return data.seq;
-    } catch (error) {
-      showError(error);
-      return null;
-    }
-  }
-
-  function refreshSoon() {
-    if (pending === null) pending = setTimeout(() => { pending = null; load(); }, 100);
-  }
-
-  async function start() {
-    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
-    const seq = await load();
-    if (source) source.close();
-    source = feed(`/events?after=${seq ?? ""}`, (item) => {
-      if (item.session === null && (item.event.type || "").startsWith("mail_")) refreshSoon();
-    }, start, showLive);
-  }
+  const load = snapshotPage("/api/mail", (data) => {
+    unread = data.unread;
+    list("unread", data.unread);
+    list("received", data.received);
+    list("sent", data.sent);
+  }, (item) => item.session === null && (item.event.type || "").startsWith("mail_"));
 
   document.getElementById("type").replaceChildren(
     ...TYPES.map((t) => el("option", { value: t }, t)));
@@ -77,5 +51,4 @@
       showError(error);
     }
   });
-  start();
 })();

@@ -112,6 +112,9 @@
         document.getElementById("todos").textContent =
           event.todos.map((t) => `${t.status}\t${t.content}`).join("\n") || "(none)";
         break;
+      case "queue": // the board's own line: the session's `queue` whenever it changes
+        document.getElementById("queue").textContent = event.text || "(empty)";
+        break;
       case "lagged":
         line("error", `${event.dropped} events were dropped here (the reader was too slow)`);
         break;
@@ -194,7 +197,9 @@
     approvals.replaceChildren();
     tools.clear();
     text = null;
-    for (const event of data.events) apply(event);
+    for (const event of data.events) {
+      if (event.type !== "queue") apply(event); // the snapshot's queue is newer
+    }
     if (source) source.close();
     seen = position(data.seq);
     source = feed(`/events?session=${encodeURIComponent(id)}&after=${data.seq}`, (item, at) => {

@@ -1,11 +1,10 @@
-// Spend: tokens and USD of the live sessions per model and per role, bars scaled to the largest.
+// Spend: tokens and USD per hour and model as drawn charts (from the session records), the live
+// sessions per model and per role, and the budgets.
 "use strict";
 
 (() => {
-  const { el, getJSON, feed, showLive, showError, position } = anvil;
-  let source = null;
-  let pending = null;
-  let shown = -1; // the position of the snapshot on the page: an older reply is dropped
+  const { el, svg, snapshotPage } = anvil;
+  const COLOURS = 6; // .bar.m0 … .m5 in style.css, by the model's place in the legend
 
   function usd(value) {
     return value === null ? "n/a" : value.toFixed(6);
@@ -26,38 +25,56 @@
         el("td", { class: "num" }, usd(r.usd)))));
   }
 
-  async function load() {
-    try {
-      const data = await getJSON("/api/spend");
-      if (position(data.seq) < shown) return data.seq;
-      shown = position(data.seq);
-      table("models", data.models, "model");
-      table("roles", data.roles, "role");
-      const t = data.total;
-      document.getElementById("total").textContent = t
-        ? `${t.sessions} sessions: ${t.input} input and ${t.output} output tokens, USD ${usd(t.usd)}`
-        : "No sessions.";
-      document.getElementById("budget").textContent = data.budget;
-      showError(null);
-      return data.seq;
-    } catch (error) {
-      showError(error);
-      return null;
-    }
+  // One bar per model in each hour's group, scaled to the tallest; each bar carries its hour,
+  // model and value (data-*) and says them in its title.
+  function chart(id, slots, rows, models, field, say) {
+    const [left, top, height, bar, gap] = [64, 12, 160, 10, 8];
+    const group = models.length * bar + gap;
+    const width = left + slots.length * group + gap;
+    const most = Math.max(0, ...rows.map((r) => r[field]));
+    const root = svg("svg", { class: "chart", width, height: top + height + 30, role: "img",
+      "aria-label": `${field} per hour and model` });
+    root.append(svg("line", { class: "axis", x1: left - 4, y1: top + height, x2: width, y2: top + height }),
+      svg("text", { x: left - 8, y: top + 10, class: "tick end" }, say(most)),
+      svg("text", { x: left - 8, y: top + height, class: "tick end" }, say(0)));
+    const byKey = new Map(rows.map((r) => [`${r.hour} ${r.model}`, r]));
+    slots.forEach((hour, i) => {
+      const x = left + i * group;
+      if (i % 3 === 0) {
+        root.append(svg("text", { x, y: top + height + 16, class: "tick" }, `${hour.slice(11, 16)}`));
+      }
+      models.forEach((model, j) => {
+        const row = byKey.get(`${hour} ${model}`);
+        if (!row) return;
+        const h = most > 0 ? Math.max(1, (row[field] / most) * height) : 1;
+        const rect = svg("rect", { class: `bar m${j % COLOURS}`, x: x + j * bar, y: top + height - h,
+          width: bar - 1, height: h, "data-hour": hour, "data-model": model,
+          "data-value": String(row[field]) });
+        rect.append(svg("title", {}, `${hour} ${model}: ${say(row[field])}`
+          + ` (${row.requests} requests, ${row.input} input, ${row.output} output`
+          + `${row.unknown_usd ? `, ${row.unknown_usd} of unknown price` : ""})`));
+        root.append(rect);
+      });
+    });
+    document.getElementById(id).replaceChildren(root);
   }
 
-  function refreshSoon() {
-    if (pending === null) pending = setTimeout(() => { pending = null; load(); }, 200);
+  function draw(data) {
+    const models = [...new Set(data.hours.map((r) => r.model))].sort();
+    chart("tokens-chart", data.slots, data.hours, models, "tokens", (n) => `${n} tokens`);
+    chart("usd-chart", data.slots, data.hours, models, "usd", (n) => `USD ${n.toFixed(4)}`);
+    document.getElementById("legend").replaceChildren(...models.map((model, j) =>
+      el("span", { class: "key" }, el("span", { class: `swatch m${j % COLOURS}` }), model)));
+    document.getElementById("no-hours").hidden = data.hours.length > 0;
+    table("models", data.models, "model");
+    table("roles", data.roles, "role");
+    const t = data.total;
+    document.getElementById("total").textContent = t
+      ? `${t.sessions} sessions: ${t.input} input and ${t.output} output tokens, USD ${usd(t.usd)}`
+      : "No sessions.";
+    document.getElementById("budget").textContent = data.budget;
   }
 
-  async function start() {
-    shown = -1; // a new stream (maybe of a restarted daemon): any snapshot is newer
-    const seq = await load();
-    if (source) source.close();
-    source = feed(`/events?after=${seq ?? ""}`, (item) => {
-      if (item.session === null && item.event.type === "session_state") refreshSoon();
-    }, start, showLive);
-  }
-
-  start();
+  snapshotPage("/api/spend", draw,
+    (item) => item.session === null && item.event.type === "session_state", 200);
 })();
