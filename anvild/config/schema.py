@@ -291,6 +291,31 @@ def _check_remote(c: _Checker, key: Key, url: str) -> str:
     return str(path)
 
 
+def _check_remote_daemon(c: _Checker, key: Key, value: object) -> dict[str, str]:
+    """One `[remotes.NAME]` table, kept as one leaf: `address` (required; `tcp!HOST!PORT` or
+    `unix!/path`) and `token_file` (the daemon's agent.token copied here; absolute or ~)."""
+    table = c.table(key, value)
+    c.known(key, table, ("address", "token_file"))
+    if "address" not in table:
+        raise ConfigFileError(c.file, (*key, "address"), "missing: write tcp!HOST!PORT")
+    address = c.string((*key, "address"), table["address"])
+    parts = address.split("!")
+    tcp = len(parts) == 3 and parts[0] == "tcp" and parts[1] and parts[2].isdigit()
+    unix = len(parts) == 2 and parts[0] == "unix" and parts[1].startswith("/")
+    if not (tcp or unix):
+        raise c.fail((*key, "address"), "a dial string tcp!HOST!PORT or unix!/path", address)
+    remote = {"address": address}
+    if "token_file" in table:
+        remote["token_file"] = _bead_repo(c, (*key, "token_file"), table["token_file"])
+    elif tcp:
+        raise ConfigFileError(
+            c.file,
+            (*key, "token_file"),
+            "missing: a TCP daemon needs its token (copy its NAMESPACE/agent.token here)",
+        )
+    return remote
+
+
 def _check_hook(c: _Checker, key: Key, value: object) -> dict[str, Any]:
     """One `[hooks.NAME]` table, checked and kept as one leaf (`anvild.hooks` reads it): `event`
     and `command` (a string run with `sh -c`, or an argv array) are required."""
@@ -509,6 +534,9 @@ DOCUMENT: Final[Spec] = {
     # Where OpenTelemetry traces and metrics go (OTLP over HTTP; none: off), the environment
     # variable holding the exporter's headers (`k=v,k2=v2`), the service name, and whether
     # prompt and output text is exported (redacted; default off) (`anvild.telemetry`).
+    # Other daemons a conductor session may start sessions on (`start_session` `host`), each
+    # by name: its dial address and the file holding its token (`anvild.coord.remotes`).
+    "remotes": Each(_check_remote_daemon),
     "telemetry": {
         "otlp_endpoint": _Checker.url,
         "headers_env": _env_var,

@@ -38,7 +38,7 @@ TRUST_FILE: Final = "trust.toml"
 def authority_of(key: Key) -> str | None:
     """The authority category of a key path, or None for instruction/data keys."""
     match key:
-        case ("providers", _, "api_key_env") | ("telemetry", "headers_env"):
+        case ("providers", _, "api_key_env") | ("telemetry", "headers_env") | ("remotes", *_):
             return "credential"
         case ("telemetry", _):
             return "endpoint"
