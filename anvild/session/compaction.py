@@ -12,23 +12,16 @@ compaction; the records before a `Compacted` keep the full history.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
 
 import attrs
 
 from anvild.agent.context import Compaction, ContextSettings, ContextWindow
-from anvild.agent.loop import NOT_RECORDED, Agent
+from anvild.agent.loop import NOT_RECORDED
 from anvild.llm.registry import ResolvedModel
 from anvild.session.errors import RecordWriteFailed, SessionRefused
-from anvild.session.output import Output
-from anvild.session.recorder import Recorder
+from anvild.session.part import SessionPart
 from anvild.session.state import BUSY
 from anvild.store import Compacted, SessionStatus
-
-if TYPE_CHECKING:
-    from anvild.session.session import Session
 
 MIN_SUMMARY_TOKENS = 64
 
@@ -61,30 +54,8 @@ def window_for(target: ResolvedModel, policy: ContextPolicy) -> ContextWindow:
     )
 
 
-class Compactions:
-    """The compactions of one session. It reads the session through its public read side,
-    records through `recorder`, logs through `output`, and acts only through what it is given:
-    `agent` (the session's agent now), `held` (the verb lock, which keeps the worker from
-    taking a prompt), `turn_active` and `notify`."""
-
-    def __init__(
-        self,
-        session: Session,
-        recorder: Recorder,
-        output: Output,
-        *,
-        agent: Callable[[], Agent],
-        held: Callable[[], AbstractAsyncContextManager[None]],
-        turn_active: Callable[[], bool],
-        notify: Callable[[], None],
-    ) -> None:
-        self._session = session
-        self._recorder = recorder
-        self._output = output
-        self._agent = agent
-        self._held = held
-        self._turn_active = turn_active
-        self._notify = notify
+class Compactions(SessionPart):
+    """The compactions of one session (a `SessionPart`)."""
 
     async def record(self, compaction: Compaction) -> bool:
         """Record `compaction` (synced); False when it could not be (the agent keeps its

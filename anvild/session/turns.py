@@ -12,26 +12,21 @@ Without checkpoints (`SessionSettings.checkpoints` None) the verbs say so.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import Final
 
+import attrs
 import trio
 
 from anvild.agent import events as ev
-from anvild.agent.loop import Agent
 from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
 from anvild.checkpoints import GitFailed, SessionCheckpoints, Step, UndoRefused
 from anvild.llm.types import Message
 from anvild.session.errors import InvalidSessionRequest, RecordWriteFailed, SessionRefused
-from anvild.session.output import Output
-from anvild.session.recorder import Recorder
+from anvild.session.part import SessionPart
 from anvild.session.state import BUSY
 from anvild.store import SessionStatus
 from anvild.store.records import Rewound
-
-if TYPE_CHECKING:
-    from anvild.session.session import Session
 
 END_SNAPSHOT_SECONDS: Final = 60.0
 """How long the end-of-turn snapshot may hold the turn's end (also while the daemon stops)."""
@@ -59,31 +54,11 @@ def cut(messages: Sequence[Message], step: Step) -> tuple[Message, ...] | None:
     return kept
 
 
-class Turns:
-    """The checkpoints of one session. It reads the session through its public read side,
-    records through `recorder`, logs through `output`, and acts through what it is given:
-    `agent` (the session's agent now), `held` (the verb lock), `turn_active` and `notify`."""
+@attrs.define(eq=False)
+class Turns(SessionPart):
+    """The checkpoints of one session (a `SessionPart`; None: not checkpointed)."""
 
-    def __init__(
-        self,
-        session: Session,
-        recorder: Recorder,
-        output: Output,
-        checkpoints: SessionCheckpoints | None,
-        *,
-        agent: Callable[[], Agent],
-        held: Callable[[], AbstractAsyncContextManager[None]],
-        turn_active: Callable[[], bool],
-        notify: Callable[[], None],
-    ) -> None:
-        self._session = session
-        self._recorder = recorder
-        self._output = output
-        self.checkpoints = checkpoints
-        self._agent = agent
-        self._held = held
-        self._turn_active = turn_active
-        self._notify = notify
+    checkpoints: SessionCheckpoints | None
 
     @property
     def snapshots(self) -> Snapshots:
