@@ -11,9 +11,11 @@ anvilctl's client library (`anvilctl.ninep_client`, 9P2000, msize 8192 as plan9p
 Idle sessions (`--sessions`). The daemon's VmRSS (/proc/PID/status) is read once it serves, then
 the sessions are created one after another through `agent/ctl` (`new cwd=DIR`, the id read back
 on the same fid) over one connection, then VmRSS again: the difference divided by the count is
-the cost of one idle session. Then `agent/list` is read `--list-reads` times over that same
-connection (walk, open, read to EOF, clunk: what `9p read agent/list` does, minus the connect),
-each read timed on its own. Targets: RSS under 250 MB with 1000 sessions, `list` under 20 ms.
+the cost of one idle session; each `new` is timed on its own (p50, p99), beside what an fsync of
+a new file and its directory costs on the same file system at that moment. Then `agent/list` is
+read `--list-reads` times over that same connection (walk, open, read to EOF, clunk: what
+`9p read agent/list` does, minus the connect), each read timed on its own. Targets: RSS under
+250 MB with 1000 sessions, `list` under 20 ms.
 
 Streaming sessions (`--streaming`), on another fresh daemon. The sessions are created, then one
 reader per session's `events` file and one of `agent/events` each open their own connection (as
@@ -310,6 +312,9 @@ class IdleResult:
     list_p99_ms: float
     list_bytes: int
     create_cpu_ms: float  # the daemon's CPU per `new`
+    new_p50_ms: float  # one `new` (write, read the id back), as the client sees it
+    new_p99_ms: float
+    fsync_ms: float  # a new file's fsync and its directory's, on the same file system (p50)
     list_cpu_ms: float  # the daemon's CPU per `list` read
 
     @property
@@ -323,9 +328,13 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
         with client:
             read_all(client, root, "list")  # warm up the connection and the tree
             rss_before = daemon.rss_kib()
+            fsync_ms = fsync_cost(Path(cwd))
             start, cpu0 = time.perf_counter(), daemon.cpu_seconds()
+            news = []
             for _ in range(sessions):
+                t0 = time.perf_counter()
                 new_session(client, root, f"cwd={cwd}")
+                news.append((time.perf_counter() - t0) * 1000)
             create_s = time.perf_counter() - start
             create_cpu = daemon.cpu_seconds() - cpu0
             rss_after = daemon.rss_kib()
@@ -349,8 +358,29 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
         percentile(times, 99),
         len(listing),
         create_cpu / sessions * 1000,
+        statistics.median(news),
+        percentile(news, 99),
+        fsync_ms,
         list_cpu / reads * 1000,
     )
+
+
+def fsync_cost(directory: Path, samples: int = 20) -> float:
+    """Milliseconds (median) to create a small file and fsync it and its directory: what a
+    durable `new` would pay at least, on this file system, now."""
+    times = []
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:
+        for i in range(samples):
+            t0 = time.perf_counter()
+            fd = os.open(f"{scratch}/{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, b"x" * 400)
+            os.fsync(fd)
+            os.close(fd)
+            dfd = os.open(scratch, os.O_RDONLY)
+            os.fsync(dfd)
+            os.close(dfd)
+            times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
 
 
 # --- streaming sessions ----------------------------------------------------------------------
@@ -646,7 +676,9 @@ def main() -> None:
             idles.append(r)
             print(
                 f"idle run {run + 1}: {r.sessions} sessions created in {r.create_s:.1f} s "
-                f"(daemon CPU {r.create_cpu_ms:.1f} ms each); "
+                f"(each p50 {r.new_p50_ms:.2f} ms, p99 {r.new_p99_ms:.2f} ms, daemon CPU "
+                f"{r.create_cpu_ms:.2f} ms; a file's and its directory's fsync here "
+                f"{r.fsync_ms:.2f} ms); "
                 f"RSS {r.rss_before_mib:.1f} -> {r.rss_after_mib:.1f} MiB "
                 f"({r.per_session_kib:.0f} KiB/session); list ({r.list_bytes} bytes) "
                 f"p50 {r.list_p50_ms:.2f} ms p99 {r.list_p99_ms:.2f} ms (daemon CPU "
@@ -659,6 +691,10 @@ def main() -> None:
         p99 = statistics.median(r.list_p99_ms for r in idles)
         print(f"idle, median of {args.runs} runs:")
         print(f"  RSS with {args.sessions} sessions: {rss:.1f} MiB ({per:.0f} KiB per session)")
+        new50 = statistics.median(r.new_p50_ms for r in idles)
+        new99 = statistics.median(r.new_p99_ms for r in idles)
+        new_cpu = statistics.median(r.create_cpu_ms for r in idles)
+        print(f"  new p50 {new50:.2f} ms, p99 {new99:.2f} ms (daemon CPU {new_cpu:.2f} ms per new)")
         cpu = statistics.median(r.list_cpu_ms for r in idles)
         print(f"  list p50 {p50:.2f} ms, p99 {p99:.2f} ms (daemon CPU {cpu:.2f} ms per read)")
         print(
