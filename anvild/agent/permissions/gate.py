@@ -44,26 +44,19 @@ from anvild.agent.tools.registry import ToolRegistry
 from anvild.llm.types import ToolCall
 
 
+@attrs.define(eq=False)
 class PermissionGate:
     """Decides each call of one session; see the module docstring."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        approver: Approver,
-        tools: ToolRegistry,
-        context: ToolContext,
-        *,
-        on_decision: Callable[[ToolCall, Decision], None] | None = None,
-        on_remember: Callable[[Remember], None] | None = None,
-    ) -> None:
-        self.policy = policy
-        self.approver = approver
-        self.tools = tools
-        self.context = context
-        self._on_decision = on_decision
-        self._on_remember = on_remember
-        self._validators: dict[str, ArgsValidator] = {}
+    policy: Policy
+    approver: Approver
+    tools: ToolRegistry
+    context: ToolContext
+    _on_decision: Callable[[ToolCall, Decision], None] | None = attrs.field(
+        default=None, kw_only=True
+    )
+    _on_remember: Callable[[Remember], None] | None = attrs.field(default=None, kw_only=True)
+    _validators: dict[str, ArgsValidator] = attrs.field(factory=dict, init=False)
 
     async def __call__(self, call: ToolCall) -> LoopAllow | LoopDeny:
         request = await self.request_for(call)
