@@ -1,14 +1,16 @@
 """Benchmark: what checkpoints add to a turn, in a 20,000-file workspace.
 
-    .venv/bin/python bench/checkpoints.py [--files 20000] [--repeat 9]
+    .venv/bin/python bench/checkpoints.py [--files 20000] [--repeat 9] [--no-baseline]
 
 A workspace of `--files` files of 2 KiB (200 directories, a .gitignore'd build/ of 1,000 more)
-is checkpointed once (the shadow index is built, as at a workspace's first turn), then:
+is checkpointed once (the shadow index is built, as at a workspace's first turn), then, with
+the change watcher and again without it (a second shadow repository of the same workspace):
 
 - turn changing 10 files: `before_change` (the snapshot before the first mutating call), 10 files
   rewritten, `end_turn` (the end snapshot and the turn's `changes`): target under 300 ms;
-- turn with a mutating call that changed nothing: `before_change` and `end_turn`: the two
-  scans of the stat cache, nothing hashed: target under 30 ms;
+- turn with a mutating call that changed nothing: `before_change` and `end_turn`: with the
+  change watcher (inotify) no scan at all, target under 30 ms; without it (`watch=False`, as
+  on a non-local file system) the two scans of the stat cache, nothing hashed;
 - turn without a mutating call (only reads): `end_turn` alone, no snapshot at all;
 - the naive baseline in the same run, `git stash`-style full copies: every file of the
   workspace copied into a snapshot directory before and after the turn (what a checkpoint
@@ -74,50 +76,77 @@ def summary(name: str, times: list[float], target: float | None) -> str:
     return f"{name:<44} best {best:8.1f} ms  median {median:8.1f} ms{goal}"
 
 
-async def main(files: int, repeat: int) -> None:
+async def turns(
+    root: Path, data: Path, repeat: int, *, watch: bool, baseline: bool
+) -> dict[str, list[float]]:
+    """`repeat` rounds of the three turns (and the baseline's copies), in milliseconds."""
+    workspaces = Workspaces(data, watch=watch)
+    checkpoints = workspaces.session("bench", root)
+    start = time.perf_counter()
+    checkpoints.begin_turn(0, "first", 0)
+    await checkpoints.before_change()
+    await checkpoints.end_turn("done")
+    found: dict[str, list[float]] = {
+        "first": [(time.perf_counter() - start) * 1000],
+        "ten": [],
+        "nothing": [],
+        "reading": [],
+        "copies": [],
+    }
+    for round_ in range(1, repeat + 1):
+        checkpoints.begin_turn(3 * round_, "ten", 0)
+        spent = await timed(checkpoints.before_change)
+        change_ten(root, round_)
+        spent += await timed(lambda: checkpoints.end_turn("done"))
+        found["ten"].append(spent)
+        checkpoints.begin_turn(3 * round_ + 1, "nothing", 0)
+        spent = await timed(checkpoints.before_change)
+        spent += await timed(lambda: checkpoints.end_turn("done"))
+        found["nothing"].append(spent)
+        checkpoints.begin_turn(3 * round_ + 2, "read only", 0)
+        found["reading"].append(await timed(lambda: checkpoints.end_turn("done")))
+        if baseline:
+            start = time.perf_counter()
+            full_copy(root, data.parent / "copy-before")
+            change_ten(root, round_)
+            full_copy(root, data.parent / "copy-after")
+            found["copies"].append((time.perf_counter() - start) * 1000)
+        else:
+            change_ten(root, round_)  # the same edits between turns as with the baseline
+    step = checkpoints.turn(3)
+    assert step is not None
+    assert step.changes.count("\n") == 10, step.changes
+    watcher = workspaces.workspace(root).shadow.watcher
+    assert watch == (watcher is not None and watcher.watching), watcher and watcher.off
+    workspaces.close()
+    return found
+
+
+async def main(files: int, repeat: int, baseline: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "ws"
         make_workspace(root, files)
-        checkpoints = Workspaces(Path(tmp) / "data").session("bench", root)
-        start = time.perf_counter()
-        checkpoints.begin_turn(0, "first", 0)
-        await checkpoints.before_change()
-        await checkpoints.end_turn("done")
-        first = (time.perf_counter() - start) * 1000
-        ten: list[float] = []
-        nothing: list[float] = []
-        reading: list[float] = []
-        copies: list[float] = []
-        for round_ in range(1, repeat + 1):
-            checkpoints.begin_turn(3 * round_, "ten", 0)
-            spent = await timed(checkpoints.before_change)
-            change_ten(root, round_)
-            spent += await timed(lambda: checkpoints.end_turn("done"))
-            ten.append(spent)
-            checkpoints.begin_turn(3 * round_ + 1, "nothing", 0)
-            spent = await timed(checkpoints.before_change)
-            spent += await timed(lambda: checkpoints.end_turn("done"))
-            nothing.append(spent)
-            checkpoints.begin_turn(3 * round_ + 2, "read only", 0)
-            reading.append(await timed(lambda: checkpoints.end_turn("done")))
-            start = time.perf_counter()
-            full_copy(root, Path(tmp) / "copy-before")
-            change_ten(root, round_)
-            full_copy(root, Path(tmp) / "copy-after")
-            copies.append((time.perf_counter() - start) * 1000)
-        step = checkpoints.turn(3)
-        assert step is not None
-        assert step.changes.count("\n") == 10, step.changes
-        print(f"workspace: {files} files (+1000 ignored), first checkpoint {first:.0f} ms")
-        print(summary("turn changing 10 files", ten, 300))
-        print(summary("turn with a mutating call, nothing changed", nothing, 30))
-        print(summary("turn without a mutating call", reading, 30))
-        print(summary("baseline: full copies before and after", copies, None))
+        watched = await turns(root, Path(tmp) / "data", repeat, watch=True, baseline=baseline)
+        scanned = await turns(root, Path(tmp) / "data2", repeat, watch=False, baseline=False)
+        print(
+            f"workspace: {files} files (+1000 ignored), first checkpoint "
+            f"{watched['first'][0]:.0f} ms (watched), {scanned['first'][0]:.0f} ms (scanned)"
+        )
+        print(summary("turn changing 10 files", watched["ten"], 300))
+        print(summary("  the same, without the watcher", scanned["ten"], 300))
+        print(summary("turn with a mutating call, nothing changed", watched["nothing"], 30))
+        print(summary("  the same, without the watcher", scanned["nothing"], 30))
+        print(summary("turn without a mutating call", watched["reading"], 30))
+        if baseline:
+            print(summary("baseline: full copies before and after", watched["copies"], None))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the full copies (the slow part)"
+    )
     args = parser.parse_args()
-    trio.run(main, args.files, args.repeat)
+    trio.run(main, args.files, args.repeat, not args.no_baseline)

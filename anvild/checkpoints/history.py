@@ -27,6 +27,7 @@ import trio
 
 from anvild.checkpoints import revert
 from anvild.checkpoints.shadow import GitFailed, Shadow, Snapshot, TooLarge
+from anvild.checkpoints.watch import WatchPool
 
 log = structlog.get_logger(__name__)
 
@@ -80,9 +81,11 @@ def workspace_key(cwd: Path) -> str:
 class Workspace:
     """One workspace's shadow repository, its lock and its undo intent."""
 
-    def __init__(self, root: Path, cwd: Path, max_file_bytes: int) -> None:
+    def __init__(
+        self, root: Path, cwd: Path, max_file_bytes: int, watch: WatchPool | None = None
+    ) -> None:
         self.root = root
-        self.shadow = Shadow(root, cwd, max_file_bytes=max_file_bytes)
+        self.shadow = Shadow(root, cwd, max_file_bytes=max_file_bytes, watch=watch)
         self.lock = trio.Lock()
         self.intent = root / "undo.json"
         self.disabled = ""  # why this workspace is not checkpointed ("": it is)
@@ -112,9 +115,18 @@ class Workspace:
 class Workspaces:
     """The shadow repositories of every workspace, under `root` (`<data dir>/checkpoints`)."""
 
-    def __init__(self, root: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        watch: WatchPool | bool = True,
+    ) -> None:
+        """`watch`: skip the scans of an unchanged workspace by its change watcher (True: a
+        pool of its own; False: always scan)."""
         self.root = root
         self.max_file_bytes = max_file_bytes
+        self.watch = WatchPool() if watch is True else watch or None
         self._open: dict[str, Workspace] = {}
 
     def workspace(self, cwd: str | Path) -> Workspace:
@@ -122,13 +134,21 @@ class Workspaces:
         key = workspace_key(cwd)
         found = self._open.get(key)
         if found is None:
-            found = self._open[key] = Workspace(self.root / key, cwd, self.max_file_bytes)
+            found = Workspace(self.root / key, cwd, self.max_file_bytes, self.watch)
+            self._open[key] = found
             if cwd.resolve() in (Path("/"), Path.home().resolve()):
                 found.disabled = f"{cwd} is the root or the home directory: not checkpointed"
         return found
 
     def session(self, session_id: str, cwd: str | Path) -> SessionCheckpoints:
         return SessionCheckpoints(self.workspace(cwd), session_id)
+
+    def close(self) -> None:
+        """Release every workspace's change watcher (its inotify instance)."""
+        for workspace in self._open.values():
+            workspace.shadow.close()
+        if self.watch is not None:
+            self.watch.close()
 
 
 def _append(path: Path, line: bytes) -> None:
@@ -257,6 +277,7 @@ class SessionCheckpoints:
                 )
         except TooLarge as exc:
             workspace.disabled = str(exc)
+            workspace.shadow.close()  # its change watcher too
             log.warning("checkpoints.workspace_too_large", session=self._id, error=str(exc))
             return None
         except (GitFailed, OSError) as exc:

@@ -8,8 +8,9 @@ the user's `.git/info/exclude` is copied into the shadow's own. `$GIT_DIR/info/a
 switches off every conversion, so a blob is the file's exact bytes. A snapshot asks git which
 paths differ from the shadow index (its stat cache: unchanged files are not read), adds those
 under the size cap and records the others as skipped, then writes a tree: an unchanged workspace
-costs two scans run at once (`diff-files`, `ls-files -o`). Callers serialise operations on one
-workspace (`Workspace.lock`).
+costs two scans run at once (`diff-files`, `ls-files -o`), or none when its `Watcher` (inotify)
+saw nothing change since the last snapshot. Callers serialise operations on one workspace
+(`Workspace.lock`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Final
 
 import attrs
 import trio
+
+from anvild.checkpoints.watch import Watcher, WatchPool
 
 EMPTY_TREE: Final = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 ATTRIBUTES: Final = "* -text -filter -ident -eol -working-tree-encoding -crlf\n"
@@ -116,6 +119,7 @@ class Shadow:
         *,
         max_file_bytes: int,
         max_new_files: int = MAX_NEW_FILES,
+        watch: WatchPool | None = None,
     ) -> None:
         self.root = root
         self.work_tree = work_tree
@@ -126,6 +130,8 @@ class Shadow:
         self._env = _env(self.git_dir, work_tree, root / "index", root)
         self._last: Snapshot | None = None
         self._exclude: bytes | None = None
+        self._pool = watch
+        self.watcher: Watcher | None = None
 
     # -- running git ---------------------------------------------------------------------------
 
@@ -172,19 +178,51 @@ class Shadow:
 
     # -- snapshots -----------------------------------------------------------------------------
 
-    def _sync_exclude(self) -> None:
-        """The user's `.git/info/exclude` as the shadow's (`--exclude-standard` reads it)."""
+    def _sync_exclude(self) -> bool:
+        """The user's `.git/info/exclude` as the shadow's (`--exclude-standard` reads it); True
+        when it changed (the watcher does not look inside `.git`)."""
         try:
             user = (self.work_tree / ".git" / "info" / "exclude").read_bytes()
         except OSError:
             user = b""
-        if user != self._exclude:
-            (self.git_dir / "info" / "exclude").write_bytes(user)
-            self._exclude = user
+        if user == self._exclude:
+            return False
+        (self.git_dir / "info" / "exclude").write_bytes(user)
+        self._exclude = user
+        return True
+
+    async def _changed(self) -> bool:
+        """Whether the workspace may have changed since the last snapshot (True: scan)."""
+        if self._pool is None:
+            return True
+        if self.watcher is None:
+            self.watcher = self._pool.watcher(self.work_tree)
+            await trio.to_thread.run_sync(self.watcher.start)
+        return await trio.to_thread.run_sync(self.watcher.changed)
+
+    def close(self) -> None:
+        """Release the watcher's inotify instance (snapshots scan from now on)."""
+        if self.watcher is not None:
+            self.watcher.close()
+        self._pool = None
 
     async def snapshot(self) -> Snapshot:
-        """The workspace now, as a tree in the shadow's object store (and what was left out)."""
-        self._sync_exclude()
+        """The workspace now, as a tree in the shadow's object store (and what was left out).
+        When the watcher saw nothing change since the last one, that one, without scanning."""
+        try:
+            changed = await self._changed()
+            if self._sync_exclude() or self._last is None:
+                changed = True
+            if not changed:
+                assert self._last is not None
+                return self._last
+            return await self._scan()
+        except BaseException:
+            if self.watcher is not None:
+                self.watcher.invalidate()  # what the watcher drained was not scanned
+            raise
+
+    async def _scan(self) -> Snapshot:
         listed: list[bytes] = []
 
         async def run(*args: str) -> None:
