@@ -20,6 +20,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -31,12 +32,15 @@ def _note(signum: int, _frame: object) -> None:
     _received.append(signum)
 
 
-def _children() -> list[int]:
-    """Our children (zombies included), from /proc: their pids cannot be reused until we reap
-    them, so signalling them is safe."""
-    me = os.getpid()
-    found = []
-    for name in os.listdir("/proc"):
+def proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/PID/stat after the command name: state ppid pgrp ...) of
+    every process, read as the iterator is consumed (proc(5)); one that goes while we read is
+    passed over. Raises OSError at the call when /proc cannot be listed."""
+    return _stats(os.listdir("/proc"))
+
+
+def _stats(names: list[str]) -> Iterator[tuple[int, list[bytes]]]:
+    for name in names:
         if not name.isdigit():
             continue
         try:
@@ -44,10 +48,14 @@ def _children() -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # state ppid ... (proc(5))
-        if len(fields) > 1 and int(fields[1]) == me:
-            found.append(int(name))
-    return found
+        yield int(name), stat[stat.rfind(b")") + 2 :].split()
+
+
+def _children() -> list[int]:
+    """Our children (zombies included), from /proc: their pids cannot be reused until we reap
+    them, so signalling them is safe."""
+    me = os.getpid()
+    return [pid for pid, fields in proc_stats() if len(fields) > 1 and int(fields[1]) == me]
 
 
 def _kill_all() -> None:

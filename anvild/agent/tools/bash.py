@@ -36,6 +36,7 @@ from anvild.agent.tools.base import (
 )
 from anvild.sandbox import FullAccess, ReadOnly, SandboxError, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.confine import Sandbox
+from anvild.sandbox.supervisor import proc_stats
 
 DEFAULT_TIMEOUT_MS: Final = 120_000
 MAX_TIMEOUT_MS: Final = 600_000
@@ -210,26 +211,17 @@ def _signal_group(pgid: int, signum: int) -> None:
 def _live_members(pgid: int) -> bool:
     """Whether any process of group `pgid` is alive (zombies excluded), from /proc."""
     try:
-        entries = os.listdir("/proc")
+        stats = proc_stats()
     except OSError:  # no procfs: fall back to "the group exists", zombies included
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
             return False
         return True
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Fields after the parenthesised command name: state ppid pgrp ... (proc(5)).
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    return any(
+        len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X")
+        for _, fields in stats
+    )
 
 
 async def _terminate_group(pgid: int) -> None:
