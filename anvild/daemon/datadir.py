@@ -29,7 +29,8 @@ class DataDirError(Exception):
     """The data directory cannot be used, or another daemon holds it; the message says why."""
 
 
-def _name_of(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """The login name of `uid`, or `uid N` when it has none (for the ownership errors)."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -72,7 +73,7 @@ def prepare_data_dir(path: Path) -> Path:
         )
     if st.st_uid != os.getuid():
         raise DataDirError(
-            f"data directory {path} belongs to {_name_of(st.st_uid)} (uid {st.st_uid}), not to "
+            f"data directory {path} belongs to {user_name(st.st_uid)} (uid {st.st_uid}), not to "
             f"you (uid {os.getuid()}); that user could read or alter your sessions. Choose "
             "another with --data-dir"
         )

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import attrs
 
+from anvild.daemon.datadir import user_name
+
 __all__ = [
     "SERVICE",
     "NamespaceError",
@@ -107,7 +109,7 @@ def prepare_namespace(path: Path) -> Path:
             f"namespace path {path} exists and is not a directory; remove it or choose another"
         )
     if st.st_uid != os.getuid():
-        owner = _name_of(st.st_uid)
+        owner = user_name(st.st_uid)
         raise NamespaceError(
             f"namespace directory {path} belongs to {owner} (uid {st.st_uid}), not to you "
             f"(uid {os.getuid()}); another user could read or replace the socket. Remove it "
@@ -119,13 +121,6 @@ def prepare_namespace(path: Path) -> Path:
             f"can write to it and replace the socket. Run `chmod 700 {path}` and start again"
         )
     return path
-
-
-def _name_of(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
 
 
 def _answers(path: Path) -> bool:
