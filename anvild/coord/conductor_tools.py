@@ -9,7 +9,9 @@ kill_session, my_sessions, and with a `BeadStore` the bead tools), bound to the 
 A conductor never gains authority through its workers (DESIGN section 7): roles developer,
 reviewer, planner, tester only; never `full-access`, at most the role's own sandbox; cwd inside
 its workspace; at most `max_sessions` live; approver only "me" or `user`. It drives only the
-sessions it started, named `<name>.<conductor id>` (ownership survives restarts).
+sessions it started, named `<name>.<conductor id>` (ownership survives restarts), on this
+daemon or, with `start_session` `host`, on a `[remotes.NAME]` daemon (`anvild.coord.remotes`),
+reached over 9P: that daemon enforces its own roles and sandboxes there.
 start_session, send_prompt and kill_session declare `subprocess` effects (never batched, asked
 unless allowed); the others change nothing outside the daemon's own records.
 """
@@ -29,6 +31,8 @@ from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool,
 from anvild.agent.tools.base import Args, ToolContext
 from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
+from anvild.coord.remotes import RemoteDaemon, RemoteSession
+from anvild.ninep.client import RemoteError
 from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.session import (
     NewSession,
@@ -83,9 +87,19 @@ def _width(policy: SandboxPolicy) -> int:
 class ConductorTools:
     """The tools factory for conductor sessions; see the module docstring."""
 
-    def __init__(self, *, max_sessions: int = 16, beads: BeadStore | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_sessions: int = 16,
+        beads: BeadStore | None = None,
+        remotes: Mapping[str, RemoteDaemon] | None = None,
+    ) -> None:
         self.max_sessions = max_sessions
         self.beads = beads
+        self.remotes = dict(remotes or {})
+        self.remote_sessions: dict[str, dict[str, RemoteSession]] = {}
+        """Per conductor id, the sessions it started on remotes, by alias (a cache: after a
+        restart they are found again by alias in the remotes' agent/list)."""
         self._manager: SessionManager | None = None
 
     def bind(self, manager: SessionManager) -> None:
@@ -168,6 +182,68 @@ class _Conductor:
             f"state={session.status.value}\tmodel={session.model}"
         )
 
+    # -- sessions on remote daemons --
+
+    @property
+    def remote(self) -> dict[str, RemoteSession]:
+        return self.factory.remote_sessions.setdefault(self.session_id, {})
+
+    def remote_daemon(self, host: str) -> RemoteDaemon:
+        found = self.factory.remotes.get(host)
+        if found is None:
+            known = ", ".join(sorted(self.factory.remotes)) or "none is configured"
+            raise InvalidArgs(
+                f"host {host!r} is not a configured remote daemon ({known}); the user adds one "
+                "as [remotes.NAME] address and token_file in the user config."
+            )
+        return found
+
+    async def resolve(self, key: str) -> Session | RemoteSession:
+        """One of my sessions, here or on a remote, by id, alias or short name."""
+        alias = key if key.endswith(self.suffix) else key + self.suffix
+        for ref in self.remote.values():
+            if key in (ref.id, ref.alias) or ref.alias == alias:
+                return ref
+        try:
+            return self.get(key)
+        except Failed:
+            if not self.factory.remotes:
+                raise
+            for ref in await self.remote_listing():
+                if key in (ref.id, ref.alias) or ref.alias == alias:
+                    return ref
+            raise
+
+    async def remote_listing(self, problems: list[str] | None = None) -> list[RemoteSession]:
+        """My live sessions on every remote (each remote's agent/list); the remotes that did
+        not answer go to `problems`."""
+        found = []
+        for daemon in self.factory.remotes.values():
+            try:
+                async with await daemon.connect() as conn:
+                    listing = await conn.read("list")
+            except RemoteError as exc:
+                if problems is not None:
+                    problems.append(f"host {daemon.name}: not reachable: {exc}")
+                continue
+            for line in listing.splitlines():
+                fields = line.split("\t")
+                if len(fields) > 3 and fields[1].endswith(self.suffix) and fields[2] != "exited":
+                    ref = RemoteSession(daemon.name, fields[0], fields[1], fields[3])
+                    self.remote[ref.alias] = ref
+                    found.append(ref)
+        return found
+
+    async def on_remote(self, ref: RemoteSession, path: str, text: str | None = None) -> str:
+        """Read (or write `text` to) a file of the remote daemon of `ref`; `Failed` saying why."""
+        try:
+            async with await self.remote_daemon(ref.host).connect() as conn:
+                if text is None:
+                    return await conn.read(path)
+                return await conn.write(path, text)
+        except RemoteError as exc:
+            raise Failed(f"Session {ref.where}: {exc}") from exc
+
 
 _APPROVER_ARG: Final[Mapping[str, Any]] = {
     "type": "string",
@@ -233,7 +309,9 @@ daemon's default). `cwd` is your workspace or a directory inside it (default: yo
 `sandbox` may be read-only, or the role's default (omit it); full-access is never available to \
 you, and you cannot widen a role's sandbox. `approver` "me" makes you the approver of its \
 results (when it asks for approval, it waits for your answer_approval); default "user" (a \
-person). Returns the new session's id and alias."""
+person). `host` names a remote daemon the user configured ([remotes.NAME]) to start the \
+session there instead (its cwd must exist there; approver "me" works only here). Returns the \
+new session's id and alias."""
     input_schema: Final[Mapping[str, Any]] = {
         "type": "object",
         "properties": {
@@ -247,6 +325,7 @@ person). Returns the new session's id and alias."""
                 "description": "Run one prompt, then exit (default false).",
             },
             "approver": _APPROVER_ARG,
+            "host": {"type": "string", "description": "A configured remote daemon's name."},
         },
         "required": ["role"],
         "additionalProperties": False,
@@ -264,15 +343,15 @@ person). Returns the new session's id and alias."""
         sandbox = args.get("sandbox")
         policy_name = self._check_sandbox(role, None if sandbox is None else str(sandbox))
         cwd = self._check_cwd(args.get("cwd"))
-        live = me.children()
-        if len(live) >= me.factory.max_sessions:
+        live = len(me.children()) + len(me.remote)
+        if live >= me.factory.max_sessions:
             raise Failed(
-                f"You already run {len(live)} sessions, the most a conductor may run "
+                f"You already run {live} sessions, the most a conductor may run "
                 f"({me.factory.max_sessions}); kill_session the ones you are done with."
             )
         name = args.get("name")
         if name is None:
-            taken = {s.alias for s in manager.sessions()}
+            taken = {s.alias for s in manager.sessions()} | set(me.remote)
             n = 1
             while f"{role}{n}{me.suffix}" in taken:
                 n += 1
@@ -283,6 +362,8 @@ person). Returns the new session's id and alias."""
                 f"name {name!r} is not usable: 1-40 letters, digits, '-' or '_', starting with "
                 "a letter."
             )
+        if args.get("host") is not None:
+            return await self._start_remote(args, str(args["host"]), role, name, policy_name)
         request = NewSession(
             model=None if args.get("model") is None else str(args["model"]),
             cwd=str(cwd),
@@ -301,6 +382,53 @@ person). Returns the new session's id and alias."""
             f"model {session.model}, sandbox {session.sandbox}, cwd {session.cwd}, "
             f"approver {'you' if session.approver == me.session_id else session.approver})."
         )
+
+    async def _start_remote(
+        self, args: Args, host: str, role: str, name: str, sandbox: str | None
+    ) -> ToolOutput:
+        """`new` on the remote's agent/ctl; the remote checks the model, cwd and role."""
+        me = self.me
+        daemon = me.remote_daemon(host)
+        if args.get("approver", "user") != "user":
+            raise InvalidArgs(
+                f'approver "me" works only for sessions on your own daemon; on {host} the '
+                'approver is "user" (omit approver).'
+            )
+        cwd = self._remote_cwd(args.get("cwd"))
+        alias = f"{name}{me.suffix}"
+        words = [f"role={role}", f"cwd={cwd}", f"alias={alias}"]
+        if args.get("model") is not None:
+            words.append(f"model={args['model']}")
+        if sandbox is not None:
+            words.append(f"sandbox={sandbox}")
+        if args.get("ephemeral"):
+            words.append("ephemeral")
+        if any(ch.isspace() for word in words for ch in word):
+            raise InvalidArgs("model and cwd must not contain blanks for a remote session.")
+        try:
+            async with await daemon.connect() as conn:
+                answer = await conn.write("ctl", "new " + " ".join(words) + "\n", answer=True)
+        except RemoteError as exc:
+            raise Failed(f"The session was not started on {host}: {exc}") from exc
+        session_id = answer.strip()
+        if not session_id:
+            raise Failed(f"The session was not started on {host}: its agent/ctl gave no id.")
+        me.remote[alias] = RemoteSession(host, session_id, alias, role)
+        return ToolOutput(
+            f"Started session {session_id} (alias {alias}, role {role}) on host {host}, "
+            f"cwd {cwd}, approver user."
+        )
+
+    def _remote_cwd(self, asked: Any) -> str:
+        """Your workspace or a directory inside it, by path alone (it is on the remote)."""
+        home = Path(os.path.realpath(self.me.cwd))
+        path = home if asked is None else Path(os.path.normpath(home / str(asked)))
+        if path != home and not path.is_relative_to(home):
+            raise Failed(
+                f"cwd {asked} is outside your workspace {home}: a conductor starts sessions only "
+                "in its own workspace or a directory inside it (the same path on the remote)."
+            )
+        return str(path)
 
     def _check_sandbox(self, role: str, asked: str | None) -> str | None:
         manager = self.me.manager
@@ -365,7 +493,13 @@ order. Returns at once: use wait_sessions to block until the answer is ready, th
     }
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        session = self.me.get(str(args["session"]))
+        session = await self.me.resolve(str(args["session"]))
+        if isinstance(session, RemoteSession):
+            await self.me.on_remote(session, f"{session.id}/in", str(args["prompt"]))
+            return ToolOutput(
+                f"Prompt accepted by {session.where}; call wait_sessions then read_out for "
+                "the answer."
+            )
         try:
             seq = session.submit(str(args["prompt"]))
         except SessionError as exc:
@@ -401,7 +535,9 @@ or exited."""
     }
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        sessions = [self.me.get(str(key)) for key in args["sessions"]]
+        found = [await self.me.resolve(str(key)) for key in args["sessions"]]
+        sessions = [s for s in found if isinstance(s, Session)]
+        remote = [s for s in found if isinstance(s, RemoteSession)]
         timeout = float(args.get("timeout_seconds", DEFAULT_WAIT))
         done: dict[str, str] = {}
 
@@ -409,11 +545,25 @@ or exited."""
             state = await session.wait_handled(seq)
             done[session.id] = state.value
 
+        async def wait_remote(ref: RemoteSession) -> None:
+            # the remote's `wait` file: the prompts accepted before this open, then the state
+            try:
+                async with await self.me.remote_daemon(ref.host).connect() as conn:
+                    state = await conn.read(f"{ref.id}/wait", blocking=True)
+            except RemoteError as exc:
+                state = f"not reachable ({exc})"
+            done[ref.where] = state.strip()
+
         with trio.move_on_after(timeout):
             async with trio.open_nursery() as nursery:
                 for session in sessions:
                     nursery.start_soon(wait_one, session, session.accepted_seq())
-        lines = []
+                for ref in remote:
+                    nursery.start_soon(wait_remote, ref)
+        lines = [
+            f"{ref.where}: {done.get(ref.where, f'still working after {timeout:g} s')}"
+            for ref in remote
+        ]
         for session in sessions:
             state = done.get(session.id)
             if state is None:
@@ -442,14 +592,18 @@ session goes from await to idle). Wait for the session first (wait_sessions)."""
     input_schema: Final = _ONE_SESSION
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        session = self.me.get(str(args["session"]))
-        out = session.out
-        session.mark_out_read()
-        if not out.strip():
-            return ToolOutput(
-                f"{session.id} ({session.alias}) has no answer yet (state "
-                f"{session.status.value}); wait_sessions first."
+        session = await self.me.resolve(str(args["session"]))
+        if isinstance(session, RemoteSession):
+            out = await self.me.on_remote(session, f"{session.id}/out")  # marks it read there
+            empty = f"{session.where} has no answer yet"
+        else:
+            out = session.out
+            session.mark_out_read()
+            empty = (
+                f"{session.id} ({session.alias}) has no answer yet (state {session.status.value})"
             )
+        if not out.strip():
+            return ToolOutput(f"{empty}; wait_sessions first.")
         if len(out) > MAX_OUT_CHARS:
             out = out[:MAX_OUT_CHARS] + f"\n[... cut: {len(out) - MAX_OUT_CHARS} more chars]"
         return ToolOutput(out)
@@ -463,7 +617,11 @@ its work is done, so it stops counting against your session limit."""
     input_schema: Final = _ONE_SESSION
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        session = self.me.get(str(args["session"]))
+        session = await self.me.resolve(str(args["session"]))
+        if isinstance(session, RemoteSession):
+            await self.me.on_remote(session, "ctl", f"kill {session.id}\n")
+            self.me.remote.pop(session.alias, None)
+            return ToolOutput(f"Killed {session.where}.")
         try:
             await self.me.manager.kill(session.id)
         except SessionError as exc:
@@ -482,10 +640,16 @@ List the sessions you started and that still run: id, alias, role, state, model.
     }
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        children = self.me.children()
-        if not children:
+        lines = [self.me.describe(s) for s in self.me.children()]
+        if self.me.factory.remotes:
+            problems: list[str] = []
+            self.me.remote.clear()
+            for ref in await self.me.remote_listing(problems):
+                lines.append(f"{ref.id}\talias={ref.alias}\trole={ref.role}\thost={ref.host}")
+            lines += problems
+        if not lines:
             return ToolOutput("You have no sessions; start_session starts one.")
-        return ToolOutput("\n".join(self.me.describe(s) for s in children))
+        return ToolOutput("\n".join(lines))
 
 
 # -- beads and convoys -------------------------------------------------------------------------

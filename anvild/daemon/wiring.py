@@ -39,6 +39,7 @@ from anvild.config import Config
 from anvild.coord.approvers import SessionApprovals
 from anvild.coord.bead_gates import BeadGates
 from anvild.coord.conductor_tools import ConductorTools
+from anvild.coord.remotes import remotes_of
 from anvild.coord.subagents import SubagentTools
 from anvild.daemon.app import Daemon
 from anvild.daemon.gcpolicy import GcPolicy
@@ -332,7 +333,7 @@ class Sessions:
             ),
             telemetry=_telemetry(config, env, redactor),
         )
-        conductor = ConductorTools(beads=store)
+        conductor = ConductorTools(beads=store, remotes=remotes_of(config))
         subagents = SubagentTools(
             max_depth=config.subagents.max_depth,
             max_per_turn=config.subagents.max_per_turn,

@@ -9,6 +9,7 @@ Modules:
 * `backend` — the interface a synthetic tree implements: `Node`, `Handle`, `NodeStat`.
 * `server` — the trio server: one table of message handlers and one fast-path decision.
 * `transport` — stream and socket transports, and the poller that answers parked connections.
+* `client` — a small trio client (one request at a time) for a daemon driving another's files.
 
 This package imports nothing else from the project (DESIGN.md §2; enforced by a test).
 """

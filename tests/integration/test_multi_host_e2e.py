@@ -220,3 +220,75 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert board["two (workflow again)"]["host"] == "d2"
     assert board["three (workflow again)"]["host"] == "d1"
     assert board["three (workflow again)"]["result"] == "tres\n"
+
+
+# -- the LLM conductor's start_session on another host -----------------------------------------
+
+
+def test_a_conductor_session_starts_and_drives_a_reviewer_on_a_remote_daemon(
+    tmp_path: Path,
+) -> None:
+    def cond(contains: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        call = {"name": name, "arguments": arguments}
+        return {"model": "cond-model", "contains": contains, "tool_calls": [call]}
+
+    fake = FakeServer(
+        tmp_path,
+        [
+            cond("Coordinate", "start_session", {"role": "reviewer", "host": "nowhere"}),
+            cond(
+                "not a configured remote",
+                "start_session",
+                {"role": "reviewer", "name": "rev", "host": "d2"},
+            ),
+            cond("Started session", "send_prompt", {"session": "rev", "prompt": "Review it."}),
+            cond("accepted", "wait_sessions", {"sessions": ["rev"]}),
+            cond(" on d2: await", "read_out", {"session": "rev"}),
+            cond("VERDICT: LGTM", "my_sessions", {}),
+            {"model": "cond-model", "contains": "host=d2", "text": "Reviewed on d2: LGTM."},
+            {"model": "fake-model", "contains": "Review it.", "text": "Fine.\nVERDICT: LGTM"},
+        ],
+    )
+    models = models_config(tmp_path, fake.url).read_text()
+    work = tmp_path / "work"
+    work.mkdir()
+    daemons = []
+    try:
+        (tmp_path / "d2").mkdir()
+        config = tmp_path / "d2" / "config.toml"
+        config.write_text(models)
+        remote = Anvild(
+            tmp_path / "d2" / "ns", "--config", str(config), "--listen", "tcp!127.0.0.1!0"
+        )
+        daemons.append(remote)
+        found = re.search(r"tcp!127\.0\.0\.1!\d+", remote.wait_serving())
+        assert found is not None
+        (tmp_path / "d1").mkdir()
+        config = tmp_path / "d1" / "config.toml"
+        token = tmp_path / "d2" / "ns" / "agent.token"
+        config.write_text(
+            f'{models}\n[remotes.d2]\naddress = "{found.group(0)}"\ntoken_file = "{token}"\n'
+        )
+        here = Anvild(tmp_path / "d1" / "ns", "--config", str(config))
+        daemons.append(here)
+        here.wait_serving()
+        d1, d2 = tmp_path / "d1" / "ns", tmp_path / "d2" / "ns"
+        boss = ok(anvilctl(d1, "new", "role=conductor", "model=cond", cwd=work)).strip()
+        ok(anvilctl(d1, "send", boss, "Coordinate a review.", cwd=work))
+        assert ok(anvilctl(d1, "wait", boss)) == "await\n"
+        assert ok(anvilctl(d1, "out", boss)) == "Reviewed on d2: LGTM.\n"
+        requests = fake.requests()
+        refusal = requests[1]["body"]["messages"][-1]["content"]
+        assert "host 'nowhere' is not a configured remote daemon (d2)" in refusal
+        # the reviewer runs on d2, named for its conductor on d1; its out was read from d1
+        rows = [line.split("\t") for line in read(d2, "agent/list").splitlines()]
+        assert [(r[1], r[2], r[3]) for r in rows] == [(f"rev.{boss}", "idle", "reviewer")]
+        assert [r.split("\t")[1] for r in read(d1, "agent/list").splitlines()] == ["-"]
+        worker = next(r for r in requests if r["model"] == "fake-model")
+        assert worker["last_user_text"] == "Review it."
+        listed = requests[-1]["body"]["messages"][-1]["content"]
+        assert f"{rows[0][0]}\talias=rev.{boss}\trole=reviewer\thost=d2" in listed
+    finally:
+        for daemon in daemons:
+            daemon.stop(signal.SIGKILL)
+        fake.stop()
