@@ -32,6 +32,8 @@ from anvild.checkpoints.watch import WatchPool
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_FILE_BYTES: Final = 1 << 20
+IGNORED_NAMED: Final = 10
+"""The most ignored paths (a wholly ignored directory is one) an undo's answer names."""
 SNAPSHOT_SECONDS: Final = 60.0
 """The longest one snapshot may take; a workspace whose snapshot takes longer is not
 checkpointed any more (logged once), so a session in a huge tree is not held at every turn."""
@@ -349,7 +351,18 @@ class SessionCheckpoints:
             changes = await self._changes_text(now.tree, after.tree, ())
             self._write(attrs.evolve(step, after=after.tree, changes=changes))
             workspace.intent.unlink()
-        return _report(label, found, skipped)
+            try:
+                ignored = await shadow.ignored()
+            except GitFailed as exc:  # only the report's list: the revert is done
+                log.warning("checkpoints.ignored_failed", session=self._id, error=str(exc))
+                ignored = []
+        report = _report(label, found, skipped, ignored)
+        if kind == "undo" and label.startswith("undo rewind"):
+            report += (
+                "\nfiles only: a conversation cut by `rewind N conversation` stays cut "
+                "(the transcript is not restored)"
+            )
+        return report
 
 
 async def changes_text(shadow: Shadow, old: str, new: str, skipped: Sequence[str]) -> str:
@@ -372,13 +385,23 @@ def _lines(snapshot: Snapshot) -> tuple[str, ...]:
     return tuple(s.line() for s in snapshot.skipped)
 
 
-def _report(label: str, found: revert.Plan, skipped: Sequence[str]) -> str:
+def _report(
+    label: str, found: revert.Plan, skipped: Sequence[str], ignored: Sequence[str] = ()
+) -> str:
     lines = [f"{label}: {len(found.targets)} file(s) restored"]
     if found.merged:
         lines.append("merged with later edits: " + " ".join(found.merged))
     left = tuple(dict.fromkeys((*found.left, *skipped)))
     if left:
         lines.append("left as they are (not checkpointed): " + "; ".join(left))
+    if ignored:
+        named = " ".join(ignored[:IGNORED_NAMED])
+        more = len(ignored) - IGNORED_NAMED
+        lines.append(
+            "ignored (.gitignore, .git/info/exclude), never checkpointed nor restored: "
+            + named
+            + (f" and {more} more" if more > 0 else "")
+        )
     return "\n".join(lines)
 
 

@@ -280,6 +280,22 @@ class Shadow:
         self._last = Snapshot(tree, tuple(skipped))
         return self._last
 
+    async def ignored(self) -> list[str]:
+        """The ignored paths of the workspace (`.gitignore`, the user's info/exclude), a wholly
+        ignored directory as one `DIR/`, sorted: what snapshots leave out and undo never touches.
+        One scan of the workspace: asked at undo time only."""
+        self._sync_exclude()
+        out = await self.git(
+            "ls-files",
+            "-z",
+            "-o",
+            "-i",
+            "--exclude-standard",
+            "--directory",
+            "--no-empty-directory",
+        )
+        return sorted(p for p in out.decode("utf-8", "surrogateescape").split("\0") if p)
+
     async def keep(self, ref: str, tree: str) -> None:
         """Keep `tree` reachable under `refs/anvil/REF` (the shadow is never pruned anyway)."""
         await self.git("update-ref", f"refs/anvil/{ref}", await self._commit(tree))

@@ -4,12 +4,13 @@ and the fake provider, in a workspace that is the user's own git repository.
 - A turn edits with edit_file, creates with write_file, and with bash deletes, renames, changes
   a mode, touches an ignored file and writes one over the size cap: `turns/1/changes` and
   `diff` (and `anvilctl diff`) show all of it; `anvilctl undo` restores every file and mode,
-  the ones bash deleted included, leaves the ignored and the oversized file alone and says so;
+  the ones bash deleted included, leaves the ignored and the oversized file alone and names them;
   the user's `.git` is byte-identical before and after everything.
 - A user's overlapping edit after a turn makes `undo` refuse, naming the path; a
   non-overlapping one merges; `undo force` overwrites; `undo` during a turn is refused.
 - `rewind 2 conversation` after 4 turns: files and transcript as before turn 2, and so after a
-  daemon restart (the next request the model gets has no trace of turns 2 to 4).
+  daemon restart (the next request the model gets has no trace of turns 2 to 4), even after an
+  `undo` of the rewind, which brings the files back and says the conversation stays cut.
 - kill -9 in the middle of an undo (a crash point after two of its files): after the restart
   every file is as after the undo, none half done.
 """
@@ -205,6 +206,7 @@ def test_changes_diff_undo_and_conflicts(tmp_path: Path, fake: FakeServer) -> No
         answer = ok(anvilctl(namespace, "undo", sid))
         assert "undo turn 1" in answer
         assert "big.bin" in answer  # reported: not in checkpoints
+        assert "never checkpointed nor restored: build/" in answer  # ignored: named
         after = tree_of(work)
         assert (work / "build" / "out.o").read_text() == "changed\n"  # ignored: left alone
         assert after.pop("big.bin")[0] == hashlib.sha256(bytes(300000)).hexdigest()
@@ -272,10 +274,14 @@ def test_rewind_conversation_survives_a_restart(tmp_path: Path, fake: FakeServer
     daemon = start(namespace, cfg)
     try:
         assert tree_of(work) == expected
+        undone = ok(anvilctl(namespace, "undo", sid))  # of the rewind: the files come back
+        assert "undo rewind 1" in undone
+        assert "conversation` stays cut" in undone
+        assert (work / "r4.txt").exists()
         turn(namespace, sid, "rewind-turn-5")
         last = request_texts(fake.requests()[-1])
         assert "rewind-turn-1" in last
-        assert "rewind-turn-2" not in last
+        assert "rewind-turn-2" not in last  # the conversation stays cut, as the undo said
         assert "rewind-turn-4" not in last
     finally:
         daemon.stop()

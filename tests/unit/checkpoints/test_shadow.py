@@ -98,6 +98,8 @@ async def test_changes_and_undo_restore_the_exact_tree(tmp_path: Path, workspace
     assert "new file mode 100755" in diff
     report = await checkpoints.undo()
     assert "big.bin" in report
+    ignored = next(line for line in report.splitlines() if line.startswith("ignored"))
+    assert ignored.endswith(": build/ secret.txt"), report  # by name, a directory as one
     after = tree_of(workspace)
     assert after.pop("big.bin")[0] == hashlib.sha256(b"x" * 5000).hexdigest()  # left alone
     assert (workspace / "build" / "out.o").read_text() == "rebuilt\n"  # ignored: left alone
@@ -202,3 +204,34 @@ async def test_a_workspace_with_too_many_new_files_is_not_checkpointed(
     assert "not checkpointed" in checkpoints._workspace.disabled
     with pytest.raises(UndoRefused, match="nothing to undo"):
         await checkpoints.undo()
+
+
+async def test_undo_names_at_most_ten_ignored_paths_and_says_how_many_more(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / ".gitignore").write_text("build/\n*.log\n")
+    for n in range(12):
+        (workspace / f"run{n:02d}.log").write_text("log\n")
+    checkpoints = session(tmp_path, workspace)
+    await a_turn(checkpoints, 1, workspace)
+    report = await checkpoints.undo()
+    ignored = next(line for line in report.splitlines() if line.startswith("ignored"))
+    names = ignored.split(": ", 1)[1]
+    assert (
+        names == "build/ run00.log run01.log run02.log run03.log run04.log run05.log "
+        "run06.log run07.log run08.log and 4 more"
+    ), report  # 14 in all: build/, 12 logs, secret
+
+
+async def test_undo_of_a_rewind_says_the_conversation_stays_cut(
+    tmp_path: Path, workspace: Path
+) -> None:
+    checkpoints = session(tmp_path, workspace)
+    await a_turn(checkpoints, 1, workspace)
+    text, _step = await checkpoints.rewind(1)
+    assert "rewind 1" in text
+    assert "conversation" not in text
+    report = await checkpoints.undo()
+    assert report.startswith("undo rewind 1:"), report
+    assert "a conversation cut by `rewind N conversation` stays cut" in report
+    assert (workspace / "start.sh").exists()  # the files of turn 1 are back
