@@ -1,15 +1,17 @@
 """A span processor that never blocks the caller: a bounded queue and one export thread.
 
-`on_end` puts a finished span on a queue of at most `max_queue` spans and returns; when the
+`on_end` appends a finished span to a queue of at most `max_queue` spans and returns; when the
 queue is full the span is dropped and counted (`dropped`), and the first drop and every
-thousandth are logged. A daemon thread takes batches of up to `batch` spans and hands them to
-the exporter (whose network time, retries and failures stay on that thread; a failed export is
-counted in `failed`). `shutdown` flushes for at most its timeout, then leaves.
+thousandth are logged. The append takes no lock and wakes nobody unless the queue has just
+reached a whole batch: a daemon thread wakes every `delay` seconds (or at a full batch, a
+flush, the shutdown) and hands the queue to the exporter in batches of up to `batch` spans
+(its network time, retries and failures stay on that thread; a failed export is counted in
+`failed`). `force_flush` and `shutdown` wait for at most their timeout, then leave.
 """
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from typing import Final
@@ -29,10 +31,12 @@ class BoundedProcessor(SpanProcessor):
         self, exporter: SpanExporter, *, max_queue: int = 2048, batch: int = 256, delay: float = 1.0
     ) -> None:
         self.exporter = exporter
-        self._queue: queue.Queue[ReadableSpan] = queue.Queue(max_queue)
+        self._spans: collections.deque[ReadableSpan] = collections.deque()
+        self._max_queue = max_queue
         self._batch = batch
         self._delay = delay
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._idle = threading.Condition()
         self._busy = 0  # spans taken from the queue and not yet exported
         self.dropped = 0
@@ -45,34 +49,32 @@ class BoundedProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        try:
-            self._queue.put_nowait(span)
-        except queue.Full:
+        spans = self._spans
+        if len(spans) >= self._max_queue:
             self.dropped += 1
             if self.dropped % LOG_EVERY == 1:
-                log.warning(
-                    "telemetry.spans_dropped", dropped=self.dropped, queue=self._queue.maxsize
-                )
+                log.warning("telemetry.spans_dropped", dropped=self.dropped, queue=self._max_queue)
+            return
+        spans.append(span)  # a deque's append is atomic: no lock on the caller's path
+        if len(spans) == self._batch:
+            self._wake.set()
 
     def _take(self) -> list[ReadableSpan]:
-        try:
-            first = self._queue.get(timeout=self._delay)
-        except queue.Empty:
-            return []
-        spans = [first]
-        while len(spans) < self._batch:
-            try:
-                spans.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
+        """Up to a batch from the queue, counted busy until exported (under the lock, so a
+        flush never sees them in neither place)."""
         with self._idle:
+            spans: list[ReadableSpan] = []
+            while self._spans and len(spans) < self._batch:
+                spans.append(self._spans.popleft())
             self._busy = len(spans)
         return spans
 
     def _work(self) -> None:
-        while not (self._stop.is_set() and self._queue.empty()):
-            spans = self._take()
-            if spans:
+        while True:
+            self._wake.wait(self._delay)
+            self._wake.clear()
+            stopping = self._stop.is_set()
+            while spans := self._take():
                 try:
                     result = self.exporter.export(spans)
                 except Exception:  # an exporter bug must not end the thread
@@ -82,14 +84,17 @@ class BoundedProcessor(SpanProcessor):
                     self.exported += len(spans)
                 else:
                     self.failed += len(spans)
-            with self._idle:
-                self._busy = 0
-                self._idle.notify_all()
+                with self._idle:
+                    self._busy = 0
+                    self._idle.notify_all()
+            if stopping:
+                return
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
+        self._wake.set()
         with self._idle:
-            while not self._queue.empty() or self._busy:
+            while self._spans or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -98,6 +103,7 @@ class BoundedProcessor(SpanProcessor):
 
     def shutdown(self, timeout: float = 1.0) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout)
         self.exporter.shutdown()
 

@@ -7,8 +7,9 @@ call, step or end; tokens from `Usage`; finish reason `tool_calls` when calls fo
 from the outcome) and an `execute_tool NAME` span per call, all children of the turn's span,
 with the GenAI semantic-convention attributes and `anvild.session.*`, `anvild.bead`,
 `anvild.convoy`. Text (the newest user message, the answer, call arguments and results) is
-added only with `capture_content`, through `redact`. Metrics: token usage, cost (unknown
-counted apart), tool calls and errors by model and role, turn duration. Callbacks never block:
+added only with `capture_content`, through `redact`; a turn the sampler drops makes no child
+spans. Metrics: tokens per request; cost (unknown counted apart), tool calls and errors by
+model and role, summed over a turn and added at its end; turn duration. Callbacks never block:
 finished spans go to a `BoundedProcessor`, metrics to a periodic reader's thread.
 """
 
@@ -122,7 +123,9 @@ class Telemetry:
 
 @attrs.define
 class _Trace:
-    """One session's spans in flight."""
+    """One session's spans in flight. The attribute sets are built once per turn; the counters
+    (cost, tool calls and errors) are summed over the turn and added at its end, the token
+    histogram gets a point per request. A turn the sampler drops makes no child spans."""
 
     tel: Telemetry
     who: Callable[[], Who]
@@ -132,11 +135,20 @@ class _Trace:
     transcript: Callable[[], Sequence[Message]]
     turn: Span | None = None
     context: Context | None = None
+    recording: bool = False  # the turn's span is sampled: its children are made
     started: float = 0.0
     labels: dict[str, str] = attrs.Factory(dict)
+    chat_attributes: dict[str, str | int] = attrs.Factory(dict)
+    tool_attributes: dict[str, str | int] = attrs.Factory(dict)
+    token_points: tuple[dict[str, str], dict[str, str]] = ({}, {})
     chat: Span | None = None
+    chat_usage: dict[str, int] = attrs.Factory(dict)  # set on the chat span at its end
     answer: list[str] = attrs.Factory(list)
     tools: dict[str, Span] = attrs.Factory(dict)
+    cost: float = 0.0
+    priced: int = 0  # requests of known cost this turn
+    unpriced: int = 0  # requests of unknown cost this turn
+    calls: dict[tuple[str, bool], int] = attrs.Factory(dict)  # (tool, error) -> count
 
     def on(self, event: ev.AgentEvent) -> None:
         match event:
@@ -145,7 +157,7 @@ class _Trace:
                 self._start_chat(step)
             case ev.TextDelta(text=text) if self.chat is not None:
                 self.answer.append(text)
-            case ev.Usage(usage=usage) if self.chat is not None:
+            case ev.Usage(usage=usage) if self.turn is not None:
                 self._usage(usage)
             case ev.Retrying(attempt=attempt, reason=reason) if self.chat is not None:
                 self.chat.add_event("retry", {"attempt": attempt, "reason": reason})
@@ -171,36 +183,43 @@ class _Trace:
         return {k: v for k, v in labels.items() if v}
 
     def _start_turn(self) -> None:
-        self.labels = self._attributes()
+        self.labels = labels = self._attributes()
         self.started = time.monotonic()
+        common = {
+            "gen_ai.provider.name": self.provider,
+            "gen_ai.request.model": self.model,
+            **labels,
+        }
         self.turn = self.tel.tracer.start_span(
             "invoke_agent anvild",
             kind=SpanKind.INTERNAL,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": self.labels.get("anvild.session.role", ""),
-                "gen_ai.provider.name": self.provider,
-                "gen_ai.request.model": self.model,
-                **self.labels,
+                "gen_ai.agent.name": labels.get("anvild.session.role", ""),
+                **common,
             },
         )
+        self.recording = self.turn.is_recording()
         self.context = trace.set_span_in_context(self.turn)
+        self.chat_attributes = {"gen_ai.operation.name": "chat", **common}
+        self.tool_attributes = {"gen_ai.operation.name": "execute_tool", **labels}
+        metric = {"gen_ai.request.model": self.model, "anvild.session.role": self._role()}
+        self.token_points = (
+            {**metric, "gen_ai.token.type": "input"},
+            {**metric, "gen_ai.token.type": "output"},
+        )
 
     def _start_chat(self, step: int) -> None:
         if self.turn is None:
             self._start_turn()
+        if not self.recording:
+            return
         self.answer = []
         self.chat = self.tel.tracer.start_span(
             f"chat {self.model}",
             context=self.context,
             kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self.provider,
-                "gen_ai.request.model": self.model,
-                "anvild.step": step,
-                **self.labels,
-            },
+            attributes={**self.chat_attributes, "anvild.step": step},
         )
         if self.tel.settings.capture_content:
             self.chat.set_attribute("gen_ai.input.messages", self._newest_user_message())
@@ -213,27 +232,35 @@ class _Trace:
         return json.dumps([{"role": "user", "parts": content}], ensure_ascii=False)
 
     def _usage(self, usage: Usage) -> None:
-        assert self.chat is not None
-        metric = {"gen_ai.request.model": self.model, "anvild.session.role": self._role()}
-        for kind, count in (("input", usage.input), ("output", usage.output)):
+        for count, kind, point in (
+            (usage.input, "gen_ai.usage.input_tokens", self.token_points[0]),
+            (usage.output, "gen_ai.usage.output_tokens", self.token_points[1]),
+        ):
             if count is not None:
-                self.chat.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
-                self.tel.tokens.record(count, {**metric, "gen_ai.token.type": kind})
+                self.chat_usage[kind] = count
+                self.tel.tokens.record(count, point)
         cost = None if self.pricing is None else self.pricing.cost(usage)
         if cost is None:
-            self.tel.unknown_cost.add(1, metric)
+            self.unpriced += 1
         else:
-            self.tel.cost.add(cost, metric)
+            self.cost += cost
+            self.priced += 1
 
     def _role(self) -> str:
         return self.labels.get("anvild.session.role", "")
 
     def _end_chat(self, finish: str) -> None:
         chat, self.chat = self.chat, None
+        usage, self.chat_usage = self.chat_usage, {}
         if chat is None:
             return
-        chat.set_attribute("gen_ai.response.model", self.model)
-        chat.set_attribute("gen_ai.response.finish_reasons", (finish,))
+        chat.set_attributes(  # one call: each takes the span's lock and cleans the values
+            {
+                "gen_ai.response.model": self.model,
+                "gen_ai.response.finish_reasons": (finish,),
+                **usage,
+            }
+        )
         if self.tel.settings.capture_content and self.answer:
             parts = [{"type": "text", "content": self.tel.text("".join(self.answer))}]
             output = [{"role": "assistant", "parts": parts, "finish_reason": finish}]
@@ -243,23 +270,25 @@ class _Trace:
     def _start_tool(self, event: ev.ToolCallStarted) -> None:
         if self.turn is None:
             self._start_turn()
+        key = (event.name, False)
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if not self.recording:
+            return
         span = self.tel.tracer.start_span(
             f"execute_tool {event.name}",
             context=self.context,
             kind=SpanKind.INTERNAL,
             attributes={
-                "gen_ai.operation.name": "execute_tool",
+                **self.tool_attributes,
                 "gen_ai.tool.name": event.name,
                 "gen_ai.tool.call.id": event.id,
                 "anvild.step": event.step,
-                **self.labels,
             },
         )
         if self.tel.settings.capture_content:
             arguments = json.dumps(event.arguments, ensure_ascii=False)
             span.set_attribute("gen_ai.tool.call.arguments", self.tel.text(arguments))
         self.tools[event.id] = span
-        self.tel.tool_calls.add(1, self._tool_metric(event.name))
 
     def _tool_metric(self, name: str) -> dict[str, str]:
         return {
@@ -269,6 +298,9 @@ class _Trace:
         }
 
     def _end_tool(self, event: ev.ToolCallFinished) -> None:
+        if event.is_error and self.turn is not None:
+            key = (event.name, True)
+            self.calls[key] = self.calls.get(key, 0) + 1
         span = self.tools.pop(event.id, None)
         if span is None:
             return
@@ -277,7 +309,6 @@ class _Trace:
         if event.is_error:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR))
-            self.tel.tool_errors.add(1, self._tool_metric(event.name))
         span.end()
 
     def _end_turn(self, event: ev.TurnFinished) -> None:
@@ -289,11 +320,13 @@ class _Trace:
         turn, self.turn, self.context = self.turn, None, None
         if turn is None:
             return
-        turn.set_attribute("anvild.turn.outcome", event.outcome.value)
-        turn.set_attribute("anvild.turn.steps", event.steps)
+        turn.set_attributes(
+            {"anvild.turn.outcome": event.outcome.value, "anvild.turn.steps": event.steps}
+        )
         if event.outcome not in (ev.TurnOutcome.DONE, ev.TurnOutcome.CANCELLED):
             turn.set_status(Status(StatusCode.ERROR, event.detail or event.outcome.value))
         turn.end()
+        self._add_counters()
         self.tel.turn_duration.record(
             time.monotonic() - self.started,
             {
@@ -302,6 +335,19 @@ class _Trace:
                 "anvild.turn.outcome": event.outcome.value,
             },
         )
+
+    def _add_counters(self) -> None:
+        """The turn's sums, one point per counter (and tool) instead of one per request."""
+        metric = {"gen_ai.request.model": self.model, "anvild.session.role": self._role()}
+        if self.priced:
+            self.tel.cost.add(self.cost, metric)
+        if self.unpriced:
+            self.tel.unknown_cost.add(self.unpriced, metric)
+        for (name, error), count in self.calls.items():
+            counter = self.tel.tool_errors if error else self.tel.tool_calls
+            counter.add(count, self._tool_metric(name))
+        self.cost, self.priced, self.unpriced = 0.0, 0, 0
+        self.calls.clear()
 
 
 __all__ = ["Telemetry", "Who", "parse_headers"]

@@ -90,6 +90,13 @@ def attributes(span: Any) -> dict[str, Any]:
     return out
 
 
+def metric_points(metrics: Any) -> dict[str, Any]:
+    """The metrics of an in-memory reader's data, by name."""
+    return {
+        m.name: m for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+
+
 def two_tools() -> list[Any]:
     return [
         script.tool_call("c1", "read_file", {"file_path": "a.txt"}, usage=USAGE),
@@ -153,9 +160,7 @@ async def test_a_two_tool_turn_is_one_trace_with_genai_attributes(
     for span in spans:  # no content without capture_content
         assert not any(k.startswith(("gen_ai.input", "gen_ai.output")) for k in attributes(span))
         assert "gen_ai.tool.call.arguments" not in attributes(span)
-    points = {
-        m.name: m for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-    }
+    points = metric_points(metrics)
     assert sum(p.value for p in points["anvild.tool.calls"].data.data_points) == 2
     assert sum(p.value for p in points["anvild.tool.errors"].data.data_points) == 1
     usd = sum(p.value for p in points["anvild.cost"].data.data_points)
@@ -229,6 +234,34 @@ async def test_with_the_receiver_down_turns_end_and_shutdown_is_bounded(tmp_path
     telemetry.shutdown(timeout=0.5)
     assert time.monotonic() - started < 5
     assert telemetry.processor.exported == 0
+
+
+class Collected(SpanExporter):
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+async def test_a_turn_the_sampler_drops_makes_no_spans_and_still_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    collected, reader = Collected(), InMemoryMetricReader()
+    settings = TelemetrySettings(otlp_endpoint="http://unused", capture_content=True)
+    telemetry = Telemetry(settings, spans=collected, metrics=reader)
+    await run_turn(tmp_path, telemetry, "read a.txt")
+    metrics = reader.get_metrics_data()
+    telemetry.shutdown()
+    assert collected.spans == []
+    points = metric_points(metrics)
+    assert sum(p.value for p in points["anvild.tool.calls"].data.data_points) == 2
+    assert sum(p.count for p in points["gen_ai.client.token.usage"].data.data_points) == 6
 
 
 def test_headers_are_key_value_pairs() -> None:
