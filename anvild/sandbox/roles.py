@@ -15,6 +15,7 @@ and role.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -221,6 +222,14 @@ def parse_role(name: str, text: str, *, source: Path | None = None) -> Role:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed(name: str, text: str, source: Path) -> Role:
+    """`parse_role`, once per file content: every `new` loads its role's file (twice), and the
+    YAML parse was most of that. The file is still read each time, so an edit counts at the
+    next session; a file that fails raises each time (exceptions are not cached)."""
+    return parse_role(name, text, source=source)
+
+
 def load_role(name: str, *, user_dir: Path | None = None, builtin_dir: Path | None = None) -> Role:
     """The role `name`: the user's file if there is one, else the shipped one."""
     if not ROLE_NAME_RE.match(name):
@@ -240,7 +249,7 @@ def load_role(name: str, *, user_dir: Path | None = None, builtin_dir: Path | No
             continue
         except OSError as exc:
             raise RoleConfigError(f"{path}: cannot be read: {exc}") from exc
-        return parse_role(name, text, source=path)
+        return _parsed(name, text, path)
     raise RoleConfigError(
         f"There is no sandbox role {name!r} (looked for {', '.join(map(str, searched))}). "
         f"The shipped roles are {', '.join(BUILTIN_ROLES)}; add your own as a YAML file in "

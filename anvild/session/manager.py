@@ -719,7 +719,7 @@ class SessionManager:
                 f"alias={alias} is reserved ({', '.join(sorted(RESERVED))} are agent/ entries "
                 "or the daemon's own name); choose another"
             )
-        if alias in self._sessions or alias in self.store.ids():
+        if alias in self._sessions or self._has_file(alias):
             raise NameTaken(f"alias={alias} is the id of a session; choose another")
         if alias in self._aliases or alias in self._claimed:
             raise NameTaken(
@@ -748,17 +748,24 @@ class SessionManager:
         return approver.id
 
     def _fresh_id(self) -> str:
-        taken = set(self.store.ids())
         while True:
             session_id = self._new_id()
             if (
-                session_id not in taken
-                and session_id not in self._sessions
+                session_id not in self._sessions
                 and session_id not in self._aliases
                 and session_id not in self._claimed
                 and session_id not in RESERVED
+                and not self._has_file(session_id)
             ):
                 return session_id
+
+    def _has_file(self, name: str) -> bool:
+        """Whether a session (live or exited) has the id `name`: one stat, not a listing of
+        every session's file (which grew each `new` with the number of sessions)."""
+        try:
+            return self.store.path_for(name).exists()
+        except ValueError:  # not the shape of an id: no session file has that name
+            return False
 
     def _add(self, session: Session) -> None:
         self._sessions[session.id] = session

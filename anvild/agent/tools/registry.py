@@ -15,6 +15,7 @@ the marker counts toward the limit.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from typing import Any, Final
@@ -73,8 +74,19 @@ def _echo(value: Any) -> str:
     return shown
 
 
+@functools.lru_cache(maxsize=512)
+def _validator(name: str, schema_json: str) -> ArgsValidator:
+    """The compiled validator of a tool's schema, once per process (validators are immutable):
+    every session registers the same tools, and compiling them again was a third of `new`.
+    A schema that fails raises each time (exceptions are not cached)."""
+    schema = json.loads(schema_json)
+    if schema.get("type") != "object":
+        raise ValueError(f'tool {name!r}: input_schema must have "type": "object"')
+    return ArgsValidator(schema)
+
+
 class _Entry:
-    __slots__ = ("brief", "schema_json", "spec", "tool", "validator")
+    __slots__ = ("brief", "description", "schema_json", "tool", "validator")
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
@@ -82,18 +94,15 @@ class _Entry:
             self.schema_json = json.dumps(dict(tool.input_schema), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"tool {tool.name!r}: input_schema is not JSON") from exc
-        schema = json.loads(self.schema_json)
-        if schema.get("type") != "object":
-            raise ValueError(f'tool {tool.name!r}: input_schema must have "type": "object"')
-        self.validator = ArgsValidator(schema)
-        self.spec = ToolSpec(tool.name, tool.description, schema)
+        self.validator = _validator(tool.name, self.schema_json)
+        self.description = tool.description
         self.brief: tuple[str, str] | None = None  # (description, schema JSON), on first use
 
     def json_spec(self, compact: bool) -> tuple[str, str]:
         """The description and the schema's JSON that `specs` sends; the compact pair is made
         when a small-window model first asks for it (most sessions never do)."""
         if not compact:
-            return self.spec.description, self.schema_json
+            return self.description, self.schema_json
         if self.brief is None:
             schema = compact_schema(json.loads(self.schema_json))
             self.brief = (brief_description(self.tool), json.dumps(schema, ensure_ascii=False))
