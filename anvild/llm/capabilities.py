@@ -15,6 +15,8 @@ from typing import Final
 
 import attrs
 
+from anvild.llm.errors import ConfigError
+
 
 class SchemaDialect(enum.StrEnum):
     # Full JSON Schema for tool parameters (Anthropic input_schema, OpenAI parameters,
@@ -42,6 +44,14 @@ class Capabilities:
     temperature: bool = True
     replay: Replay = Replay.NONE
     prompt_cache_key: bool = False
+
+    def require_images(self) -> None:
+        """Raise `ConfigError` when the target takes no images (one is about to be sent)."""
+        if not self.images:
+            raise ConfigError(
+                "this model does not accept images (its capabilities say images = false); "
+                "remove the image or choose a model that reads images"
+            )
 
 
 ANTHROPIC: Final = Capabilities(

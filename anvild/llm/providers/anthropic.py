@@ -24,7 +24,7 @@ import httpx
 
 from anvild.llm import stream, types
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
-from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
+from anvild.llm.errors import ApiError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
@@ -122,11 +122,7 @@ def _block(block: types.ContentBlock, capabilities: Capabilities) -> dict[str, A
         case types.Text(text):
             return {"type": "text", "text": text} if text else None
         case types.Image(media_type, data):
-            if not capabilities.images:
-                raise ConfigError(
-                    "this model does not accept images; remove the image from the conversation "
-                    "or switch to a model that takes images"
-                )
+            capabilities.require_images()
             return {
                 "type": "image",
                 "source": {"type": "base64", "media_type": media_type, "data": data},

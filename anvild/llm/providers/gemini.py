@@ -100,11 +100,7 @@ def _meta(meta: types.ProviderMeta | None) -> dict[str, Any]:
 
 
 def _image(block: types.Image, capabilities: Capabilities) -> dict[str, Any]:
-    if not capabilities.images:
-        raise ConfigError(
-            "this model does not accept images (its capabilities say images = false); "
-            "remove the image or choose a model that reads images"
-        )
+    capabilities.require_images()
     return {"inlineData": {"mimeType": block.media_type, "data": block.data}}
 
 

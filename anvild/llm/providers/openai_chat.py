@@ -26,7 +26,7 @@ import httpx
 
 from anvild.llm import stream, types
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
-from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
+from anvild.llm.errors import ApiError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
 from anvild.llm.providers._events import SseProvider
 from anvild.llm.sse import SseEvent
@@ -97,11 +97,7 @@ def _user(message: types.Message, capabilities: Capabilities) -> list[dict[str, 
             case types.Text(text) if text:
                 parts.append({"type": "text", "text": text})
             case types.Image(media_type, data):
-                if not capabilities.images:
-                    raise ConfigError(
-                        "this model does not accept images; remove the image from the "
-                        "conversation or switch to a model that takes images"
-                    )
+                capabilities.require_images()
                 url = f"data:{media_type};base64,{data}"
                 parts.append({"type": "image_url", "image_url": {"url": url}})
             case _:

@@ -89,11 +89,7 @@ def _user_items(message: types.Message, capabilities: Capabilities) -> list[dict
                 if text:
                     content.append({"type": "input_text", "text": text})
             case types.Image(media_type, data):
-                if not capabilities.images:
-                    raise ConfigError(
-                        "this model does not accept images (its capabilities say images = "
-                        "false); remove the image or choose a model that reads images"
-                    )
+                capabilities.require_images()
                 content.append(
                     {
                         "type": "input_image",
