@@ -4,7 +4,8 @@
 
 Each line has a stable `type` tag and `ts` (UTC, RFC 3339, milliseconds), like the session
 events, so one `jq` filter reads the whole stream. `action` is the verb that caused a change,
-`by` who asked (`user` or `session <id>`).
+`by` who asked (`user` or `session <id>`; `remote` and action `pull` for a change pulled from
+another daemon sharing the board).
     {"type":"bead_changed","ts":"...","id":"research-auth-001","action":"claim",...}
 `bead_gate` (published by the coord bead gates, not committed) follows a bead's approval through
 its session's result gate: `state` open | waiting | unavailable (`detail` says why) | closed.

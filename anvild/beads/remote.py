@@ -8,6 +8,7 @@ commit that no longer applies (the same file changed on the remote) is dropped a
 the remote wins, as a claim that lost the race. Every network command is bounded by a time
 limit; a remote that cannot be reached leaves the queue as it is (`SyncState.last_error`).
 The URL is passed on each command (nothing in `.git/config`), never as an option.
+`pulled_events` says what a pulled board changed, as events `by` `remote` (action `pull`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ from typing import Final
 
 import attrs
 
+from anvild.beads.board import Board
 from anvild.beads.errors import BeadStoreError
+from anvild.beads.events import BeadChanged, BeadCreated, BeadEvent, ConvoyChanged, ConvoyCreated
 from anvild.beads.git import Git, GitResult
+from anvild.beads.model import BeadStatus
 
-__all__ = ["TRACKING", "Push", "RemoteLink", "SyncState"]
+__all__ = ["PULLED_BY", "TRACKING", "Push", "RemoteLink", "SyncState", "pulled_events"]
+
+PULLED_BY: Final = "remote"
 
 TRACKING: Final = "refs/remotes/origin/main"
 _FETCH_SPEC: Final = "+refs/heads/*:refs/remotes/origin/*"
@@ -135,3 +141,32 @@ class RemoteLink:
             dropped.append(stopped.stdout.decode("utf-8", "replace").strip())
             done = await self.git.call("rebase", "--skip")
         return dropped
+
+
+def pulled_events(old: Board, new: Board) -> list[BeadEvent]:
+    """The events of what another daemon changed, `old` being this daemon's board before the
+    pull: each new bead or convoy, and each one that differs (action `pull`; which verb made
+    the change is in the remote's history, not in the files)."""
+    events: list[BeadEvent] = []
+    for bead in new.beads.values():
+        before = old.beads.get(bead.id)
+        if before is None:
+            events.append(BeadCreated(bead.id, bead.title, bead.role, bead.depends_on, PULLED_BY))
+        if (before is None and bead.status is BeadStatus.PENDING) or before == bead:
+            continue
+        detail = f"on host {bead.host}" if bead.host else ""
+        events.append(
+            BeadChanged(bead.id, "pull", bead.status.value, bead.assigned_to, PULLED_BY, detail)
+        )
+    for convoy in new.convoys.values():
+        was = old.convoys.get(convoy.id)
+        if was is None:
+            events.append(ConvoyCreated(convoy.id, convoy.title, convoy.coordinator, PULLED_BY))
+        if was is None or was == convoy:
+            continue
+        progress = new.progress(convoy)
+        status = convoy.status.value
+        events.append(
+            ConvoyChanged(convoy.id, "pull", status, progress.done, progress.total, PULLED_BY)
+        )
+    return events

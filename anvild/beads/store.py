@@ -38,7 +38,7 @@ from anvild.beads.errors import BeadError, BeadStoreError
 from anvild.beads.events import BeadEvent
 from anvild.beads.git import Git
 from anvild.beads.model import Bead, BeadStatus, Convoy, ConvoyStatus, Progress
-from anvild.beads.remote import Push, RemoteLink, SyncState
+from anvild.beads.remote import Push, RemoteLink, SyncState, pulled_events
 
 __all__ = ["BEADS_DIR", "CONVOYS_DIR", "SETTLED", "BeadStore"]
 
@@ -546,10 +546,15 @@ class BeadStore:
         del self.sync_state.dropped[:-MAX_DROPPED]
 
     def _adopt(self, board: Board) -> None:
-        """Take a board that came from the remote; waiters look again."""
+        """Take a board that came from the remote; waiters look again, and what it changed
+        goes to `on_event` (`pulled_events`: never a verb the bead gates act on)."""
+        events = pulled_events(self._board, board)
         self._board = board
         self._changed.set()
         self._changed = trio.Event()
+        for event in events:
+            if self.on_event is not None:
+                self.on_event(event)
 
     # -- the verbs (each one commit) ---------------------------------------------------------
 

@@ -19,6 +19,7 @@ from anvild.beads import (
     NewBead,
     NewConvoy,
 )
+from anvild.beads.events import BeadChanged, BeadCreated, ConvoyChanged, ConvoyCreated
 
 
 def git(repo: Path, *args: str) -> str:
@@ -303,3 +304,31 @@ async def test_a_rejected_change_that_cannot_be_fetched_after_is_withdrawn(
             assert claims == [f"claim {bead.id} for s2 (by user)"]
     finally:
         one.close()
+
+
+async def test_changes_pulled_from_another_host_are_published_as_events(tmp_path: Path) -> None:
+    bare = bare_repo(tmp_path)
+    async with stores(tmp_path, str(bare), "h1", "h2") as (one, two):
+        heard: list[object] = []
+        two.on_event = heard.append
+        convoy = await one.create_convoy(NewConvoy("Ship it"), by="user")
+        bead = await one.create(NewBead("Shared work", "developer", convoy=convoy.id), by="user")
+        await two.refresh()
+        assert [type(e).__name__ for e in heard] == ["BeadCreated", "ConvoyCreated"]
+        assert {e.by for e in heard if isinstance(e, BeadCreated | ConvoyCreated)} == {"remote"}
+        heard.clear()
+        await one.claim(bead.id, "s1", by="user")
+        await two.refresh()
+        changed, moved = heard
+        assert isinstance(changed, BeadChanged)
+        assert (changed.action, changed.status, changed.assigned_to, changed.detail) == (
+            "pull",
+            "in_progress",
+            "s1",
+            "on host h1",
+        )
+        assert isinstance(moved, ConvoyChanged)
+        assert (moved.id, moved.action, moved.status) == (convoy.id, "pull", "in_progress")
+        heard.clear()
+        await two.refresh()  # nothing new: nothing heard
+        assert heard == []
