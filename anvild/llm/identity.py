@@ -3,10 +3,10 @@
 The canonical form of a `ChatRequest` is its JSON by the llm converter (what every adapter maps
 from), keys sorted, no spaces, ASCII. It has two parts: the head (every field but `messages`:
 model, system prompt, tool definitions, parameters) and the messages, one JSON text each. The
-request's digest is a sha256 over `IDENTITY_VERSION`, the head's sha256 and each message's
-sha256, in order: two requests have the same digest exactly when their canonical forms are
-byte-identical (an adapter's body is a function of it). `RequestHasher` keeps the digests of
-the last request's messages, so a step hashes only the messages new since the one before.
+request's digest is a sha256 over `IDENTITY_VERSION`, the head's sha256 and the sha256 of the
+list of each message's sha256: two requests have the same digest exactly when their canonical
+forms are byte-identical (an adapter's body is a function of it). `RequestHasher` keeps the
+last request's message hashes, so a step hashes only the messages new since the one before.
 """
 
 from __future__ import annotations
@@ -43,9 +43,17 @@ def message_json(message: Message) -> Any:
     return converter.unstructure(message, Message)
 
 
+def _chained(messages: Sequence[str]) -> str:
+    return _sha("".join(f"{digest}\n" for digest in messages).encode("ascii"))
+
+
+def _final(head: str, chain: str) -> str:
+    return _sha(f"{IDENTITY_VERSION}\n{head}\n{chain}".encode("ascii"))
+
+
 def digest_of(head: str, messages: Sequence[str]) -> str:
     """The request digest from its head's digest and its messages' digests."""
-    return _sha("\n".join((IDENTITY_VERSION, head, *messages)).encode("ascii"))
+    return _final(head, _chained(messages))
 
 
 @attrs.frozen
@@ -68,7 +76,8 @@ class RequestHasher:
         self._key: tuple[Any, ...] | None = None
         self._head: tuple[str, dict[str, Any]] = ("", {})
         self._messages: tuple[Message, ...] = ()
-        self._digests: list[str] = []
+        # The running hash of the message digests' lines after each message (index 0: none).
+        self._chain: list[Any] = [hashlib.sha256()]
 
     def identify(self, request: ChatRequest) -> RequestIdentity:
         key = (
@@ -90,11 +99,15 @@ class RequestHasher:
             if old is not new:
                 break
             same += 1
-        digests = self._digests[:same]
-        digests.extend(_sha(canonical(message_json(m))) for m in messages[same:])
-        self._messages, self._digests = messages, digests
+        chain = self._chain
+        del chain[same + 1 :]
+        running = chain[same].copy()
+        for message in messages[same:]:
+            running.update(f"{_sha(canonical(message_json(message)))}\n".encode("ascii"))
+            chain.append(running.copy())
+        self._messages = messages
         head, body = self._head
-        return RequestIdentity(digest_of(head, digests), head, body)
+        return RequestIdentity(_final(head, running.hexdigest()), head, body)
 
 
 __all__ = [
