@@ -288,16 +288,22 @@ def run_headless(
     cwd: Path,
     timeout: float,
     env: dict[str, str],
+    *,
+    resume: str | None = None,
 ) -> dict[str, Any]:
     """One headless turn through the daemon in bypass mode (still sandboxed): its JSON
     `result`. Past `timeout` the turn is cancelled (SIGINT, as Ctrl-C) and the result says
-    `outcome: "timeout"`."""
-    argv = [
-        *anvilctl_argv,
-        *("-p", prompt, "-C", str(cwd)),
-        *(("-m", model) if model else ()),
-        *("--output-format", "json", "--permission-mode", "bypass"),
-    ]
+    `outcome: "timeout"`. With `resume`, the prompt goes to that live session, which keeps
+    the cwd, model and mode it was made with."""
+    if resume is not None:
+        argv = [*anvilctl_argv, "-p", prompt, "--resume", resume, "--output-format", "json"]
+    else:
+        argv = [
+            *anvilctl_argv,
+            *("-p", prompt, "-C", str(cwd)),
+            *(("-m", model) if model else ()),
+            *("--output-format", "json", "--permission-mode", "bypass"),
+        ]
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,

@@ -1,6 +1,7 @@
 """`anvilctl auto`'s checks without a daemon: what features.json may hold, the JSON diff that
-allows only `passes` to change, and the commit a restart makes for a feature that passed before
-a kill -9 left it uncommitted."""
+allows only `passes` (the worker's own) to change, the commit a restart makes for a feature that
+passed before a kill -9 left it uncommitted, the shipped skills, the Stop hook's config (granted
+only when auto wrote it) and the hook's handling of sessions that are not auto's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from anvilctl.auto import AutoError, Loop, load_features, only_passes_changed
+from anvilctl import auto_hook
+from anvilctl.auto import (
+    INIT_SKILL,
+    WORKER_SKILL,
+    AutoError,
+    Loop,
+    last_run,
+    load_features,
+    only_passes_changed,
+)
+from anvild.config import TrustStore, digest
+from anvild.config.schema import parse_bytes
+from anvild.hooks import Event, HookSet
+from anvild.skills import SkillCatalog
 
 ADD = {"id": "add", "description": "add a todo", "passes": False}
 LIST = {"id": "list", "description": "list todos", "passes": False}
@@ -42,9 +56,15 @@ def test_only_passes_may_change() -> None:
     assert only_passes_changed([ADD, LIST], [edited, LIST]) == "feature 'add': description changed"
     added = {**LIST, "steps": ["x"]}
     assert only_passes_changed([ADD, LIST], [ADD, added]) == "feature 'list': steps changed"
+    # A worker may flip only its own feature.
+    both = [{**ADD, "passes": True}, {**LIST, "passes": True}]
+    assert only_passes_changed([ADD, LIST], both, "add") == (
+        "feature 'list': passes changed (only 'add''s may)"
+    )
+    assert only_passes_changed([ADD, LIST], [{**ADD, "passes": True}, LIST], "add") is None
 
 
-def loop(spec: Path) -> Loop:
+def loop(spec: Path, tmp_data: Path | None = None) -> Loop:
     args = argparse.Namespace(
         spec=str(spec),
         model=None,
@@ -54,6 +74,7 @@ def loop(spec: Path) -> Loop:
         address=None,
         aname="",
         noauth=False,
+        data_dir=tmp_data,
     )
     return Loop(args, lambda _: None)
 
@@ -85,3 +106,67 @@ def test_a_missing_spec_and_a_broken_features_file_say_what_to_do(tmp_path: Path
     (tmp_path / "features.json").write_text("[")
     with pytest.raises(AutoError, match="remove it to initialize again"):
         loop(spec).features()
+
+
+def test_the_last_stop_hook_run_decides(tmp_path: Path) -> None:
+    assert last_run([]) is None
+    runs = [
+        {"ran": True, "passed": False, "exit_code": 1, "tail": "FAILED"},
+        {"ran": True, "passed": True, "exit_code": 0, "tail": "ok"},
+    ]
+    assert last_run(runs) == {"runs": 2, "ran": True, "passed": True, "exit_code": 0}
+
+
+def test_prepare_installs_the_skills_and_grants_its_own_hook(tmp_path: Path) -> None:
+    project, data = tmp_path / "todo", tmp_path / "data"
+    project.mkdir()
+    spec = project / "SPEC.md"
+    spec.write_text("todo app\n")
+    loop(spec, data).prepare()
+    # The shipped skills, found as the project's by the daemon's own discovery.
+    found = SkillCatalog(tmp_path / "cfg").for_session(project, "developer")
+    assert {INIT_SKILL, WORKER_SKILL} <= set(found.names())
+    assert "init.sh" in found.load(WORKER_SKILL).body
+    # The Stop hook: valid config, granted where the daemon reads grants, git-excluded.
+    config = project / ".anvil" / "config.toml"
+    settings = parse_bytes(config.read_bytes(), config)
+    tables = {k[1]: v for k, v in settings.items() if k[0] == "hooks"}
+    [stop] = HookSet.of(tables).matching(Event.STOP)
+    assert stop.name == auto_hook.HOOK_NAME
+    assert TrustStore(data).is_granted(config.resolve(), digest(config.read_bytes()))
+    exclude = (project / ".git" / "info" / "exclude").read_text().splitlines()
+    assert "/.anvil/auto/" in exclude
+    assert "/.anvil/config.toml" in exclude
+    loop(spec, data).prepare()  # again: nothing changes, no error
+    assert TrustStore(data).is_granted(config.resolve(), digest(config.read_bytes()))
+
+
+def test_a_project_config_of_its_own_is_never_granted_by_auto(tmp_path: Path) -> None:
+    project, data = tmp_path / "todo", tmp_path / "data"
+    (project / ".anvil").mkdir(parents=True)
+    spec = project / "SPEC.md"
+    spec.write_text("todo app\n")
+    config = project / ".anvil" / "config.toml"
+    config.write_text('[hooks.mine]\nevent = "Stop"\ncommand = "true"\n')
+    with pytest.raises(AutoError, match=r"(?s)add this table to it.*\[hooks.anvil-auto-tests\]"):
+        loop(spec, data).prepare()
+    assert TrustStore(data).find(config.resolve()) is None
+    # With the table added by the user, auto still waits for the user's grant.
+    config.write_text(config.read_text() + auto_hook.config_text(project / ".anvil" / "auto"))
+    with pytest.raises(AutoError, match="is not granted: review it with `anvilctl trust show"):
+        loop(spec, data).prepare()
+
+
+def test_the_hook_leaves_other_sessions_alone_and_records_a_missing_init(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / ".anvil" / "auto"
+    state.mkdir(parents=True)
+    assert auto_hook.check({"session_id": "s1"}, state) == (0, "")  # no auto session
+    current = {"session_id": "s1", "kind": "worker", "feature": "add"}
+    (state / auto_hook.CURRENT).write_text(json.dumps(current))
+    assert auto_hook.check({"session_id": "other"}, state) == (0, "")
+    assert not (state / auto_hook.CHECKS).exists()
+    assert auto_hook.check({"session_id": "s1"}, state) == (0, "")
+    [record] = [json.loads(x) for x in (state / auto_hook.CHECKS).read_text().splitlines()]
+    assert (record["ran"], record["passed"], record["detail"]) == (False, False, "no init.sh")
