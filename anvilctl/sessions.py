@@ -439,6 +439,15 @@ def _sessions(args: argparse.Namespace, out: BinaryIO, err: BinaryIO) -> None:
     out.write(format_sessions(rows, now, show_cwd=args.all, width=width).encode())
 
 
+def _on_session(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse.ArgumentParser:
+    """A subcommand on one session: its first positional argument is the session's id."""
+    parser = sub.add_parser(name, help=help)
+    parser.add_argument("id", metavar="ID", help="the session's id or alias")
+    return parser
+
+
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("new", help="start a session; prints its id")
     p.add_argument(
@@ -450,35 +459,31 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "unless given; from=latest: this directory's latest session; the daemon checks the keys "
         "and values)",
     )
-    p = sub.add_parser("send", help="send a prompt to a session")
+    p = _on_session(sub, "send", "send a prompt to a session")
     p.add_argument(
         "--wait",
         action="store_true",
         help="then wait for the turn as `wait` does (prints the state; exits with the turn's "
         "outcome status)",
     )
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
     p.add_argument("text", nargs="+", metavar="TEXT", help="the prompt, or - to read stdin")
-    p = sub.add_parser(
+    p = _on_session(
+        sub,
         "wait",
-        help="wait until a session has handled its prompts; prints the state, exits with the "
-        "last turn's outcome status (0 done, 1 error, 2 max_steps, ... as anvilctl -p)",
+        "wait until a session has handled its prompts; prints the state, exits with the last "
+        "turn's outcome status (0 done, 1 error, 2 max_steps, ... as anvilctl -p)",
     )
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
     p.add_argument("--timeout", type=float, metavar="T", help="give up after T seconds (exit 1)")
-    p = sub.add_parser("out", help="print a session's last answer")
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
-    p = sub.add_parser("kill", help="end a session (kill ID on agent/ctl)")
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
-    p = sub.add_parser("diff", help="print what a turn changed in the files (a unified diff)")
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
+    _on_session(sub, "out", "print a session's last answer")
+    _on_session(sub, "kill", "end a session (kill ID on agent/ctl)")
+    p = _on_session(sub, "diff", "print what a turn changed in the files (a unified diff)")
     p.add_argument("turn", nargs="?", metavar="TURN", help="the turn's number (default: the last)")
-    p = sub.add_parser(
+    p = _on_session(
+        sub,
         "undo",
-        help="take back the files' changes of a session's last turn (refused if they were edited "
+        "take back the files' changes of a session's last turn (refused if they were edited "
         "since and do not merge)",
     )
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
     p.add_argument("--force", action="store_true", help="overwrite later edits that do not merge")
     p = sub.add_parser("models", help="list the models sessions can use")
     p.add_argument(
@@ -488,8 +493,7 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p = sub.add_parser("sessions", help="list this directory's sessions (first prompt, age)")
     p.add_argument("--all", action="store_true", help="every session, whatever its cwd")
-    p = sub.add_parser("attach", help="talk to a session interactively (anvilctl.attach)")
-    p.add_argument("id", metavar="ID", help="the session's id or alias")
+    p = _on_session(sub, "attach", "talk to a session interactively (anvilctl.attach)")
     p.add_argument(
         "-v", "--verbose", action="store_true", help="show every tool result in full (/verbose)"
     )
