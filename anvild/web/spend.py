@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Final
 
 import trio
@@ -30,7 +31,7 @@ from anvild.store import SessionStore, StoreError, read_journal
 from anvild.store.records import Compacted, ModelChanged, SessionStarted, UsageReported
 from anvild.web.hub import EventHub
 
-__all__ = ["PricingOf", "hourly", "spend_routes", "spend_rows"]
+__all__ = ["HourlySpend", "PricingOf", "charges", "hour_of", "spend_routes", "spend_rows"]
 
 PricingOf = Callable[[str], Pricing | None]
 """A model alias's prices (the user config's, as `anvilctl stats` prices), None: unknown."""
@@ -65,49 +66,71 @@ def hour_of(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
-def _charge(row: dict[str, Any], usage: Usage, pricing: Pricing | None) -> None:
-    row["requests"] += 1
-    for name in FIELDS:
-        row[name] += getattr(usage, name) or 0
-    row["tokens"] = row["input"] + row["output"]
-    cost = None if pricing is None else pricing.cost(usage)
-    if cost is None:
-        row["unknown_usd"] += 1
-    else:
-        row["usd"] += cost
+Charges = tuple[dt.datetime, tuple[tuple[str, Usage, float | None], ...]]
+"""When a session started, and each of its requests: (model, usage, USD or None)."""
 
 
-def hourly(store: SessionStore, pricing_of: PricingOf, since: dt.datetime) -> list[dict[str, Any]]:
-    """The (hour, model) rows of the sessions of `store` started at or after `since` (module
-    docstring), oldest hour first; a file not changed since `since` is not opened, one that
-    cannot be read is left out. Blocks: run it in a thread."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    cutoff = since.timestamp()
-    for session_id in store.ids():
-        path = store.path_for(session_id)
-        try:
-            if path.stat().st_mtime < cutoff:
+def charges(path: Path, pricing_of: PricingOf) -> Charges | None:
+    """The charges of one session file; None when it cannot be read."""
+    try:
+        records = read_journal(path).records
+    except (OSError, StoreError, ValueError):
+        return None
+    started: dt.datetime | None = None
+    model, pricing = "", None
+    made: list[tuple[str, Usage, float | None]] = []
+    for record in records:
+        match record:
+            case SessionStarted(created_at=started, model=model):
+                pricing = pricing_of(model)
+            case ModelChanged(model=model):
+                pricing = pricing_of(model)
+            case UsageReported(usage=usage) | Compacted(usage=usage):
+                made.append((model, usage, None if pricing is None else pricing.cost(usage)))
+    return None if started is None else (started, tuple(made))
+
+
+class HourlySpend:
+    """The (hour, model) rows of the store's sessions (module docstring); a file is read again
+    only when its size or time changed. `rows` blocks: run it in a thread."""
+
+    def __init__(self, store: SessionStore, pricing_of: PricingOf) -> None:
+        self._store, self._pricing_of = store, pricing_of
+        self._files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
+
+    def rows(self, since: dt.datetime) -> list[dict[str, Any]]:
+        """The rows of the sessions started at or after `since`, oldest hour first."""
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
+        for session_id in self._store.ids():
+            path = self._store.path_for(session_id)
+            try:
+                stat = path.stat()
+            except OSError:
                 continue
-            records = read_journal(path).records
-        except (OSError, StoreError, ValueError):
-            continue
-        hour, model, pricing = "", "", None
-        for record in records:
-            match record:
-                case SessionStarted(created_at=created) if created < since:
-                    break
-                case SessionStarted(created_at=created, model=model):
-                    hour, pricing = hour_of(created), pricing_of(model)
-                case ModelChanged(model=model):
-                    pricing = pricing_of(model)
-                case UsageReported(usage=usage) | Compacted(usage=usage) if hour:
-                    row = rows.setdefault(
-                        (hour, model),
-                        {"hour": hour, "model": model, "requests": 0, "tokens": 0,
-                         **dict.fromkeys(FIELDS, 0), "usd": 0.0, "unknown_usd": 0},
-                    )  # fmt: skip
-                    _charge(row, usage, pricing)
-    return [rows[key] for key in sorted(rows)]
+            if stat.st_mtime < since.timestamp():
+                continue  # not written since: it cannot hold a session started since
+            version = (stat.st_mtime_ns, stat.st_size)
+            known = self._files.get(session_id)
+            found = known[1] if known and known[0] == version else charges(path, self._pricing_of)
+            files[session_id] = (version, found)
+            if found is None or found[0] < since:
+                continue
+            hour = hour_of(found[0])
+            for model, usage, cost in found[1]:
+                row = rows.setdefault(
+                    (hour, model),
+                    {"hour": hour, "model": model, "requests": 0, "tokens": 0,
+                     **dict.fromkeys(FIELDS, 0), "usd": 0.0, "unknown_usd": 0},
+                )  # fmt: skip
+                row["requests"] += 1
+                for name in FIELDS:
+                    row[name] += getattr(usage, name) or 0
+                row["tokens"] = row["input"] + row["output"]
+                row["unknown_usd"] += cost is None
+                row["usd"] += cost or 0.0
+        self._files = files
+        return [rows[key] for key in sorted(rows)]
 
 
 def spend_routes(
@@ -117,6 +140,7 @@ def spend_routes(
     pricing_of: PricingOf,
 ) -> list[Route]:
     """`usd(session)`: its cost in USD as the board shows it (`n/a` when unknown)."""
+    spent = HourlySpend(manager.store, pricing_of)
 
     async def spend(request: Request) -> Response:
         text = request.query_params.get("hours", str(HOURS))
@@ -127,7 +151,7 @@ def spend_routes(
         since = now - dt.timedelta(hours=int(text) - 1)
         seq = hub.position()
         sessions = manager.sessions()
-        hours = await trio.to_thread.run_sync(hourly, manager.store, pricing_of, since)
+        hours = await trio.to_thread.run_sync(spent.rows, since)
         budgets = manager.settings.budgets
         total = spend_rows(sessions, lambda s: "all", usd)
         return JSONResponse(

@@ -3,7 +3,8 @@ Debian's chromium (never a downloaded browser), and plain HTTP for the security 
 
 One daemon and one browser serve the whole module (each test makes its own session), so the
 module stays well under a minute. `ANVIL_UPDATE_SCREENSHOTS=1` rewrites docs/web-board.png,
-docs/web-session.png and docs/web-beads.png from the pages as the tests see them.
+docs/web-session.png, docs/web-beads.png and docs/web-spend.png from the pages as the tests see
+them.
 """
 
 from __future__ import annotations

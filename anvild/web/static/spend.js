@@ -27,19 +27,20 @@
 
   // One bar per model in each hour's group, scaled to the tallest; each bar carries its hour,
   // model and value (data-*) and says them in its title.
-  function chart(id, slots, rows, models, field, say) {
-    const [left, top, height, bar, gap] = [64, 12, 160, 10, 8];
-    const group = models.length * bar + gap;
+  function chart(id, slots, rows, models, field, say, tick) {
+    const [left, top, height, bar] = [64, 12, 160, 12];
+    const group = Math.max(36, models.length * bar + 12);
+    const gap = (group - models.length * bar) / 2;
     const width = left + slots.length * group + gap;
     const most = Math.max(0, ...rows.map((r) => r[field]));
     const root = svg("svg", { class: "chart", width, height: top + height + 30, role: "img",
       "aria-label": `${field} per hour and model` });
     root.append(svg("line", { class: "axis", x1: left - 4, y1: top + height, x2: width, y2: top + height }),
-      svg("text", { x: left - 8, y: top + 10, class: "tick end" }, say(most)),
-      svg("text", { x: left - 8, y: top + height, class: "tick end" }, say(0)));
+      svg("text", { x: left - 8, y: top + 10, class: "tick end" }, tick(most)),
+      svg("text", { x: left - 8, y: top + height, class: "tick end" }, tick(0)));
     const byKey = new Map(rows.map((r) => [`${r.hour} ${r.model}`, r]));
     slots.forEach((hour, i) => {
-      const x = left + i * group;
+      const x = left + i * group + gap;
       if (i % 3 === 0) {
         root.append(svg("text", { x, y: top + height + 16, class: "tick" }, `${hour.slice(11, 16)}`));
       }
@@ -61,8 +62,10 @@
 
   function draw(data) {
     const models = [...new Set(data.hours.map((r) => r.model))].sort();
-    chart("tokens-chart", data.slots, data.hours, models, "tokens", (n) => `${n} tokens`);
-    chart("usd-chart", data.slots, data.hours, models, "usd", (n) => `USD ${n.toFixed(4)}`);
+    chart("tokens-chart", data.slots, data.hours, models, "tokens", (n) => `${n} tokens`,
+      (n) => n.toLocaleString("en"));
+    chart("usd-chart", data.slots, data.hours, models, "usd", (n) => `USD ${n.toFixed(6)}`,
+      (n) => n.toFixed(4));
     document.getElementById("legend").replaceChildren(...models.map((model, j) =>
       el("span", { class: "key" }, el("span", { class: `swatch m${j % COLOURS}` }), model)));
     document.getElementById("no-hours").hidden = data.hours.length > 0;
@@ -70,7 +73,7 @@
     table("roles", data.roles, "role");
     const t = data.total;
     document.getElementById("total").textContent = t
-      ? `${t.sessions} sessions: ${t.input} input and ${t.output} output tokens, USD ${usd(t.usd)}`
+      ? `${t.sessions} session${t.sessions === 1 ? "" : "s"}: ${t.input} input and ${t.output} output tokens, USD ${usd(t.usd)}`
       : "No sessions.";
     document.getElementById("budget").textContent = data.budget;
   }

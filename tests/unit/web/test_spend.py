@@ -12,7 +12,7 @@ from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.store import SessionStore
 from anvild.store.records import ModelChanged, Record, SessionStarted, UsageReported
-from anvild.web.spend import hour_of, hourly
+from anvild.web.spend import HourlySpend, hour_of
 
 PRICES = {"big": Pricing(input=2.0, output=10.0)}  # USD per million tokens; "small" unpriced
 
@@ -41,7 +41,8 @@ def test_requests_count_per_start_hour_and_the_model_they_were_made_with(tmp_pat
     session(store, "b2", earlier, UsageReported(Usage(3000, 300, 0, 0)))
     session(store, "c3", now - dt.timedelta(hours=30), UsageReported(Usage(9, 9, 0, 0)))
     since = now.replace(minute=0) - dt.timedelta(hours=23)
-    rows = hourly(store, PRICES.get, since)
+    spent = HourlySpend(store, PRICES.get)
+    rows = spent.rows(since)
     got = {(r["hour"], r["model"]): r for r in rows}
     assert [key for key in got] == [
         (hour_of(earlier), "big"),
@@ -56,3 +57,8 @@ def test_requests_count_per_start_hour_and_the_model_they_were_made_with(tmp_pat
     assert (small["tokens"], small["usd"], small["unknown_usd"]) == (55, 0.0, 1)
     assert got[(hour_of(earlier), "big")]["usd"] == pytest.approx((3000 * 2.0 + 300 * 10.0) / 1e6)
     assert hour_of(now).endswith(":00Z")
+    assert spent.rows(since) == rows  # again, from what it read (no file changed)
+    session(store, "d4", now, UsageReported(Usage(7, 3, 0, 0)))  # a new file: read
+    assert got[(hour_of(now), "big")]["tokens"] + 10 == next(
+        r["tokens"] for r in spent.rows(since) if (r["hour"], r["model"]) == (hour_of(now), "big")
+    )
