@@ -1,6 +1,7 @@
 """anvild.checkpoints: every turn's workspace changes, reviewable and reversible.
 
     shadow.py   a workspace's shadow git repository (the daemon's, never the user's .git)
+    watch.py    an inotify change watcher: a snapshot of an unchanged workspace skips git's scans
     revert.py   three-way reverts, applied all or nothing across a crash
     history.py  `Workspaces` (daemon-wide) and `SessionCheckpoints` (a session's steps)
 

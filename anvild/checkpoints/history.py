@@ -103,7 +103,7 @@ class Workspace:
             return
         payload, targets = found
         await revert.apply(self.shadow, targets)
-        after = await self.shadow.snapshot()
+        after = await self.shadow.snapshot(scan=True)
         step = Step(**cast(dict[str, Any], payload["step"]))
         assert step.before is not None
         changes = await changes_text(self.shadow, step.before, after.tree, ())
@@ -333,7 +333,7 @@ class SessionCheckpoints:
         shadow = workspace.shadow
         async with workspace.lock:
             await workspace.ready()
-            now = await shadow.snapshot()
+            now = await shadow.snapshot(scan=True)
             found = await revert.plan(shadow, base, target, now, force=force)
             if found.conflicts:
                 paths = "".join(f"\n  {line}" for line in found.conflicts)

@@ -206,12 +206,13 @@ class Shadow:
             self.watcher.close()
         self._pool = None
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self, *, scan: bool = False) -> Snapshot:
         """The workspace now, as a tree in the shadow's object store (and what was left out).
-        When the watcher saw nothing change since the last one, that one, without scanning."""
+        When the watcher saw nothing change since the last one, that one, without scanning,
+        unless `scan` (an undo compares with what is really there: writes inotify misses)."""
         try:
             changed = await self._changed()
-            if self._sync_exclude() or self._last is None:
+            if self._sync_exclude() or self._last is None or scan:
                 changed = True
             if not changed:
                 assert self._last is not None

@@ -465,6 +465,8 @@ class Sessions:
             await self._done.wait()
         if self.beads is not None:
             self.beads.store.close()
+        if self.manager.settings.checkpoints is not None:  # the workspaces' inotify instances
+            self.manager.settings.checkpoints.close()
         telemetry = self.manager.settings.telemetry
         if telemetry is not None:  # a receiver that is away costs at most the flush's bound
             await trio.to_thread.run_sync(telemetry.shutdown, 2.0, abandon_on_cancel=True)

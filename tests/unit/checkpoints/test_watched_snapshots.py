@@ -5,6 +5,7 @@ changed; turns, a user's edit between two turns, and undo give the same steps.""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from anvild.checkpoints import Snapshot, Workspaces
+from anvild.checkpoints import Snapshot, UndoRefused, Workspaces
 from anvild.checkpoints.shadow import Shadow
 
 
@@ -155,3 +156,30 @@ async def test_turns_a_users_edit_between_them_and_undo_match(
     assert watched is not None
     assert plain is not None
     assert watched.before == plain.before == watched.after  # the undo is seen by both
+
+
+async def test_undo_scans_for_a_write_through_a_mapping_inotify_does_not_report(
+    tmp_path: Path, workspace: Path
+) -> None:
+    checkpoints = Workspaces(tmp_path / "w").session("s1", workspace)
+    checkpoints.begin_turn(1, "edit", 0)
+    await checkpoints.before_change()
+    (workspace / "src" / "a.py").write_text("one\nTWO\nthree\n")
+    await checkpoints.end_turn("done")
+    watcher = checkpoints._workspace.shadow.watcher
+    assert watcher is not None
+    assert watcher.watching
+    fd = os.open(workspace / "src" / "a.py", os.O_RDWR)
+    mapped = mmap.mmap(fd, 0)  # holds a descriptor of its own until closed
+    os.close(fd)
+    try:
+        mapped[4:7] = b"Two"  # through the mapping: no inotify event at all
+        mapped.flush()
+        assert not watcher.changed()  # the limit: the watcher did not see it
+        with pytest.raises(UndoRefused) as refused:
+            await checkpoints.undo()  # compares with a real scan: the write is not clobbered
+        assert "src/a.py" in str(refused.value)
+        assert (workspace / "src" / "a.py").read_text() == "one\nTwo\nthree\n"
+    finally:
+        mapped.close()
+    assert watcher.changed()  # its descriptor, opened for writing, closed: that is seen
