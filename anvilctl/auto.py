@@ -41,6 +41,15 @@ WORKER_SKILL = "auto-worker"
 SKILLS_DIR = ".anvil/skills"
 SESSION_TIMEOUT = 1800.0
 HEADER = "# Written by `anvilctl auto`"
+SHIPPED = "shipped-with: anvil"  # in the metadata of the skills auto installs
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
 
 INITIALIZER = """You are the initializer of an `anvilctl auto` run: plan the spec below for the
 sessions that will build it, one feature each.
@@ -256,8 +265,14 @@ class Loop:
 
         for name in (INIT_SKILL, WORKER_SKILL):
             target = self.root / SKILLS_DIR / name
+            if target.exists() and SHIPPED not in _text(target / "SKILL.md"):
+                raise AutoError(
+                    f"{target} is the project's own skill, and auto puts its shipped one there: "
+                    "move yours to the user config dir's skills/ (which comes first, so it is "
+                    "used instead) or rename it"
+                )
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(data.path("skills") / name, target)
+            shutil.copytree(data.path(data.SKILLS) / name, target)
 
     def grant_hook(self) -> None:
         """Write the Stop hook's `.anvil/config.toml` (unless the project has its own) and

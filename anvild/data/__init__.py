@@ -6,6 +6,7 @@
                                 `Planning`, `conductor`), served at `agent/scripts/NAME`
                                 (`anvild.tree.roles`); `scripts/NAME` in a checkout is
                                 a symlink to each
+    skills/                     skills `anvilctl auto` installs in a project (`.anvil/skills/`)
     llama-server                the recipe that builds, fetches and runs the embedded model
     llama-server.d/             its patch to llama.cpp (`anvild.daemon.llama`)
 
@@ -21,11 +22,21 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["LLAMA_SERVER", "ROLES", "SANDBOX_ROLES", "SCRIPTS", "WORKFLOW_SCRIPTS", "main", "path"]
+__all__ = [
+    "LLAMA_SERVER",
+    "ROLES",
+    "SANDBOX_ROLES",
+    "SCRIPTS",
+    "SKILLS",
+    "WORKFLOW_SCRIPTS",
+    "main",
+    "path",
+]
 
 ROLES = "roles"
 SANDBOX_ROLES = "sandbox-roles"
 SCRIPTS = "scripts"
+SKILLS = "skills"
 WORKFLOW_SCRIPTS = ("fanout", "fanout.rc", "DevReview", "Planning", "conductor")
 LLAMA_SERVER = "llama-server"
 

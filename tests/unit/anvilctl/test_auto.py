@@ -138,6 +138,11 @@ def test_prepare_installs_the_skills_and_grants_its_own_hook(tmp_path: Path) -> 
     assert "/.anvil/auto/" in exclude
     assert "/.anvil/config.toml" in exclude
     loop(spec, data).prepare()  # again: nothing changes, no error
+    # A project's own skill of that name is never overwritten.
+    (project / ".anvil" / "skills" / WORKER_SKILL / "SKILL.md").write_text("mine\n")
+    with pytest.raises(AutoError, match="is the project's own skill"):
+        loop(spec, data).prepare()
+    assert (project / ".anvil" / "skills" / WORKER_SKILL / "SKILL.md").read_text() == "mine\n"
     assert TrustStore(data).is_granted(config.resolve(), digest(config.read_bytes()))
 
 
