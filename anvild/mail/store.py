@@ -24,6 +24,7 @@ import structlog
 
 from anvild.mail.errors import InvalidMessage, MailStoreError, UnknownMailbox
 from anvild.mail.message import Message, decode, encode, is_message_id
+from anvild.store.journal import sync_directory
 
 log = structlog.get_logger(__name__)
 
@@ -80,8 +81,8 @@ class MailStore:
                     continue
                 moved.append(message_id)
             if moved:
-                _fsync_dir(received)
-                _fsync_dir(inbox)
+                sync_directory(received)
+                sync_directory(inbox)
         except OSError as exc:
             raise MailStoreError(f"mailbox {mailbox}: could not mark messages read: {exc}") from exc
         return moved
@@ -170,19 +171,11 @@ def _write_durably(directory: Path, name: str, data: bytes) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, directory / name)
-        _fsync_dir(directory)
+        sync_directory(directory)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise MailStoreError(f"could not write {directory / name}: {exc}") from exc
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["MAILBOX_RE", "Box", "MailStore", "check_mailbox"]

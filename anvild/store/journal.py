@@ -197,7 +197,7 @@ class Journal:
         try:
             _write_all(fd, line)
             os.fsync(fd)
-            _sync_directory(path.parent)
+            sync_directory(path.parent)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -370,7 +370,8 @@ def _write_error(path: Path, what: str, exc: OSError, *, intact: bool) -> Journa
     return JournalWriteError(path, f"{what}: {reason}; {state}", errno=exc.errno, intact=intact)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
+    """fsync `directory`, so the entries created or renamed in it survive a crash."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -394,7 +395,7 @@ def _rewrite(path: Path, contents: JournalContents) -> None:
         backup.unlink(missing_ok=True)
         os.link(path, backup)
         os.replace(temp, path)
-        _sync_directory(path.parent)
+        sync_directory(path.parent)
     except OSError as exc:
         temp.unlink(missing_ok=True)
         raise _write_error(path, "cannot rewrite in the current schema", exc, intact=True) from exc
@@ -431,7 +432,7 @@ class SessionStore:
         if not self.directory.is_dir():
             try:
                 self.directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-                _sync_directory(self.directory.parent)  # the new directory's own entry
+                sync_directory(self.directory.parent)  # the new directory's own entry
             except OSError as exc:
                 message = "cannot create the sessions directory"
                 raise _write_error(path, message, exc, intact=True) from exc
