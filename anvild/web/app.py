@@ -49,7 +49,7 @@ from anvild.web.hub import EventHub, Gap
 from anvild.web.mail import mail_routes
 from anvild.web.spend import PricingOf, spend_routes
 
-__all__ = ["Answered", "board_app"]
+__all__ = ["Answered", "board_app", "page_html"]
 
 log = structlog.get_logger("anvild.web")
 
@@ -81,7 +81,7 @@ def _asset(name: str) -> str:
 
 
 @functools.cache
-def _page(name: str) -> str:
+def page_html(name: str) -> str:
     """Page `name`: static/NAME.html (its `<main>`) in static/page.html, the head, header and
     scripts every page shares; `{{csrf}}` is left for the request's token."""
     path, heading = PAGES[name]
@@ -149,7 +149,7 @@ def board_app(
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
             nonce = guard.nonce_of(request.cookies.get(COOKIE)) or ""
-            html = _page(name).replace("{{csrf}}", guard.csrf_for(nonce))
+            html = page_html(name).replace("{{csrf}}", guard.csrf_for(nonce))
             return Response(html, media_type="text/html; charset=utf-8")
 
         return serve
