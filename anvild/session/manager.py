@@ -815,15 +815,19 @@ class SessionManager:
             removed = await trio.to_thread.run_sync(leftovers.remove, state.id, state.cwd, unknown)
         return await trio.to_thread.run_sync(journal.recover, removed)
 
-    async def _ended_child(self, journal: Journal) -> None:
-        state = journal.state
+    async def _priced(self, journal: Journal) -> float | None:
+        """The cost of a session's records (None when its file cannot be read again)."""
         try:
             contents = await trio.to_thread.run_sync(read_journal, journal.path)
         except StoreError:
-            usd = None
-        else:
-            usd = accounting.priced(contents.records, self._pricing_of)
-        self._ended_children[state.id] = _child_of(state, SessionStatus.EXITED.value, usd)
+            return None
+        return accounting.priced(contents.records, self._pricing_of)
+
+    async def _ended_child(self, journal: Journal) -> None:
+        usd = await self._priced(journal)
+        self._ended_children[journal.state.id] = _child_of(
+            journal.state, SessionStatus.EXITED.value, usd
+        )
 
     async def _restore(self) -> None:
         nursery = self._require_nursery()
@@ -860,13 +864,7 @@ class SessionManager:
                     records=len(found.records),
                     unknown=[call.id for call in found.unknown],
                 )
-            try:
-                contents = await trio.to_thread.run_sync(read_journal, journal.path)
-            except StoreError:
-                usd = None
-            else:
-                usd = accounting.priced(contents.records, self._pricing_of)
-            journals.append((journal, usd))
+            journals.append((journal, await self._priced(journal)))
         journals.sort(key=lambda item: item[0].state.created_at)
         for family in self._family.values():
             family.sort(key=born.__getitem__)
