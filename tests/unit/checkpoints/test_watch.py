@@ -217,6 +217,9 @@ def test_a_file_system_not_on_the_list_is_not_watched(tree: Path) -> None:
     found.start()
     assert not found.watching
     assert "not on a local file system" in found.off
+    proc = Watcher(Path("/proc/self"))  # a real one that is not on the list: procfs
+    proc.start()
+    assert "not on a local file system (statfs type 0x9fa0)" in proc.off
     assert found.changed()
     assert found.changed()
 
