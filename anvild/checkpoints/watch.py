@@ -133,7 +133,7 @@ class Watcher:
         refuse: str = "",
     ) -> None:
         """`refuse`: never watch, for this reason."""
-        self.root = root
+        self.root = Path(os.path.realpath(root))  # a symlinked workspace: its directory
         self.max_dirs = max_dirs
         self.fs_types = fs_types
         self.off = refuse or "not started"  # why the watcher is not watching ("": it is)
@@ -216,6 +216,8 @@ class Watcher:
         self._dirty = True
         self.off = ""
         self.rebuilds += 1
+        if not self._watch(os.fsencode(self.root)):
+            raise Off(f"{self.root} is not a directory")
         self._watch_tree(os.fsencode(self.root))
 
     def _watch_tree(self, top: bytes) -> None:

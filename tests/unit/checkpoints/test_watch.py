@@ -279,3 +279,18 @@ def test_the_pool_caps_watched_workspaces_and_close_releases_them(tmp_path: Path
     assert pool.live == 0
     assert inotify_fds() == before
     assert all(w.changed() for w in (*watchers, again))
+
+
+def test_a_workspace_reached_through_a_symbolic_link_is_watched_where_it_is(
+    tree: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(tree)
+    found = Watcher(link)
+    found.start()
+    assert found.watching, found.off
+    assert found.changed()
+    assert not found.changed()
+    (link / "src" / "pkg" / "a.py").write_text("through the link\n")
+    assert found.changed()
+    found.close()
