@@ -322,6 +322,11 @@ class RecordedTool:
         return str(self.spec.get("description", ""))
 
     @property
+    def summary(self) -> str:
+        """As recorded: compact definitions keep it (`brief_description`)."""
+        return self.description
+
+    @property
     def input_schema(self) -> dict[str, Any]:
         schema = self.spec.get("input_schema")
         return schema if isinstance(schema, dict) else {"type": "object"}
@@ -420,18 +425,29 @@ def _config(
     head = _first_head(turn)
     if head is None:
         return AgentConfig(model=started.model, max_steps=steps)
-    recorded_tools = head.get("tools")
-    compact = converter.unstructure(tools.specs(compact=True)) == recorded_tools
-    compact = compact and converter.unstructure(tools.specs()) != recorded_tools
     return AgentConfig(
         model=head.get("model", started.model),
         system=head.get("system", ""),
         max_steps=steps,
         max_tokens=head.get("max_tokens", AgentConfig.max_tokens),
         temperature=head.get("temperature"),
-        compact_tools=compact,
+        compact_tools=_compact(head, tools),
         cache_key=head.get("cache_key", ""),
     )
+
+
+def _compact(head: dict[str, Any], tools: ToolRegistry) -> bool:
+    """Whether the recorded requests carried compact tool definitions (a small-window model):
+    the form that more of the code's own tools match as recorded."""
+    recorded = {
+        spec.get("name"): spec for spec in head.get("tools") or () if isinstance(spec, dict)
+    }
+    votes = 0
+    for compact in (True, False):
+        for spec in converter.unstructure(tools.specs(compact=compact)):
+            if spec["name"] not in getattr(tools, "stand_ins", ()):
+                votes += (1 if compact else -1) * (recorded.get(spec["name"]) == spec)
+    return votes > 0
 
 
 def _divergence_in(group: BaseExceptionGroup[BaseException]) -> Divergence | None:
