@@ -198,6 +198,8 @@ class Shadow:
         if self.watcher is None:
             self.watcher = self._pool.watcher(self.work_tree)
             await trio.to_thread.run_sync(self.watcher.start)
+        if self.watcher.quiet():
+            return False  # the common case, without a worker thread
         return await trio.to_thread.run_sync(self.watcher.changed)
 
     def close(self) -> None:

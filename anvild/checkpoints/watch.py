@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import select
 import struct
 import threading
 import weakref
@@ -172,6 +173,15 @@ class Watcher:
             return True
         dirty, self._dirty = self._dirty, False
         return dirty
+
+    def quiet(self) -> bool:
+        """True when `changed` would answer False without blocking: no event queued, nothing
+        pending (one poll; lets the caller skip a worker thread)."""
+        if self.off or self._dirty or self._empty_git:
+            return False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return not poller.poll(0)
 
     def invalidate(self) -> None:
         """The next `changed` answers True (a snapshot that asked did not finish)."""

@@ -4,6 +4,7 @@ system it cannot trust, too many directories or no inotify instance left mean "c
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 from collections.abc import Callable, Iterator
@@ -205,9 +206,22 @@ def test_the_root_removed_leaves_the_watcher_off(watcher: Watcher, tree: Path) -
 
 
 def test_invalidate_makes_the_next_answer_changed(watcher: Watcher) -> None:
+    assert watcher.quiet()
     watcher.invalidate()
+    assert not watcher.quiet()
     assert watcher.changed()
     assert not watcher.changed()
+
+
+def test_quiet_is_false_while_an_event_waits(watcher: Watcher, tree: Path) -> None:
+    assert watcher.quiet()
+    (tree / "top.txt").write_text("changed\n")
+    assert not watcher.quiet()
+    assert not watcher.quiet()  # it only looks: the event is still there
+    assert watcher.changed()
+    assert watcher.quiet()
+    watcher.close()
+    assert not watcher.quiet()
 
 
 def test_a_file_system_not_on_the_list_is_not_watched(tree: Path) -> None:
@@ -261,6 +275,7 @@ def test_the_pool_caps_watched_workspaces_and_close_releases_them(tmp_path: Path
     roots = [tmp_path / f"ws{n}" for n in range(3)]
     for root in roots:
         root.mkdir()
+    gc.collect()  # watchers other tests dropped release their instances now, not meanwhile
     before = inotify_fds()
     pool = WatchPool(limit=2)
     watchers = [pool.watcher(root) for root in roots]
