@@ -43,6 +43,10 @@ def message_json(message: Message) -> Any:
     return converter.unstructure(message, Message)
 
 
+def message_digest(message: Message) -> str:
+    return _sha(canonical(message_json(message)))
+
+
 def _chained(messages: Sequence[str]) -> str:
     return _sha("".join(f"{digest}\n" for digest in messages).encode("ascii"))
 
@@ -103,7 +107,7 @@ class RequestHasher:
         del chain[same + 1 :]
         running = chain[same].copy()
         for message in messages[same:]:
-            running.update(f"{_sha(canonical(message_json(message)))}\n".encode("ascii"))
+            running.update(f"{message_digest(message)}\n".encode("ascii"))
             chain.append(running.copy())
         self._messages = messages
         head, body = self._head
@@ -118,5 +122,6 @@ __all__ = [
     "digest_of",
     "head_of",
     "identity",
+    "message_digest",
     "message_json",
 ]

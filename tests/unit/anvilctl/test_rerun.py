@@ -178,6 +178,37 @@ def test_records_without_digests_are_compared_by_their_messages(recorded: Path) 
     )
 
 
+def test_a_request_that_carried_cleared_results_is_compared_by_its_messages(
+    recorded: Path,
+) -> None:
+    from anvild.llm.identity import digest_of, message_digest
+    from anvild.llm.types import Message, ToolResult
+    from anvild.store import read_journal
+
+    _, turns = rerun.recorded_turns(read_journal(recorded).records)
+    fifth = turns[0].responses[4]
+
+    # What a context window that cleared the first result would have sent at step 5.
+    def cleared(block: Any) -> Any:
+        if isinstance(block, ToolResult) and block.call_id == "c0":
+            return ToolResult(block.call_id, "[cleared]", block.is_error)
+        return block
+
+    sent = [Message(m.role, tuple(cleared(b) for b in m.content)) for m in fifth.request]
+    assert sent != list(fifth.request)
+    lines = [json.loads(line) for line in recorded.read_text().splitlines()]
+    usage = [line for line in lines if line["type"] == "usage"][4]
+    assert usage["request"] == fifth.digest
+    usage["request"] = digest_of(fifth.head, [message_digest(m) for m in sent])
+    recorded.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    status, out = replayed(recorded, turn=1)
+    assert (status, out) == (
+        0,
+        f"turn 1: {STEPS} requests reproduced ({STEPS - 1} byte for byte, 1 by their messages: "
+        "the session's context window had cleared old tool results from what was sent)\n",
+    )
+
+
 class Weather:
     """A tool the replay cannot build (not one of the session's native tools)."""
 
