@@ -14,11 +14,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
+import structlog
+
 from anvild.llm.identity import RequestHasher
 from anvild.llm.provider import Provider
 from anvild.llm.stream import StreamEvent, Usage
 from anvild.llm.types import ChatRequest
 from anvild.store import UsageReported
+
+log = structlog.get_logger(__name__)
 
 
 class RequestLog:
@@ -39,7 +43,12 @@ class RequestLog:
         request, self._latest = self._latest, None
         if request is None:
             return UsageReported(usage)
-        found = self._hasher.identify(request)
+        try:
+            found = self._hasher.identify(request)
+        except (TypeError, ValueError) as exc:  # never lose the usage over its identity
+            log.warning("request.identity_failed", error=repr(exc))
+            self._hasher = RequestHasher()
+            return UsageReported(usage)
         body = None if found.head in self._written else found.head_body
         self._written.add(found.head)
         return UsageReported(usage, request=found.digest, head=found.head, head_body=body)
