@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,18 +74,22 @@ class Hosts:
         (tmp_path / "workflow.yaml").write_text(CHAIN)
         self.daemons: dict[str, Anvild] = {}
         self.addresses: dict[str, str] = {}
-        for name in ("d1", "d2"):  # started at once, then waited for
-            home = tmp_path / name
-            home.mkdir()
-            config = home / "config.toml"
-            config.write_text(f'{models}\n[beads]\nremote = "{self.remote}"\nhost = "{name}"\n')
-            self.daemons[name] = Anvild(
-                home / "ns", "--config", str(config), "--listen", "tcp!127.0.0.1!0"
-            )
-        for name, daemon in self.daemons.items():
-            found = re.search(r"tcp!127\.0\.0\.1!\d+", daemon.wait_serving())
-            assert found is not None
-            self.addresses[name] = found.group(0)
+        try:
+            for name in ("d1", "d2"):  # one after the other: each has its own start-up time
+                home = tmp_path / name
+                home.mkdir()
+                config = home / "config.toml"
+                beads = f'[beads]\nremote = "{self.remote}"\nhost = "{name}"\n'
+                config.write_text(f"{models}\n{beads}")
+                self.daemons[name] = daemon = Anvild(
+                    home / "ns", "--config", str(config), "--listen", "tcp!127.0.0.1!0"
+                )
+                found = re.search(r"tcp!127\.0\.0\.1!\d+", daemon.wait_serving())
+                assert found is not None
+                self.addresses[name] = found.group(0)
+        except BaseException:
+            self.stop()
+            raise
 
     def namespace(self, name: str) -> Path:
         return self.tmp_path / name / "ns"
@@ -117,10 +122,15 @@ class Hosts:
         listing = ok(anvilctl(self.namespace(name), "read", "agent/list"))
         return [line.split("\t")[1] for line in listing.splitlines()]
 
-    def beads(self, name: str) -> dict[str, dict[str, str]]:
-        """The board as daemon `name` shows it (its `list` pulls first): by title, each
-        bead's status, host and result."""
+    def beads(self, name: str, count: int = 0) -> dict[str, dict[str, str]]:
+        """The board as daemon `name` shows it, once it has `count` beads (its `list` pulls
+        first when its last pull is a second old): by title, each bead's status, host and
+        result."""
         namespace = self.namespace(name)
+        deadline = time.monotonic() + 15
+        while len(read(namespace, "agent/beads/list").splitlines()) < count:
+            assert time.monotonic() < deadline, f"{name} never pulled {count} beads"
+            time.sleep(0.3)
         board = {}
         for line in read(namespace, "agent/beads/list").splitlines():
             bead = line.split("\t")[0]
@@ -144,7 +154,8 @@ class Hosts:
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
     stuck = {**THREE, "text": "never", "chunk_delay": 60}
     # run `spread`: each step once; run `again`: the same, but its step three hangs once
-    made = Hosts(tmp_path, [ONE, TWO, THREE, FOUR, ONE, TWO, stuck, THREE, FOUR])
+    fanned = {"model": "fake-model", "contains": "FAN:", "text": "fanned", "repeat": True}
+    made = Hosts(tmp_path, [ONE, TWO, THREE, FOUR, ONE, TWO, stuck, THREE, FOUR, fanned])
     yield made
     made.stop()
 
@@ -162,7 +173,7 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert hosts.aliases("d1") == ["spread-a"]
     assert hosts.aliases("d2") == ["spread-b"]
     for name in ("d1", "d2"):
-        board = hosts.beads(name)  # the same shared board on both
+        board = hosts.beads(name, 5)  # the same shared board on both
         hosts_of = {title.split(" ")[0]: bead["host"] for title, bead in board.items()}
         assert hosts_of == {"one": "d1", "two": "d2", "three": "d2", "four": "d1", "finish": "d1"}
         assert {bead["status"] for bead in board.values()} == {"completed"}
@@ -181,6 +192,24 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert len(load["loadavg"].split()) == 3
     assert int(load["mem_available"]) <= int(load["mem_total"])
 
+    # scripts/fanout spreads its sessions the same way: kept sessions are idle, so 2 and 2
+    fanout = [str(ROOT / "scripts" / "fanout"), "-n", "4", "-m", "fake", "-r", "planner"]
+    for name, address in hosts.addresses.items():
+        token = hosts.namespace(name) / "agent.token"
+        fanout += ["-d", f"{name}={address}", "-t", f"{name}={token}"]
+    env = hosts.env()
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    fan = subprocess.run(
+        [*fanout, "FAN: say it"], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+        cwd=hosts.work, check=False,
+    )  # fmt: skip
+    assert fan.returncode == 0, fan.stderr
+    headers = [line.split() for line in fan.stdout.splitlines() if line.startswith("=== ")]
+    assert [h[2].split("/")[0] for h in headers] == ["d1", "d2", "d1", "d2"]
+    assert {h[3] for h in headers} == {"await"}
+    assert fan.stdout.count("fanned\n") == 4
+    assert hosts.aliases("d1") == ["spread-a"]  # the fanned-out sessions were killed
+
     first = subprocess.Popen(
         hosts.argv("--run", "again"),
         stdout=subprocess.PIPE,
@@ -191,8 +220,8 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     )
     try:
         # d2 has the request of step three (its turn hangs): a running turn in agent/load
-        with urllib.request.urlopen(hosts.fake.url + "/_fake/wait?requests=7", timeout=60) as r:
-            assert json.load(r)["requests"] == 7
+        with urllib.request.urlopen(hosts.fake.url + "/_fake/wait?requests=11", timeout=60) as r:
+            assert json.load(r)["requests"] == 11
         load = hosts.load("d2")
         assert (load["running"], load["state.running"]) == ("1", "1")
         hosts.daemons["d2"].stop(signal.SIGKILL)
