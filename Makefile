@@ -141,6 +141,13 @@ test-llama-long: setup llama-server
 	ANVIL_LLAMA_LONG=1 ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -s -p no:cacheprovider \
 	  tests/integration/test_compaction_llama.py tests/integration/test_skills_e2e.py
 
+# The issue's unattended eval run: the 10 shipped tasks x 2 scripted models x 3 trials (60
+# trials) through a real daemon, then the report (tests/integration/test_eval_full_e2e.py).
+# Several minutes on two cores, so not in `make test` (which runs 3 tasks x 2 models x 2).
+.PHONY: test-evals
+test-evals: setup
+	ANVIL_EVAL_FULL=1 $(VENV)/bin/pytest -q -s -p no:cacheprovider tests/integration/test_eval_full_e2e.py
+
 # The permission layer's differential test (tests/integration/test_permission_differential.py;
 # `make test` runs 200 lines of it) with FUZZ_EXAMPLES lines, split over FUZZ_JOBS processes,
 # each with its own workspace and random seed; FUZZ_SECONDS (0: no limit) stops each process
