@@ -38,9 +38,10 @@ def python_server(name: str = "py", *extra: str, **options: Any) -> ServerSpec:
 
 
 class Harness:
-    def __init__(self, pool: McpPool, cwd: Path) -> None:
+    def __init__(self, pool: McpPool, cwd: Path, servers: list[ServerSpec]) -> None:
         self.pool = pool
         self.cwd = cwd
+        self.servers = servers  # what the pool's config names, for every cwd
         self.reports: list[tuple[str, str, str]] = []
         pool.report = lambda *args: self.reports.append(args)
 
@@ -48,18 +49,23 @@ class Harness:
         place = Placement(cwd or self.cwd, WorkspaceWrite(), load_role("developer"))
         return session_mcp(self.pool, McpSetup(session_id, "developer", place))
 
+    async def started(self, *specs: ServerSpec) -> tuple[SessionMcp, McpRegistry]:
+        """Session s1's handle with `specs` configured, started, and its tools listed."""
+        self.servers.extend(specs)
+        mcp = self.handle()
+        registry = McpRegistry([], mcp)
+        await mcp.ensure_started()
+        registry.specs()
+        return mcp, registry
+
 
 @pytest.fixture
-def servers() -> list[ServerSpec]:
-    return []
-
-
-@pytest.fixture
-async def harness(tmp_path: Path, servers: list[ServerSpec]) -> AsyncIterator[Harness]:
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    servers: list[ServerSpec] = []
     pool = McpPool(lambda cwd: tuple(servers))
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
-        yield Harness(pool, tmp_path)
+        yield Harness(pool, tmp_path, servers)
         await pool.stop()
 
 
@@ -75,9 +81,9 @@ async def until(predicate: Any, limit: float = 20.0) -> None:
 
 
 async def test_tools_reach_the_registry_and_calls_return_results(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
+    harness: Harness, tmp_path: Path
 ) -> None:
-    servers.append(python_server())
+    harness.servers.append(python_server())
     mcp = harness.handle()
     registry = McpRegistry([], mcp)
     assert registry.specs() == ()  # nothing before the first turn: servers start lazily
@@ -96,14 +102,8 @@ async def test_tools_reach_the_registry_and_calls_return_results(
     assert harness.reports == []
 
 
-async def test_a_big_result_is_cut_with_the_usual_note(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
-) -> None:
-    servers.append(python_server())
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
-    registry.specs()
+async def test_a_big_result_is_cut_with_the_usual_note(harness: Harness, tmp_path: Path) -> None:
+    _, registry = await harness.started(python_server())
     result = await call(registry, "mcp__py__big", {"size": 100_000}, tmp_path)
     assert len(result.content) == MAX_RESULT_CHARS  # what bash keeps of a command's stdout
     assert "characters cut; ask the tool for less" in result.content
@@ -111,13 +111,8 @@ async def test_a_big_result_is_cut_with_the_usual_note(
     assert result.content.endswith("xxxx")
 
 
-async def test_a_read_only_server_is_vouched_for_and_filters_apply(
-    harness: Harness, servers: list[ServerSpec]
-) -> None:
-    servers.append(python_server(read_only=True, disabled_tools=("touch",)))
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
+async def test_a_read_only_server_is_vouched_for_and_filters_apply(harness: Harness) -> None:
+    _, registry = await harness.started(python_server(read_only=True, disabled_tools=("touch",)))
     names = [s.name for s in registry.specs()]
     assert "mcp__py__touch" not in names
     echo = registry.get("mcp__py__echo")
@@ -125,14 +120,8 @@ async def test_a_read_only_server_is_vouched_for_and_filters_apply(
     assert echo.effects({"text": "x"}).read_only
 
 
-async def test_a_timeout_ends_the_call_and_nothing_else(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
-) -> None:
-    servers.append(python_server(tool_timeout=1.0))
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
-    registry.specs()
+async def test_a_timeout_ends_the_call_and_nothing_else(harness: Harness, tmp_path: Path) -> None:
+    mcp, registry = await harness.started(python_server(tool_timeout=1.0))
     (server,) = mcp.servers()
     pid = server.pid
     with trio.fail_after(10):
@@ -146,15 +135,11 @@ async def test_a_timeout_ends_the_call_and_nothing_else(
 
 
 async def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
+    harness: Harness, tmp_path: Path
 ) -> None:
     marker = tmp_path / "marker"
     marker.touch()
-    servers.append(python_server("py", "--marker", str(marker)))
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
-    registry.specs()
+    mcp, registry = await harness.started(python_server("py", "--marker", str(marker)))
     (server,) = mcp.servers()
     pid = server.pid
     assert pid is not None
@@ -179,13 +164,8 @@ async def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
     assert (again.content, again.is_error) == ("back", False)
 
 
-async def test_list_changed_reaches_the_next_specs(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
-) -> None:
-    servers.append(python_server())
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
+async def test_list_changed_reaches_the_next_specs(harness: Harness, tmp_path: Path) -> None:
+    _, registry = await harness.started(python_server())
     assert "mcp__py__grown" not in [s.name for s in registry.specs()]
     result = await call(registry, "mcp__py__grow", {}, tmp_path)
     assert result.content == "grew"
@@ -196,12 +176,9 @@ async def test_list_changed_reaches_the_next_specs(
 
 
 async def test_a_failing_server_is_reported_once_and_the_others_work(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
+    harness: Harness, tmp_path: Path
 ) -> None:
-    servers.extend([python_server("bad", "--fail"), python_server("good")])
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
+    mcp, registry = await harness.started(python_server("bad", "--fail"), python_server("good"))
     await mcp.ensure_started()  # a second turn: not reported again
     names = [s.name for s in registry.specs()]
     assert not [n for n in names if n.startswith("mcp__bad__")]
@@ -218,13 +195,9 @@ async def test_a_failing_server_is_reported_once_and_the_others_work(
 
 
 async def test_resources_and_prompts_through_the_two_generic_tools(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
+    harness: Harness, tmp_path: Path
 ) -> None:
-    servers.append(python_server())
-    mcp = harness.handle()
-    registry = McpRegistry([], mcp)
-    await mcp.ensure_started()
-    registry.specs()
+    _, registry = await harness.started(python_server())
     listed = await call(registry, RESOURCES, {"action": "list"}, tmp_path)
     assert listed.content.startswith("py\tmemo://greeting\tgreeting\ttext/plain")
     read = await call(
@@ -246,9 +219,9 @@ async def test_resources_and_prompts_through_the_two_generic_tools(
 
 
 async def test_servers_are_shared_per_config_and_cwd_and_stop_with_the_pool(
-    harness: Harness, servers: list[ServerSpec], tmp_path: Path
+    harness: Harness, tmp_path: Path
 ) -> None:
-    servers.append(python_server())
+    harness.servers.append(python_server())
     other = tmp_path / "other"
     other.mkdir()
     first, second = harness.handle("s1"), harness.handle("s2")
@@ -270,7 +243,7 @@ async def test_a_server_no_live_session_uses_is_stopped(tmp_path: Path) -> None:
     pool = McpPool(lambda cwd: (spec,), idle_after=0.0, reap_every=0.05)
     async with trio.open_nursery() as nursery:
         await nursery.start(pool.run)
-        harness = Harness(pool, tmp_path)
+        harness = Harness(pool, tmp_path, [spec])
         kept, dropped = harness.handle("s1"), harness.handle("s2", cwd=tmp_path / "elsewhere")
         (tmp_path / "elsewhere").mkdir()
         await kept.ensure_started()
