@@ -5,18 +5,24 @@ already removed), skip `.git` and what every `.gitignore` from the root down exc
 precedence; an ignored directory is pruned), and search hidden files. `.git/info/exclude` and
 global excludes are not read. Patterns: `*` and `?` within a component, `**` across, `[...]` and
 `{a,b}`; one without `/` matches names at any depth. The walk runs in a worker thread and stops
-promptly when cancelled. grep uses Python `re` line by line (a match never spans lines).
+promptly when cancelled. grep uses Python `re` line by line (a match never spans lines); a file
+without the literal its pattern needs is not decoded. Where ripgrep is installed it is only a
+prefilter: it lists the files holding that literal while the walk runs, and only the walked files
+it lists are read (through the walk's own descriptor, no symlink followed) and matched by `re`,
+so the answer is the pure search's. Without rg, or when it fails, the pure search runs.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
+import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import pathspec
 import trio
@@ -102,25 +108,69 @@ def translate_glob(pattern: str) -> re.Pattern[str]:
         raise InvalidArgs(f"Invalid glob pattern {pattern!r}: {exc}.") from exc
 
 
+_GROUP: Final = re.compile(r"(?<!\\)\(\?P<\w+>")
+
+
+class _AnyPattern:
+    """Whether some pattern of a .gitignore can match a path, answered without trying each
+    pattern in turn (that was most of a search's time): first a literal every match of each
+    pattern holds (one alternation of plain strings), then the patterns' own alternation.
+    Either check is left out when the patterns do not allow it; a "maybe" is decided by the
+    spec itself."""
+
+    __slots__ = ("checks",)
+
+    def __init__(self, spec: pathspec.GitIgnoreSpec) -> None:
+        regexes = [p.regex for p in spec.patterns if p.include is not None and p.regex is not None]
+        self.checks: list[re.Pattern[str]] = []
+        if (
+            not all(isinstance(r.pattern, str) for r in regexes)
+            or len({r.flags for r in regexes}) > 1
+        ):
+            return
+        if not regexes:
+            self.checks.append(re.compile(r"(?!)"))
+            return
+        flags = regexes[0].flags
+        literals = [_required_literal(r.pattern, flags) for r in regexes]
+        if all(literals):
+            self.checks.append(re.compile("|".join(re.escape(lit or "") for lit in literals)))
+        try:
+            joined = "|".join(f"(?:{_GROUP.sub('(?:', r.pattern)})" for r in regexes)
+            self.checks.append(re.compile(joined, flags))
+        except re.error:
+            pass
+
+    def may_match(self, path: str) -> bool:
+        return all(check.search(path) is not None for check in self.checks)
+
+
+_Spec: TypeAlias = tuple[str, pathspec.GitIgnoreSpec, _AnyPattern]
+
+
 class _Ignores:
     """The .gitignore files that apply to one directory, outermost first."""
 
     __slots__ = ("specs",)
 
-    def __init__(self, specs: tuple[tuple[str, pathspec.GitIgnoreSpec], ...]) -> None:
-        # (prefix of the .gitignore's directory relative to the walk root, spec)
+    def __init__(self, specs: tuple[_Spec, ...]) -> None:
+        # (prefix of the .gitignore's directory relative to the walk root, spec, any pattern)
         self.specs = specs
 
     def with_file(self, prefix: str, lines: list[str]) -> _Ignores:
         spec = pathspec.GitIgnoreSpec.from_lines(lines)
-        return _Ignores((*self.specs, (prefix, spec)))
+        return _Ignores((*self.specs, (prefix, spec, _AnyPattern(spec))))
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         probe_suffix = "/" if is_dir else ""
-        for prefix, spec in reversed(self.specs):
+        for prefix, spec, any_pattern in reversed(self.specs):
             if prefix and not rel.startswith(prefix):
                 continue
-            result = spec.check_file(rel[len(prefix) :] + probe_suffix)
+            probe = rel[len(prefix) :] + probe_suffix
+            # pathspec matches a normalised path: the same as `probe` unless it starts so.
+            if not probe.startswith(("/", "./")) and not any_pattern.may_match(probe):
+                continue
+            result = spec.check_file(probe)
             if result.include is not None:
                 return bool(result.include)
         return False
@@ -328,6 +378,42 @@ def matching_lines(regex: re.Pattern[str], text: str) -> Iterator[tuple[int, str
         pos = end + 1
 
 
+def required_bytes(regex: re.Pattern[str]) -> bytes | None:
+    """Bytes every file with a match contains: the UTF-8 of `_required_literal` (a file
+    decoded with replacement holds a literal without U+FFFD only where its bytes are). A file
+    without them is skipped unread by `re`. None when there is no such literal."""
+    literal = _required_literal(regex.pattern, regex.flags)
+    if literal is None or "\ufffd" in literal:
+        return None
+    try:
+        return literal.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+
+
+def _required_literal(pattern: str, flags: int) -> str | None:
+    """The longest run of literal characters `pattern` needs outside any group, repetition or
+    alternation: every match contains it. None when there is none or case is ignored."""
+    if flags & re.IGNORECASE:
+        return None
+    try:
+        parsed = re._parser.parse(pattern, flags)  # type: ignore[attr-defined]
+    except Exception:  # CPython's own parser, private: without it, no shortcut
+        return None
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    literal = re._constants.LITERAL  # type: ignore[attr-defined]
+    runs, run = [], []
+    for op, value in parsed:
+        if op is literal:
+            run.append(chr(value))
+        else:
+            runs.append("".join(run))
+            run = []
+    runs.append("".join(run))
+    return max(runs, key=len) or None
+
+
 class Grep(_ReadSearch):
     name = "grep"
     description = (
@@ -360,6 +446,9 @@ class Grep(_ReadSearch):
         },
     )
 
+    def __init__(self, *, ripgrep: str | None = "rg") -> None:
+        self.ripgrep = ripgrep  # looked up on PATH at each call; None: never used
+
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         flags = re.MULTILINE | (re.IGNORECASE if args.get("case_insensitive") else 0)
         try:
@@ -369,7 +458,8 @@ class Grep(_ReadSearch):
         glob = translate_glob(args["glob"]) if args.get("glob") else None
         content = args.get("mode", "files") == "content"
         path = args.get("path")
-        search = _GrepSearch(ctx, regex, glob, content)
+        rg = None if self.ripgrep is None else shutil.which(self.ripgrep)
+        search = _GrepSearch(ctx, regex, glob, content, rg)
         try:
             result = await _in_thread(lambda cancelled: search.run(path, cancelled))
         except AccessDenied as exc:
@@ -379,9 +469,15 @@ class Grep(_ReadSearch):
 
 class _GrepSearch:
     def __init__(
-        self, ctx: ToolContext, regex: re.Pattern[str], glob: re.Pattern[str] | None, content: bool
+        self,
+        ctx: ToolContext,
+        regex: re.Pattern[str],
+        glob: re.Pattern[str] | None,
+        content: bool,
+        ripgrep: str | None = None,
     ) -> None:
         self.ctx = ctx
+        self.ripgrep = ripgrep
         self.regex = regex
         self.glob = glob
         self.content = content
@@ -407,13 +503,45 @@ class _GrepSearch:
         except OSError as exc:
             raise Failed(f"{path}: {exc.strerror or exc}") from exc
         else:
-            for walkdir, name, rel in walk_files(files, top, cancelled):
-                if self.glob is not None and not self.glob.match(rel):
-                    continue
-                data = _read_small(walkdir, name)
-                if data is not None:
-                    self._scan(walkdir.path / name, data)
+            needed = required_bytes(self.regex)
+            rg = self.ripgrep if needed is not None and b"\n" not in needed else None
+            if rg is None or not self._prefiltered(rg, needed or b"", top, cancelled):
+                for walkdir, name, rel in walk_files(files, top, cancelled):
+                    if self.glob is not None and not self.glob.match(rel):
+                        continue
+                    data = _read_small(walkdir, name)
+                    if data is not None and (needed is None or needed in data):
+                        self._scan(walkdir.path / name, data)
         return self._render(path)
+
+    def _prefiltered(
+        self, rg: str, needed: bytes, top: Path, cancelled: Callable[[], bool]
+    ) -> bool:
+        """The search with ripgrep as the prefilter; False (nothing scanned) when rg failed.
+
+        rg lists every file below `top` whose bytes hold `needed` (a superset of the files with
+        a match: no ignore files, hidden and binary files searched, no symlink followed), while
+        this thread walks as the pure search does; then only the walked files rg listed are
+        opened, beneath `top` with no symlink followed, and scanned, in walk order. So the
+        answer is the pure search's, and rg decides nothing but what need not be read."""
+        with _Ripgrep(rg, needed, top) as listed:
+            walked = [
+                rel
+                for _, _, rel in walk_files(self.ctx.files, top, cancelled)
+                if self.glob is None or self.glob.match(rel)
+            ]
+            candidates = listed.wait(cancelled)
+        if candidates is None:
+            return False
+        chosen = [rel for rel in walked if os.fsencode(rel) in candidates]
+        with _Beneath(self.ctx.files, top) as beneath:
+            for rel in chosen:
+                if cancelled():
+                    raise SearchCancelled
+                data = beneath.read(rel)
+                if data is not None:
+                    self._scan(top / rel, data)
+        return True
 
     def _scan(self, path: Path, data: bytes) -> None:
         if is_binary(data):
@@ -457,3 +585,112 @@ class _GrepSearch:
                 "pattern, path or glob to see the rest]"
             )
         return "\n".join(out)
+
+
+RIPGREP_ARGS: Final = (
+    "--files-with-matches",
+    "--null",
+    "--fixed-strings",  # the bytes, not a pattern in rg's own regex dialect
+    "--case-sensitive",
+    "--text",  # binary files too: a NUL after our 8 KiB probe must not hide a match
+    "--encoding=none",  # raw bytes: no BOM sniffing and transcoding
+    "--no-ignore",  # every ignore rule is the walk's
+    "--hidden",
+    "--no-config",
+    "--no-messages",
+    "--glob=!.git",  # never walked (ALWAYS_SKIPPED)
+)
+
+
+class _Ripgrep:
+    """`rg` listing the files below `top` that contain `needed`, running beside the caller."""
+
+    def __init__(self, rg: str, needed: bytes, top: Path) -> None:
+        self.proc = subprocess.Popen(
+            [rg, *RIPGREP_ARGS, "--", needed.decode("utf-8"), "."],
+            cwd=top,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.out = b""
+        self.reader = threading.Thread(target=self._read, daemon=True)  # the pipe never fills
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        self.out = self.proc.stdout.read()
+
+    def wait(self, cancelled: Callable[[], bool]) -> set[bytes] | None:
+        """The listed paths relative to `top`; None when rg did not finish cleanly (exit 0, or
+        1 for none: 2 means a file or directory it could not read)."""
+        while self.reader.is_alive():
+            if cancelled():
+                raise SearchCancelled
+            self.reader.join(0.05)
+        if self.proc.wait() not in (0, 1):
+            return None
+        return {path.removeprefix(b"./") for path in self.out.split(b"\0") if path}
+
+    def __enter__(self) -> _Ripgrep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.reader.join()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+class _Beneath:
+    """Opens files by their path below `top` (from `FileAccess.walk`'s own descriptor of it),
+    one component at a time with no symlink followed, as the walk would reach them."""
+
+    def __init__(self, files: FileAccess, top: Path) -> None:
+        walk = files.walk(top)
+        try:
+            self.top = os.dup(next(walk).dir_fd)
+        finally:
+            if isinstance(walk, Generator):
+                walk.close()  # closes the walk's own descriptors now
+        self.dir_rel: str | None = None  # the directory `dir_fd` is open on (walk order)
+        self.dir_fd = -1
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when it cannot be read as the walk would have read it."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            if parent != self.dir_rel:
+                self._close_dir()
+                self.dir_fd = self._open_dir(parent)
+                self.dir_rel = parent
+            return _read_small(WalkDir(Path(parent), self.dir_fd, [], []), name)
+        except OSError:
+            return None
+
+    def _open_dir(self, parent: str) -> int:
+        fd = os.dup(self.top)
+        for part in parent.split("/") if parent else ():
+            try:
+                child = os.open(part, _BENEATH_DIR, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = child
+        return fd
+
+    def _close_dir(self) -> None:
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+        self.dir_fd, self.dir_rel = -1, None
+
+    def __enter__(self) -> _Beneath:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close_dir()
+        os.close(self.top)
+
+
+_BENEATH_DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
