@@ -167,6 +167,12 @@ class SessionHooks:
     def _report(self, run: HookRun, outcome: str, detail: str) -> None:
         self.emit(ev.HookReported(run.spec.name, run.spec.event.value, outcome, detail.strip()))
 
+    def _blocked(self, run: HookRun, why: str, detail: str | None = None) -> str:
+        """Report `run` as blocked (with `detail`, else `why`); the line that says so to the
+        model: `PreToolUse hook NAME: WHY`."""
+        self._report(run, "blocked", why if detail is None else detail)
+        return f"{run.spec.event.value} hook {run.spec.name}: {why}"
+
     # -- the agent loop's points (TurnHooks) ------------------------------------------------
 
     async def before_call(self, call: ToolCall) -> str | None:
@@ -188,8 +194,7 @@ class SessionHooks:
         for run in runs:
             name = run.spec.name
             if run.exit_code == 2:
-                refusals.append(f"PreToolUse hook {name}: {_stderr(run)}")
-                self._report(run, "blocked", run.stderr)
+                refusals.append(self._blocked(run, _stderr(run), run.stderr))
                 continue
             output = _output(run)
             decision = _specific(output, "permissionDecision")
@@ -199,8 +204,7 @@ class SessionHooks:
                 decision = {"approve": "allow", "block": "deny"}.get(str(legacy), "")
                 reason = str(output.get("reason", "")) if decision else reason
             if decision == "deny":
-                refusals.append(f"PreToolUse hook {name}: {reason or 'denied'}")
-                self._report(run, "blocked", reason)
+                refusals.append(self._blocked(run, reason or "denied", reason))
             elif decision == "ask":
                 asks.append((name, reason))
             elif decision == "allow":
@@ -246,18 +250,15 @@ class SessionHooks:
         )
         notes: list[str] = []
         for run in runs:
-            name = run.spec.name
             if run.exit_code == 2:
-                notes.append(f"PostToolUse hook {name}: {_stderr(run)}")
-                self._report(run, "blocked", run.stderr)
+                notes.append(self._blocked(run, _stderr(run), run.stderr))
                 continue
             output = _output(run)
             if output.get("decision") == "block":
                 reason = str(output.get("reason", "")) or "it blocked without a reason"
-                notes.append(f"PostToolUse hook {name}: {reason}")
-                self._report(run, "blocked", reason)
+                notes.append(self._blocked(run, reason))
             if context := _specific(output, "additionalContext"):
-                notes.append(f"PostToolUse hook {name}: {context}")
+                notes.append(f"PostToolUse hook {run.spec.name}: {context}")
         return "\n".join(notes)
 
     async def before_stop(self, continued: int) -> str | None:
@@ -280,8 +281,7 @@ class SessionHooks:
                     f"(max_blocks = {run.spec.max_blocks}); the turn ends: {reason}",
                 )
                 continue
-            self._report(run, "blocked", reason)
-            reasons.append(f"Stop hook {run.spec.name}: {reason}")
+            reasons.append(self._blocked(run, reason))
         return "\n".join(reasons) if reasons else None
 
     async def before_compact(self, trigger: str, focus: str) -> None:
