@@ -394,7 +394,9 @@ class Loop:
         try:
             session_id = self.board.new_session(str(self.root), self.model or None)
         except BoardError as exc:
-            raise AutoError(f"{exc} (is anvild running? make run)") from exc
+            # A refusal says what to change (auto asks for permission=bypass, still sandboxed).
+            hint = "" if exc.answered else " (is anvild running? make run)"
+            raise AutoError(f"no session: {exc}{hint}") from exc
         self._write_json(
             auto_hook.CURRENT,
             {"session_id": session_id, "kind": kind, "feature": feature, "bead": bead},

@@ -1,7 +1,8 @@
 """`anvilctl auto`'s checks without a daemon: what features.json may hold, the JSON diff that
 allows only `passes` (the worker's own) to change, the commit a restart makes for a feature that
 passed before a kill -9 left it uncommitted, the shipped skills, the Stop hook's config (granted
-only when auto wrote it) and the hook's handling of sessions that are not auto's."""
+only when auto wrote it), the hook's handling of sessions that are not auto's, and the last test
+run of a session deciding whether its feature's `passes` stands."""
 
 from __future__ import annotations
 
@@ -175,3 +176,38 @@ def test_the_hook_leaves_other_sessions_alone_and_records_a_missing_init(
     assert auto_hook.check({"session_id": "s1"}, state) == (0, "")
     [record] = [json.loads(x) for x in (state / auto_hook.CHECKS).read_text().splitlines()]
     assert (record["ran"], record["passed"], record["detail"]) == (False, False, "no init.sh")
+
+
+def test_passes_stands_only_on_a_passing_last_test_run(tmp_path: Path) -> None:
+    spec = tmp_path / "SPEC.md"
+    spec.write_text("todo app\n")
+    runner = loop(spec)
+    runner.git("init", "-q")
+    before = json.dumps([ADD, LIST])
+    (tmp_path / "features.json").write_text(before)
+    runner.commit("auto: initialize features")
+    marked = [{**ADD, "passes": True}, LIST]
+
+    def entry(tests: dict[str, object] | None) -> dict[str, object]:
+        (tmp_path / "features.json").write_text(json.dumps(marked))
+        return {"session_id": "s1", "bead": None, "tests": tests, "reverted": None}
+
+    # The last run failed: passes is set back to false, logged, nothing committed.
+    failed = entry({"runs": 2, "ran": True, "passed": False, "exit_code": 1})
+    runner.passed("add", [dict(f) for f in marked], before, failed)
+    assert [f["passes"] for f in json.loads((tmp_path / "features.json").read_text())] == [
+        False,
+        False,
+    ]
+    assert failed["reverted"] == "feature 'add': passes set, but ./init.sh failed (exit 1)"
+    assert runner.committed_features() == set()
+    # No run at all, or a sandbox that could not be set up: the loop stops and says why.
+    with pytest.raises(AutoError, match=r"no Stop hook ran init\.sh for session s1"):
+        runner.passed("add", [dict(f) for f in marked], before, entry(None))
+    infra: dict[str, object] = {"runs": 1, "passed": None, "infra": True, "detail": "no bwrap"}
+    with pytest.raises(AutoError, match=r"could not run init\.sh: no bwrap"):
+        runner.passed("add", [dict(f) for f in marked], before, entry(infra))
+    assert json.loads((tmp_path / "features.json").read_text()) == [ADD, LIST]
+    # A passing last run: committed.
+    runner.passed("add", [dict(f) for f in marked], before, entry({"runs": 1, "passed": True}))
+    assert runner.committed_features() == {"add"}
