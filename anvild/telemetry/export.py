@@ -6,7 +6,8 @@ thousandth are logged. The append takes no lock and wakes nobody unless the queu
 reached a whole batch: a daemon thread wakes every `delay` seconds (or at a full batch, a
 flush, the shutdown) and hands the queue to the exporter in batches of up to `batch` spans
 (its network time, retries and failures stay on that thread; a failed export is counted in
-`failed`). `force_flush` and `shutdown` wait for at most their timeout, then leave.
+`failed`). Besides the SDK's spans (`on_end`) it takes `Pending` ones (`put`), made into
+`ReadableSpan`s on that thread. `force_flush` and `shutdown` wait for at most their timeout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from opentelemetry.context import Context
@@ -26,12 +27,18 @@ log = structlog.get_logger(__name__)
 LOG_EVERY: Final = 1000
 
 
+class Pending(Protocol):
+    """A finished span not made into the SDK's yet (`anvild.telemetry.spans.LightSpan`)."""
+
+    def readable(self) -> ReadableSpan: ...
+
+
 class BoundedProcessor(SpanProcessor):
     def __init__(
         self, exporter: SpanExporter, *, max_queue: int = 2048, batch: int = 256, delay: float = 1.0
     ) -> None:
         self.exporter = exporter
-        self._spans: collections.deque[ReadableSpan] = collections.deque()
+        self._spans: collections.deque[ReadableSpan | Pending] = collections.deque()
         self._max_queue = max_queue
         self._batch = batch
         self._delay = delay
@@ -49,6 +56,10 @@ class BoundedProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        self.put(span)
+
+    def put(self, span: ReadableSpan | Pending) -> None:
+        """Queue a finished span, or drop and count it when the queue is full."""
         spans = self._spans
         if len(spans) >= self._max_queue:
             self.dropped += 1
@@ -63,11 +74,11 @@ class BoundedProcessor(SpanProcessor):
         """Up to a batch from the queue, counted busy until exported (under the lock, so a
         flush never sees them in neither place)."""
         with self._idle:
-            spans: list[ReadableSpan] = []
-            while self._spans and len(spans) < self._batch:
-                spans.append(self._spans.popleft())
-            self._busy = len(spans)
-        return spans
+            taken: list[ReadableSpan | Pending] = []
+            while self._spans and len(taken) < self._batch:
+                taken.append(self._spans.popleft())
+            self._busy = len(taken)
+        return [s if isinstance(s, ReadableSpan) else s.readable() for s in taken]
 
     def _work(self) -> None:
         while True:

@@ -10,7 +10,8 @@ with the GenAI semantic-convention attributes and `anvild.session.*`, `anvild.be
 added only with `capture_content`, through `redact`; a turn the sampler drops makes no child
 spans. Metrics: tokens per request; cost (unknown counted apart), tool calls and errors by
 model and role, summed over a turn and added at its end; turn duration. Callbacks never block:
-finished spans go to a `BoundedProcessor`, metrics to a periodic reader's thread.
+spans are `LightSpan`s, made into the SDK's on the `BoundedProcessor`'s export thread, and
+metrics go to a periodic reader's thread.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import attrs
-from opentelemetry import trace
-from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -31,7 +30,8 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from anvild.agent import events as ev
 from anvild.config.load import TelemetrySettings
@@ -39,6 +39,7 @@ from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message, Role, Text
 from anvild.telemetry.export import BoundedProcessor
+from anvild.telemetry.spans import LightSpan, Origin
 from anvild.telemetry.who import Who
 
 _FINISH: Final = {
@@ -85,6 +86,9 @@ class Telemetry:
         self.tracer_provider = TracerProvider(resource=resource)
         self.tracer_provider.add_span_processor(self.processor)
         self.tracer = self.tracer_provider.get_tracer("anvild")
+        self.origin = Origin(
+            self.processor, resource, InstrumentationScope("anvild"), self.tracer_provider.sampler
+        )
         self.meter_provider = MeterProvider(resource=resource, metric_readers=[metrics])
         meter = self.meter_provider.get_meter("anvild")
         self.tokens = meter.create_histogram(
@@ -133,18 +137,17 @@ class _Trace:
     model: str
     pricing: Pricing | None
     transcript: Callable[[], Sequence[Message]]
-    turn: Span | None = None
-    context: Context | None = None
+    turn: LightSpan | None = None
     recording: bool = False  # the turn's span is sampled: its children are made
     started: float = 0.0
     labels: dict[str, str] = attrs.Factory(dict)
     chat_attributes: dict[str, str | int] = attrs.Factory(dict)
     tool_attributes: dict[str, str | int] = attrs.Factory(dict)
     token_points: tuple[dict[str, str], dict[str, str]] = ({}, {})
-    chat: Span | None = None
+    chat: LightSpan | None = None
     chat_usage: dict[str, int] = attrs.Factory(dict)  # set on the chat span at its end
     answer: list[str] = attrs.Factory(list)
-    tools: dict[str, Span] = attrs.Factory(dict)
+    tools: dict[str, LightSpan] = attrs.Factory(dict)
     cost: float = 0.0
     priced: int = 0  # requests of known cost this turn
     unpriced: int = 0  # requests of unknown cost this turn
@@ -190,17 +193,17 @@ class _Trace:
             "gen_ai.request.model": self.model,
             **labels,
         }
-        self.turn = self.tel.tracer.start_span(
+        self.turn = LightSpan(
+            self.tel.origin,
             "invoke_agent anvild",
-            kind=SpanKind.INTERNAL,
-            attributes={
+            SpanKind.INTERNAL,
+            {
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": labels.get("anvild.session.role", ""),
                 **common,
             },
         )
         self.recording = self.turn.is_recording()
-        self.context = trace.set_span_in_context(self.turn)
         self.chat_attributes = {"gen_ai.operation.name": "chat", **common}
         self.tool_attributes = {"gen_ai.operation.name": "execute_tool", **labels}
         metric = {"gen_ai.request.model": self.model, "anvild.session.role": self._role()}
@@ -215,11 +218,12 @@ class _Trace:
         if not self.recording:
             return
         self.answer = []
-        self.chat = self.tel.tracer.start_span(
+        self.chat = LightSpan(
+            self.tel.origin,
             f"chat {self.model}",
-            context=self.context,
-            kind=SpanKind.CLIENT,
-            attributes={**self.chat_attributes, "anvild.step": step},
+            SpanKind.CLIENT,
+            {**self.chat_attributes, "anvild.step": step},
+            self.turn,
         )
         if self.tel.settings.capture_content:
             self.chat.set_attribute("gen_ai.input.messages", self._newest_user_message())
@@ -274,16 +278,17 @@ class _Trace:
         self.calls[key] = self.calls.get(key, 0) + 1
         if not self.recording:
             return
-        span = self.tel.tracer.start_span(
+        span = LightSpan(
+            self.tel.origin,
             f"execute_tool {event.name}",
-            context=self.context,
-            kind=SpanKind.INTERNAL,
-            attributes={
+            SpanKind.INTERNAL,
+            {
                 **self.tool_attributes,
                 "gen_ai.tool.name": event.name,
                 "gen_ai.tool.call.id": event.id,
                 "anvild.step": event.step,
             },
+            self.turn,
         )
         if self.tel.settings.capture_content:
             arguments = json.dumps(event.arguments, ensure_ascii=False)
@@ -317,7 +322,7 @@ class _Trace:
             span.set_status(Status(StatusCode.ERROR, "the turn ended first"))
             span.end()
         self.tools.clear()
-        turn, self.turn, self.context = self.turn, None, None
+        turn, self.turn = self.turn, None
         if turn is None:
             return
         turn.set_attributes(
