@@ -29,6 +29,7 @@ from tests.integration.test_workflows_e2e import models_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONDUCTOR = ROOT / "scripts" / "conductor"
+RC = Path("/usr/lib/plan9/bin/rc")
 TIMEOUT = 120.0
 
 CHAIN = """\
@@ -95,10 +96,17 @@ class Hosts:
         return self.tmp_path / name / "ns"
 
     def argv(self, *extra: str) -> list[str]:
-        argv = [sys.executable, str(CONDUCTOR)]
-        for name, address in self.addresses.items():
-            token = self.namespace(name) / "agent.token"
-            argv += ["--daemon", f"{name}={address}", "--token-file", f"{name}={token}"]
+        """d1 by name ([remotes.d1] of the user config, as for the LLM conductor), d2 by
+        address and token file."""
+        config = self.tmp_path / "xdg-config" / "anvil" / "config.toml"
+        if not config.exists():
+            config.parent.mkdir(parents=True)
+            token = self.namespace("d1") / "agent.token"
+            address = self.addresses["d1"]
+            config.write_text(f'[remotes.d1]\naddress = "{address}"\ntoken_file = "{token}"\n')
+        token = self.namespace("d2") / "agent.token"
+        argv = [sys.executable, str(CONDUCTOR), "--daemon", "d1"]
+        argv += ["--daemon", f"d2={self.addresses['d2']}", "--token-file", f"d2={token}"]
         return [*argv, *extra, str(self.tmp_path / "workflow.yaml")]
 
     def env(self) -> dict[str, str]:
@@ -209,7 +217,21 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert {h[3] for h in headers} == {"await"}
     assert fan.stdout.count("fanned\n") == 4
     assert hosts.aliases("d1") == ["spread-a"]  # the fanned-out sessions were killed
+    # one daemon by address and token, as ANVIL_9P documents it, in bash and in Plan 9's rc
+    secret = (hosts.namespace("d2") / "agent.token").read_text().strip()
+    env["ANVIL_9P"] = f"anvilctl -a {hosts.addresses['d2']} -A {secret}"
+    scripts = [[str(ROOT / "scripts" / "fanout")]]
+    if RC.exists():
+        scripts.append([str(RC), str(ROOT / "scripts" / "fanout.rc")])
+    for script in scripts:
+        one = subprocess.run(
+            [*script, "-n", "1", "-m", "fake", "FAN: one"], capture_output=True, text=True,
+            timeout=TIMEOUT, env=env, cwd=hosts.work, check=False,
+        )  # fmt: skip
+        assert one.returncode == 0, (script, one.stderr)
+        assert one.stdout.endswith("fanned\n"), one.stdout
 
+    waited = len(hosts.fake.requests()) + 3  # ONE, TWO and the hanging THREE of run `again`
     first = subprocess.Popen(
         hosts.argv("--run", "again"),
         stdout=subprocess.PIPE,
@@ -220,8 +242,9 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     )
     try:
         # d2 has the request of step three (its turn hangs): a running turn in agent/load
-        with urllib.request.urlopen(hosts.fake.url + "/_fake/wait?requests=11", timeout=60) as r:
-            assert json.load(r)["requests"] == 11
+        url = f"{hosts.fake.url}/_fake/wait?requests={waited}"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert json.load(r)["requests"] == waited
         load = hosts.load("d2")
         assert (load["running"], load["state.running"]) == ("1", "1")
         hosts.daemons["d2"].stop(signal.SIGKILL)
