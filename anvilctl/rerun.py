@@ -10,7 +10,8 @@ request that is not byte for byte the recorded one is reported with a unified di
 that differs (head, messages). Tools re-run in a scratch copy of the workspace (as it is now),
 each result compared, or with `--no-tools` the recorded results are fed back. The first
 difference ends the run (exit 1); a turn that reproduces says how many requests it checked.
-Records without request digests (older ones) are compared by their messages, and it says so.
+Requests recorded without a digest (older records), or that carried tool results a context
+window had cleared (not in the records), are compared by their messages, and it says so.
 A turn the replay cannot rebuild (a compaction, rewind or clear within it, reasoning blocks) is
 reported as such (exit 2).
 """
@@ -262,6 +263,8 @@ class RecordedProvider:
                     diffs.append(_diff(_head_lines(recorded), _head_lines(found.head_body), "head"))
             if expected != got:
                 diffs.append(_diff(expected, got, "messages"))
+            if not diffs:
+                diffs.append("(the canonical forms differ; their parts as shown do not)")
             raise Divergence(where, "\n".join(diffs))
         yield _play(_events(response))
 
