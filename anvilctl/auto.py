@@ -327,7 +327,11 @@ class Loop:
         session = current.get("session_id") if isinstance(current, dict) else None
         if isinstance(session, str):
             self.say(f"session {session} was in flight when the loop stopped: it is killed")
-            self._end(session)
+            if not self._end(session):
+                raise AutoError(
+                    f"session {session} could not be killed: the daemon does not answer "
+                    "(is anvild running? make run)"
+                )
         path.unlink(missing_ok=True)
 
     def resume_commits(self) -> None:
