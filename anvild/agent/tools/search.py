@@ -7,9 +7,9 @@ global excludes are not read. Patterns: `*` and `?` within a component, `**` acr
 `{a,b}`; one without `/` matches names at any depth. The walk runs in a worker thread and stops
 promptly when cancelled. grep uses Python `re` line by line (a match never spans lines); a file
 without the literal its pattern needs is not decoded. Where ripgrep is installed it is only a
-prefilter: it lists the files holding that literal while the walk runs, and only the walked files
-it lists are read (through the walk's own descriptor, no symlink followed) and matched by `re`,
-so the answer is the pure search's. Without rg, or when it fails, the pure search runs.
+prefilter: it lists the files holding that literal, and each is taken as the walk would take it
+(every rule above, from the walk's own descriptor, no symlink followed) and matched by `re`, so
+the answer is the pure search's. Without rg, or when it fails, the pure search runs.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from anvild.agent.tools.base import (
     ToolOutput,
 )
 from anvild.agent.tools.files import MAX_FILE_BYTES, display_path, is_binary
-from anvild.sandbox.files import AccessDenied, FileAccess, WalkDir
+from anvild.sandbox.files import AccessDenied, FileAccess, WalkDir, is_credential_name
 
 MAX_GLOB_RESULTS: Final = 200
 MAX_GREP_LINES: Final = 200
@@ -519,25 +519,22 @@ class _GrepSearch:
     ) -> bool:
         """The search with ripgrep as the prefilter; False (nothing scanned) when rg failed.
 
-        rg lists every file below `top` whose bytes hold `needed` (a superset of the files with
-        a match: no ignore files, hidden and binary files searched, no symlink followed), while
-        this thread walks as the pure search does; then only the walked files rg listed are
-        opened, beneath `top` with no symlink followed, and scanned, in walk order. So the
-        answer is the pure search's, and rg decides nothing but what need not be read."""
+        rg lists every file below `top` whose bytes hold `needed`: a superset of the files
+        with a match (no ignore files; hidden and binary files searched; no symlink followed).
+        Each listed path is then taken as the walk would reach it (`_Beneath`: every rule of
+        `walk_files`, every component opened with no symlink followed) and scanned, in walk
+        order. So the answer is the pure search's; rg only spares reading the other files."""
         with _Ripgrep(rg, needed, top) as listed:
-            walked = [
-                rel
-                for _, _, rel in walk_files(self.ctx.files, top, cancelled)
-                if self.glob is None or self.glob.match(rel)
-            ]
             candidates = listed.wait(cancelled)
         if candidates is None:
             return False
-        chosen = [rel for rel in walked if os.fsencode(rel) in candidates]
+        chosen = sorted((os.fsdecode(path) for path in candidates), key=_walk_order)
         with _Beneath(self.ctx.files, top) as beneath:
             for rel in chosen:
                 if cancelled():
                     raise SearchCancelled
+                if self.glob is not None and not self.glob.match(rel):
+                    continue
                 data = beneath.read(rel)
                 if data is not None:
                     self._scan(top / rel, data)
@@ -644,41 +641,85 @@ class _Ripgrep:
         self.proc.stdout.close()
 
 
+def _walk_order(rel: str) -> tuple[tuple[int, str], ...]:
+    """Where `walk_files` yields `rel`: a directory's files (sorted) before its subdirectories
+    (sorted, each in turn)."""
+    *dirs, name = rel.split("/")
+    return (*((1, d) for d in dirs), (0, name))
+
+
 class _Beneath:
-    """Opens files by their path below `top` (from `FileAccess.walk`'s own descriptor of it),
-    one component at a time with no symlink followed, as the walk would reach them."""
+    """Files by their path below `top`, taken as `walk_files` takes them: each directory
+    reachable (a real directory, not `.git`, not a credential name, not ignored), its own
+    .gitignore read, the file a listed regular file that is not ignored; every component is
+    opened from the walk's own descriptor of `top` with no symlink followed."""
 
     def __init__(self, files: FileAccess, top: Path) -> None:
-        walk = files.walk(top)
+        self.outer, self.top_prefix = _outer_ignores(files, top)
+        walk = files.walk(top)  # the same checks of `top` and the same descriptor
         try:
             self.top = os.dup(next(walk).dir_fd)
         finally:
             if isinstance(walk, Generator):
                 walk.close()  # closes the walk's own descriptors now
+        self.ignores: dict[str, _Ignores | None] = {}  # None: the walk does not enter it
         self.dir_rel: str | None = None  # the directory `dir_fd` is open on (walk order)
         self.dir_fd = -1
 
     def read(self, rel: str) -> bytes | None:
-        """The file's bytes; None when it cannot be read as the walk would have read it."""
+        """The file's bytes; None when the walk would not yield it or cannot read it."""
         parent, _, name = rel.rpartition("/")
+        here = self._ignores_of(parent)
+        if (
+            here is None
+            or name in ALWAYS_SKIPPED
+            or is_credential_name(name, is_dir=False)
+            or here.ignored(self.top_prefix + rel, False)
+        ):
+            return None
         try:
-            if parent != self.dir_rel:
-                self._close_dir()
-                self.dir_fd = self._open_dir(parent)
-                self.dir_rel = parent
-            return _read_small(WalkDir(Path(parent), self.dir_fd, [], []), name)
+            return _read_small(self._walkdir(parent), name)
         except OSError:
             return None
 
-    def _open_dir(self, parent: str) -> int:
-        fd = os.dup(self.top)
-        for part in parent.split("/") if parent else ():
+    def _ignores_of(self, rel_dir: str) -> _Ignores | None:
+        if rel_dir in self.ignores:
+            return self.ignores[rel_dir]
+        here: _Ignores | None = self.outer
+        if rel_dir:
+            parent, _, name = rel_dir.rpartition("/")
+            here = self._ignores_of(parent)
+            if (
+                here is None
+                or name in ALWAYS_SKIPPED
+                or is_credential_name(name, is_dir=True)
+                or here.ignored(self.top_prefix + rel_dir, True)
+            ):
+                here = None
+        if here is not None:
             try:
-                child = os.open(part, _BENEATH_DIR, dir_fd=fd)
-            finally:
-                os.close(fd)
-            fd = child
-        return fd
+                data = _read_small(self._walkdir(rel_dir), GITIGNORE)
+            except OSError:  # not a directory the walk can open
+                here = None
+            else:
+                if data is not None:
+                    prefix = self.top_prefix + (rel_dir + "/" if rel_dir else "")
+                    here = here.with_file(prefix, data.decode("utf-8", "replace").splitlines())
+        self.ignores[rel_dir] = here
+        return here
+
+    def _walkdir(self, rel_dir: str) -> WalkDir:
+        if rel_dir != self.dir_rel:
+            self._close_dir()
+            fd = os.dup(self.top)
+            for part in rel_dir.split("/") if rel_dir else ():
+                try:
+                    child = os.open(part, _BENEATH_DIR, dir_fd=fd)
+                finally:
+                    os.close(fd)
+                fd = child
+            self.dir_fd, self.dir_rel = fd, rel_dir
+        return WalkDir(Path(rel_dir), self.dir_fd, [], [])
 
     def _close_dir(self) -> None:
         if self.dir_fd >= 0:

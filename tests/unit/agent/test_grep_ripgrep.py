@@ -44,7 +44,9 @@ def ws(tmp_path: Path) -> Path:
     write(
         root,
         {
-            "ws/.gitignore": "build/\n*.log\n!keep.log\ngenerated/\n",
+            # A file cannot be taken back from an ignored directory (git's rule).
+            "ws/.gitignore": "build/\n!build/keep.py\n*.log\n!keep.log\ngenerated/\n",
+            "ws/build/keep.py": f"{NEEDLE} kept from an ignored directory\n",
             "ws/src/a.py": f"import os\nx = {NEEDLE}()\n",
             "ws/src/b.txt": f"one {NEEDLE}\ntwo\nthree {NEEDLE} again\n",
             "ws/.github/ci.yml": f"run: {NEEDLE}\n",
@@ -58,6 +60,8 @@ def ws(tmp_path: Path) -> Path:
             "ws/.env": f"KEY={NEEDLE}\n",
             "ws/.env.local": f"KEY={NEEDLE}\n",
             "ws/.ssh/id_rsa": f"{NEEDLE}\n",
+            "ws/.aws/notes.txt": f"{NEEDLE}\n",  # an ordinary name in a credential directory
+            "ws/.env.d/x.txt": f"{NEEDLE}\n",
             "ws/id_ed25519": f"{NEEDLE}\n",
             "ws/.git/config": f"[core] {NEEDLE}\n",
             "ws/vendor/lib/.git": f"gitdir: {NEEDLE}\n",
@@ -132,8 +136,10 @@ def fake_rg(tmp_path: Path, body: str) -> str:
 async def test_a_ripgrep_that_lists_every_file_reveals_nothing_the_walk_refuses(
     ws: Path, tmp_path: Path
 ) -> None:
-    # Everything under the top, symlinks, credentials, .git and ignored files included.
-    everything = fake_rg(tmp_path, r"find . \( -type f -o -type l \) -print0; exit 0")
+    # Everything under the top, symlinks, credentials, .git and ignored files included, and
+    # paths through the symlinked directories.
+    through = r"printf 'src/link_dir/a.py\0./dir_out/in.txt\0'"
+    everything = fake_rg(tmp_path, rf"find . \( -type f -o -type l \) -print0; {through}")
     for args in ARGS:
         assert await grep(ws, everything, **args) == await grep(ws, None, **args), args
 
