@@ -4,7 +4,8 @@ Two real `anvild` processes on this machine stand for two hosts: separate namesp
 directories, each listening on TCP with its own token, both with `[beads] remote` on one bare
 repository in a tmp dir and one fake provider server. The conductor reaches them only over TCP
 (`--daemon NAME=tcp!127.0.0.1!PORT --token-file NAME=PATH`), places each workflow session by
-`agent/load`, and a kill -9 of one daemon mid-turn is followed by a re-run on the survivor.
+`agent/load`, and a kill -9 of one daemon mid-turn (either one) is followed by a re-run on the
+survivor.
 """
 
 from __future__ import annotations
@@ -79,18 +80,23 @@ class Hosts:
             for name in ("d1", "d2"):  # one after the other: each has its own start-up time
                 home = tmp_path / name
                 home.mkdir()
-                config = home / "config.toml"
                 beads = f'[beads]\nremote = "{self.remote}"\nhost = "{name}"\n'
-                config.write_text(f"{models}\n{beads}")
-                self.daemons[name] = daemon = Anvild(
-                    home / "ns", "--config", str(config), "--listen", "tcp!127.0.0.1!0"
-                )
-                found = re.search(r"tcp!127\.0\.0\.1!\d+", daemon.wait_serving())
-                assert found is not None
-                self.addresses[name] = found.group(0)
+                (home / "config.toml").write_text(f"{models}\n{beads}")
+                self.start(name)
         except BaseException:
             self.stop()
             raise
+
+    def start(self, name: str) -> None:
+        """Start (or restart) daemon `name` on a new TCP port."""
+        home = self.tmp_path / name
+        config = str(home / "config.toml")
+        self.daemons[name] = daemon = Anvild(
+            home / "ns", "--config", config, "--listen", "tcp!127.0.0.1!0"
+        )
+        found = re.search(r"tcp!127\.0\.0\.1!\d+", daemon.wait_serving())
+        assert found is not None
+        self.addresses[name] = found.group(0)
 
     def namespace(self, name: str) -> Path:
         return self.tmp_path / name / "ns"
@@ -161,9 +167,13 @@ class Hosts:
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[Hosts]:
     stuck = {**THREE, "text": "never", "chunk_delay": 60}
-    # run `spread`: each step once; run `again`: the same, but its step three hangs once
+    hangs = {**FOUR, "text": "never", "chunk_delay": 60}
+    # run `spread`: each step once; run `again`: its step three hangs once; run `third`: its
+    # step four hangs once
     fanned = {"model": "fake-model", "contains": "FAN:", "text": "fanned", "repeat": True}
-    made = Hosts(tmp_path, [ONE, TWO, THREE, FOUR, ONE, TWO, stuck, THREE, FOUR, fanned])
+    again: list[dict[str, Any]] = [ONE, TWO, stuck, THREE, FOUR]
+    third: list[dict[str, Any]] = [ONE, TWO, THREE, hangs, FOUR]
+    made = Hosts(tmp_path, [ONE, TWO, THREE, FOUR, *again, *third, fanned])
     yield made
     made.stop()
 
@@ -173,7 +183,8 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
 ) -> None:
     """One shared board, sessions placed by agent/load: a run completes with work on both
     daemons; a second run's daemon d2 is killed -9 mid-turn, and the re-run (d2 still given,
-    unreachable) finishes on d1 without asking again for the beads completed on either."""
+    unreachable) finishes on d1 without asking again for the beads completed on either; with
+    d2 restarted, a third run loses d1, the daemon its beads were made on, and finishes on d2."""
     result = hosts.conduct("--keep")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "=== four ===\ncuatro\n"
@@ -272,6 +283,45 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert board["two (workflow again)"]["host"] == "d2"
     assert board["three (workflow again)"]["host"] == "d1"
     assert board["three (workflow again)"]["result"] == "tres\n"
+
+    # d2 back (it pulls the board); now the daemon that holds the board dies: d1, mid-turn
+    hosts.start("d2")
+    waited = len(hosts.fake.requests()) + 4  # ONE, TWO, THREE and the hanging FOUR
+    first = subprocess.Popen(
+        hosts.argv("--run", "third"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=hosts.env(),
+        cwd=hosts.work,
+    )
+    try:
+        url = f"{hosts.fake.url}/_fake/wait?requests={waited}"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert json.load(r)["requests"] == waited
+        hosts.daemons["d1"].stop(signal.SIGKILL)
+        _, err = first.communicate(timeout=TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 1, err
+    assert "four: bead four-workflow-" in err
+    assert "claimed by d1/" in err
+    before = len(hosts.fake.requests())
+    second = hosts.conduct("--run", "third")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == "=== four ===\ncuatro\n"
+    assert "daemon d1 (tcp!127.0.0.1!" in second.stderr
+    asked = [r["last_user_text"].split(":")[0] for r in hosts.fake.requests()[before:]]
+    assert asked == ["FOUR"]
+    assert second.stderr.count("already completed") == 3
+    board = {t: b for t, b in hosts.beads("d2").items() if t.endswith("(workflow third)")}
+    assert {bead["status"] for bead in board.values()} == {"completed"}
+    assert (board["one (workflow third)"]["host"], board["four (workflow third)"]["host"]) == (
+        "d1",
+        "d2",
+    )
 
 
 # -- the LLM conductor's start_session on another host -----------------------------------------
