@@ -32,19 +32,24 @@ from tests.integration.test_sessions_e2e import (
 STEPS = 10
 
 
-@pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeServer]:
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session's records, made once for the module's tests (each only reads them)."""
+    tmp_path = tmp_path_factory.mktemp("replay")
+    namespace, workdir = tmp_path / "ns", tmp_path / "work"
+    workdir.mkdir()
     reads: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "read_file", "arguments": {"file_path": f"f{i % 3}.txt"}}]}
         for i in range(STEPS - 1)
     ]
-    server = FakeServer(tmp_path, [*reads, {"text": "read them all"}])
-    yield server
-    server.stop()
+    fake = FakeServer(tmp_path, [*reads, {"text": "read them all"}])
+    try:
+        yield record(tmp_path, namespace, workdir, fake)
+    finally:
+        fake.stop()
 
 
-@pytest.fixture
-def recorded(tmp_path: Path, namespace: Path, workdir: Path, fake: FakeServer) -> Path:
+def record(tmp_path: Path, namespace: Path, workdir: Path, fake: FakeServer) -> Path:
     for i in range(3):
         (workdir / f"f{i}.txt").write_text(f"line one of {i}\nline two\n")
     daemon: Anvild = start_daemon(namespace, user_config(tmp_path, fake.url))
