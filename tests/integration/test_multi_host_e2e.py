@@ -347,7 +347,8 @@ def test_a_conductor_session_starts_and_drives_a_reviewer_on_a_remote_daemon(
             cond("accepted", "wait_sessions", {"sessions": ["rev"]}),
             cond(" on d2: await", "read_out", {"session": "rev"}),
             cond("VERDICT: LGTM", "my_sessions", {}),
-            {"model": "cond-model", "contains": "host=d2", "text": "Reviewed on d2: LGTM."},
+            cond("host=d2", "kill_session", {"session": "rev"}),
+            {"model": "cond-model", "contains": "on d2.", "text": "Reviewed on d2: LGTM."},
             {"model": "fake-model", "contains": "Review it.", "text": "Fine.\nVERDICT: LGTM"},
         ],
     )
@@ -382,14 +383,22 @@ def test_a_conductor_session_starts_and_drives_a_reviewer_on_a_remote_daemon(
         requests = fake.requests()
         refusal = requests[1]["body"]["messages"][-1]["content"]
         assert "host 'nowhere' is not a configured remote daemon (d2)" in refusal
-        # the reviewer runs on d2, named for its conductor on d1; its out was read from d1
-        rows = [line.split("\t") for line in read(d2, "agent/list").splitlines()]
-        assert [(r[1], r[2], r[3]) for r in rows] == [(f"rev.{boss}", "idle", "reviewer")]
-        assert [r.split("\t")[1] for r in read(d1, "agent/list").splitlines()] == ["-"]
+        # the reviewer ran on d2, named for its conductor on d1, and was killed from d1
         worker = next(r for r in requests if r["model"] == "fake-model")
         assert worker["last_user_text"] == "Review it."
-        listed = requests[-1]["body"]["messages"][-1]["content"]
-        assert f"{rows[0][0]}\talias=rev.{boss}\trole=reviewer\thost=d2" in listed
+        started = requests[2]["body"]["messages"][-1]["content"]
+        found = re.search(
+            r"Started session (\w+) \(alias rev\.(\w+), role reviewer\) on host d2", started
+        )
+        assert found is not None, started
+        assert found.group(2) == boss
+        listed = requests[-2]["body"]["messages"][-1]["content"]
+        assert f"{found.group(1)}\talias=rev.{boss}\trole=reviewer\thost=d2" in listed
+        assert requests[-1]["body"]["messages"][-1]["content"].startswith(
+            f"Killed {found.group(1)}"
+        )
+        assert read(d2, "agent/list") == ""
+        assert [r.split("\t")[1] for r in read(d1, "agent/list").splitlines()] == ["-"]
     finally:
         for daemon in daemons:
             daemon.stop(signal.SIGKILL)
