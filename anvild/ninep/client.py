@@ -67,15 +67,22 @@ class Connection:
             raise RemoteUnreachable(f"dial {address}: {exc or 'timed out'}") from exc
         conn = cls(stream, address, limit)
         try:
-            version = await conn._rpc(m.Tversion(NOTAG, MSIZE, Dialect.P9P2000.value))
-            if not isinstance(version, m.Rversion) or version.version != "9P2000":
-                raise RemoteUnreachable(f"{address}: not a 9P2000 server")
-            conn.msize = min(MSIZE, version.msize)
-            await conn._rpc(m.Tattach(0, 0, NOFID, "anvild", aname))
+            await conn.attach(aname)
         except BaseException:
             await conn.aclose()
             raise
         return conn
+
+    async def attach(self, aname: str) -> None:
+        """Negotiate 9P2000 and attach fid 0 as `aname` (`dial` does it)."""
+        version = await self._rpc(m.Tversion(NOTAG, MSIZE, Dialect.P9P2000.value))
+        if not isinstance(version, m.Rversion) or version.version != "9P2000":
+            raise RemoteUnreachable(f"{self.address}: not a 9P2000 server")
+        self.msize = min(MSIZE, version.msize)
+        try:
+            await self._rpc(m.Tattach(0, 0, NOFID, "anvild", aname))
+        except RemoteRefused as exc:
+            raise RemoteRefused(f"attach: {exc}") from exc
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
