@@ -136,8 +136,12 @@ def _fast_events(path: Path) -> list[Event] | None:
                 events.append(("start", decode(header)[1]))
             elif tag == b"tool_finished":
                 events.append(("tool", line.endswith(b'"is_error":true}}\n')))
-            elif tag == b"usage":
-                events.append(("usage", _usage(json.loads(line)["usage"])))
+            elif tag == b"usage":  # only its flat usage object: the line may carry a request head
+                start = line.find(b'"usage":{', match.end()) + 8
+                end = line.find(b"}", start) + 1
+                if start < 8 or end < 1:
+                    return None
+                events.append(("usage", _usage(json.loads(line[start:end]))))
             elif tag == b"compacted":
                 at = line.rfind(b',"usage":{')
                 if at < 0 or not line.endswith(b"}}\n"):

@@ -82,6 +82,23 @@ def test_the_fast_scan_reads_what_the_journal_reads(tmp_path: Path) -> None:
         assert stats._fast_events(path) == counted
 
 
+def test_the_fast_scan_reads_the_usage_of_records_that_name_their_request(
+    tmp_path: Path,
+) -> None:
+    from anvild.llm.stream import Usage
+    from anvild.store import SessionStore, UsageReported
+
+    write_sessions(tmp_path, 1, seed=2)
+    (path,) = (tmp_path / "sessions").glob("*.jsonl")
+    journal = SessionStore(tmp_path / "sessions").open(path.stem)
+    head = {"system": "x", "tools": [{"name": "t", "input_schema": {"type": "object"}}]}
+    journal.append(UsageReported(Usage(7, 3, None, 1), "a" * 64, "b" * 64, head), sync=True)
+    journal.close()
+    counted = stats._events(read_journal(path).records)
+    assert counted[-1] == ("usage", Usage(7, 3, None, 1))
+    assert stats._fast_events(path) == counted
+
+
 def test_since_keeps_the_sessions_started_since(tmp_path: Path) -> None:
     write_sessions(tmp_path, 30, seed=5)
     everything = stats.summarise(tmp_path, "day", pricing_of)
