@@ -244,7 +244,7 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
 
     waited = len(hosts.fake.requests()) + 3  # ONE, TWO and the hanging THREE of run `again`
     first = subprocess.Popen(
-        hosts.argv("--run", "again"),
+        hosts.argv("--run", "again", "--place", "b=d2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -268,11 +268,12 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert "two: bead two-workflow-" in err
     assert "claimed by d2/" in err
     before = len(hosts.fake.requests())
-    second = hosts.conduct("--run", "again")
+    second = hosts.conduct("--run", "again", "--place", "b=d2")
     assert second.returncode == 0, second.stderr
     assert second.stdout == "=== four ===\ncuatro\n"
     assert "daemon d2 (tcp!127.0.0.1!" in second.stderr
     assert "not reachable, left out" in second.stderr
+    assert "session b: daemon d2 is not reachable; placing by load" in second.stderr
     # one (done on d1) and two (done on d2, now dead) are not asked again; three is redone on d1
     asked = [r["last_user_text"].split(":")[0] for r in hosts.fake.requests()[before:]]
     assert asked == ["THREE", "FOUR"]
@@ -403,3 +404,28 @@ def test_a_conductor_session_starts_and_drives_a_reviewer_on_a_remote_daemon(
         for daemon in daemons:
             daemon.stop(signal.SIGKILL)
         fake.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--daemon", "d1=tcp!127.0.0.1!1", "--place", "x=d1"], "--place x=d1: x is no session"),
+        (["--daemon", "d1=tcp!127.0.0.1!1", "--place", "a=d9"], "--place a=d9: no --daemon d9"),
+        (["--daemon", "d1"], "--daemon d1: "),  # no [remotes.d1] in the user config
+        (["--daemon", "d1=tcp!127.0.0.1!1"], "--daemon d1=tcp!127.0.0.1!1: no token: give"),
+        (["--daemon", "d1=tcp!127.0.0.1!1", "--token-file", "d2=/x"], "no --daemon d2=ADDRESS"),
+        (["-a", "unix!/x", "--daemon", "d1=unix!/y"], "-a/-A name one daemon"),
+    ],
+)
+def test_conductor_refuses_bad_daemon_options_before_dialing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    workflow = tmp_path / "workflow.yaml"
+    workflow.write_text(CHAIN)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run(
+        [sys.executable, str(CONDUCTOR), *args, str(workflow)], capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
