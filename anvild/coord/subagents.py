@@ -18,6 +18,7 @@ tool is `parallel_safe`: several `task` calls of one step run at the same time.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -171,7 +172,13 @@ class TaskTool:
         self.factory = factory
         self.session_id = session_id
         self.cwd = cwd
-        self.description = (
+
+    @functools.cached_property
+    def description(self) -> str:
+        """Made when the first request lists the tools, not at `new`: it reads the agent
+        definitions (a scan of directories, a quarter of `new`'s time)."""
+        factory = self.factory
+        return (
             "Delegate a self-contained piece of work (research, a review, a focused change) to "
             "a child session, which runs it to the end of its turn; returns the child's final "
             "answer. The child starts with an empty conversation: put everything it needs in "
@@ -179,7 +186,7 @@ class TaskTool:
             "yours or a narrower one (a reviewer or planner writes no files), never a wider "
             "one. Several task calls in one step run at the same time. "
             f"At most {factory.max_per_turn} children per turn, nested at most "
-            f"{factory.max_depth} deep." + _agents_text(cwd, factory.user_config_dir)
+            f"{factory.max_depth} deep." + _agents_text(self.cwd, factory.user_config_dir)
         )
 
     def effects(self, args: Args) -> Effects:

@@ -95,13 +95,16 @@ class _Entry:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"tool {tool.name!r}: input_schema is not JSON") from exc
         self.validator = _validator(tool.name, self.schema_json)
-        self.description = tool.description
+        self.description: str | None = None  # read at the first request (it may cost a scan)
         self.brief: tuple[str, str] | None = None  # (description, schema JSON), on first use
 
     def json_spec(self, compact: bool) -> tuple[str, str]:
-        """The description and the schema's JSON that `specs` sends; the compact pair is made
-        when a small-window model first asks for it (most sessions never do)."""
+        """The description and the schema's JSON that `specs` sends, each read once, so every
+        request carries the same bytes; the compact pair is made when a small-window model
+        first asks for it (most sessions never do)."""
         if not compact:
+            if self.description is None:
+                self.description = self.tool.description
             return self.description, self.schema_json
         if self.brief is None:
             schema = compact_schema(json.loads(self.schema_json))
