@@ -3,8 +3,9 @@
     .venv/bin/python bench/checkpoints.py [--files 20000] [--repeat 9] [--no-baseline]
 
 A workspace of `--files` files of 2 KiB (200 directories, a .gitignore'd build/ of 1,000 more)
-is checkpointed once (the shadow index is built, as at a workspace's first turn), then, with
-the change watcher and again without it (a second shadow repository of the same workspace):
+is checkpointed once (the shadow index is built, as at a workspace's first turn), then each
+turn is timed with the change watcher and without it (a second shadow repository of the same
+workspace, its snapshots taken right after the first's):
 
 - turn changing 10 files: `before_change` (the snapshot before the first mutating call), 10 files
   rewritten, `end_turn` (the end snapshot and the turn's `changes`): target under 300 ms;
@@ -23,6 +24,7 @@ alone: the file writes of the turn itself are outside the clock.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import tempfile
@@ -77,49 +79,54 @@ def summary(name: str, times: list[float], target: float | None) -> str:
     return f"{name:<44} best {best:8.1f} ms  median {median:8.1f} ms{goal}"
 
 
-async def turns(
-    root: Path, data: Path, repeat: int, *, watch: bool, baseline: bool
-) -> dict[str, list[float]]:
-    """`repeat` rounds of the three turns (and the baseline's copies), in milliseconds."""
-    workspaces = Workspaces(data, watch=watch)
-    checkpoints = workspaces.session("bench", root)
-    start = time.perf_counter()
-    checkpoints.begin_turn(0, "first", 0)
-    await checkpoints.before_change()
-    await checkpoints.end_turn("done")
-    found: dict[str, list[float]] = {
-        "first": [(time.perf_counter() - start) * 1000],
-        "ten": [],
-        "nothing": [],
-        "reading": [],
-        "copies": [],
-    }
+async def turns(root: Path, data: Path, repeat: int, *, baseline: bool) -> dict[str, list[float]]:
+    """`repeat` rounds of the three turns (and the baseline's copies), in milliseconds, each
+    turn timed with the change watcher and without it (a second shadow repository of the same
+    workspace, its snapshot taken right after: both see the same files and the same load)."""
+    both = [Workspaces(data / "watched", watch=True), Workspaces(data / "scanned", watch=False)]
+    sessions = [w.session("bench", root) for w in both]
+    found: dict[str, list[float]] = {"copies": []}
+    for name in ("first", "ten", "nothing", "reading"):
+        for kind in ("watched", "scanned"):
+            found[f"{name} {kind}"] = []
+
+    async def turn(name: str, number: int, between: Callable[[], object] | None) -> None:
+        spent = [0.0, 0.0]
+        for n, checkpoints in enumerate(sessions):
+            checkpoints.begin_turn(number, name, 0)
+            if name != "reading":
+                spent[n] += await timed(checkpoints.before_change)
+        if between is not None:
+            between()
+        for n, checkpoints in enumerate(sessions):
+            spent[n] += await timed(functools.partial(checkpoints.end_turn, "done"))
+        found[f"{name} watched"].append(spent[0])
+        found[f"{name} scanned"].append(spent[1])
+
+    await turn("first", 0, None)
     for round_ in range(1, repeat + 1):
-        checkpoints.begin_turn(3 * round_, "ten", 0)
-        spent = await timed(checkpoints.before_change)
-        change_ten(root, round_)
-        spent += await timed(lambda: checkpoints.end_turn("done"))
-        found["ten"].append(spent)
-        checkpoints.begin_turn(3 * round_ + 1, "nothing", 0)
-        spent = await timed(checkpoints.before_change)
-        spent += await timed(lambda: checkpoints.end_turn("done"))
-        found["nothing"].append(spent)
-        checkpoints.begin_turn(3 * round_ + 2, "read only", 0)
-        found["reading"].append(await timed(lambda: checkpoints.end_turn("done")))
+        await turn("ten", 3 * round_, functools.partial(change_ten, root, round_))
+        await turn("nothing", 3 * round_ + 1, None)
+        await turn("reading", 3 * round_ + 2, None)
         if baseline:
             start = time.perf_counter()
-            full_copy(root, data.parent / "copy-before")
+            full_copy(root, data / "copy-before")
             change_ten(root, round_)
-            full_copy(root, data.parent / "copy-after")
+            full_copy(root, data / "copy-after")
             found["copies"].append((time.perf_counter() - start) * 1000)
         else:
             change_ten(root, round_)  # the same edits between turns as with the baseline
-    step = checkpoints.turn(3)
-    assert step is not None
-    assert step.changes.count("\n") == 10, step.changes
-    watcher = workspaces.workspace(root).shadow.watcher
-    assert watch == (watcher is not None and watcher.watching), watcher and watcher.off
-    workspaces.close()
+    for checkpoints in sessions:
+        step = checkpoints.turn(3)
+        assert step is not None
+        assert step.changes.count("\n") == 10, step.changes
+    assert all(s.turn(3 * repeat + 1) is not None for s in sessions)
+    watcher = both[0].workspace(root).shadow.watcher
+    assert watcher is not None, "no watcher"
+    assert watcher.watching, watcher.off
+    assert both[1].workspace(root).shadow.watcher is None
+    for workspaces in both:
+        workspaces.close()
     return found
 
 
@@ -144,20 +151,20 @@ async def main(files: int, repeat: int, baseline: bool) -> None:
         root = Path(tmp) / "ws"
         make_workspace(root, files)
         directories, setup = watcher_setup(root, repeat)
-        watched = await turns(root, Path(tmp) / "data", repeat, watch=True, baseline=baseline)
-        scanned = await turns(root, Path(tmp) / "data2", repeat, watch=False, baseline=False)
+        found = await turns(root, Path(tmp) / "data", repeat, baseline=baseline)
         print(
             f"workspace: {files} files (+1000 ignored), first checkpoint "
-            f"{watched['first'][0]:.0f} ms (watched), {scanned['first'][0]:.0f} ms (scanned)"
+            f"{found['first watched'][0]:.0f} ms (watched), "
+            f"{found['first scanned'][0]:.0f} ms (scanned)"
         )
-        print(summary("turn changing 10 files", watched["ten"], 300))
-        print(summary("  the same, without the watcher", scanned["ten"], 300))
-        print(summary("turn with a mutating call, nothing changed", watched["nothing"], 30))
-        print(summary("  the same, without the watcher", scanned["nothing"], 30))
-        print(summary("turn without a mutating call", watched["reading"], 30))
+        print(summary("turn changing 10 files", found["ten watched"], 300))
+        print(summary("  the same, without the watcher", found["ten scanned"], 300))
+        print(summary("turn with a mutating call, nothing changed", found["nothing watched"], 30))
+        print(summary("  the same, without the watcher", found["nothing scanned"], 30))
+        print(summary("turn without a mutating call", found["reading watched"], 30))
         print(summary(f"watcher start ({directories} directories, once)", setup, None))
         if baseline:
-            print(summary("baseline: full copies before and after", watched["copies"], None))
+            print(summary("baseline: full copies before and after", found["copies"], None))
 
 
 if __name__ == "__main__":
