@@ -524,12 +524,12 @@ class _GrepSearch:
         Each listed path is then taken as the walk would reach it (`_Beneath`: every rule of
         `walk_files`, every component opened with no symlink followed) and scanned, in walk
         order. So the answer is the pure search's; rg only spares reading the other files."""
-        with _Ripgrep(rg, needed, top) as listed:
-            candidates = listed.wait(cancelled)
-        if candidates is None:
-            return False
-        chosen = sorted((os.fsdecode(path) for path in candidates), key=_walk_order)
         with _Beneath(self.ctx.files, top) as beneath:
+            with _Ripgrep(rg, needed, top, beneath.pruned_top_dirs()) as listed:
+                candidates = listed.wait(cancelled)
+            if candidates is None:
+                return False
+            chosen = sorted((os.fsdecode(path) for path in candidates), key=_walk_order)
             for rel in chosen:
                 if cancelled():
                     raise SearchCancelled
@@ -602,9 +602,11 @@ RIPGREP_ARGS: Final = (
 class _Ripgrep:
     """`rg` listing the files below `top` that contain `needed`, running beside the caller."""
 
-    def __init__(self, rg: str, needed: bytes, top: Path) -> None:
+    def __init__(self, rg: str, needed: bytes, top: Path, skipped: list[str]) -> None:
+        # Directories of `top` the walk never enters are not searched (node_modules, say).
+        excluded = [f"--glob=!/{name}" for name in skipped if _PLAIN_NAME.fullmatch(name)]
         self.proc = subprocess.Popen(
-            [rg, *RIPGREP_ARGS, "--", needed.decode("utf-8"), "."],
+            [rg, *RIPGREP_ARGS, *excluded, "--", needed.decode("utf-8"), "."],
             cwd=top,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -658,13 +660,19 @@ class _Beneath:
         self.outer, self.top_prefix = _outer_ignores(files, top)
         walk = files.walk(top)  # the same checks of `top` and the same descriptor
         try:
-            self.top = os.dup(next(walk).dir_fd)
+            first = next(walk)
+            self.top = os.dup(first.dir_fd)
+            self.top_dirs = list(first.dirs)
         finally:
             if isinstance(walk, Generator):
                 walk.close()  # closes the walk's own descriptors now
         self.ignores: dict[str, _Ignores | None] = {}  # None: the walk does not enter it
         self.dir_rel: str | None = None  # the directory `dir_fd` is open on (walk order)
         self.dir_fd = -1
+
+    def pruned_top_dirs(self) -> list[str]:
+        """The directories of `top` that the walk prunes (`.git`, ignored ones)."""
+        return [name for name in self.top_dirs if self._ignores_of(name) is None]
 
     def read(self, rel: str) -> bytes | None:
         """The file's bytes; None when the walk would not yield it or cannot read it."""
@@ -734,4 +742,5 @@ class _Beneath:
         os.close(self.top)
 
 
+_PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9._-]+")  # nothing special to a glob
 _BENEATH_DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -186,3 +186,14 @@ def test_a_gitignore_skipped_by_the_shortcut_would_decide_nothing(
     path = "/".join(parts) + ("/" if is_dir else "")
     if not _AnyPattern(spec).may_match(path):
         assert spec.check_file(path).include is None, (lines, path)
+
+
+async def test_ripgrep_is_spared_the_directories_the_walk_prunes(ws: Path, tmp_path: Path) -> None:
+    argv = tmp_path / "argv"
+    recording = fake_rg(tmp_path, f'printf "%s\\n" "$@" > {argv}; exit 1')
+    assert await grep(ws, recording, pattern=NEEDLE) == f"No matches for {NEEDLE!r} in .."
+    args = argv.read_text().splitlines()
+    excluded = {a.removeprefix("--glob=!/") for a in args if a.startswith("--glob=!/")}
+    assert excluded == {"build", "generated", ".git"}
+    assert "--no-ignore" in args
+    assert args[-3:] == ["--", NEEDLE, "."]
