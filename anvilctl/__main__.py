@@ -34,7 +34,7 @@ _OTHER_COMMANDS: dict[str, tuple[str, ...]] = {
     "anvilctl.rerun": ("replay",),
     "anvilctl.auto": ("auto",),
 }
-_GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A")
+_GLOBAL_OPTIONS_WITH_VALUE = ("-a", "-A", "-D")
 # `-p`'s options that take a value: given before `-p` (`anvilctl --resume ID -p ...`), their
 # value is not a command word.
 _HEADLESS_OPTIONS_WITH_VALUE = (
@@ -147,6 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown is not None:
         parser.error(unknown)
     args = parser.parse_args(argv)
+    try:
+        ninep_cli.resolve_daemon(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.command in ninep_cli.COMMANDS:
         return ninep_cli.run(args)
     if args.command in sessions.COMMANDS:

@@ -1,11 +1,12 @@
 """`anvilctl ls|read|write|rdwr|stat`: plan9port `9p` semantics over `anvilctl.ninep_client`.
 
-    anvilctl [-a ADDRESS] [-A ANAME] [-n] ls [-l] PATH...
+    anvilctl [-a ADDRESS] [-A ANAME | -D NAME] [-n] ls [-l] PATH...
     anvilctl [...] read PATH | write [-l] PATH | rdwr PATH | stat PATH
 
 Without ``-a`` the first path element names a service in the namespace directory (``agent/list``
 is ``list`` on ``$NAMESPACE/agent``); with ``-a tcp!host!port`` (or ``unix!/path``) the whole
-path is inside that server, ``-A`` the attach name (the TCP token). ``-n`` skips Tauth. The wire
+path is inside that server, ``-A`` the attach name (the TCP token); ``-D NAME`` takes both from
+``[remotes.NAME]`` of anvild's user config. ``-n`` skips Tauth. The wire
 sequences match plan9port's. Errors print the server's message, prefixed by command and path,
 exit 1. Scripts run these in loops: only the client and `anvilctl.wire` are imported, and
 `parse_args` reads plain command lines without argparse.
@@ -33,7 +34,9 @@ __all__ = [
     "add_global_options",
     "add_subcommands",
     "failed",
+    "named_daemon",
     "parse_args",
+    "resolve_daemon",
     "run",
     "std_streams",
 ]
@@ -64,7 +67,54 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
         "-a", dest="address", help="dial this address (tcp!host!port or unix!/path)"
     )
     parser.add_argument("-A", dest="aname", default="", help="attach name (anvild: the token)")
+    parser.add_argument(
+        "-D",
+        dest="daemon",
+        metavar="NAME",
+        help="the daemon [remotes.NAME] of anvild's user config names (its address and token)",
+    )
     parser.add_argument("-n", dest="noauth", action="store_true", help="do not send Tauth")
+
+
+def named_daemon(name: str) -> tuple[str, str | None]:
+    """`[remotes.NAME]` of anvild's user config ($XDG_CONFIG_HOME/anvil/config.toml): the
+    address and the token file (None: none given); `ValueError` says what is missing."""
+    import os
+    import tomllib
+
+    home = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    path = os.path.join(home, "anvil", "config.toml")
+    try:
+        with open(path, "rb") as file:
+            remotes = tomllib.load(file).get("remotes", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"daemon {name}: cannot read {path}: {exc}") from exc
+    entry = remotes.get(name) if isinstance(remotes, dict) else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("address"), str):
+        known = ", ".join(sorted(remotes)) if isinstance(remotes, dict) and remotes else "none"
+        raise ValueError(
+            f"daemon {name}: {path} has no [remotes.{name}] address (named there: {known})"
+        )
+    token = entry.get("token_file")
+    return entry["address"], os.path.expanduser(token) if isinstance(token, str) else None
+
+
+def resolve_daemon(args: Args) -> None:
+    """`-D NAME`: set the address and attach name from the user config; `ValueError` says why
+    not (with `-a`, or a token file that cannot be read)."""
+    name = getattr(args, "daemon", None)
+    if name is None:
+        return
+    if args.address is not None or args.aname:
+        raise ValueError("-D names a daemon with its address and token: give no -a or -A with it")
+    address, token_file = named_daemon(name)
+    args.address = address
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as file:
+                args.aname = file.read().strip()
+        except OSError as exc:
+            raise ValueError(f"daemon {name}: token file {token_file}: {exc.strerror}") from exc
 
 
 class _Mount:
@@ -234,7 +284,7 @@ def parse_args(argv: Sequence[str]) -> SimpleNamespace | None:
     (``-h``, an option glued to its value, an argument starting with "-" in another place, a
     missing or extra PATH) gives None, and the caller parses with argparse, which also reports
     the errors. Scripts call these commands in loops; argparse is a measurable part of a run."""
-    global_options = {"address": None, "aname": "", "noauth": False}
+    global_options = {"address": None, "aname": "", "daemon": None, "noauth": False}
     i = 0
     while i < len(argv) and argv[i] in ("-a", "-A", "-n"):
         if argv[i] == "-n":

@@ -228,19 +228,31 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert {h[3] for h in headers} == {"await"}
     assert fan.stdout.count("fanned\n") == 4
     assert hosts.aliases("d1") == ["spread-a"]  # the fanned-out sessions were killed
-    # one daemon by address and token, as ANVIL_9P documents it, in bash and in Plan 9's rc
+    # one daemon through ANVIL_9P: by address and token, or by name (anvilctl -D: [remotes.d1]
+    # of the user config), in bash and in Plan 9's rc
     secret = (hosts.namespace("d2") / "agent.token").read_text().strip()
-    env["ANVIL_9P"] = f"anvilctl -a {hosts.addresses['d2']} -A {secret}"
-    scripts = [[str(ROOT / "scripts" / "fanout")]]
-    if RC.exists():
-        scripts.append([str(RC), str(ROOT / "scripts" / "fanout.rc")])
-    for script in scripts:
+    fanout_sh, fanout_rc = [str(ROOT / "scripts" / "fanout")], [str(RC), f"{fanout[0]}.rc"]
+    runs = [(fanout_sh, f"anvilctl -a {hosts.addresses['d2']} -A {secret}")]
+    runs.append((fanout_rc if RC.exists() else fanout_sh, "anvilctl -D d1"))
+    for script, ninep in runs:
         one = subprocess.run(
             [*script, "-n", "1", "-m", "fake", "FAN: one"], capture_output=True, text=True,
-            timeout=TIMEOUT, env=env, cwd=hosts.work, check=False,
+            timeout=TIMEOUT, env={**env, "ANVIL_9P": ninep}, cwd=hosts.work, check=False,
         )  # fmt: skip
-        assert one.returncode == 0, (script, one.stderr)
+        assert one.returncode == 0, (script, ninep, one.stderr)
         assert one.stdout.endswith("fanned\n"), one.stdout
+    named = subprocess.run(
+        [sys.executable, "-m", "anvilctl", "-D", "d1", "read", "load"], capture_output=True,
+        text=True, env=env, check=False,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    assert named.stdout.startswith("running 0\n")
+    unknown = subprocess.run(
+        [sys.executable, "-m", "anvilctl", "-D", "d7", "read", "load"], capture_output=True,
+        text=True, env=env, check=False,
+    )  # fmt: skip
+    assert unknown.returncode == 2
+    assert "has no [remotes.d7] address (named there: d1)" in unknown.stderr
 
     waited = len(hosts.fake.requests()) + 3  # ONE, TWO and the hanging THREE of run `again`
     first = subprocess.Popen(
