@@ -555,17 +555,20 @@ class Agent:
 
     def _commit(self, *messages: Message, pending: bool = False) -> None:
         """Append (merging a user message into a trailing user message), validate, replace."""
-        candidate = list(self.messages)
-        kept = len(candidate)  # messages of the transcript left as they are
+        base = self.messages  # not copied: it grows with the session
+        added: list[Message] = []
         for message in messages:
             if not message.content:
                 continue  # an empty answer adds nothing (and providers reject empty messages)
-            if candidate and message.role is Role.USER and candidate[-1].role is Role.USER:
-                message = Message(Role.USER, (*candidate.pop().content, *message.content))
-                kept = min(kept, len(candidate))
-            candidate.append(message)
-        base = self.messages if kept == len(self.messages) else self.messages[:kept]
-        self.messages = self._checked.append(base, candidate[kept:], allow_pending_tail=pending)
+            last = added[-1] if added else base[-1] if base else None
+            if last is not None and message.role is Role.USER and last.role is Role.USER:
+                message = Message(Role.USER, (*last.content, *message.content))
+                if added:
+                    added.pop()
+                else:
+                    base = base[:-1]
+            added.append(message)
+        self.messages = self._checked.append(base, added, allow_pending_tail=pending)
 
     def _over_budget(self, turn: _Turn) -> str | None:
         budget = self.config.token_budget
