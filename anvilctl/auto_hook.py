@@ -123,10 +123,11 @@ def check(payload: dict[str, Any], state: Path) -> tuple[int, str]:
         and isinstance(feature, str)
         and _marked_passing(root, feature)
     ):
+        why = f"exit {record['exit_code']}" if record.get("ran") else record["detail"]
         return 2, (
-            f"./init.sh failed (exit {record['exit_code']}) while {feature} is marked passing in "
+            f"./init.sh failed ({why}) while {feature} is marked passing in "
             f"features.json: fix the feature, or set its passes back to false.\n"
-            f"{record['tail'][-1000:]}"
+            f"{record.get('tail', '')[-1000:]}"
         )
     return 0, ""
 

@@ -176,6 +176,11 @@ def test_the_hook_leaves_other_sessions_alone_and_records_a_missing_init(
     assert auto_hook.check({"session_id": "s1"}, state) == (0, "")
     [record] = [json.loads(x) for x in (state / auto_hook.CHECKS).read_text().splitlines()]
     assert (record["ran"], record["passed"], record["detail"]) == (False, False, "no init.sh")
+    # A worker that marked its feature passing with no init.sh at all is sent back, saying so.
+    (tmp_path / "features.json").write_text(json.dumps([{"id": "add", "passes": True}]))
+    code, why = auto_hook.check({"session_id": "s1"}, state)
+    assert code == 2
+    assert why.startswith("./init.sh failed (no init.sh) while add is marked passing")
 
 
 def test_passes_stands_only_on_a_passing_last_test_run(tmp_path: Path) -> None:
