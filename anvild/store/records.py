@@ -208,11 +208,15 @@ class UsageReported:
     `request` identifies the request (`anvild.llm.identity`: a sha256 over its canonical form),
     `head` its part without the messages (system prompt, tool definitions, parameters), and
     `head_body` is that part itself, written only with the first request of the file that has
-    it (as far as its writer knows). All three are optional and written only when set: records
-    written before them load with none."""
+    it (as far as its writer knows). `at` is when the response finished (UTC, whole seconds),
+    written right after `usage` so a scan finds it there. All four are optional and written
+    only when set: records written before them load with none."""
 
     TAG: ClassVar[str] = "usage"
     usage: stream.Usage
+    at: dt.datetime | None = attrs.field(
+        default=None, kw_only=True, validator=attrs.validators.optional(_aware)
+    )
     request: str = ""
     head: str = ""
     head_body: Json = None
@@ -491,7 +495,9 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(
         UsageReported,
-        make_dict_unstructure_fn(UsageReported, conv, request=omit, head=omit, head_body=omit),
+        make_dict_unstructure_fn(
+            UsageReported, conv, at=omit, request=omit, head=omit, head_body=omit
+        ),
     )
     return conv
 

@@ -104,6 +104,7 @@ json_values = st.recursive(
 )
 counts = st.none() | st.integers(0, 10**7)
 usages = st.builds(stream.Usage, counts, counts, counts, counts)
+utc_times = st.datetimes(timezones=st.just(dt.UTC))
 todos = st.lists(
     st.builds(TodoItem, texts, st.sampled_from(["pending", "in_progress", "completed"])),
     max_size=3,
@@ -169,7 +170,7 @@ def _choices(state: SessionState, ids: Iterator[int]) -> dict[str, Callable[[st.
         "model": lambda d: ModelChanged(d(st.sampled_from(["sonnet", "gpt", "local"]))),
         "status": lambda d: StateChanged(d(st.sampled_from(list(SessionStatus))), d(texts)),
         "todos": lambda d: TodosChanged(d(todos)),
-        "usage": lambda d: UsageReported(d(usages)),
+        "usage": lambda d: UsageReported(d(usages), at=d(st.none() | utc_times)),
         "turn": lambda d: TurnEnded(
             d(st.sampled_from(["done", "cancelled", "error"])), d(texts), d(st.booleans())
         ),

@@ -139,6 +139,30 @@ def test_a_usage_record_carries_its_request_identity_only_when_known() -> None:
     assert decode(old) == (7, UsageReported(stream.Usage(1, 1, 0, 0)))
 
 
+def test_a_usage_record_says_when_its_response_finished_right_after_its_counts() -> None:
+    usage = stream.Usage(10, 2, None, 0)
+    at = dt.datetime(2026, 12, 2, 14, 59, 58, tzinfo=dt.UTC)
+    record = UsageReported(usage, "a" * 64, "b" * 64, {"system": "s"}, at=at)
+    line = encode(8, record)
+    assert line.startswith(  # where `anvilctl stats` scans for it, before any request head
+        b'{"seq":8,"type":"usage","usage":{"input":10,"output":2,"cache_read":null,'
+        b'"cache_write":0},"at":"2026-12-02T14:59:58+00:00","request":"aaa'
+    )
+    assert decode(json.loads(line)) == (8, record)
+    later = dt.datetime(2026, 12, 2, 16, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert decode(json.loads(encode(9, UsageReported(usage, at=later)))) == (
+        9,
+        UsageReported(usage, at=later),
+    )
+    # A time without a zone is refused (older records, without `at`: the test above).
+    with pytest.raises(ValueError, match="time zone"):
+        UsageReported(usage, at=dt.datetime(2026, 12, 2, 14, 0))
+    counts = {"input": 1, "output": 1, "cache_read": 0, "cache_write": 0}
+    naive = {"seq": 11, "type": "usage", "usage": counts, "at": "2026-12-02T14:00:00"}
+    with pytest.raises(RecordError, match="'usage'"):
+        decode(naive)
+
+
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
