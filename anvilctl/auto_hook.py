@@ -47,34 +47,21 @@ def config_text(state: Path) -> str:
 def run_tests(root: Path) -> tuple[int, str]:
     """`./init.sh` in `root`, confined as the bash tool confines commands: its exit status
     and output. Raises `SandboxError` when it cannot be confined."""
+    from anvilctl.sandbox import run_launch
     from anvild.sandbox import SandboxError, WorkspaceWrite
     from anvild.sandbox.confine import Sandbox
 
     script = root / INIT
     command = ("./init.sh",) if os.access(script, os.X_OK) else ("bash", "./init.sh")
     launch = Sandbox(WorkspaceWrite(network=False)).prepare(command, root)
-    with launch:
-        try:
-            done = subprocess.run(
-                launch.argv,
-                env=launch.env,
-                pass_fds=launch.pass_fds,
-                cwd=launch.cwd,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=TEST_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"") + (exc.stderr or b"")
-            return 124, out.decode("utf-8", "replace") + f"\n[timed out after {TEST_TIMEOUT:g} s]"
-        stderr = done.stderr.decode("utf-8", "replace")
-        refusal = launch.verdict(done.returncode, stderr)
-        launch.inspect()
-    if refusal is not None:
-        raise SandboxError(refusal)
-    code = done.returncode if done.returncode >= 0 else 128 - done.returncode
-    return code, done.stdout.decode("utf-8", "replace") + stderr
+    try:
+        ran = run_launch(launch, stdin=subprocess.DEVNULL, timeout=TEST_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"") + (exc.stderr or b"")
+        return 124, out.decode("utf-8", "replace") + f"\n[timed out after {TEST_TIMEOUT:g} s]"
+    if ran.refusal is not None:
+        raise SandboxError(ran.refusal)
+    return ran.status, ran.stdout + ran.stderr
 
 
 def _marked_passing(root: Path, feature: str) -> bool:

@@ -356,6 +356,7 @@ def run_grader(script: str, grade: Path) -> tuple[bool, str]:
     workspace; its exit status decides. The text goes in argv, never into a file the code under
     test could change while bash reads it. `EVAL_OUTSIDE` is `grade/outside`, a copy of what
     was beside the agent's workspace after the run."""
+    from anvilctl.sandbox import run_launch
     from anvild.sandbox import SandboxError, WorkspaceWrite
     from anvild.sandbox.confine import Sandbox
     from anvild.sandbox.roles import DEFAULT_ROLE
@@ -367,25 +368,14 @@ def run_grader(script: str, grade: Path) -> tuple[bool, str]:
         )
     except SandboxError as exc:
         raise _Infra(f"the grader's sandbox: {exc}") from exc
-    with launch:
-        try:
-            done = subprocess.run(
-                launch.argv,
-                env=launch.env,
-                pass_fds=launch.pass_fds,
-                cwd=launch.cwd,
-                capture_output=True,
-                timeout=GRADER_TIMEOUT,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return False, f"grader timed out after {GRADER_TIMEOUT:g} s"
-        stderr = done.stderr.decode(errors="replace")
-        refusal = launch.verdict(done.returncode, stderr)
-    if refusal is not None:
-        raise _Infra(f"the grader's sandbox refused: {refusal}")
-    tail = (done.stdout.decode(errors="replace") + stderr).strip()[-300:]
-    return done.returncode == 0, f"exit {done.returncode}: {tail}"
+    try:
+        ran = run_launch(launch, timeout=GRADER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return False, f"grader timed out after {GRADER_TIMEOUT:g} s"
+    if ran.refusal is not None:
+        raise _Infra(f"the grader's sandbox refused: {ran.refusal}")
+    tail = (ran.stdout + ran.stderr).strip()[-300:]
+    return ran.returncode == 0, f"exit {ran.returncode}: {tail}"
 
 
 def _sh_quote(text: str) -> str:

@@ -15,9 +15,10 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from anvild.sandbox import ReadOnly, SandboxError, WorkspaceWrite, policy_name
-from anvild.sandbox.bwrap import describe_plan
+from anvild.sandbox.bwrap import Launch, describe_plan
 from anvild.sandbox.confine import Sandbox
 from anvild.sandbox.roles import DEFAULT_ROLE, Role, load_role
 
@@ -38,6 +39,51 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument("--cwd", type=Path, default=Path.cwd(), help="the workspace (default .)")
     parser.add_argument("--network", action="store_true", help="allow the network")
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+
+class Ran(NamedTuple):
+    """A confined command's end: its output as text (stdout is "" when not captured), the
+    sandbox's refusal (`Launch.verdict`) and the report of the check after it (`Launch.inspect`)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    refusal: str | None
+    report: str | None
+
+    @property
+    def status(self) -> int:
+        """The exit status as a shell gives it (128 + N for a death by signal N)."""
+        return self.returncode if self.returncode >= 0 else 128 - self.returncode
+
+
+def run_launch(
+    launch: Launch,
+    *,
+    capture_stdout: bool = True,
+    stdin: int | None = None,
+    timeout: float | None = None,
+) -> Ran:
+    """Run a prepared launch to its end as the bash tool does (the process, the verdict, the
+    check after the command) and close it. A timeout raises `subprocess.TimeoutExpired` (with
+    the output so far), the launch closed."""
+    with launch:
+        done = subprocess.run(
+            launch.argv,
+            env=launch.env,
+            pass_fds=launch.pass_fds,
+            cwd=launch.cwd,
+            stdin=stdin,
+            stdout=subprocess.PIPE if capture_stdout else None,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+            check=False,
+        )
+        stderr = done.stderr.decode("utf-8", "replace")
+        refusal = launch.verdict(done.returncode, stderr)
+        report = launch.inspect()
+    stdout = done.stdout.decode("utf-8", "replace") if capture_stdout else ""
+    return Ran(done.returncode, stdout, stderr, refusal, report)
 
 
 def describe_role(role: Role) -> str:
@@ -80,22 +126,11 @@ def run(args: argparse.Namespace) -> int:
     except SandboxError as exc:
         print(f"anvilctl sandbox: {exc}", file=sys.stderr)
         return SANDBOX_FAILED
-    with launch:
-        done = subprocess.run(
-            launch.argv,
-            env=launch.env,
-            pass_fds=launch.pass_fds,
-            cwd=launch.cwd,
-            stderr=subprocess.PIPE,
-            check=False,
-        )
-        stderr = done.stderr.decode("utf-8", "replace")
-        sys.stderr.write(stderr)
-        refusal = launch.verdict(done.returncode, stderr)
-        report = launch.inspect()
-    if report is not None:
-        print(f"anvilctl sandbox: {report}", file=sys.stderr)
-    if refusal is not None:
-        print(f"anvilctl sandbox: {refusal}", file=sys.stderr)
+    ran = run_launch(launch, capture_stdout=False)
+    sys.stderr.write(ran.stderr)
+    if ran.report is not None:
+        print(f"anvilctl sandbox: {ran.report}", file=sys.stderr)
+    if ran.refusal is not None:
+        print(f"anvilctl sandbox: {ran.refusal}", file=sys.stderr)
         return SANDBOX_FAILED
-    return done.returncode if done.returncode >= 0 else 128 - done.returncode
+    return ran.status
