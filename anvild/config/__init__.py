@@ -9,6 +9,7 @@ grants between them (DESIGN section 9).
 - `anvild.config.report`: each effective setting with where it came from (a session's `config`).
 - `anvild.config.check`: the configured model names and their keys, checked at the daemon's
   start (`check_models`).
+- `anvild.config.hosts`: which listen hosts are loopback (the 9P listeners and the web board).
 
 This package may import `anvild.llm` (it builds the registry); `anvild.llm` never imports it.
 """

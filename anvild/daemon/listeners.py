@@ -13,7 +13,6 @@ Everything that refuses raises `ListenError` with a message that says what to do
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import struct
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import attrs
 import trio
+
+from anvild.config.hosts import is_loopback_host
 
 __all__ = [
     "ListenError",
@@ -52,12 +53,7 @@ class TcpAddress:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False  # "" (all interfaces) or a host name: not provably loopback
+        return is_loopback_host(self.host)
 
 
 def parse_listen_address(text: str, *, allow_remote: bool = False) -> TcpAddress:

@@ -4,11 +4,10 @@ start, and starlette and hypercorn load only when the board is on."""
 
 from __future__ import annotations
 
-import ipaddress
-
 import attrs
 
 from anvild.config import Config
+from anvild.config.hosts import is_loopback_host
 
 
 class WebAddressError(Exception):
@@ -22,12 +21,7 @@ class WebAddress:
 
     @property
     def is_loopback(self) -> bool:
-        if self.host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return False
+        return is_loopback_host(self.host)
 
     @property
     def bind(self) -> str:
