@@ -525,7 +525,11 @@ class _GrepSearch:
         `walk_files`, every component opened with no symlink followed) and scanned, in walk
         order. So the answer is the pure search's; rg only spares reading the other files."""
         with _Beneath(self.ctx.files, top) as beneath:
-            with _Ripgrep(rg, needed, top, beneath.pruned_top_dirs()) as listed:
+            try:
+                ripgrep = _Ripgrep(rg, needed, top, beneath.pruned_top_dirs())
+            except (OSError, ValueError):  # not started: a NUL in the literal, a broken binary
+                return False
+            with ripgrep as listed:
                 candidates = listed.wait(cancelled)
             if candidates is None:
                 return False

@@ -151,6 +151,18 @@ async def test_a_failing_or_missing_ripgrep_leaves_the_pure_search(
     expected = await grep(ws, None, pattern=NEEDLE)
     assert await grep(ws, failing, pattern=NEEDLE) == expected
     assert await grep(ws, str(tmp_path / "no-such-rg"), pattern=NEEDLE) == expected
+    broken = tmp_path / "broken-rg"
+    broken.write_bytes(b"\x7fELF not really")
+    broken.chmod(0o755)
+    assert await grep(ws, str(broken), pattern=NEEDLE) == expected
+
+
+@needs_rg
+async def test_a_literal_no_command_line_can_carry_leaves_the_pure_search(ws: Path) -> None:
+    write(ws, {"nul.txt": b"x" * 9000 + b"\x00a\x00b\n"})  # text: the NUL is past the probe
+    args = {"pattern": "\\x00a\\x00b"}
+    assert required_bytes(re.compile(args["pattern"])) == b"\x00a\x00b"
+    assert await grep(ws, RG, **args) == await grep(ws, None, **args) == "nul.txt"
 
 
 def test_required_bytes() -> None:
