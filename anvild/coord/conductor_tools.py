@@ -33,7 +33,6 @@ from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
 from anvild.coord.remotes import RemoteDaemon, RemoteSession
 from anvild.ninep.client import RemoteError
-from anvild.sandbox import FullAccess, ReadOnly, SandboxPolicy, WorkspaceWrite
 from anvild.session import (
     NewSession,
     Session,
@@ -44,7 +43,7 @@ from anvild.session import (
     ToolSetup,
 )
 from anvild.session import roles as session_roles
-from anvild.session.settings import sandbox_name
+from anvild.session.settings import sandbox_name, sandbox_wider
 
 __all__ = ["BEAD_TOOL_NAMES", "CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
 
@@ -72,16 +71,6 @@ MAX_OUT_CHARS: Final = 100_000
 ENDED: Final = frozenset({SessionStatus.EXITED})
 
 T = TypeVar("T")
-
-
-def _width(policy: SandboxPolicy) -> int:
-    match policy:
-        case ReadOnly():
-            return 0
-        case WorkspaceWrite():
-            return 1
-        case FullAccess():
-            return 2
 
 
 class ConductorTools:
@@ -452,8 +441,7 @@ new session's id and alias."""
         except SessionError as exc:
             raise Failed(str(exc)) from exc
         default = sandbox_role.default_policy()
-        wanted = ReadOnly(network=False) if asked == "read-only" else WorkspaceWrite()
-        if _width(wanted) > _width(default):
+        if sandbox_wider(asked, sandbox_name(default)):
             raise Failed(
                 f"sandbox={asked} is refused: the {role} role runs {sandbox_name(default)}, and "
                 "a conductor cannot give a session more than its role allows. Omit sandbox or "

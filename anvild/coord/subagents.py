@@ -49,7 +49,7 @@ from anvild.session import (
     ToolSetup,
 )
 from anvild.session import roles as session_roles
-from anvild.session.settings import wider
+from anvild.session.settings import sandbox_wider, wider
 
 __all__ = ["DEFAULT_ROLES", "MAX_ANSWER_CHARS", "TASK", "SubagentTools"]
 
@@ -61,7 +61,6 @@ MAX_LISTED_AGENTS: Final = 20
 MAX_AGENT_DESCRIPTION: Final = 200
 CANCEL_GRACE: Final = 10.0
 """Seconds a cancelled call waits for its child's turn to end."""
-_WIDTH: Final[Mapping[str, int]] = {"read-only": 0, "workspace-write": 1, "full-access": 2}
 
 
 def within(child: RoleCeiling, parent: RoleCeiling) -> bool:
@@ -312,7 +311,7 @@ class TaskTool:
         if theirs.network and not mine.network:
             raise Failed(f"task refused: role {role} has network access and {parent.role} not")
         default = "workspace-write" if theirs.read_write else "read-only"
-        if _WIDTH[default] > _WIDTH.get(parent.sandbox, 0):
+        if sandbox_wider(default, parent.sandbox):
             return "read-only"
         return None
 

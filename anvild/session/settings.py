@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from anvild.telemetry.traces import Telemetry
 
 SANDBOXES: Final = ("read-only", "workspace-write", "full-access")
+"""The sandboxes by name, from the narrowest to the widest."""
 
 
 @attrs.frozen
@@ -191,6 +192,16 @@ def sandbox_policy(name: str, role: SandboxRole, settings: SessionSettings) -> S
     raise InvalidSessionRequest(f"unknown sandbox {name!r}: use one of {', '.join(SANDBOXES)}")
 
 
+def sandbox_wider(name: str, than: str) -> bool:
+    """Whether sandbox `name` is wider than `than` in `SANDBOXES`' order ("" or an unknown
+    name counts as the narrowest)."""
+
+    def width(sandbox: str) -> int:
+        return SANDBOXES.index(sandbox) if sandbox in SANDBOXES else 0
+
+    return width(name) > width(than)
+
+
 def sandbox_name(policy: SandboxPolicy) -> str:
     match policy:
         case ReadOnly():
@@ -212,5 +223,6 @@ __all__ = [
     "compact_tools",
     "sandbox_name",
     "sandbox_policy",
+    "sandbox_wider",
     "wider",
 ]
