@@ -1,6 +1,7 @@
 """The change watcher and the real bubblewrap sandbox: a file a sandboxed command writes in the
 bind-mounted workspace is reported (inotify follows inodes, not mounts), and a command that only
-reads reports nothing (the sandbox leaves nothing behind in the workspace)."""
+reads reports nothing (the mount points the sandbox makes and removes are no change): a
+snapshot after it does not scan."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from anvild.checkpoints import Snapshot, Workspaces
 from anvild.checkpoints.watch import Watcher
 from anvild.sandbox import SandboxError, WorkspaceWrite, probe
 from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
@@ -76,3 +78,27 @@ def test_a_sandboxed_command_s_writes_are_seen_and_its_reads_are_not(workspace: 
     run_sandboxed(workspace, "echo d > new/deep/c.txt")
     assert watcher.changed()
     watcher.close()
+
+
+async def test_a_sandboxed_ls_costs_no_scan_and_a_sandboxed_write_is_recorded(
+    workspace: Path, tmp_path: Path
+) -> None:
+    shadow = Workspaces(tmp_path / "data", max_file_bytes=1000).workspace(workspace).shadow
+    await shadow.open()
+    scans = [0]
+    scan = shadow._scan
+
+    async def counting() -> Snapshot:
+        scans[0] += 1
+        return await scan()
+
+    shadow._scan = counting  # type: ignore[method-assign]
+    first = await shadow.snapshot()
+    run_sandboxed(workspace, "ls -la")  # `bash ls`: a mutating call that changes nothing
+    assert await shadow.snapshot() == first
+    assert scans == [1]
+    run_sandboxed(workspace, "echo b >> src/a.py")
+    after = await shadow.snapshot()
+    assert scans == [2]
+    assert [c.path for c in await shadow.changes(first.tree, after.tree)] == ["src/a.py"]
+    shadow.close()
