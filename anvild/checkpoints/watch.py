@@ -5,11 +5,12 @@ directory of the workspace is watched except `.git` directories (the user's git 
 a change to the workspace's files). `changed()` drains the queue without blocking, watching the
 directories created since, and rebuilds every watch after a directory moved or the queue
 overflowed, before it clears its flag. Any event, an overflow, a watched directory gone, a
-failed read or a watcher that is off answers True (scan). What inotify does not report is a
-write through a shared mapping after its descriptor was closed (docs/decisions.md). Only local
-file systems (a statfs type allowlist), at most `MAX_DIRS` directories, and at most `limit`
-workspaces per `WatchPool` are watched; past a limit, or on ENOSPC/EMFILE, the workspace is
-scanned every time, as without a watcher.
+failed read or a watcher that is off answers True (scan); the empty mount points a sandboxed
+command's bwrap makes and removes (`.anvil`) are no change. inotify does not report writes
+through a shared mapping (only their descriptor's close), so an undo always scans
+(docs/decisions.md). Only local file systems (a statfs type allowlist), at most `MAX_DIRS`
+directories and `limit` workspaces per `WatchPool` are watched; past a limit, or on
+ENOSPC/EMFILE, the workspace is scanned every time, as without a watcher.
 """
 
 from __future__ import annotations
