@@ -5,10 +5,12 @@ Per group: sessions, turns, outcomes, model requests (compaction summaries inclu
 by kind (reported counts summed; requests with a count unreported counted apart), USD (known
 prices summed; requests of unknown price counted apart, never as 0), tool calls and errors,
 compactions; then a total. A request counts for the model and role the session had when it was
-made; a session and its day are those of its start (records carry no other time), and
-`--since` keeps the sessions started since then. Prices are the user config's, as for each
-session's `cost` file. A current-schema file is scanned line by line without building records
-(`_fast_events`); an older one is read and upgraded whole; an unreadable one is reported.
+made, on the day its response finished (its record's `at`; a compaction's own time; the
+session's start for records written before `at`); a turn's end and a tool call on the day of
+the request before them, a session on each day it did something. `--since` keeps what was done
+since then. Prices are the user config's, as for each session's `cost` file. A current-schema
+file is scanned line by line without building records (`_fast_events`); an older one is read
+and upgraded whole; an unreadable one is reported.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime:
 
 Event: TypeAlias = tuple[str, Any]
 """What stats count of one record: (`start`, SessionStarted), (`model` | `role`, name),
-(`usage` | `compacted`, Usage), (`turn`, outcome), (`tool`, is_error)."""
+(`usage` | `compacted`, (Usage, when or None)), (`turn`, outcome), (`tool`, is_error)."""
 
 
 def _usage(raw: Any) -> Usage:
@@ -117,9 +119,9 @@ def _usage(raw: Any) -> Usage:
 
 def _fast_events(path: Path) -> list[Event] | None:
     """The counted records of a current-schema file, each from its line without building the
-    record (a tool result's outcome and a compaction's usage are read from the line's end);
-    None when the file is in another schema or a line is not in the shape this scan knows:
-    the file is read whole then."""
+    record (a usage's `at` right after its counts; a tool result's outcome and a compaction's
+    time and usage from the line's end); None when the file is in another schema or a line is
+    not in the shape this scan knows: the file is read whole then."""
     events: list[Event] = []
     with path.open("rb") as file:
         for index, line in enumerate(file):
@@ -141,12 +143,20 @@ def _fast_events(path: Path) -> list[Event] | None:
                 end = line.find(b"}", start) + 1
                 if start < 8 or end < 1:
                     return None
-                events.append(("usage", _usage(json.loads(line[start:end]))))
+                when = None
+                if line.startswith(b',"at":"', end):
+                    when = dt.datetime.fromisoformat(
+                        line[end + 7 : line.index(b'"', end + 7)].decode()
+                    )
+                events.append(("usage", (_usage(json.loads(line[start:end])), when)))
             elif tag == b"compacted":
                 at = line.rfind(b',"usage":{')
-                if at < 0 or not line.endswith(b"}}\n"):
+                focus = line.rfind(b',"focus":"', 0, at)  # `at` is written right before it
+                stamp = line.rfind(b',"at":"', 0, focus)
+                if min(at, focus, stamp) < 0 or not line.endswith(b"}}\n"):
                     return None
-                events.append(("compacted", _usage(json.loads(line[at + 9 : -2]))))
+                when = dt.datetime.fromisoformat(line[stamp + 7 : focus - 1].decode())
+                events.append(("compacted", (_usage(json.loads(line[at + 9 : -2])), when)))
             elif tag in (b"model_changed", b"role_changed", b"turn_ended"):
                 item = json.loads(line)
                 kind = {b"model_changed": "model", b"role_changed": "role"}.get(tag, "turn")
@@ -164,10 +174,10 @@ def _events(records: Iterable[Record]) -> list[Event]:
                 events.append(("model", model))
             case RoleChanged(role=role):
                 events.append(("role", role))
-            case UsageReported(usage=usage):
-                events.append(("usage", usage))
-            case Compacted(usage=usage):
-                events.append(("compacted", usage))
+            case UsageReported(usage=usage, at=at):
+                events.append(("usage", (usage, at)))
+            case Compacted(usage=usage, at=at):
+                events.append(("compacted", (usage, at)))
             case TurnEnded(outcome=outcome):
                 events.append(("turn", outcome))
             case ToolFinished(result=result):
@@ -185,22 +195,33 @@ def _keys(by: str, session: str, model: str, role: str, day: str) -> str:
     return {"model": model, "role": role, "session": session, "day": day}[by]
 
 
+def _day(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).date().isoformat()
+
+
 def add_session(
-    stats: Stats, events: Iterable[Event], pricing_of: Callable[[str], Pricing | None]
+    stats: Stats,
+    events: Iterable[Event],
+    pricing_of: Callable[[str], Pricing | None],
+    since: dt.datetime | None = None,
 ) -> None:
-    """Fold one session's events into `stats`."""
+    """Fold one session's events into `stats`: those since `since` (all when None), each at
+    its request's time (module docstring)."""
     session = model = role = day = ""
+    started = when = dt.datetime.min.replace(tzinfo=dt.UTC)
     pricing: Pricing | None = None
     prices: dict[str, Pricing | None] = {}
     for kind, value in events:
         if kind == "start":
             session, model, role = value.id, value.model, value.role
-            day = value.created_at.astimezone(dt.UTC).date().isoformat()
+            started = when = value.created_at
+            day = _day(when)
             pricing = (
                 prices[model] if model in prices else prices.setdefault(model, pricing_of(model))
             )
-            for sums in stats.rows_of(_keys(stats.by, session, model, role, day)):
-                sums.sessions.add(session)  # counted even before its first request
+            if since is None or when >= since:
+                for sums in stats.rows_of(_keys(stats.by, session, model, role, day)):
+                    sums.sessions.add(session)  # counted even before its first request
             continue
         if kind == "model":
             model = value
@@ -210,6 +231,12 @@ def add_session(
             continue
         if kind == "role":
             role = value
+            continue
+        if kind in ("usage", "compacted"):
+            value, stamp = value[0], value[1] or started  # no `at`: an older record
+            if stamp != when:
+                when, day = stamp, _day(stamp)
+        if since is not None and when < since:
             continue
         for sums in stats.rows_of(_keys(stats.by, session, model, role, day)):
             sums.sessions.add(session)
@@ -226,8 +253,8 @@ def add_session(
 
 
 def session_files(data_dir: Path, since: dt.datetime | None) -> Iterator[Path]:
-    """The session record files; one last changed before `since` cannot hold a session
-    started after it and is not opened."""
+    """The session record files; one last changed before `since` cannot hold anything done
+    since and is not opened."""
     directory = data_dir / "sessions"
     if not directory.is_dir():
         return
@@ -251,10 +278,8 @@ def summarise(
         except (StoreError, ValueError, KeyError, OSError) as exc:
             stats.skipped.append(f"{path.name}: {exc}")
             continue
-        started = events[0][1] if events and events[0][0] == "start" else None
-        if started is None or (since is not None and started.created_at < since):
-            continue
-        add_session(stats, events, pricing_of)
+        if events and events[0][0] == "start":
+            add_session(stats, events, pricing_of, since)
     return stats
 
 
