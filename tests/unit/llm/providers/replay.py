@@ -21,15 +21,13 @@ the result does not depend on how the network split the body.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Protocol
 
+from anvilctl.replay import sse_body as replay_body
 from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.sse import SseDecoder, SseEvent
 from anvild.llm.stream import StreamEvent
-
-CHUNKS_SUFFIX = ".chunks.jsonl"
 
 
 class StreamStateLike(Protocol):
@@ -42,20 +40,7 @@ class StreamStateLike(Protocol):
 
 def sse_body(path: Path) -> bytes:
     """The fixture as a `text/event-stream` body (chunk files are wrapped, raw SSE is as is)."""
-    if not path.name.endswith(CHUNKS_SUFFIX):
-        return path.read_bytes()
-    out: list[str] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            payload = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not a JSON chunk: {exc}") from exc
-        if isinstance(payload, dict) and isinstance(payload.get("type"), str):
-            out.append(f"event: {payload['type']}\n")
-        out.append(f"data: {line}\n\n")
-    return "".join(out).encode("utf-8")
+    return replay_body(path.read_bytes(), str(path))
 
 
 def replay_events(
