@@ -648,17 +648,25 @@ def test_without_a_daemon_the_turn_runs_in_process(
     ]
 
 
-def test_a_locked_data_dir_runs_in_a_temporary_one(
-    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
-) -> None:
-    in_process_config(tmp_path, fake.url)
+@contextlib.contextmanager
+def locked_elsewhere(tmp_path: Path) -> Iterator[Path]:
+    """The data dir `-p` would use, locked by another daemon (its namespace elsewhere) while
+    the block runs."""
     data_dir = prepare_data_dir(tmp_path / "xdg-data" / "anvil")
     lock = DataDirLock(data_dir)
     lock.acquire(tmp_path / "elsewhere" / "agent")
     try:
-        result = headless(namespace, "-p", "say-pong", cwd=workdir)
+        yield data_dir
     finally:
         lock.release()
+
+
+def test_a_locked_data_dir_runs_in_a_temporary_one(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    in_process_config(tmp_path, fake.url)
+    with locked_elsewhere(tmp_path) as data_dir:
+        result = headless(namespace, "-p", "say-pong", cwd=workdir)
     assert (result.returncode, result.stdout) == (0, "pong\n"), result.stderr
     assert "running in process on the temporary data dir" in result.stderr
     assert "records are not kept" in result.stderr

@@ -12,9 +12,14 @@ from pathlib import Path
 
 from anvild.budget import Ledger
 from anvild.budget.ledger import day_of
-from anvild.daemon.datadir import DataDirLock, prepare_data_dir
 from tests.integration.test_daemon_cli import Anvild
-from tests.integration.test_headless import fake, headless, in_process_config, turn_ends
+from tests.integration.test_headless import (
+    fake,
+    headless,
+    in_process_config,
+    locked_elsewhere,
+    turn_ends,
+)
 from tests.integration.test_sessions_e2e import FakeServer, read
 from tests.unit.telemetry.test_traces import Receiver, receiver
 
@@ -68,13 +73,8 @@ def test_a_locked_data_dir_with_a_budget_is_refused(
 ) -> None:
     config = in_process_config(tmp_path, fake.url)
     with_section(config, "[budget]\ndaily_tokens = 1000000")
-    data_dir = prepare_data_dir(tmp_path / "xdg-data" / "anvil")
-    lock = DataDirLock(data_dir)
-    lock.acquire(tmp_path / "elsewhere" / "agent")
-    try:
+    with locked_elsewhere(tmp_path):
         result = headless(namespace, "-p", "say-pong", cwd=workdir)
-    finally:
-        lock.release()
     assert result.returncode == 1
     assert "a [budget] is configured" in result.stderr
     assert "start anvild" in result.stderr
