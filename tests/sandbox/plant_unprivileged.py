@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from anvilctl.sandbox import run_launch
 from anvild.sandbox import WorkspaceWrite
 from anvild.sandbox.bwrap import SandboxSettings
 from anvild.sandbox.confine import Sandbox
@@ -22,22 +23,10 @@ from tests.sandbox import planting
 
 def run(sandbox: Sandbox, ws: Path, script: str) -> None:
     """As the bash tool runs a command: prepare, run, verdict, the check afterwards, close."""
-    with sandbox.prepare(("bash", "-c", script), ws) as launch:
-        done = subprocess.run(
-            launch.argv,
-            env=launch.env,
-            pass_fds=launch.pass_fds,
-            cwd=launch.cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        refusal = launch.verdict(done.returncode, done.stderr)
-        launch.inspect()
-    if refusal is not None:
-        raise SystemExit(refusal)
+    launch = sandbox.prepare(("bash", "-c", script), ws)
+    ran = run_launch(launch, stdin=subprocess.DEVNULL, timeout=120)
+    if ran.refusal is not None:
+        raise SystemExit(ran.refusal)
 
 
 def main(top: Path) -> dict[str, list[str]]:
