@@ -1,14 +1,15 @@
 """The board's spend: tokens and USD per hour and model from the session records, the live
 sessions summed per model and per role, and the daemon's budgets as `agent/budget` shows them.
 
-    GET /api/spend[?hours=N]   {"seq", "hours": [...], "slots": [...], "models": [...],
-                                "roles": [...], "total": {...}, "budget": TEXT}
+    GET /api/spend[?hours=N]   {"seq", "hours": [...], "undated": N, "slots": [...],
+                                "models": [...], "roles": [...], "total": {...}, "budget": TEXT}
 
-`hours` (last N hours, 24 unless given, at most 168): one row per (hour, model) from every
-session file (live or exited) whose session started in the window, read through the store as
-`anvilctl stats` reads them: each request counts for the model the session had when it was made
-and for the hour its session started (records carry no other time). USD is summed over the
-requests of known price, `unknown_usd` counts the others (never priced as 0). The live rows
+`hours` (last N hours, 24 unless given, at most 168): one row per (hour, model) of the requests
+made in the window by any session (live or exited), read through the store as `anvilctl stats`
+reads them: each request counts for the model the session had when it was made and in the hour
+its response finished (its record's `at`, a compaction's own time); `undated` counts those
+recorded before `at` existed, counted in the hour their session started. USD is summed over
+the requests of known price, `unknown_usd` counts the others (never priced as 0). The live rows
 sum each session's recorded usage and USD (None when any is unknown, as `cost` says `n/a`).
 """
 
@@ -66,28 +67,33 @@ def hour_of(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
-Charges = tuple[dt.datetime, tuple[tuple[str, Usage, float | None], ...]]
-"""When a session started, and each of its requests: (model, usage, USD or None)."""
+Charge = tuple[dt.datetime, bool, str, Usage, float | None]
+"""One request: (when, whether that is its session's start for want of its own time, model,
+usage, USD or None)."""
+Charges = tuple[Charge, ...]
 
 
 def charges(path: Path, pricing_of: PricingOf) -> Charges | None:
-    """The charges of one session file; None when it cannot be read."""
+    """The requests of one session file; None when it cannot be read."""
     try:
         records = read_journal(path).records
     except (OSError, StoreError, ValueError):
         return None
     started: dt.datetime | None = None
     model, pricing = "", None
-    made: list[tuple[str, Usage, float | None]] = []
+    made: list[Charge] = []
     for record in records:
         match record:
             case SessionStarted(created_at=started, model=model):
                 pricing = pricing_of(model)
             case ModelChanged(model=model):
                 pricing = pricing_of(model)
-            case UsageReported(usage=usage) | Compacted(usage=usage):
-                made.append((model, usage, None if pricing is None else pricing.cost(usage)))
-    return None if started is None else (started, tuple(made))
+            case UsageReported(usage=usage, at=at) | Compacted(usage=usage, at=at):
+                if started is None:
+                    return None  # no session_started first: the journal refuses such a file
+                cost = None if pricing is None else pricing.cost(usage)
+                made.append((at or started, at is None, model, usage, cost))
+    return None if started is None else tuple(made)
 
 
 class HourlySpend:
@@ -97,10 +103,12 @@ class HourlySpend:
     def __init__(self, store: SessionStore, pricing_of: PricingOf) -> None:
         self._store, self._pricing_of = store, pricing_of
         self._files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
+        self.undated = 0  # the requests the last `rows` counted at their session's start
 
     def rows(self, since: dt.datetime) -> list[dict[str, Any]]:
-        """The rows of the sessions started at or after `since`, oldest hour first."""
+        """The rows of the requests made at or after `since`, oldest hour first."""
         rows: dict[tuple[str, str], dict[str, Any]] = {}
+        undated = 0
         files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
         for session_id in self._store.ids():
             path = self._store.path_for(session_id)
@@ -109,15 +117,16 @@ class HourlySpend:
             except OSError:
                 continue
             if stat.st_mtime < since.timestamp():
-                continue  # not written since: it cannot hold a session started since
+                continue  # not written since: it cannot hold a request made since
             version = (stat.st_mtime_ns, stat.st_size)
             known = self._files.get(session_id)
             found = known[1] if known and known[0] == version else charges(path, self._pricing_of)
             files[session_id] = (version, found)
-            if found is None or found[0] < since:
-                continue
-            hour = hour_of(found[0])
-            for model, usage, cost in found[1]:
+            for when, fallback, model, usage, cost in found or ():
+                if when < since:
+                    continue
+                undated += fallback
+                hour = hour_of(when)
                 row = rows.setdefault(
                     (hour, model),
                     {"hour": hour, "model": model, "requests": 0, "tokens": 0,
@@ -129,7 +138,7 @@ class HourlySpend:
                 row["tokens"] = row["input"] + row["output"]
                 row["unknown_usd"] += cost is None
                 row["usd"] += cost or 0.0
-        self._files = files
+        self._files, self.undated = files, undated
         return [rows[key] for key in sorted(rows)]
 
 
@@ -158,6 +167,7 @@ def spend_routes(
             {
                 "seq": seq,
                 "hours": hours,
+                "undated": spent.undated,
                 "slots": [hour_of(since + dt.timedelta(hours=n)) for n in range(int(text))],
                 "models": spend_rows(sessions, lambda s: s.model, usd),
                 "roles": spend_rows(sessions, lambda s: s.role, usd),

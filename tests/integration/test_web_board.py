@@ -489,6 +489,7 @@ def test_spend_charts_tokens_and_cost_per_hour_and_model_and_follows_a_turn(
         assert float(drawn.get_attribute("data-value")) == pytest.approx(usd, abs=rounding)
     assert page.locator("#tokens-chart rect.bar").count() == len(expected)
     assert page.locator("#legend .key").all_inner_texts() == ["fake"]
+    assert page.locator("#undated").is_hidden()  # every request recorded its time
     budget = read(board.namespace, "agent/budget")
     assert budget.startswith("daemon daily_tokens limit=100000000 spent=")  # the config's
     page.locator("#budget").filter(has_text=budget.strip()).wait_for(timeout=WAIT_MS)

@@ -69,6 +69,15 @@
     document.getElementById("legend").replaceChildren(...models.map((model, j) =>
       el("span", { class: "key" }, el("span", { class: `swatch m${j % COLOURS}` }), model)));
     document.getElementById("no-hours").hidden = data.hours.length > 0;
+    // Requests recorded before their time was: said only when the window holds some.
+    const undated = document.getElementById("undated");
+    const one = data.undated === 1;
+    undated.hidden = !data.undated;
+    undated.textContent = data.undated
+      ? `${data.undated} request${one ? "" : "s"} recorded by an older anvild, without the time `
+        + `${one ? "its response" : "their responses"} finished, count${one ? "s" : ""} in the `
+        + `hour ${one ? "its session" : "their sessions"} started.`
+      : "";
     table("models", data.models, "model");
     table("roles", data.roles, "role");
     const t = data.total;
