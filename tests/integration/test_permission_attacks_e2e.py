@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from anvild.sandbox.bwrap import DEFAULT_GID, DEFAULT_UID
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_headless import headless
 from tests.integration.test_sessions_e2e import FakeServer, user_config
+from tests.sandbox.conftest import git
 from tests.unit.permissions.test_attacks import ALLOW, ATTACKS, DENY
 
 pytestmark = pytest.mark.slow
@@ -45,18 +45,6 @@ TURNS: list[dict[str, Any]] = [
     },
     {"text": "understood", "repeat": True},
 ]
-
-
-def git(cwd: Path, *args: str) -> None:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        **{f"GIT_{who}_{what}": v for who in ("AUTHOR", "COMMITTER")
-           for what, v in (("NAME", "t"), ("EMAIL", "t@example.com"))},
-    }  # fmt: skip
-    subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, check=True,
-                   capture_output=True)  # fmt: skip
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,29 +40,9 @@ from tests.integration.test_sessions_e2e import (
     start_daemon,
     user_config,
 )
+from tests.sandbox.conftest import git
 
 pytestmark = pytest.mark.slow
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
 
 
 @pytest.fixture
