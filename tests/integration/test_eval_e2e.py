@@ -99,13 +99,16 @@ def fake(tmp_path: Path) -> Iterator[FakeServer]:
     server.stop()
 
 
-@pytest.fixture
-def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
-    config = user_config(tmp_path, fake.url)
+def serving_models(
+    namespace: Path, tmp_path: Path, url: str, names: tuple[str, ...]
+) -> Iterator[Anvild]:
+    """A daemon whose config adds each of `names` as a model of the fake provider at `url`
+    (its model `NAME-model`) and allows bypass mode; stopped cleanly afterwards."""
+    config = user_config(tmp_path, url)
     models = "".join(
         f'\n[models.{name}]\nprovider = "fake"\nmodel = "{name}-model"\n'
         "context_window = 8192\nmax_output_tokens = 1024\n"
-        for name in ("good", "cheat")
+        for name in names
     )
     config.write_text(config.read_text() + models + '\n[permissions]\nmax_mode = "bypass"\n')
     d = Anvild(namespace, "--config", str(config))
@@ -113,6 +116,11 @@ def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild
     yield d
     code, log = d.stop()
     assert code == 0, log
+
+
+@pytest.fixture
+def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
+    yield from serving_models(namespace, tmp_path, fake.url, ("good", "cheat"))
 
 
 def eval_run(namespace: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,8 +21,9 @@ import pytest
 
 from anvilctl import eval as evals
 from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_eval_e2e import serving_models
 from tests.integration.test_headless import TIMEOUT, env_for
-from tests.integration.test_sessions_e2e import FakeServer, user_config
+from tests.integration.test_sessions_e2e import FakeServer
 
 TASKS = Path(__file__).resolve().parents[2] / "evals" / "tasks"
 NAMES = sorted(p.name for p in TASKS.iterdir() if (p / "task.toml").is_file())
@@ -78,18 +79,7 @@ def fake(tmp_path: Path) -> Iterator[FakeServer]:
 
 @pytest.fixture
 def daemon(namespace: Path, tmp_path: Path, fake: FakeServer) -> Iterator[Anvild]:
-    config = user_config(tmp_path, fake.url)
-    models = "".join(
-        f'\n[models.{name}]\nprovider = "fake"\nmodel = "{name}-model"\n'
-        "context_window = 8192\nmax_output_tokens = 1024\n"
-        for name in ("solver", "quitter")
-    )
-    config.write_text(config.read_text() + models + '\n[permissions]\nmax_mode = "bypass"\n')
-    d = Anvild(namespace, "--config", str(config))
-    d.wait_serving()
-    yield d
-    code, log = d.stop()
-    assert code == 0, log
+    yield from serving_models(namespace, tmp_path, fake.url, ("solver", "quitter"))
 
 
 def test_ten_tasks_two_models_three_trials_unattended(
