@@ -113,7 +113,7 @@ class SessionApprovals:
         office, manager = self.office, self._manager
         if office is None or manager is None:
             return
-        for session in manager.sessions():
+        for session in manager.built_sessions():  # one waiting on a gate is built
             gate = session.pending_result
             if session.status is not SessionStatus.AWAIT_APPROVAL or gate is None:
                 continue

@@ -441,8 +441,8 @@ class Sessions:
                             if self.beads.store.unavailable is None:  # pulls on an interval
                                 await nursery.start(self.beads.store.run_sync)
                         if self.gates is not None and self.gates.store.unavailable is None:
-                            manager = self.manager
-                            await nursery.start(self.gates.run, lambda: list(manager.sessions()))
+                            built = self.manager.built_sessions  # a gated one is built
+                            await nursery.start(self.gates.run, lambda: list(built()))
                         task_status.started()
         finally:
             self._done.set()

@@ -1,8 +1,11 @@
 """`SessionManager`: every session of the daemon, their task tree, creation and restoration.
 
 - `await nursery.start(manager.run)` restores every session from its records, then serves; each
-  session runs in the manager's nursery. Cancelling it cancels every turn (approvals cancelled,
-  never approved), records how each ended, then syncs and closes every journal (shielded).
+  session runs in the manager's nursery. A restored session at rest (idle or await, nothing
+  queued or pending) is listed from its records at once and built on first use (`get`,
+  `sessions`, `children`: one choke point, `_built`) or by a background task after the start.
+  Cancelling it cancels every turn (approvals cancelled, never approved), records how each
+  ended, then syncs and closes every journal (shielded).
 - `create` validates everything (model, cwd, role, sandbox, alias) before anything is written.
 - Restoration never re-runs a call whose finish is not durable (`Journal.recover`); a file that
   cannot be loaded is left untouched and reported (`SessionFailed`). Sessions come back in
@@ -364,6 +367,58 @@ class Child:
     usd: float | None
 
 
+_LAZY: Final = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
+
+
+def _at_rest(state: SessionState) -> bool:
+    """Whether a restored session may wait to be built: nothing its task would do at once (no
+    queued prompt, approval or turn; not ephemeral), so building it later changes nothing."""
+    return (
+        state.ended is None
+        and state.status in _LAZY
+        and not state.queue
+        and state.approval is None
+        and state.result_approval is None
+        and not state.tools
+        and not state.pending_calls
+        and not state.ephemeral
+    )
+
+
+@attrs.define(eq=False)
+class _Unbuilt:
+    """A restored session not built yet: its journal (open), model and cost so far, which are
+    what `Session` is built from, and its `agent/list` line (what `Session.list_line` gives)."""
+
+    journal: Journal
+    target: ResolvedModel
+    usd: float | None
+
+    @property
+    def id(self) -> str:
+        return self.journal.state.id
+
+    @property
+    def alias(self) -> str | None:
+        return self.journal.state.alias
+
+    def list_line(self) -> str:
+        state = self.journal.state
+        fields = (state.id, state.alias, state.status.value, state.role, self.target.name)
+        return "\t".join(f or "-" for f in (*fields, state.cwd))
+
+
+def _load(store: SessionStore, ids: Sequence[str]) -> list[tuple[str, Journal | StoreError]]:
+    """Every session file opened (blocking: one thread for them all)."""
+    found: list[tuple[str, Journal | StoreError]] = []
+    for session_id in ids:
+        try:
+            found.append((session_id, store.open(session_id)))
+        except StoreError as exc:
+            found.append((session_id, exc))
+    return found
+
+
 def _child_of(state: SessionState, status: str, usd: float | None) -> Child:
     turn = state.last_turn
     return Child(state.id, state.role, status, turn.outcome if turn else "-", state.usage, usd)
@@ -398,7 +453,7 @@ class SessionManager:
         self._default_cwd = default_cwd
         self._on_event = on_event
         self._new_id = new_id
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, Session | _Unbuilt] = {}  # creation order
         self._aliases: dict[str, str] = {}
         self._claimed: set[str] = set()  # ids and aliases of sessions being created
         self._limiters: dict[str, trio.CapacityLimiter] = {}
@@ -434,12 +489,13 @@ class SessionManager:
                 await trio.to_thread.run_sync(litter.sweep, litter_dir)
                 await self._restore()
                 task_status.started()
+                await self._build_rest()
                 await trio.sleep_forever()
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 for session in list(self._sessions.values()):
-                    await self._close_journal(session)
+                    await self._close_journal(session.journal, session.id)
             self.events.close()
 
     # -- lookup ------------------------------------------------------------------------------
@@ -449,11 +505,17 @@ class SessionManager:
         session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
         if session is None:
             raise SessionNotFound(f"no session {key!r}: read agent/list for the live sessions")
-        return session
+        return self._built(session)
 
     def sessions(self) -> tuple[Session, ...]:
         """Live sessions in creation order (ephemeral ones until they are reaped)."""
-        return tuple(self._sessions.values())
+        return tuple(self._built(session) for session in list(self._sessions.values()))
+
+    def built_sessions(self) -> tuple[Session, ...]:
+        """The live sessions built so far, in creation order, building none: enough for what
+        looks for sessions waiting on something (a gate, an approval, a turn), since only a
+        session at rest is restored unbuilt."""
+        return tuple(s for s in self._sessions.values() if isinstance(s, Session))
 
     def list_text(self) -> str:
         """`agent/list`: one tab-separated line per session."""
@@ -483,7 +545,7 @@ class SessionManager:
                 if (ended := self._ended_children.get(child_id)) is not None:
                     found.append(ended)
                 continue
-            found.append(self._live_child(session))
+            found.append(self._live_child(self._built(session)))
         return tuple(found)
 
     def children_costs(self, parent_id: str) -> tuple[tuple[Usage, float | None], ...]:
@@ -589,9 +651,9 @@ class SessionManager:
                     f"from=latest: no session (live or exited) has the cwd {here} to continue from"
                 )
         else:
-            session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
-            if session is not None and not session.journal.closed:
-                found = session.journal.state
+            entry = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+            if entry is not None and not entry.journal.closed:
+                found = entry.journal.state
             else:
                 found = await trio.to_thread.run_sync(_recorded, self.store, key, live_ids)
             if found is None:
@@ -767,6 +829,26 @@ class SessionManager:
         except ValueError:  # not the shape of an id: no session file has that name
             return False
 
+    def _built(self, entry: Session | _Unbuilt) -> Session:
+        """The choke point of lazy restoration: a restored session's `Session`, built (and its
+        task started) on first use, in its place in creation order."""
+        if isinstance(entry, Session):
+            return entry
+        session = Session(entry.journal, entry.target, self._services, usd=entry.usd)
+        self._sessions[session.id] = session  # replaced in place: the order is kept
+        if self._nursery is not None:  # else the daemon is stopping: only read, never run
+            self._nursery.start_soon(session.run)
+            self._services.before_turn(session)
+        return session
+
+    async def _build_rest(self) -> None:
+        """After the start: build the sessions nobody used yet, one at a time, letting every
+        other task run between two."""
+        for entry in list(self._sessions.values()):
+            await trio.lowlevel.checkpoint()
+            if isinstance(entry, _Unbuilt) and self._sessions.get(entry.id) is entry:
+                self._built(entry)
+
     def _add(self, session: Session) -> None:
         self._sessions[session.id] = session
         if session.alias:
@@ -793,14 +875,14 @@ class SessionManager:
         session.journal.close()
         self.publish(SessionEnded(session.id, reason))
 
-    async def _close_journal(self, session: Session) -> None:
-        journal = session.journal
+    @staticmethod
+    async def _close_journal(journal: Journal, session_id: str) -> None:
         if journal.closed:
             return
         try:
             await trio.to_thread.run_sync(journal.sync)
         except StoreError as exc:
-            log.error("session.sync_failed", session=session.id, error=str(exc))
+            log.error("session.sync_failed", session=session_id, error=str(exc))
         journal.close()
 
     @staticmethod
@@ -834,13 +916,12 @@ class SessionManager:
         ids = await trio.to_thread.run_sync(self.store.ids)
         journals = []
         born: dict[str, dt.datetime] = {}  # children's creation times: their order in `children`
-        for session_id in ids:
-            try:
-                journal = await trio.to_thread.run_sync(self.store.open, session_id)
-            except StoreError as exc:
-                log.error("session.restore_failed", session=session_id, error=str(exc))
-                self.publish(SessionFailed(session_id, f"not restored: {exc}"))
+        for session_id, opened in await trio.to_thread.run_sync(_load, self.store, ids):
+            if isinstance(opened, StoreError):
+                log.error("session.restore_failed", session=session_id, error=str(opened))
+                self.publish(SessionFailed(session_id, f"not restored: {opened}"))
                 continue
+            journal = opened
             if (parent := journal.state.parent) is not None:
                 self._family.setdefault(parent, []).append(session_id)
                 self._parents[session_id] = parent
@@ -850,14 +931,14 @@ class SessionManager:
                     await self._ended_child(journal)
                 journal.close()
                 continue
-            try:
-                found = await self._recover(journal)
-            except StoreError as exc:
-                journal.close()
-                log.error("session.recover_failed", session=session_id, error=str(exc))
-                self.publish(SessionFailed(session_id, f"not restored: {exc}"))
-                continue
-            if found.records:
+            if recover(journal.state).records:
+                try:
+                    found = await self._recover(journal)
+                except StoreError as exc:
+                    journal.close()
+                    log.error("session.recover_failed", session=session_id, error=str(exc))
+                    self.publish(SessionFailed(session_id, f"not restored: {exc}"))
+                    continue
                 log.warning(
                     "session.recovered",
                     session=session_id,
@@ -883,9 +964,14 @@ class SessionManager:
                     self.publish(SessionFailed(state.id, f"not restored: {failed}"))
                     journal.close()
                     continue
-            session = Session(journal, target, self._services, usd=usd)
-            self._add(session)
-            await nursery.start(session.run)
+            if _at_rest(journal.state):
+                self._sessions[state.id] = _Unbuilt(journal, target, usd)
+                if state.alias:
+                    self._aliases[state.alias] = state.id
+            else:
+                session = Session(journal, target, self._services, usd=usd)
+                self._add(session)
+                await nursery.start(session.run)
             self.publish(
                 SessionCreated(
                     state.id,
@@ -897,7 +983,8 @@ class SessionManager:
                     restored=True,
                 )
             )
-            self._services.before_turn(session)
+            if isinstance(entry := self._sessions[state.id], Session):
+                self._services.before_turn(entry)
 
 
 __all__ = [

@@ -1,0 +1,176 @@
+"""Lazy restoration: a session restored at rest is listed from its records and built on first
+use; what it then answers is what a session built during the restore answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from anvild.llm.testing import ScriptedProvider
+from anvild.session import manager as manager_module
+from anvild.session.manager import SessionManager
+from anvild.session.session import Session
+from anvild.store import (
+    PromptQueued,
+    Record,
+    SessionStarted,
+    SessionStatus,
+    SessionStore,
+    StateChanged,
+)
+from anvild.store.records import encode
+from tests.unit.session.support import Models, file_tools, target, workspace
+from tests.unit.session.support import settings as session_settings
+from tests.unit.store.support import valid_records
+
+
+def _write(directory: Path, records: list[Record]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    started = records[0]
+    assert isinstance(started, SessionStarted)
+    data = b"".join(encode(seq, record) for seq, record in enumerate(records, start=1))
+    (directory / f"{started.id}.jsonl").write_bytes(data)
+
+
+def _answers(session: Session) -> dict[str, Any]:
+    """Everything a client reads of a session that comes from its restored state."""
+    return {
+        "list": session.list_line(),
+        "status": (session.status, session.status_detail),
+        "out": session.out,
+        "queue": session.queue_text(),
+        "usage": session.usage_line(),
+        "cost": session.cost_text(),
+        "todos": session.todos_text(),
+        "approval": session.approval_text(),
+        "context": session.context,
+        "record": session.record,
+        "history": list(session.agent.messages),
+    }
+
+
+async def _restored(tmp_path: Path, data: Path, *, lazy: bool) -> tuple[str, str, list[Any]]:
+    """Restore `data` (a copy): the list before any session is used, after all are built, and
+    every session's answers."""
+    copy = tmp_path / ("lazy" if lazy else "eager")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(data, copy)
+    manager = SessionManager(
+        SessionStore(copy),
+        Models({"fake": target(ScriptedProvider([]))}),
+        settings=session_settings(tmp_path),
+        tools=file_tools(),
+        default_cwd=workspace(tmp_path),
+    )
+    at_rest = manager_module._at_rest
+    if not lazy:  # every session built during the restore, as before lazy restoration
+        manager_module._at_rest = lambda state: False
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(manager.run)
+            before = manager.list_text()
+            answers = [_answers(session) for session in manager.sessions()]
+            after = manager.list_text()
+            nursery.cancel_scope.cancel()
+    finally:
+        manager_module._at_rest = at_rest
+    return before, after, answers
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(histories=st.lists(valid_records(max_size=20), min_size=1, max_size=3))
+def test_a_lazily_restored_session_answers_as_an_eagerly_restored_one(
+    tmp_path: Path, histories: list[list[Record]]
+) -> None:
+    data = tmp_path / "data"
+    shutil.rmtree(data, ignore_errors=True)
+    cwd = str(workspace(tmp_path))
+    for index, records in enumerate(histories):
+        first = records[0]
+        assert isinstance(first, SessionStarted)
+        started = attrs.evolve(first, id=f"s{index}", alias=None, model="fake", cwd=cwd)
+        _write(data, [started, *records[1:]])
+
+    async def main() -> None:
+        lazy_before, lazy_after, lazy = await _restored(tmp_path, data, lazy=True)
+        eager_before, eager_after, eager = await _restored(tmp_path, data, lazy=False)
+        assert lazy_before == lazy_after == eager_before == eager_after
+        assert lazy == eager
+
+    trio.run(main)
+
+
+async def test_only_a_session_at_rest_waits_and_the_first_use_builds_it(tmp_path: Path) -> None:
+    cwd = str(workspace(tmp_path))
+    data = tmp_path / "data"
+    base = SessionStarted(
+        id="rest", alias="calm", role="developer", model="fake", cwd=cwd,
+        sandbox="workspace-write", created_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    _write(data, [base, StateChanged(SessionStatus.IDLE, "")])
+    later = base.created_at + dt.timedelta(seconds=1)
+    busy = attrs.evolve(base, id="busy", alias=None, created_at=later)
+    _write(data, [busy, StateChanged(SessionStatus.IDLE, ""), PromptQueued("p1", "hello")])
+    manager = SessionManager(
+        SessionStore(data),
+        Models({"fake": target(ScriptedProvider([]))}),
+        settings=session_settings(tmp_path),
+        tools=file_tools(),
+        default_cwd=workspace(tmp_path),
+    )
+    async with trio.open_nursery() as nursery:
+        manager._build_rest = trio.sleep_forever  # type: ignore[method-assign]
+        await nursery.start(manager.run)
+        assert [s.id for s in manager.built_sessions()] == ["busy"]  # a queued prompt runs
+        assert manager.list_text().splitlines()[0] == "rest\tcalm\tidle\tdeveloper\tfake\t" + cwd
+        session = manager.get("calm")
+        assert session.id == "rest"
+        assert session.status is SessionStatus.IDLE
+        assert manager.get("rest") is session
+        assert [s.id for s in manager.built_sessions()] == ["rest", "busy"]  # creation order
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("built", [True, False])
+async def test_the_background_task_builds_every_session_after_the_start(
+    tmp_path: Path, built: bool
+) -> None:
+    cwd = str(workspace(tmp_path))
+    data = tmp_path / "data"
+    now = dt.datetime.now(dt.UTC)
+    for index in range(5):
+        started = SessionStarted(
+            id=f"s{index}", alias=None, role="developer", model="fake", cwd=cwd,
+            sandbox="workspace-write", created_at=now + dt.timedelta(seconds=index),
+        )  # fmt: skip
+        _write(data, [started])
+    manager = SessionManager(
+        SessionStore(data),
+        Models({"fake": target(ScriptedProvider([]))}),
+        settings=session_settings(tmp_path),
+        tools=file_tools(),
+        default_cwd=workspace(tmp_path),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        if built:
+            manager.get("s3")
+        for _ in range(50):
+            await trio.sleep(0.01)
+            if len(manager.built_sessions()) == 5:
+                break
+        assert [s.id for s in manager.built_sessions()] == [f"s{i}" for i in range(5)]
+        assert all(s.status is SessionStatus.IDLE for s in manager.built_sessions())
+        nursery.cancel_scope.cancel()
