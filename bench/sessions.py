@@ -1,6 +1,6 @@
 """Benchmark: many sessions in one real `anvild` process, over its Unix socket.
 
-    .venv/bin/python bench/sessions.py [--runs 3] [--sessions 1000] [--list-reads 200]
+    .venv/bin/python bench/sessions.py [--runs 3] [--sessions 1000] [--list-reads 200] [--restart N]
                                        [--streaming 100] [--deltas 300] [--delay 0.02] [--board]
 
 Every run starts a fresh daemon (`python -m anvild` on a temporary namespace, data directory
@@ -52,6 +52,11 @@ CPU: the daemon's own CPU time (utime + stime from /proc/PID/stat) is reported p
 daemon's cost can be told from the machine's: on a shared machine the latencies include the
 time the daemon waited for a core. The load average is printed before and after.
 `--profile FILE` runs the daemon under cProfile (stats written to FILE when it exits).
+
+`--restart N`: N idle sessions are created (as above) and the daemon killed with SIGKILL, then
+restarted on the same data directory: the time from spawning it to its `serving` line, and to
+the first `agent/list` read with all N lines, against a daemon started the same way on an
+empty data directory in the same run (its `serving`, and its first `list` read).
 
 `--board`: each streaming run is made twice, on fresh daemons started with `--web 127.0.0.1:0`:
 without a board, then with one board open in Debian's chromium (headless, through Playwright,
@@ -641,6 +646,64 @@ def streaming(
     )
 
 
+# --- restart after kill -9 -------------------------------------------------------------------
+
+
+@attrs.frozen
+class RestartResult:
+    sessions: int
+    empty_serving_s: float  # an empty data directory: spawn to `serving`
+    empty_list_s: float  # ... to its first `agent/list` read
+    serving_s: float  # N sessions' records after a kill -9: spawn to `serving`
+    list_s: float  # ... to the first `agent/list` read with all N lines
+    create_s: float
+
+
+def _timed_start(work: Path, config: Path, sessions: int) -> tuple[Daemon, float, float]:
+    """A daemon started on `work`: it, the seconds to `serving` and to a full `agent/list`."""
+    t0 = time.perf_counter()
+    daemon = Daemon(work, config)
+    serving = time.perf_counter() - t0
+    client, root = daemon.connect()
+    with client:
+        while read_all(client, root, "list").count(b"\n") < sessions:
+            time.sleep(0.001)
+        listed = time.perf_counter() - t0
+    return daemon, serving, listed
+
+
+def restart(sessions: int) -> RestartResult:
+    work = Path(tempfile.mkdtemp(prefix="anvil-bench-"))
+    fake = FakeProvider(work, [{"text": "unused", "repeat": True}])
+    try:
+        config = work / "config.toml"
+        write_config(config, fake.url, 1)
+        empty = work / "empty"
+        empty.mkdir()
+        daemon, empty_serving, empty_list = _timed_start(empty, config, 0)
+        daemon.stop()
+        full = work / "full"
+        cwd = full / "work"
+        cwd.mkdir(parents=True)
+        daemon = Daemon(full, config)
+        try:
+            client, root = daemon.connect()
+            t0 = time.perf_counter()
+            with client:
+                for _ in range(sessions):
+                    new_session(client, root, f"cwd={cwd}")
+            create_s = time.perf_counter() - t0
+        finally:
+            daemon.proc.kill()  # SIGKILL: nothing closed, synced or indexed on the way out
+            daemon.stop()
+        daemon, serving, listed = _timed_start(full, config, sessions)
+        daemon.stop()
+    finally:
+        fake.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return RestartResult(sessions, empty_serving, empty_list, serving, listed, create_s)
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -657,7 +720,13 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=300, help="text deltas per turn")
     parser.add_argument("--delay", type=float, default=0.02, help="seconds between deltas")
     parser.add_argument("--turns", type=int, default=1, help="turns per streaming session")
-    parser.add_argument("--only", choices=("idle", "streaming"), default=None)
+    parser.add_argument("--only", choices=("idle", "streaming", "restart"), default=None)
+    parser.add_argument(
+        "--restart",
+        type=int,
+        default=1000,
+        help="sessions restored after a kill -9 (timed against the empty start)",
+    )
     parser.add_argument(
         "--board",
         action="store_true",
@@ -749,6 +818,23 @@ def main() -> None:
                 f"one board open / none, p99: session events {d1 / d0:.2f}x "
                 f"({d0:.1f} -> {d1:.1f} ms), agent/events {s1 / s0:.2f}x ({s0:.1f} -> {s1:.1f} ms)"
             )
+    if args.only in (None, "restart"):
+        restarts = []
+        for run in range(args.runs):
+            x = restart(args.restart)
+            restarts.append(x)
+            print(
+                f"restart run {run + 1}: {x.sessions} sessions (created in {x.create_s:.1f} s), "
+                f"kill -9, restart: serving {x.serving_s:.2f} s, full list {x.list_s:.2f} s; "
+                f"empty start: serving {x.empty_serving_s:.2f} s, list {x.empty_list_s:.2f} s; "
+                f"ratios {x.serving_s / x.empty_serving_s:.2f}x serving, "
+                f"{x.list_s / x.empty_list_s:.2f}x full list",
+                flush=True,
+            )
+        serve_ratio = statistics.median(x.serving_s / x.empty_serving_s for x in restarts)
+        list_ratio = statistics.median(x.list_s / x.empty_list_s for x in restarts)
+        print(f"restart with {args.restart} sessions, median of {args.runs} runs:")
+        print(f"  serving {serve_ratio:.2f}x the empty start, full list {list_ratio:.2f}x")
     print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 
