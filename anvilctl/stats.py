@@ -208,6 +208,7 @@ def add_session(
     """Fold one session's events into `stats`: those since `since` (all when None), each at
     its request's time (module docstring)."""
     session = model = role = day = ""
+    by_day = stats.by == "day"
     started = when = dt.datetime.min.replace(tzinfo=dt.UTC)
     pricing: Pricing | None = None
     prices: dict[str, Pricing | None] = {}
@@ -235,7 +236,8 @@ def add_session(
         if kind in ("usage", "compacted"):
             value, stamp = value[0], value[1] or started  # no `at`: an older record
             if stamp != when:
-                when, day = stamp, _day(stamp)
+                when = stamp
+                day = _day(stamp) if by_day else ""
         if since is not None and when < since:
             continue
         for sums in stats.rows_of(_keys(stats.by, session, model, role, day)):
