@@ -470,4 +470,4 @@ class Sessions:
         telemetry = self.manager.settings.telemetry
         if telemetry is not None:  # a receiver that is away costs at most the flush's bound
             await trio.to_thread.run_sync(telemetry.shutdown, 2.0, abandon_on_cancel=True)
-        log.info("sessions.stopped", sessions=len(self.manager.sessions()))
+        log.info("sessions.stopped", sessions=self.manager.statistics().sessions)
