@@ -49,6 +49,12 @@ class GcPolicy:
             self._ended = True
             self._wake.set()
 
+    def freeze_soon(self) -> None:
+        """Freeze after the settle time: for objects built outside a burst of `new` (the
+        sessions a lazy restart builds after the start)."""
+        self._created = True
+        self._wake.set()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Freeze now, then after each settled burst of creations or ends, until cancelled."""
         self._freeze()

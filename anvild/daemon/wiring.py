@@ -435,6 +435,7 @@ class Sessions:
                             await nursery.start(self.approvals.run)
                         if self.gc_policy is not None:  # after the restore: freeze it all
                             self.gc_policy.configure()
+                            self.manager.on_all_built = self.gc_policy.freeze_soon
                             await nursery.start(self.gc_policy.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")

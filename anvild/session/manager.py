@@ -458,6 +458,7 @@ class SessionManager:
         self._claimed: set[str] = set()  # ids and aliases of sessions being created
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._nursery: trio.Nursery | None = None
+        self.on_all_built: Callable[[], None] | None = None  # once every restored one is built
         self._configs = configs
         # Subagents: parent id -> child ids in creation order, child -> parent, and the
         # children that ended (reaped, or read back ended after a restart) as they ended.
@@ -848,6 +849,8 @@ class SessionManager:
             await trio.lowlevel.checkpoint()
             if isinstance(entry, _Unbuilt) and self._sessions.get(entry.id) is entry:
                 self._built(entry)
+        if self.on_all_built is not None:
+            self.on_all_built()
 
     def _add(self, session: Session) -> None:
         self._sessions[session.id] = session

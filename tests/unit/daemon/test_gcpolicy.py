@@ -78,3 +78,16 @@ async def test_a_session_end_collects_frozen_cycles(autojump_clock: trio.testing
         assert (policy.freezes, policy.collections) == (2, 1)
         assert gc.get_freeze_count() > 0  # frozen again
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.usefixtures("restore_gc")
+async def test_freeze_soon_freezes_once_settled(autojump_clock: trio.testing.MockClock) -> None:
+    policy = GcPolicy(settle=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(policy.run)
+        policy.freeze_soon()  # a lazy restart built its sessions after the start
+        await trio.sleep(0.5)
+        assert policy.freezes == 1
+        await trio.sleep(1)
+        assert (policy.freezes, policy.collections) == (2, 0)
+        nursery.cancel_scope.cancel()
