@@ -151,7 +151,7 @@ def test_anvilctl_ls_read_and_write(daemon: Anvild, namespace: Path) -> None:
     ls = anvilctl(namespace, "ls", "agent")
     assert (ls.returncode, ls.stderr) == (0, "")
     assert sorted(ls.stdout.split()) == [
-        *("beads", "budget", "convoys", "ctl", "events", "list", "models", "roles"),
+        *("beads", "budget", "convoys", "ctl", "events", "list", "load", "models", "roles"),
         *("sandbox-roles", "scripts", "user", "version"),
     ]
 

@@ -63,6 +63,7 @@ def test_diodls_lists_the_root_with_the_token(served: tuple[str, str]) -> None:
         "..",
         "ctl",
         "list",
+        "load",
         "version",
         "events",
         "models",
