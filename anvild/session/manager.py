@@ -408,14 +408,28 @@ class _Unbuilt:
         return "\t".join(f or "-" for f in (*fields, state.cwd))
 
 
-def _load(store: SessionStore, ids: Sequence[str]) -> list[tuple[str, Journal | StoreError]]:
-    """Every session file opened (blocking: one thread for them all)."""
-    found: list[tuple[str, Journal | StoreError]] = []
+def _load(
+    store: SessionStore, ids: Sequence[str], pricing_of: Callable[[str], Pricing | None]
+) -> list[tuple[str, Journal | StoreError, float | None]]:
+    """Every session file opened, and a live one's cost priced from the records it loaded:
+    blocking, one thread for them all."""
+    prices: dict[str, Pricing | None] = {}
+
+    def cached(model: str) -> Pricing | None:
+        if model not in prices:
+            prices[model] = pricing_of(model)
+        return prices[model]
+
+    found: list[tuple[str, Journal | StoreError, float | None]] = []
     for session_id in ids:
         try:
-            found.append((session_id, store.open(session_id)))
+            journal, contents = store.load(session_id)
         except StoreError as exc:
-            found.append((session_id, exc))
+            found.append((session_id, exc, None))
+            continue
+        ended = journal.state.ended is not None
+        usd = None if ended else accounting.priced(contents.records, cached)
+        found.append((session_id, journal, usd))
     return found
 
 
@@ -919,7 +933,8 @@ class SessionManager:
         ids = await trio.to_thread.run_sync(self.store.ids)
         journals = []
         born: dict[str, dt.datetime] = {}  # children's creation times: their order in `children`
-        for session_id, opened in await trio.to_thread.run_sync(_load, self.store, ids):
+        loaded = await trio.to_thread.run_sync(_load, self.store, ids, self._pricing_of)
+        for session_id, opened, usd in loaded:
             if isinstance(opened, StoreError):
                 log.error("session.restore_failed", session=session_id, error=str(opened))
                 self.publish(SessionFailed(session_id, f"not restored: {opened}"))
@@ -948,14 +963,18 @@ class SessionManager:
                     records=len(found.records),
                     unknown=[call.id for call in found.unknown],
                 )
-            journals.append((journal, await self._priced(journal)))
+                usd = await self._priced(journal)  # priced again with what recovery added
+            journals.append((journal, usd))
         journals.sort(key=lambda item: item[0].state.created_at)
         for family in self._family.values():
             family.sort(key=born.__getitem__)
+        targets: dict[tuple[str, str], ResolvedModel] = {}  # one resolution per model and cwd
         for journal, usd in journals:
             state = journal.state
             try:
-                target = self._resolve(state.model, Path(state.cwd))
+                key = (state.model, state.cwd)
+                if (target := targets.get(key)) is None:
+                    target = targets[key] = self._resolve(state.model, Path(state.cwd))
             except InvalidSessionRequest as exc:
                 try:
                     target = self._resolve(None, Path(state.cwd))

@@ -208,6 +208,11 @@ class Journal:
     def open(cls, path: Path) -> Journal:
         """Load a session file for appending: a torn final line is cut away (and logged), an
         older schema is rewritten in the current one, a newer schema is refused untouched."""
+        return cls.load(path)[0]
+
+    @classmethod
+    def load(cls, path: Path) -> tuple[Journal, JournalContents]:
+        """`open`, and the contents it loaded (its records, in the current schema)."""
         contents = read_journal(path)
         if contents.schema < SCHEMA_VERSION:
             _rewrite(path, contents)
@@ -233,7 +238,7 @@ class Journal:
                 line=contents.torn_line,
                 dropped_bytes=contents.torn_bytes,
             )
-        return cls(path, fd, contents.state, len(contents.records), size)
+        return cls(path, fd, contents.state, len(contents.records), size), contents
 
     @property
     def state(self) -> SessionState:
@@ -440,6 +445,9 @@ class SessionStore:
 
     def open(self, session_id: str) -> Journal:
         return Journal.open(self.path_for(session_id))
+
+    def load(self, session_id: str) -> tuple[Journal, JournalContents]:
+        return Journal.load(self.path_for(session_id))
 
     def read(self, session_id: str) -> JournalContents:
         return read_journal(self.path_for(session_id))

@@ -207,3 +207,15 @@ async def test_a_session_killed_before_it_was_built_ends_as_a_built_one_does(
     state = SessionStore(data).read("rest").state
     assert state.ended is not None
     assert state.status is SessionStatus.EXITED
+
+
+def test_load_gives_the_journal_and_the_records_it_loaded(tmp_path: Path) -> None:
+    started = SessionStarted(
+        id="s0", alias=None, role="developer", model="fake", cwd=str(tmp_path),
+        sandbox="workspace-write", created_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    _write(tmp_path, [started, StateChanged(SessionStatus.IDLE, ""), PromptQueued("p1", "hi")])
+    journal, contents = SessionStore(tmp_path).load("s0")
+    with journal:
+        assert contents.records == SessionStore(tmp_path).read("s0").records
+        assert (journal.seq, journal.state) == (3, contents.state)
