@@ -5,7 +5,8 @@ directories, each listening on TCP with its own token, both with `[beads] remote
 repository in a tmp dir and one fake provider server. The conductor reaches them only over TCP
 (`--daemon NAME=tcp!127.0.0.1!PORT --token-file NAME=PATH`), places each workflow session by
 `agent/load`, and a kill -9 of one daemon mid-turn (either one) is followed by a re-run on the
-survivor.
+survivor. scripts/fanout, DevReview and Planning spread their sessions over two such
+daemons (by role with -p, else by load) and reach each session on its own daemon.
 """
 
 from __future__ import annotations
@@ -440,4 +441,109 @@ def test_conductor_refuses_bad_daemon_options_before_dialing(
         env=env, cwd=tmp_path, timeout=TIMEOUT, check=False,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+
+
+# -- DevReview and Planning on two daemons -----------------------------------------------------
+
+SPREAD_TURNS: list[dict[str, Any]] = [
+    {"model": "dev-model", "contains": "MULTI: build it", "text": "Built it."},
+    {"model": "rev-model", "contains": "Built it.", "text": "Fine.\nVERDICT: LGTM"},
+    {"model": "fake-model", "contains": "Research what", "text": "FACTS: one module."},
+    {"model": "fake-model", "contains": "FACTS: one module.", "text": "PLAN: one step."},
+    {"model": "fake-model", "contains": "PLAN: one step.", "text": "FINAL: one step."},
+]
+
+
+@pytest.fixture(scope="module")
+def spread_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
+    """Two daemons shared by the workflow-script tests below (each starts in ~a second)."""
+    made = Hosts(tmp_path_factory.mktemp("spread"), SPREAD_TURNS)
+    yield made
+    made.stop()
+
+
+def run_script(hosts: Hosts, script: str, daemon: str, token: str, *args: str) -> Any:
+    """Run scripts/SCRIPT with each daemon as `DAEMON NAME=ADDR TOKEN NAME=FILE`; no
+    $NAMESPACE, so a command that went to no daemon would fail."""
+    argv = [str(ROOT / "scripts" / script), "-k"]
+    for name, address in hosts.addresses.items():
+        argv += [daemon, f"{name}={address}", token, f"{name}={hosts.namespace(name)}/agent.token"]
+    env = hosts.env()
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    return subprocess.run(
+        [*argv, *args], capture_output=True, text=True, timeout=TIMEOUT, env=env,
+        cwd=hosts.work, check=False,
+    )  # fmt: skip
+
+
+def sessions_of(hosts: Hosts, name: str) -> dict[str, str]:
+    """Daemon `name`'s live sessions (agent/list): id -> role; each is killed afterwards."""
+    listing = ok(anvilctl(hosts.namespace(name), "read", "agent/list"))
+    found = {line.split("\t")[0]: line.split("\t")[3] for line in listing.splitlines()}
+    for session in found:
+        ok(anvilctl(hosts.namespace(name), "kill", session))
+    return found
+
+
+def test_devreview_puts_the_reviewer_where_p_says_and_the_developer_by_load(
+    spread_hosts: Hosts,
+) -> None:
+    done = run_script(
+        spread_hosts, "DevReview", "-D", "-T", "-d", "dev", "-r", "rev", "-p", "reviewer=d2",
+        "MULTI: build it",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "round 1: reviewer says lgtm" in done.stderr
+    assert done.stdout.endswith("Fine.\nVERDICT: LGTM\n"), done.stdout
+    found = re.search(r"developer d1/(\w+), reviewer d2/(\w+)", done.stderr)
+    assert found is not None, done.stderr
+    # -p reviewer=d2 counts against d2, so the developer goes to d1 by load
+    assert sessions_of(spread_hosts, "d1") == {found.group(1): "developer"}
+    assert sessions_of(spread_hosts, "d2") == {found.group(2): "reviewer"}
+
+
+def test_planning_puts_a_pinned_stage_on_its_daemon_and_leaves_out_a_dead_one(
+    spread_hosts: Hosts,
+) -> None:
+    dead = f"{spread_hosts.namespace('d1')}/agent.token"
+    done = run_script(
+        spread_hosts, "Planning", "-d", "-t", "-m", "fake", "-p", "editor=d2",
+        "-d", "d3=tcp!127.0.0.1!1", "-t", f"d3={dead}", "Add", "caching.",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "FINAL: one step.\n"
+    assert "daemon d3 (tcp!127.0.0.1!1) does not answer, left out" in done.stderr
+    placed = dict(re.findall(r"(\w+) is session (\w+/\w+)", done.stderr))
+    # editor pinned on d2 (one session there); research and engineering by load: d1 both
+    assert {stage: where.split("/")[0] for stage, where in placed.items()} == {
+        "research": "d1",
+        "engineering": "d1",
+        "editor": "d2",
+    }
+    on_d1 = sessions_of(spread_hosts, "d1")
+    assert sorted(on_d1) == sorted(placed[s].split("/")[1] for s in ("research", "engineering"))
+    assert sessions_of(spread_hosts, "d2") == {placed["editor"].split("/")[1]: "planner"}
+    assert set(on_d1.values()) == {"planner"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["DevReview", "-D", "d1=unix!/x", "-p", "tester=d1"], 2, "is developer or reviewer"),
+        (["DevReview", "-D", "d1=unix!/x", "-p", "reviewer=d9"], 2, "-p reviewer=d9: no -D d9="),
+        (["DevReview", "-D", "d1=tcp!127.0.0.1!1"], 1, "-D d1: no token: give -T d1=FILE"),
+        (["Planning", "-d", "d1=unix!/x", "-p", "review=d1"], 2, "research, engineering or editor"),
+        (["Planning", "-d", "d1", "-p", "editor=d1"], 2, "-d wants NAME=ADDR, not d1"),
+    ],
+)
+def test_workflow_scripts_refuse_bad_daemon_options(
+    tmp_path: Path, argv: list[str], code: int, message: str
+) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "ANVIL_9P": "anvilctl"}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / argv[0]), *argv[1:], "task"], capture_output=True, text=True,
+        env=env, cwd=tmp_path, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == code, done.stderr
     assert message in done.stderr
