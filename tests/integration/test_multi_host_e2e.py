@@ -457,7 +457,7 @@ SPREAD_TURNS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def spread_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
-    """Two daemons shared by the workflow-script tests below (each starts in ~a second)."""
+    """Two daemons shared by the workflow-script tests below (started once: ~4 s)."""
     made = Hosts(tmp_path_factory.mktemp("spread"), SPREAD_TURNS)
     yield made
     made.stop()
