@@ -113,6 +113,15 @@ Event: TypeAlias = tuple[str, Any]
 (`usage` | `compacted`, (Usage, when or None)), (`turn`, outcome), (`tool`, is_error)."""
 
 
+_DECODE: Final = json.JSONDecoder().raw_decode
+
+
+def _object(raw: bytes) -> Any:
+    """The JSON value `raw` starts with (what follows it, a newline, is not looked at): about
+    half the cost of `json.loads` on bytes, which detects the encoding and checks the rest."""
+    return _DECODE(raw.decode())[0]
+
+
 def _usage(raw: Any) -> Usage:
     return Usage(raw.get("input"), raw.get("output"), raw.get("cache_read"), raw.get("cache_write"))
 
@@ -148,7 +157,7 @@ def _fast_events(path: Path) -> list[Event] | None:
                     when = dt.datetime.fromisoformat(
                         line[end + 7 : line.index(b'"', end + 7)].decode()
                     )
-                events.append(("usage", (_usage(json.loads(line[start:end])), when)))
+                events.append(("usage", (_usage(_object(line[start:end])), when)))
             elif tag == b"compacted":
                 at = line.rfind(b',"usage":{')
                 focus = line.rfind(b',"focus":"', 0, at)  # `at` is written right before it
@@ -156,9 +165,9 @@ def _fast_events(path: Path) -> list[Event] | None:
                 if min(at, focus, stamp) < 0 or not line.endswith(b"}}\n"):
                     return None
                 when = dt.datetime.fromisoformat(line[stamp + 7 : focus - 1].decode())
-                events.append(("compacted", (_usage(json.loads(line[at + 9 : -2])), when)))
+                events.append(("compacted", (_usage(_object(line[at + 9 : -2])), when)))
             elif tag in (b"model_changed", b"role_changed", b"turn_ended"):
-                item = json.loads(line)
+                item = _object(line)
                 kind = {b"model_changed": "model", b"role_changed": "role"}.get(tag, "turn")
                 events.append((kind, item["outcome" if kind == "turn" else kind]))
     return events or None
