@@ -103,10 +103,10 @@ class HourlySpend:
     def __init__(self, store: SessionStore, pricing_of: PricingOf) -> None:
         self._store, self._pricing_of = store, pricing_of
         self._files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
-        self.undated = 0  # the requests the last `rows` counted at their session's start
 
-    def rows(self, since: dt.datetime) -> list[dict[str, Any]]:
-        """The rows of the requests made at or after `since`, oldest hour first."""
+    def rows(self, since: dt.datetime) -> tuple[list[dict[str, Any]], int]:
+        """The rows of the requests made at or after `since`, oldest hour first, and how many
+        of those requests were counted at their session's start (older records: no time)."""
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         undated = 0
         files: dict[str, tuple[tuple[int, int], Charges | None]] = {}
@@ -138,8 +138,8 @@ class HourlySpend:
                 row["tokens"] = row["input"] + row["output"]
                 row["unknown_usd"] += cost is None
                 row["usd"] += cost or 0.0
-        self._files, self.undated = files, undated
-        return [rows[key] for key in sorted(rows)]
+        self._files = files
+        return [rows[key] for key in sorted(rows)], undated
 
 
 def spend_routes(
@@ -160,14 +160,14 @@ def spend_routes(
         since = now - dt.timedelta(hours=int(text) - 1)
         seq = hub.position()
         sessions = manager.sessions()
-        hours = await trio.to_thread.run_sync(spent.rows, since)
+        hours, undated = await trio.to_thread.run_sync(spent.rows, since)
         budgets = manager.settings.budgets
         total = spend_rows(sessions, lambda s: "all", usd)
         return JSONResponse(
             {
                 "seq": seq,
                 "hours": hours,
-                "undated": spent.undated,
+                "undated": undated,
                 "slots": [hour_of(since + dt.timedelta(hours=n)) for n in range(int(text))],
                 "models": spend_rows(sessions, lambda s: s.model, usd),
                 "roles": spend_rows(sessions, lambda s: s.role, usd),

@@ -50,14 +50,14 @@ def test_undated_requests_count_in_their_sessions_start_hour_and_model(tmp_path:
     session(store, "c3", now - dt.timedelta(hours=30), UsageReported(Usage(9, 9, 0, 0)))
     since = now.replace(minute=0) - dt.timedelta(hours=23)
     spent = HourlySpend(store, PRICES.get)
-    rows = spent.rows(since)
+    rows, undated = spent.rows(since)
     got = {(r["hour"], r["model"]): r for r in rows}
     assert [key for key in got] == [
         (hour_of(earlier), "big"),
         (hour_of(now), "big"),
         (hour_of(now), "small"),
     ]  # c3 started (and so made its undated request) before the window: left out
-    assert spent.undated == 3
+    assert undated == 3
     big = got[(hour_of(now), "big")]
     assert (big["requests"], big["input"], big["output"], big["tokens"]) == (1, 1000, 100, 1100)
     assert big["usd"] == pytest.approx((1000 * 2.0 + 100 * 10.0) / 1e6)
@@ -66,10 +66,12 @@ def test_undated_requests_count_in_their_sessions_start_hour_and_model(tmp_path:
     assert (small["tokens"], small["usd"], small["unknown_usd"]) == (55, 0.0, 1)
     assert got[(hour_of(earlier), "big")]["usd"] == pytest.approx((3000 * 2.0 + 300 * 10.0) / 1e6)
     assert hour_of(now).endswith(":00Z")
-    assert spent.rows(since) == rows  # again, from what it read (no file changed)
+    assert spent.rows(since) == (rows, 3)  # again, from what it read (no file changed)
     session(store, "d4", now, UsageReported(Usage(7, 3, 0, 0)))  # a new file: read
     assert got[(hour_of(now), "big")]["tokens"] + 10 == next(
-        r["tokens"] for r in spent.rows(since) if (r["hour"], r["model"]) == (hour_of(now), "big")
+        r["tokens"]
+        for r in spent.rows(since)[0]
+        if (r["hour"], r["model"]) == (hour_of(now), "big")
     )
 
 
@@ -100,14 +102,12 @@ def test_each_request_counts_in_the_hour_its_response_finished(tmp_path: Path) -
         UsageReported(Usage(5, 5, 0, 0), at=since - dt.timedelta(minutes=1)),  # left out
         UsageReported(Usage(300, 30, 0, 0), at=at(since, 1)),  # in its first hour
     )
-    spent = HourlySpend(store, PRICES.get)
-    got = {
-        (r["hour"], r["model"]): (r["requests"], r["input"], r["output"]) for r in spent.rows(since)
-    }
+    rows, undated = HourlySpend(store, PRICES.get).rows(since)
+    got = {(r["hour"], r["model"]): (r["requests"], r["input"], r["output"]) for r in rows}
     assert got == {
         (hour_of(since), "big"): (1, 300, 30),
         (hour_of(before), "big"): (1, 1000, 100),
         (hour_of(hour), "big"): (1, 2000, 200),
         (hour_of(hour), "small"): (2, 48, 6),  # the compaction, made after the change, at its time
     }
-    assert spent.undated == 0  # every request has its time: the page says nothing of it
+    assert undated == 0  # every request has its time: the page says nothing of it
