@@ -681,18 +681,21 @@ class _Beneath:
     def read(self, rel: str) -> bytes | None:
         """The file's bytes; None when the walk would not yield it or cannot read it."""
         parent, _, name = rel.rpartition("/")
-        here = self._ignores_of(parent)
-        if (
-            here is None
-            or name in ALWAYS_SKIPPED
-            or is_credential_name(name, is_dir=False)
-            or here.ignored(self.top_prefix + rel, False)
-        ):
+        if self._pruned(self._ignores_of(parent), rel, name, is_dir=False):
             return None
         try:
             return _read_small(self._walkdir(parent), name)
         except OSError:
             return None
+
+    def _pruned(self, here: _Ignores | None, rel: str, name: str, *, is_dir: bool) -> bool:
+        """Whether the walk leaves `rel` out (its directory `here`, None when not entered)."""
+        return (
+            here is None
+            or name in ALWAYS_SKIPPED
+            or is_credential_name(name, is_dir=is_dir)
+            or here.ignored(self.top_prefix + rel, is_dir)
+        )
 
     def _ignores_of(self, rel_dir: str) -> _Ignores | None:
         if rel_dir in self.ignores:
@@ -701,12 +704,7 @@ class _Beneath:
         if rel_dir:
             parent, _, name = rel_dir.rpartition("/")
             here = self._ignores_of(parent)
-            if (
-                here is None
-                or name in ALWAYS_SKIPPED
-                or is_credential_name(name, is_dir=True)
-                or here.ignored(self.top_prefix + rel_dir, True)
-            ):
+            if self._pruned(here, rel_dir, name, is_dir=True):
                 here = None
         if here is not None:
             try:
