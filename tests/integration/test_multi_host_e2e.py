@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,39 @@ def hosts(tmp_path: Path) -> Iterator[Hosts]:
     made.stop()
 
 
+def killed_mid_turn(
+    hosts: Hosts,
+    args: tuple[str, ...],
+    requests: int,
+    victim: str,
+    check: Callable[[], None] | None = None,
+) -> tuple[int, str]:
+    """Run the conductor with `args` until the fake provider has `requests` more requests (the
+    last one's turn hangs), `check()`, kill -9 daemon `victim`: the conductor's exit and stderr."""
+    waited = len(hosts.fake.requests()) + requests
+    run = subprocess.Popen(
+        hosts.argv(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=hosts.env(),
+        cwd=hosts.work,
+    )
+    try:
+        url = f"{hosts.fake.url}/_fake/wait?requests={waited}"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            assert json.load(r)["requests"] == waited
+        if check is not None:
+            check()
+        hosts.daemons[victim].stop(signal.SIGKILL)
+        _, err = run.communicate(timeout=TIMEOUT)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    return run.returncode, err
+
+
 def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_completed_bead(
     hosts: Hosts,
 ) -> None:
@@ -255,29 +288,15 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
     assert unknown.returncode == 2
     assert "has no [remotes.d7] address (named there: d1)" in unknown.stderr
 
-    waited = len(hosts.fake.requests()) + 3  # ONE, TWO and the hanging THREE of run `again`
-    first = subprocess.Popen(
-        hosts.argv("--run", "again", "--place", "b=d2"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=hosts.env(),
-        cwd=hosts.work,
-    )
-    try:
-        # d2 has the request of step three (its turn hangs): a running turn in agent/load
-        url = f"{hosts.fake.url}/_fake/wait?requests={waited}"
-        with urllib.request.urlopen(url, timeout=60) as r:
-            assert json.load(r)["requests"] == waited
+    def running_on_d2() -> None:  # d2 has step three's request (its turn hangs): agent/load
         load = hosts.load("d2")
         assert (load["running"], load["state.running"]) == ("1", "1")
-        hosts.daemons["d2"].stop(signal.SIGKILL)
-        _, err = first.communicate(timeout=TIMEOUT)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.communicate()
-    assert first.returncode == 1, err
+
+    # ONE, TWO and the hanging THREE of run `again`
+    code, err = killed_mid_turn(
+        hosts, ("--run", "again", "--place", "b=d2"), 3, "d2", running_on_d2
+    )
+    assert code == 1, err
     assert "two: bead two-workflow-" in err
     assert "claimed by d2/" in err
     before = len(hosts.fake.requests())
@@ -300,26 +319,8 @@ def test_a_workflow_on_two_daemons_completes_and_a_rerun_after_kill_9_redoes_no_
 
     # d2 back (it pulls the board); now the daemon that holds the board dies: d1, mid-turn
     hosts.start("d2")
-    waited = len(hosts.fake.requests()) + 4  # ONE, TWO, THREE and the hanging FOUR
-    first = subprocess.Popen(
-        hosts.argv("--run", "third"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=hosts.env(),
-        cwd=hosts.work,
-    )
-    try:
-        url = f"{hosts.fake.url}/_fake/wait?requests={waited}"
-        with urllib.request.urlopen(url, timeout=60) as r:
-            assert json.load(r)["requests"] == waited
-        hosts.daemons["d1"].stop(signal.SIGKILL)
-        _, err = first.communicate(timeout=TIMEOUT)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.communicate()
-    assert first.returncode == 1, err
+    code, err = killed_mid_turn(hosts, ("--run", "third"), 4, "d1")  # FOUR hangs
+    assert code == 1, err
     assert "four: bead four-workflow-" in err
     assert "claimed by d1/" in err
     before = len(hosts.fake.requests())
