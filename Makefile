@@ -31,7 +31,7 @@ help:
 	@echo "make bench  run the benchmarks in bench/ (results go in docs/PERF.md by hand)"
 	@echo "make fuzz-permissions  the permission layer's differential test, 100,000 lines (figures in docs/RELIABILITY.md by hand)"
 	@echo "make chaos  the reliability harness in full: 9P fuzzing, kill -9, disk full, provider faults, 1,000 connections (figures in docs/RELIABILITY.md by hand)"
-	@echo "make test-llama-long  the long real-model checks: context management in full (12 prompts of 1,500 tokens, no overflow, 5 compactions) and 20 skills within the window (about 30 minutes)"
+	@echo "make test-llama-long  the long real-model checks: context management in full (12 prompts of 1,500 tokens, no overflow, 5 compactions), 20 skills within the window and one eval trial on the embedded model (about 30 minutes)"
 	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
 	@echo "make dist  build the sdist and the wheel into dist/ and smoke-test both, installed away from the checkout"
 
@@ -139,7 +139,8 @@ chaos: setup
 # two busy cores, 2026-12-02).
 test-llama-long: setup llama-server
 	ANVIL_LLAMA_LONG=1 ANVIL_REQUIRE_LLAMA=1 $(VENV)/bin/pytest -q -s -p no:cacheprovider \
-	  tests/integration/test_compaction_llama.py tests/integration/test_skills_e2e.py
+	  tests/integration/test_compaction_llama.py tests/integration/test_skills_e2e.py \
+	  tests/integration/test_eval_llama.py
 
 # The issue's unattended eval run: the 10 shipped tasks x 2 scripted models x 3 trials (60
 # trials) through a real daemon, then the report (tests/integration/test_eval_full_e2e.py).
