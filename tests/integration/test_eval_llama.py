@@ -1,7 +1,7 @@
 """The eval runner with the real embedded model: `anvilctl eval run --models local` runs one
 shipped task for one trial against a daemon on llama-server (SmolLM2-135M) and writes one
-complete, honest record. Whether the 135M model passes is its business (it usually ends at its
-256-token output limit and fails the grader); the record must still have every field the README
+complete, honest record. Whether the 135M model passes is its business (it fails the grader,
+ending done or at its 256-token output limit); the record must still have every field the README
 lists, a graded `pass` (true or false, never an infrastructure failure), real steps and tokens,
 and the cost marked unknown (the local model has no pricing). It runs with `make
 test-llama-long` (about a minute of llama-server work); `make test` checks the runner with
