@@ -1,6 +1,6 @@
 """The eval runner with the real embedded model: `anvilctl eval run --models local` runs one
 shipped task for one trial against a daemon on llama-server (SmolLM2-135M) and writes one
-complete, honest record. Whether the 135M model passes is its business (it fails the grader,
+complete, honest record. Whether the 135M model passes is its business (so far it fails the grader,
 ending done or at its 256-token output limit); the record must still have every field the README
 lists, a graded `pass` (true or false, never an infrastructure failure), real steps and tokens,
 and the cost marked unknown (the local model has no pricing). It runs with `make
