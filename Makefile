@@ -32,6 +32,7 @@ help:
 	@echo "make fuzz-permissions  the permission layer's differential test, 100,000 lines (figures in docs/RELIABILITY.md by hand)"
 	@echo "make chaos  the reliability harness in full: 9P fuzzing, kill -9, disk full, provider faults, 1,000 connections (figures in docs/RELIABILITY.md by hand)"
 	@echo "make test-llama-long  the long real-model checks: context management in full (12 prompts of 1,500 tokens, no overflow, 5 compactions), 20 skills within the window and one eval trial on the embedded model (about 30 minutes)"
+	@echo "make test-evals  the 10 shipped eval tasks x 2 scripted models x 3 trials through a real daemon, then the report (about a minute)"
 	@echo "make llama-server  build llama.cpp's llama-server and fetch the model (cached per machine)"
 	@echo "make dist  build the sdist and the wheel into dist/ and smoke-test both, installed away from the checkout"
 
