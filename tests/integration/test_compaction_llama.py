@@ -40,9 +40,10 @@ from typing import Any, Final
 import httpx
 import pytest
 
-from anvild.daemon.llama import CONTEXT, MAX_OUTPUT, LlamaNotBuilt, LlamaPaths
+from anvild.daemon.llama import CONTEXT, MAX_OUTPUT, LlamaPaths
 from anvild.store import Compacted, SessionStore, TurnEnded
 from tests.integration.test_daemon_cli import STARTUP_TIMEOUT, Anvild, wait_for
+from tests.support.llama import built_llama, llama_env
 
 LONG: Final = os.environ.get("ANVIL_LLAMA_LONG") == "1"
 pytestmark = [
@@ -86,24 +87,14 @@ def ctl(
 
 @pytest.fixture
 def paths() -> LlamaPaths:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
-    try:
-        return LlamaPaths.find(env)
-    except LlamaNotBuilt as exc:
-        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    return built_llama()
 
 
 @pytest.fixture
 def daemon(namespace: Path, paths: LlamaPaths) -> Iterator[Anvild]:
     d = Anvild(
         namespace,
-        env={
-            "ANVIL_LLAMA_SERVER": str(paths.server),
-            "ANVIL_LLAMA_MODEL": str(paths.model),
-            "ANVIL_LLAMA_TEMPLATE": str(paths.template),
-        },
+        env=llama_env(paths),
     )
     try:
         assert d.wait_serving().endswith("; default model: local llama-server\n")

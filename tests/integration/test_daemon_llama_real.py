@@ -20,7 +20,6 @@ import trio
 
 from anvild.config import load
 from anvild.daemon.llama import (
-    LlamaNotBuilt,
     LlamaPaths,
     LlamaServer,
     State,
@@ -28,6 +27,7 @@ from anvild.daemon.llama import (
     with_local_model,
 )
 from tests.integration.test_daemon_cli import Anvild, alive, wait_for
+from tests.support.llama import built_llama
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
 
@@ -35,13 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_llama_at_a_time")]
 @pytest.fixture
 def real_paths() -> LlamaPaths:
     """The built binary, model and template; skips (or fails) when they are not there."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
-    try:
-        return LlamaPaths.find(env)
-    except LlamaNotBuilt as exc:
-        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    return built_llama()
 
 
 def gone(pid: int) -> bool:

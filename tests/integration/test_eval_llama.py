@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from anvild.daemon.llama import LOCAL, LlamaNotBuilt, LlamaPaths
+from anvild.daemon.llama import LOCAL
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_eval_e2e import TASKS
 from tests.integration.test_headless import env_for
+from tests.support.llama import built_llama, llama_env
 
 TASK = "fix-failing-test"
 EVAL_TIMEOUT = 900.0  # the task's own 300 s, model loading and grading, on two busy cores
@@ -57,13 +58,7 @@ FIELDS = {
     reason="about a minute of llama-server work: `make test-llama-long`",
 )
 def test_one_eval_trial_on_the_embedded_model(namespace: Path, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
-    try:
-        paths = LlamaPaths.find(env)
-    except LlamaNotBuilt as exc:
-        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    paths = built_llama()
     # The default models (the embedded one is `local`); eval trials run in bypass mode.
     config = tmp_path / "config.toml"
     config.write_text('[permissions]\nmax_mode = "bypass"\n')
@@ -71,11 +66,7 @@ def test_one_eval_trial_on_the_embedded_model(namespace: Path, tmp_path: Path) -
         namespace,
         "--config",
         str(config),
-        env={
-            "ANVIL_LLAMA_SERVER": str(paths.server),
-            "ANVIL_LLAMA_MODEL": str(paths.model),
-            "ANVIL_LLAMA_TEMPLATE": str(paths.template),
-        },
+        env=llama_env(paths),
     )
     out = tmp_path / "results.jsonl"
     try:

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from anvilctl.headless import EXIT_CODES
-from anvild.daemon.llama import LlamaNotBuilt, LlamaPaths
 from anvild.store import MessageAppended, SessionStore, StateChanged, TurnEnded
 from tests.integration.test_daemon_cli import PROVIDER_KEYS, STARTUP_TIMEOUT, Anvild, isolated_env
+from tests.support.llama import built_llama, llama_env
 
 TURN_TIMEOUT = 30.0
 LLAMA_TIMEOUT = 240.0  # loading the model and answering on two slow cores
@@ -473,21 +473,11 @@ def test_sigterm_during_a_turn_leaves_every_record_on_disk(
 def test_the_embedded_local_model_answers_a_session(namespace: Path, workdir: Path) -> None:
     """No provider configured, no key in the environment: the default model is the real
     llama-server with SmolLM2-135M, and a session created while it loads waits for it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
-    try:
-        paths = LlamaPaths.find(env)
-    except LlamaNotBuilt as exc:
-        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    paths = built_llama()
     assert not set(PROVIDER_KEYS) & set(isolated_env(namespace.parent))  # no key: the default
     daemon = Anvild(
         namespace,
-        env={
-            "ANVIL_LLAMA_SERVER": str(paths.server),
-            "ANVIL_LLAMA_MODEL": str(paths.model),
-            "ANVIL_LLAMA_TEMPLATE": str(paths.template),
-        },
+        env=llama_env(paths),
     )
     try:
         assert daemon.wait_serving().endswith("; default model: local llama-server\n")

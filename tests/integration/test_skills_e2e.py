@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from anvilctl.headless import EXIT_CODES
-from anvild.daemon.llama import CONTEXT, LlamaNotBuilt, LlamaPaths
+from anvild.daemon.llama import CONTEXT
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_sessions_e2e import LLAMA_TIMEOUT, anvilctl, ok, read
+from tests.support.llama import built_llama, llama_env
 
 SKILLS = 20
 TOPICS = (
@@ -60,21 +61,11 @@ def write_skills(config_dir: Path) -> list[str]:
     reason="most of a minute of llama-server work: `make test-llama-long`",
 )
 def test_twenty_skills_stay_under_the_window_for_hi(namespace: Path, workdir: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANVIL_LLAMA_")}
-    try:
-        paths = LlamaPaths.find(env)
-    except LlamaNotBuilt as exc:
-        if os.environ.get("ANVIL_REQUIRE_LLAMA") == "1":
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    paths = built_llama()
     names = write_skills(namespace.parent / "xdg-config" / "anvil")
     daemon = Anvild(
         namespace,
-        env={
-            "ANVIL_LLAMA_SERVER": str(paths.server),
-            "ANVIL_LLAMA_MODEL": str(paths.model),
-            "ANVIL_LLAMA_TEMPLATE": str(paths.template),
-        },
+        env=llama_env(paths),
     )
     try:
         daemon.wait_serving()
