@@ -57,7 +57,7 @@ from anvild.session.errors import (
 from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
 from anvild.session.events import encode_event as encode_session_event
 from anvild.session.project_config import ProjectConfigs
-from anvild.session.session import USER, Session
+from anvild.session.session import USER, Session, list_line
 from anvild.session.settings import (
     MODE_ORDER,
     Services,
@@ -404,8 +404,7 @@ class _Unbuilt:
 
     def list_line(self) -> str:
         state = self.journal.state
-        fields = (state.id, state.alias, state.status.value, state.role, self.target.name)
-        return "\t".join(f or "-" for f in (*fields, state.cwd))
+        return list_line(state, state.status, self.target.name)
 
 
 def _load(

@@ -107,6 +107,12 @@ VERBS: Final = (
 # -- the session -------------------------------------------------------------------------------
 
 
+def list_line(state: SessionState, status: SessionStatus, model: str) -> str:
+    """A session's line of `agent/list`: id alias state role model cwd, tab-separated."""
+    fields = (state.id, state.alias, status.value, state.role, model, state.cwd)
+    return "\t".join(f or "-" for f in fields)
+
+
 class Session:
     """One live session. Build it with `SessionManager` (which owns its task and its journal).
 
@@ -328,8 +334,7 @@ class Session:
         cached = self._list_cache
         if cached[0] is state and cached[1] is status and cached[2] is target:
             return cached[3]
-        fields = (state.id, state.alias, status.value, state.role, target.name, state.cwd)
-        line = "\t".join(f or "-" for f in fields)
+        line = list_line(state, status, target.name)
         self._list_cache = (state, status, target, line)
         return line
 
@@ -883,6 +888,7 @@ __all__ = [
     "ToolSetup",
     "ToolsFactory",
     "check_mode",
+    "list_line",
     "sandbox_name",
     "sandbox_policy",
     "wider",
