@@ -88,8 +88,13 @@ async def grep(ws: Path, ripgrep: str | None, **args: Any) -> str:
 
 
 @needs_rg
-async def test_the_rg_path_lists_what_the_walk_allows_and_nothing_else(ws: Path) -> None:
-    found = set((await grep(ws, RG, pattern=NEEDLE)).split("\n"))
+async def test_the_rg_path_lists_what_the_walk_allows_and_nothing_else(
+    ws: Path, tmp_path: Path
+) -> None:
+    ran = tmp_path / "ran"
+    spy = fake_rg(tmp_path, f'echo ran >> {ran}; exec {RG} "$@"')  # the real rg, counted
+    found = set((await grep(ws, spy, pattern=NEEDLE)).split("\n"))
+    assert ran.read_text() == "ran\n"  # the answer came through ripgrep, not the fallback
     assert found == {
         "src/a.py",
         "src/b.txt",
