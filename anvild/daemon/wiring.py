@@ -390,7 +390,7 @@ class Sessions:
         pool.report = mcp_reporter(root, _lookup(manager))
         tree.extend(introspection_files(settings))
         root.root.add(budget_file(settings.budgets))
-        root.root.add(load_file(lambda: [s.status for s in manager.sessions()]))
+        root.root.add(load_file(manager.statuses))
         mail = MailTree(office, auto)
         mail.mount(root, tree)
         tree.mount(root)

@@ -402,9 +402,12 @@ class _Unbuilt:
     def alias(self) -> str | None:
         return self.journal.state.alias
 
+    @property
+    def status(self) -> SessionStatus:
+        return self.journal.state.status
+
     def list_line(self) -> str:
-        state = self.journal.state
-        return list_line(state, state.status, self.target.name)
+        return list_line(self.journal.state, self.status, self.target.name)
 
 
 def _load(
@@ -530,6 +533,10 @@ class SessionManager:
         looks for sessions waiting on something (a gate, an approval, a turn), since only a
         session at rest is restored unbuilt."""
         return tuple(s for s in self._sessions.values() if isinstance(s, Session))
+
+    def statuses(self) -> list[SessionStatus]:
+        """Every live session's status, in creation order, building none."""
+        return [session.status for session in self._sessions.values()]
 
     def list_text(self) -> str:
         """`agent/list`: one tab-separated line per session."""

@@ -139,6 +139,9 @@ async def test_only_a_session_at_rest_waits_and_the_first_use_builds_it(tmp_path
         await nursery.start(manager.run)
         assert [s.id for s in manager.built_sessions()] == ["busy"]  # a queued prompt runs
         assert manager.list_text().splitlines()[0] == "rest\tcalm\tidle\tdeveloper\tfake\t" + cwd
+        assert len(manager.statuses()) == 2  # agent/load counts both, building none
+        assert SessionStatus.IDLE in manager.statuses()
+        assert [s.id for s in manager.built_sessions()] == ["busy"]
         session = manager.get("calm")
         assert session.id == "rest"
         assert session.status is SessionStatus.IDLE
