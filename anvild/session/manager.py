@@ -534,6 +534,10 @@ class SessionManager:
         session at rest is restored unbuilt."""
         return tuple(s for s in self._sessions.values() if isinstance(s, Session))
 
+    def ids(self) -> list[str]:
+        """Every live session's id, in creation order, building none."""
+        return list(self._sessions)
+
     def statuses(self) -> list[SessionStatus]:
         """Every live session's status, in creation order, building none."""
         return [session.status for session in self._sessions.values()]

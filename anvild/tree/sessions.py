@@ -494,21 +494,21 @@ class _SessionDirectories(DynamicChildren):
             self._nodes[session.id] = known
         return known[1]
 
-    def _prune(self, live: Iterable[Session]) -> None:
-        ids = {s.id for s in live}
+    def _prune(self, live: Iterable[str]) -> None:
+        ids = set(live)
         for gone in [i for i in self._nodes if i not in ids]:
             del self._nodes[gone]
 
     async def entries(self) -> Sequence[Node]:
         live = self._manager.sessions()
-        self._prune(live)
+        self._prune(s.id for s in live)
         return [self._node(s) for s in live]
 
     async def lookup(self, name: str) -> Node | None:
         try:
             session = self._manager.get(name)
         except SessionNotFound:
-            self._prune(self._manager.sessions())
+            self._prune(self._manager.ids())  # building none: a mistyped name is cheap
             return None
         return self._node(session)
 

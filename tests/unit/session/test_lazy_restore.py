@@ -140,6 +140,7 @@ async def test_only_a_session_at_rest_waits_and_the_first_use_builds_it(tmp_path
         assert [s.id for s in manager.built_sessions()] == ["busy"]  # a queued prompt runs
         assert manager.list_text().splitlines()[0] == "rest\tcalm\tidle\tdeveloper\tfake\t" + cwd
         assert len(manager.statuses()) == 2  # agent/load counts both, building none
+        assert manager.ids() == ["rest", "busy"]
         assert SessionStatus.IDLE in manager.statuses()
         assert [s.id for s in manager.built_sessions()] == ["busy"]
         session = manager.get("calm")
