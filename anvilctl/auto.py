@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from anvilctl import auto_hook
+from anvilctl import add_command, auto_hook
 from anvilctl import eval as evals
 from anvilctl.auto_board import Board, BoardError
 
@@ -541,10 +541,12 @@ EXIT_LIMIT = 3
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "auto",
         help="build a spec with a resumable loop of headless sessions",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        doc=__doc__,
+        paragraph=1,
     )
     parser.add_argument("spec", help="the spec (its directory is the project)")
     parser.add_argument("-m", "--model", help="the model alias (default: the daemon's)")

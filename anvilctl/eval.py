@@ -35,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from anvilctl import eval_stats
+from anvilctl import add_command, eval_stats
 
 TASK_FILE = "task.toml"
 GRADER = "check.sh"
@@ -441,10 +441,12 @@ def summary(records: Sequence[dict[str, Any]]) -> str:
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("eval", help="run eval tasks through the daemon and grade them")
     verbs = parser.add_subparsers(dest="eval_command", required=True, metavar="VERB")
-    run = verbs.add_parser(
+    run = add_command(
+        verbs,
         "run",
         help="run tasks x models x trials; one JSONL line per trial",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        doc=__doc__,
+        paragraph=1,
     )
     run.add_argument("--models", required=True, help="comma-separated model aliases")
     run.add_argument("--trials", type=positive, default=1, help="trials per task and model")

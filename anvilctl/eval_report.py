@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from anvilctl import eval_stats
+from anvilctl import add_command, eval_stats
 
 Cells = dict[str, dict[str, tuple[int, int]]]  # model -> task -> (passed, graded)
 
@@ -203,10 +203,12 @@ def _xml(text: str) -> str:
 
 
 def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = verbs.add_parser(
+    parser = add_command(
+        verbs,
         "report",
         help="pass@k, pass^k with intervals, per-task cells, a baseline comparison, a plot",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        doc=__doc__,
+        paragraph=1,
     )
     parser.add_argument("results", type=Path, help="the JSONL of `anvilctl eval run`")
     parser.add_argument("--baseline", type=Path, help="an earlier run's JSONL to compare with")

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from anvilctl import add_command
 from anvild.llm.builder import Completion, MessageBuilder
 from anvild.llm.errors import ApiError, HttpError, LlmError
 from anvild.llm.kinds import KIND_TABLE, KINDS
@@ -87,10 +88,11 @@ def error_json(error: LlmError) -> dict[str, Any]:
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "replay-stream",
         help="replay a captured provider stream and print the canonical Completion as JSON",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        doc=__doc__,
     )
     parser.add_argument("--provider", required=True, choices=KINDS, metavar="KIND")
     parser.add_argument("file", type=Path, metavar="FILE")

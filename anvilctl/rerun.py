@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 
+from anvilctl import add_command
 from anvild.agent.events import TurnOutcome
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.tools.base import (
@@ -522,10 +523,11 @@ def _how(turn: RecordedTurn, checked: int) -> str:
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "replay",
         help="re-run a recorded session against its recorded responses; report divergences",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        doc=__doc__,
     )
     parser.add_argument("session", metavar="SESSION", help="a session id")
     parser.add_argument("--turn", type=int, metavar="N", help="only turn N (from 1)")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from anvilctl import add_command
 from anvild.sandbox import ReadOnly, SandboxError, WorkspaceWrite, policy_name
 from anvild.sandbox.bwrap import Launch, describe_plan
 from anvild.sandbox.confine import Sandbox
@@ -26,10 +27,12 @@ SANDBOX_FAILED = 125
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "sandbox",
         help="run a command in the bash tool's sandbox (debug role files)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        doc=__doc__,
+        paragraph=1,
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(

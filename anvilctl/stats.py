@@ -27,6 +27,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
+from anvilctl import add_command
 from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.store import SCHEMA_VERSION, StoreError, read_journal
@@ -326,10 +327,11 @@ def config_pricing(user_file: Path | None = None) -> Callable[[str], Pricing | N
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "stats",
         help="tokens, cost, turns, outcomes and tool errors from the session records",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        doc=__doc__,
     )
     parser.add_argument("--since", metavar="AGE", help="7d, 24h, 30m or a date (2026-12-01)")
     parser.add_argument("--by", choices=GROUPS, default="model")

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from anvilctl import add_command
 from anvild.config import (
     TrustStore,
     authority_of,
@@ -29,10 +30,11 @@ from anvild.llm.errors import ConfigError
 
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "trust",
         help="show, grant or revoke trust in a project's .anvil/config.toml",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        doc=__doc__,
     )
     actions = parser.add_subparsers(dest="trust_action", required=True, metavar="ACTION")
     for name, text in (
