@@ -10,10 +10,10 @@ if TYPE_CHECKING:
 def add_command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
-    *,
-    help: str,
     doc: str | None,
     paragraph: int = 0,
+    *,
+    help: str,
 ) -> argparse.ArgumentParser:
     """The parser of subcommand `name`; its `--help` description is paragraph `paragraph` of
     `doc` (the module docstring that documents the command)."""

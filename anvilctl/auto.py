@@ -542,11 +542,7 @@ EXIT_LIMIT = 3
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
-        sub,
-        "auto",
-        help="build a spec with a resumable loop of headless sessions",
-        doc=__doc__,
-        paragraph=1,
+        sub, "auto", __doc__, 1, help="build a spec with a resumable loop of headless sessions"
     )
     parser.add_argument("spec", help="the spec (its directory is the project)")
     parser.add_argument("-m", "--model", help="the model alias (default: the daemon's)")

@@ -442,11 +442,7 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = sub.add_parser("eval", help="run eval tasks through the daemon and grade them")
     verbs = parser.add_subparsers(dest="eval_command", required=True, metavar="VERB")
     run = add_command(
-        verbs,
-        "run",
-        help="run tasks x models x trials; one JSONL line per trial",
-        doc=__doc__,
-        paragraph=1,
+        verbs, "run", __doc__, 1, help="run tasks x models x trials; one JSONL line per trial"
     )
     run.add_argument("--models", required=True, help="comma-separated model aliases")
     run.add_argument("--trials", type=positive, default=1, help="trials per task and model")

@@ -206,9 +206,9 @@ def add_verb(verbs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = add_command(
         verbs,
         "report",
+        __doc__,
+        1,
         help="pass@k, pass^k with intervals, per-task cells, a baseline comparison, a plot",
-        doc=__doc__,
-        paragraph=1,
     )
     parser.add_argument("results", type=Path, help="the JSONL of `anvilctl eval run`")
     parser.add_argument("--baseline", type=Path, help="an earlier run's JSONL to compare with")

@@ -91,8 +91,8 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = add_command(
         sub,
         "replay-stream",
+        __doc__,
         help="replay a captured provider stream and print the canonical Completion as JSON",
-        doc=__doc__,
     )
     parser.add_argument("--provider", required=True, choices=KINDS, metavar="KIND")
     parser.add_argument("file", type=Path, metavar="FILE")

@@ -526,8 +526,8 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = add_command(
         sub,
         "replay",
+        __doc__,
         help="re-run a recorded session against its recorded responses; report divergences",
-        doc=__doc__,
     )
     parser.add_argument("session", metavar="SESSION", help="a session id")
     parser.add_argument("--turn", type=int, metavar="N", help="only turn N (from 1)")

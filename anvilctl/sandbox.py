@@ -30,9 +30,9 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = add_command(
         sub,
         "sandbox",
+        __doc__,
+        1,
         help="run a command in the bash tool's sandbox (debug role files)",
-        doc=__doc__,
-        paragraph=1,
     )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(

@@ -330,8 +330,8 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = add_command(
         sub,
         "stats",
+        __doc__,
         help="tokens, cost, turns, outcomes and tool errors from the session records",
-        doc=__doc__,
     )
     parser.add_argument("--since", metavar="AGE", help="7d, 24h, 30m or a date (2026-12-01)")
     parser.add_argument("--by", choices=GROUPS, default="model")

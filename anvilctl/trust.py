@@ -31,10 +31,7 @@ from anvild.llm.errors import ConfigError
 
 def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = add_command(
-        sub,
-        "trust",
-        help="show, grant or revoke trust in a project's .anvil/config.toml",
-        doc=__doc__,
+        sub, "trust", __doc__, help="show, grant or revoke trust in a project's .anvil/config.toml"
     )
     actions = parser.add_subparsers(dest="trust_action", required=True, metavar="ACTION")
     for name, text in (
