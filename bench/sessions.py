@@ -51,7 +51,8 @@ CPU: the daemon's own CPU time (utime + stime from /proc/PID/stat) is reported p
 `list` read and for the streaming phase, with the fake provider's and this client's, so the
 daemon's cost can be told from the machine's: on a shared machine the latencies include the
 time the daemon waited for a core. The load average is printed before and after.
-`--profile FILE` runs the daemon under cProfile (stats written to FILE when it exits).
+`--profile FILE` runs the daemon under cProfile (stats written to FILE when it exits); with
+`--sample`, under bench/cpu_sampler.py instead (CPU-time samples: FILE and FILE.txt).
 
 `--restart N`: N idle sessions are created (as above) and the daemon killed with SIGKILL, then
 restarted on the same data directory: the time from spawning it to its `serving` line, and to
@@ -103,6 +104,7 @@ MARK = "@T@"
 STAMP_RE = re.compile(rb"(\d+);(\d{4}) ")
 LAGGED_RE = re.compile(rb'"type":"lagged","dropped":(\d+)')
 PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY")
+SAMPLE = False  # --sample: `--profile`'s file gets bench/cpu_sampler.py's samples
 
 
 class BenchError(Exception):
@@ -173,6 +175,8 @@ class Daemon:
     ) -> None:
         self.namespace = work / "ns"
         profiler = ["-m", "cProfile", "-o", str(profile)] if profile else []
+        if profile and SAMPLE:  # CPU-time samples instead of cProfile's per-call tracing
+            profiler = [str(REPO / "bench" / "cpu_sampler.py"), str(profile)]
         self.board_url = ""
         env = {k: v for k, v in os.environ.items() if k != "ANVIL_LOG" and k not in PROVIDER_KEYS}
         env["XDG_CONFIG_HOME"] = str(work / "xdg-config")
@@ -579,6 +583,8 @@ def streaming(
                         done.set()
 
                 thread = threading.Thread(target=pump, daemon=True)
+                if profile and SAMPLE:
+                    os.kill(daemon.pid, signal.SIGUSR1)  # the samples start here
                 cpu0, t0 = daemon.cpu_seconds(), time.perf_counter()
                 fake0, own0 = cpu_seconds(daemon.fake_pid), time.process_time()
                 thread.start()
@@ -735,7 +741,14 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="run the daemon under cProfile, stats to this file (per run)"
     )
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="with --profile: sample the daemon's CPU (bench/cpu_sampler.py) instead of cProfile",
+    )
     args = parser.parse_args()
+    global SAMPLE
+    SAMPLE = args.sample
 
     print(f"load average before: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if args.only in (None, "idle"):
