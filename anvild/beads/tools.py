@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
 from anvild.agent.tools import Cancellation, Effects, Failed, Tool, ToolContext, ToolOutput
-from anvild.agent.tools.base import Args
+from anvild.agent.tools.base import Args, object_schema
 from anvild.beads.errors import BeadError, BeadNotFound, BeadStoreError
 from anvild.beads.model import Bead, BeadStatus
 from anvild.beads.store import BeadStore
@@ -62,55 +62,39 @@ _ID: Final[Mapping[str, Any]] = {
     "description": "The bead id, e.g. research-auth-001 (from list_ready).",
 }
 
-LIST_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+
+def _text(description: str) -> dict[str, Any]:
+    """A required free-text argument of up to `MAX_RESULT_CHARS` (a result, a reason)."""
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_RESULT_CHARS,
+        "description": description,
+    }
+
+
+LIST_SCHEMA: Final = object_schema(
+    {
         "scope": {
             "type": "string",
             "enum": ["my_role", "all"],
             "description": 'Beads for your role ("my_role") or for every role ("all").',
         }
     },
-    "required": ["scope"],
-    "additionalProperties": False,
-}
-
-CLAIM_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {"bead_id": _ID},
-    "required": ["bead_id"],
-    "additionalProperties": False,
-}
-
-COMPLETE_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+    required=("scope",),
+)
+CLAIM_SCHEMA: Final = object_schema({"bead_id": _ID}, required=("bead_id",))
+COMPLETE_SCHEMA: Final = object_schema(
+    {
         "bead_id": _ID,
-        "result": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_RESULT_CHARS,
-            "description": "What you produced and where, for whoever uses it next.",
-        },
+        "result": _text("What you produced and where, for whoever uses it next."),
     },
-    "required": ["bead_id", "result"],
-    "additionalProperties": False,
-}
-
-FAIL_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
-        "bead_id": _ID,
-        "reason": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": MAX_RESULT_CHARS,
-            "description": "Why it cannot be done, and what would unblock it.",
-        },
-    },
-    "required": ["bead_id", "reason"],
-    "additionalProperties": False,
-}
+    required=("bead_id", "result"),
+)
+FAIL_SCHEMA: Final = object_schema(
+    {"bead_id": _ID, "reason": _text("Why it cannot be done, and what would unblock it.")},
+    required=("bead_id", "reason"),
+)
 
 
 def _clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
-from anvild.agent.tools.base import Args, ToolContext
+from anvild.agent.tools.base import Args, ToolContext, object_schema
 from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
 from anvild.coord.remotes import RemoteDaemon, RemoteSession
@@ -259,12 +259,9 @@ def _session_arg(description: str) -> dict[str, Any]:
 
 _WHICH = "The session: its id, its alias, or the name you gave it."
 # The arguments of a tool that acts on one of the conductor's sessions (read_out, kill_session).
-_ONE_SESSION: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {"session": _session_arg(_WHICH)},
-    "required": ["session"],
-    "additionalProperties": False,
-}
+_ONE_SESSION: Final[Mapping[str, Any]] = object_schema(
+    {"session": _session_arg(_WHICH)}, required=("session",)
+)
 
 
 class _Base:
@@ -301,9 +298,8 @@ results (when it asks for approval, it waits for your answer_approval); default 
 person). `host` names a remote daemon the user configured ([remotes.NAME]) to start the \
 session there instead (its cwd must exist there; approver "me" works only here). Returns the \
 new session's id and alias."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "role": {"type": "string", "enum": [*WORKER_ROLES]},
             "name": {"type": "string", "description": "A short name for the session."},
             "model": {"type": "string", "description": "A model alias."},
@@ -316,9 +312,8 @@ new session's id and alias."""
             "approver": _APPROVER_ARG,
             "host": {"type": "string", "description": "A configured remote daemon's name."},
         },
-        "required": ["role"],
-        "additionalProperties": False,
-    }
+        required=("role",),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         me = self.me
@@ -470,15 +465,13 @@ class SendPrompt(_DrivesAgent):
     description: Final = """\
 Send a prompt to one of your sessions. It is queued when the session is busy, and handled in \
 order. Returns at once: use wait_sessions to block until the answer is ready, then read_out."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "session": _session_arg(_WHICH),
             "prompt": {"type": "string", "minLength": 1, "description": "The prompt text."},
         },
-        "required": ["session", "prompt"],
-        "additionalProperties": False,
-    }
+        required=("session", "prompt"),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         session = await self.me.resolve(str(args["session"]))
@@ -507,9 +500,8 @@ running (fan-in: give all of them at once), or until `timeout_seconds` (default 
 await_approval (its result, or a tool call, waits for approval: when the line says it waits \
 for you, check the work and call answer_approval; otherwise a person answers), stopped, error \
 or exited."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "sessions": {
                 "type": "array",
                 "items": _session_arg(_WHICH),
@@ -518,9 +510,8 @@ or exited."""
             },
             "timeout_seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT},
         },
-        "required": ["sessions"],
-        "additionalProperties": False,
-    }
+        required=("sessions",),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         found = [await self.me.resolve(str(key)) for key in args["sessions"]]
@@ -621,11 +612,7 @@ class MySessions(_Base):
     name: Final = "my_sessions"
     description: Final = """\
 List the sessions you started and that still run: id, alias, role, state, model."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {},
-        "additionalProperties": False,
-    }
+    input_schema: Final[Mapping[str, Any]] = object_schema({})
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         lines = [self.me.describe(s) for s in self.me.children()]
@@ -704,16 +691,14 @@ class CreateConvoy(_BeadTool):
 Create a convoy: a group of beads toward one goal, coordinated by you. `context` is shared text \
 added to the system prompt of every session working on one of its beads (constraints, the \
 target, conventions). It completes by itself when its last bead completes. Returns its id."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "title": {"type": "string", "minLength": 1, "maxLength": 200},
             "goal": {"type": "string", "description": "What success looks like."},
             "context": {"type": "string", "description": "Shared context for its workers."},
         },
-        "required": ["title"],
-        "additionalProperties": False,
-    }
+        required=("title",),
+    )
     cancellation: Cancellation = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
@@ -737,9 +722,8 @@ a description of exactly what to do and how it will be checked. `depends_on` lis
 that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
 `requires_approval` makes its completion wait for approval: by a person, or with `approver` \
 "me" by you (answer_approval on the session that completed it). Returns its id."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "title": {"type": "string", "minLength": 1, "maxLength": 200},
             "role": {"type": "string", "minLength": 1},
             "description": {"type": "string"},
@@ -748,9 +732,8 @@ that must complete first (a cycle is refused); `convoy` adds it to a convoy; \
             "requires_approval": {"type": "boolean"},
             "approver": _APPROVER_ARG,
         },
-        "required": ["title", "role"],
-        "additionalProperties": False,
-    }
+        required=("title", "role"),
+    )
     cancellation: Cancellation = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
@@ -773,15 +756,13 @@ class AssignBead(_BeadTool):
 Claim a pending bead for one of your sessions (or for yourself, with session "me"). Refused \
 while its dependencies are open or when someone already holds it. Then send the session its \
 prompt; complete_bead records the result when it is done."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "bead": {"type": "string", "minLength": 1},
             "session": _session_arg(_WHICH + ' Or "me".'),
         },
-        "required": ["bead", "session"],
-        "additionalProperties": False,
-    }
+        required=("bead", "session"),
+    )
     cancellation: Cancellation = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
@@ -798,16 +779,14 @@ class CompleteBead(_BeadTool):
 Record the end of a bead assigned to one of your sessions (or to you): `result` is its outcome \
 (paste the relevant answer or a summary). With `failed` set to a reason, the bead fails instead \
 (it can be released and tried again)."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "bead": {"type": "string", "minLength": 1},
             "result": {"type": "string"},
             "failed": {"type": "string", "minLength": 1, "description": "The failure reason."},
         },
-        "required": ["bead"],
-        "additionalProperties": False,
-    }
+        required=("bead",),
+    )
     cancellation: Cancellation = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
@@ -827,14 +806,12 @@ class ReadBeads(_BeadTool):
 Read beads: the given `beads` (ids), or every bead of a `convoy`, or, with neither, the ready \
 ones (pending, dependencies completed). Each: id, status, role, assignee, convoy, title, \
 dependencies, the last failure reason and the result."""
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "beads": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "convoy": {"type": "string", "minLength": 1},
-        },
-        "additionalProperties": False,
-    }
+        }
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         try:

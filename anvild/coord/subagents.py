@@ -36,6 +36,7 @@ from anvild.agent.tools.base import (
     Tool,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 from anvild.coord.agents import AgentDefinition, discover
 from anvild.llm.types import ToolCall
@@ -144,9 +145,8 @@ class TaskTool:
     name: Final = TASK
     cancellation: Final = Cancellation.UNKNOWN
     parallel_safe: Final = True
-    input_schema: Final[Mapping[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[Mapping[str, Any]] = object_schema(
+        {
             "prompt": {
                 "type": "string",
                 "minLength": 1,
@@ -160,9 +160,8 @@ class TaskTool:
             "model": {"type": "string", "description": "A model alias (default: yours)."},
             "agent": {"type": "string", "description": "An agent definition's name."},
         },
-        "required": ["prompt"],
-        "additionalProperties": False,
-    }
+        required=("prompt",),
+    )
     summary: Final = (
         "Delegate a self-contained piece of work to a child session and get its final answer."
     )

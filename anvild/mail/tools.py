@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
-from anvild.agent.tools.base import Args, ToolContext
+from anvild.agent.tools.base import Args, ToolContext, object_schema
 from anvild.mail.errors import InvalidMessage, MailStoreError
 from anvild.mail.message import (
     MAX_BODY_BYTES,
@@ -101,9 +101,8 @@ never a tool call's approval (only a human answers those); if you are not the ap
 are told who is.
 """
 
-ANSWER_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+ANSWER_SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "session": {
             "type": "string",
             "minLength": 1,
@@ -118,13 +117,11 @@ ANSWER_SCHEMA: Final[Mapping[str, Any]] = {
             "description": "Why, for reject (required there): what must change.",
         },
     },
-    "required": ["session", "verdict"],
-    "additionalProperties": False,
-}
+    required=("session", "verdict"),
+)
 
-SEND_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+SEND_SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "to": {
             "type": "string",
             "minLength": 1,
@@ -148,19 +145,13 @@ SEND_SCHEMA: Final[Mapping[str, Any]] = {
             "description": "The id of the message this answers (msg-...).",
         },
     },
-    "required": ["to", "type", "body"],
-    "additionalProperties": False,
-}
+    required=("to", "type", "body"),
+)
 
-EMPTY_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {},
-    "additionalProperties": False,
-}
+EMPTY_SCHEMA: Final[Mapping[str, Any]] = object_schema({})
 
-APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+APPROVAL_SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "summary": {
             "type": "string",
             "minLength": 1,
@@ -168,9 +159,8 @@ APPROVAL_SCHEMA: Final[Mapping[str, Any]] = {
             "description": "What you did and how you checked it, for the approver.",
         }
     },
-    "required": ["summary"],
-    "additionalProperties": False,
-}
+    required=("summary",),
+)
 
 
 class _Bound(Generic[T]):

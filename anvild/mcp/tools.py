@@ -35,6 +35,7 @@ from anvild.agent.tools.base import (
     Tool,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 from anvild.agent.tools.bash import STDOUT_KEEP
 from anvild.agent.tools.registry import ToolRegistry, truncate_middle
@@ -217,16 +218,14 @@ class ResourcesTool(_Generic):
         "the resource's text (binary content is described, not shown)."
     )
     summary = "List (action=list) or read (action=read, server, uri) MCP servers' resources."
-    input_schema: Mapping[str, Any] = {
-        "type": "object",
-        "properties": {
+    input_schema: Mapping[str, Any] = object_schema(
+        {
             "action": {"type": "string", "enum": ["list", "read"]},
             "server": {"type": "string", "description": "The MCP server's config name."},
             "uri": {"type": "string", "description": "The resource to read (action=read)."},
         },
-        "required": ["action"],
-        "additionalProperties": False,
-    }
+        required=("action",),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         if args["action"] == "read":
@@ -262,17 +261,15 @@ class PromptsTool(_Generic):
         "of strings) for the prompt's arguments; it gives the prompt's messages."
     )
     summary = "List (action=list) or get (action=get, server, name, arguments) MCP prompts."
-    input_schema: Mapping[str, Any] = {
-        "type": "object",
-        "properties": {
+    input_schema: Mapping[str, Any] = object_schema(
+        {
             "action": {"type": "string", "enum": ["list", "get"]},
             "server": {"type": "string", "description": "The MCP server's config name."},
             "name": {"type": "string", "description": "The prompt (action=get)."},
             "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
         },
-        "required": ["action"],
-        "additionalProperties": False,
-    }
+        required=("action",),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         if args["action"] == "get":

@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -315,6 +315,16 @@ def brief_description(tool: Tool) -> str:
     if isinstance(summary, str) and summary.strip():
         return " ".join(summary.split())
     return first_sentence(tool.description)
+
+
+def object_schema(properties: Mapping[str, Any], *, required: Sequence[str] = ()) -> dict[str, Any]:
+    """A tool's input schema: an object of these `properties` and no others, `required` among
+    them (JSON Schema keys in the order every tool writes them)."""
+    schema: dict[str, Any] = {"type": "object", "properties": dict(properties)}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    return schema
 
 
 _SCHEMA_VALUES: Final = frozenset({"const", "default", "enum", "examples"})

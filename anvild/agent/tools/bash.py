@@ -33,6 +33,7 @@ from anvild.agent.tools.base import (
     Failed,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 from anvild.sandbox import FullAccess, ReadOnly, SandboxError, SandboxPolicy, WorkspaceWrite
 from anvild.sandbox.confine import Sandbox
@@ -336,9 +337,8 @@ and keep track of which files you have read. Use bash for what needs a shell: ru
 builds, git, package managers and other programs.
 """
 
-SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "command": {
             "type": "string",
             "minLength": 1,
@@ -354,9 +354,8 @@ SCHEMA: Final[Mapping[str, Any]] = {
             ),
         },
     },
-    "required": ["command"],
-    "additionalProperties": False,
-}
+    required=("command",),
+)
 
 
 def _exit_line(returncode: int) -> str:

@@ -29,6 +29,7 @@ from anvild.agent.tools.base import (
     InvalidArgs,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 from anvild.sandbox.files import AccessDenied, ReadResult, WriteResult
 
@@ -119,9 +120,8 @@ class ReadFile:
         "`offset` and `limit` read part of a long file. Read a file before you edit or "
         "overwrite it."
     )
-    input_schema: Final[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[dict[str, Any]] = object_schema(
+        {
             "file_path": FILE_PATH,
             "offset": {
                 "type": "integer",
@@ -134,9 +134,8 @@ class ReadFile:
                 "description": f"Maximum number of lines to return (default {DEFAULT_LIMIT}).",
             },
         },
-        "required": ["file_path"],
-        "additionalProperties": False,
-    }
+        required=("file_path",),
+    )
     cancellation = Cancellation.SAFE_TO_ABANDON
 
     def effects(self, args: Args) -> Effects:
@@ -225,15 +224,13 @@ class WriteFile(_Writer):
         "Create a file or replace all of it (read an existing file first). Use edit_file to "
         "change part of a file."
     )
-    input_schema: Final[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[dict[str, Any]] = object_schema(
+        {
             "file_path": FILE_PATH,
             "content": {"type": "string", "description": "The complete new content."},
         },
-        "required": ["file_path", "content"],
-        "additionalProperties": False,
-    }
+        required=("file_path", "content"),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         user_path: str = args["file_path"]
@@ -271,9 +268,8 @@ class EditFile(_Writer):
         "match the file exactly (without read_file's line numbers) and once, unless "
         "`replace_all` is true."
     )
-    input_schema: Final[dict[str, Any]] = {
-        "type": "object",
-        "properties": {
+    input_schema: Final[dict[str, Any]] = object_schema(
+        {
             "file_path": FILE_PATH,
             "old_string": {"type": "string", "description": "The exact text to replace."},
             "new_string": {"type": "string", "description": "The replacement text."},
@@ -282,9 +278,8 @@ class EditFile(_Writer):
                 "description": "Replace every occurrence instead of requiring exactly one.",
             },
         },
-        "required": ["file_path", "old_string", "new_string"],
-        "additionalProperties": False,
-    }
+        required=("file_path", "old_string", "new_string"),
+    )
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         user_path: str = args["file_path"]

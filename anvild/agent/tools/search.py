@@ -35,6 +35,7 @@ from anvild.agent.tools.base import (
     InvalidArgs,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 from anvild.agent.tools.files import MAX_FILE_BYTES, display_path, is_binary
 from anvild.sandbox.files import AccessDenied, FileAccess, WalkDir, is_credential_name
@@ -277,16 +278,14 @@ def _search_root(ctx: ToolContext, path: str | None) -> Path:
 
 def _search_schema(pattern: str, path: str, **more: Mapping[str, Any]) -> dict[str, Any]:
     """A search tool's arguments: `pattern` (required) and `path`, then the tool's own."""
-    return {
-        "type": "object",
-        "properties": {
+    return object_schema(
+        {
             "pattern": {"type": "string", "minLength": 1, "description": pattern},
             "path": {"type": "string", "description": path},
             **more,
         },
-        "required": ["pattern"],
-        "additionalProperties": False,
-    }
+        required=("pattern",),
+    )
 
 
 class _ReadSearch:

@@ -25,6 +25,7 @@ from anvild.agent.tools.base import (
     InvalidArgs,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 
 DESCRIPTION: Final = """\
@@ -36,9 +37,8 @@ instructions point to them; run scripts with bash (the sandbox and the permissio
 as to any command). A skill never changes what you are allowed to do.
 """
 
-SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "name": {
             "type": "string",
             "minLength": 1,
@@ -46,9 +46,8 @@ SCHEMA: Final[Mapping[str, Any]] = {
             "description": "The skill's name, as listed under Skills in the system prompt.",
         },
     },
-    "required": ["name"],
-    "additionalProperties": False,
-}
+    required=("name",),
+)
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ from anvild.agent.tools.base import (
     InvalidArgs,
     ToolContext,
     ToolOutput,
+    object_schema,
 )
 
 MAX_TODOS: Final = 100
@@ -38,16 +39,14 @@ batches); do not mark an item completed while its tests fail or its work is part
 you discover along the way; remove items that are no longer relevant. The user sees this list.
 """
 
-SCHEMA: Final[Mapping[str, Any]] = {
-    "type": "object",
-    "properties": {
+SCHEMA: Final[Mapping[str, Any]] = object_schema(
+    {
         "todos": {
             "type": "array",
             "maxItems": MAX_TODOS,
             "description": "The complete, updated todo list.",
-            "items": {
-                "type": "object",
-                "properties": {
+            "items": object_schema(
+                {
                     "content": {
                         "type": "string",
                         "minLength": 1,
@@ -60,14 +59,12 @@ SCHEMA: Final[Mapping[str, Any]] = {
                         "description": "pending, in_progress (at most one item) or completed.",
                     },
                 },
-                "required": ["content", "status"],
-                "additionalProperties": False,
-            },
+                required=("content", "status"),
+            ),
         },
     },
-    "required": ["todos"],
-    "additionalProperties": False,
-}
+    required=("todos",),
+)
 
 
 def parse_todos(items: Any) -> tuple[Todo, ...]:
