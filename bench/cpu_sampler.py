@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import os
 import runpy
 import signal
 import sys
@@ -74,6 +75,7 @@ def main() -> None:
     signal.signal(signal.SIGPROF, tick)
     signal.setitimer(signal.ITIMER_PROF, interval, interval)
     sys.argv = [module, *args[2:]]
+    sys.path[0] = os.getcwd()  # as `python -m` has it: the module is the working directory's
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
