@@ -8,6 +8,7 @@ to a valid, idle one without re-running anything.
     records.py  the Record union, tags, schema upgrade   state.py    SessionState
     reducer.py  apply / replay, message_records          recovery.py recover (pure)
     journal.py  Journal, SessionStore (blocking I/O)     errors.py   StoreError and kin
+    index.py    SessionSummary, the index of summaries (a cache, checked against each file)
 
 Imports `anvild.llm` (canonical types) and nothing of the agent, ninep, the tree or the daemon.
 """
@@ -19,6 +20,16 @@ from anvild.store.errors import (
     RecordError,
     SchemaVersionError,
     StoreError,
+)
+from anvild.store.index import (
+    Fingerprint,
+    IndexEntry,
+    Pending,
+    SessionSummary,
+    at_rest,
+    read_index,
+    trusted,
+    write_index,
 )
 from anvild.store.journal import (
     Journal,
@@ -89,6 +100,8 @@ __all__ = [
     "CorruptJournalError",
     "DecidedResult",
     "FileSeen",
+    "Fingerprint",
+    "IndexEntry",
     "Journal",
     "JournalContents",
     "JournalError",
@@ -97,6 +110,7 @@ __all__ = [
     "MessageExtended",
     "ModelChanged",
     "Note",
+    "Pending",
     "PendingApproval",
     "PendingResult",
     "PermissionsRemembered",
@@ -118,6 +132,7 @@ __all__ = [
     "SessionState",
     "SessionStatus",
     "SessionStore",
+    "SessionSummary",
     "StateChanged",
     "StoreError",
     "TextStreamed",
@@ -132,9 +147,13 @@ __all__ = [
     "UsageReported",
     "Verdict",
     "apply",
+    "at_rest",
     "message_records",
     "needs_sync",
+    "read_index",
     "read_journal",
     "recover",
     "replay",
+    "trusted",
+    "write_index",
 ]

@@ -258,6 +258,16 @@ class Journal:
     def closed(self) -> bool:
         return self._fd is None
 
+    def snapshot(self) -> tuple[SessionState, int, int] | None:
+        """The state, seq and size at one moment, or None while an append (in another thread)
+        holds the journal: never the state of one moment with the size of another."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._state, self._seq, self._size
+        finally:
+            self._lock.release()
+
     def fileno(self) -> int:
         """The descriptor appends go through (for diagnostics and fault-injection tests)."""
         if self._fd is None:
