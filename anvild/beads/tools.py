@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import Any, Final
 
-from anvild.agent.tools import Cancellation, Effects, Failed, Tool, ToolContext, ToolOutput
-from anvild.agent.tools.base import Args, object_schema
+from anvild.agent.tools import Cancellation, Failed, Tool, ToolContext, ToolOutput
+from anvild.agent.tools.base import Args, ServiceTool, object_schema
 from anvild.beads.errors import BeadError, BeadNotFound, BeadStoreError
 from anvild.beads.model import Bead, BeadStatus
 from anvild.beads.store import BeadStore
@@ -110,10 +110,9 @@ def _failed(exc: BeadError) -> Failed:
     return Failed(f"{exc}.")
 
 
-class _BeadTool:
+class _BeadTool(ServiceTool[BeadStore]):
     def __init__(self, store: BeadStore, session_id: str, role: str) -> None:
-        self._store = store
-        self._me = session_id
+        super().__init__(store, session_id)
         self._role = role
 
     @property
@@ -127,9 +126,6 @@ class _BeadTool:
         except BeadError as exc:
             raise _failed(exc) from exc
 
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()
-
 
 class ListReady(_BeadTool):
     name: Final = "list_ready"
@@ -142,7 +138,7 @@ class ListReady(_BeadTool):
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         role = None if args["scope"] == "all" else self._role
-        ready = self._store.ready(role)
+        ready = self._service.ready(role)
         lines: list[str] = []
         if ready:
             for bead in ready:
@@ -154,7 +150,7 @@ class ListReady(_BeadTool):
             lines.append(f"No bead is ready {whose}.")
             if role is not None:
                 lines.append('(Call list_ready with scope "all" to see the other roles\' beads.)')
-        held = self._store.assigned(self._me)
+        held = self._service.assigned(self._me)
         if held:
             lines.append("You hold: " + ", ".join(f"{b.id} ({b.status.value})" for b in held))
         return ToolOutput("\n".join(lines))
@@ -171,14 +167,14 @@ class Claim(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        bead = await self._apply(self._store.claim(args["bead_id"], self._me, by=self._by))
+        bead = await self._apply(self._service.claim(args["bead_id"], self._me, by=self._by))
         return ToolOutput(self._brief(bead))
 
     def _brief(self, bead: Bead) -> str:
         parts = [f"You hold bead {bead.id}: {bead.title} (role {bead.role})."]
         if bead.description.strip():
             parts.append(f"Description:\n{_clip(bead.description, 8000)}")
-        board = self._store.board
+        board = self._service.board
         for dep in bead.depends_on:
             done = board.beads.get(dep)
             if done is not None:
@@ -206,7 +202,7 @@ class Complete(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        change = self._store.complete(
+        change = self._service.complete(
             args["bead_id"], args["result"], by=self._by, only_session=self._me
         )
         bead = await self._apply(change)
@@ -218,7 +214,7 @@ class Complete(_BeadTool):
             )
         text = f"Bead {bead.id} is completed."
         if bead.convoy is not None:
-            progress = self._store.progress(bead.convoy)
+            progress = self._service.progress(bead.convoy)
             text += f" Convoy {bead.convoy}: {progress.done}/{progress.total} beads completed."
         return ToolOutput(text)
 
@@ -231,7 +227,7 @@ class Fail(_BeadTool):
     cancellation: Final = Cancellation.ATOMIC
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
-        change = self._store.fail(
+        change = self._service.fail(
             args["bead_id"], args["reason"], by=self._by, only_session=self._me
         )
         bead = await self._apply(change)

@@ -13,10 +13,10 @@ it as approver (`ApprovalAnswers`): never its own, never a tool call's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
-from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool, ToolOutput
-from anvild.agent.tools.base import Args, ToolContext, object_schema
+from anvild.agent.tools import Cancellation, Failed, InvalidArgs, Tool, ToolOutput
+from anvild.agent.tools.base import Args, ServiceTool, ToolContext, object_schema
 from anvild.mail.errors import InvalidMessage, MailStoreError
 from anvild.mail.message import (
     MAX_BODY_BYTES,
@@ -29,8 +29,6 @@ from anvild.mail.post import USER, PostOffice
 from anvild.session.session import ToolSetup, ToolsFactory
 
 MAX_SUMMARY_CHARS: Final = 4000
-
-T = TypeVar("T")
 
 
 class ResultGate(Protocol):
@@ -163,20 +161,7 @@ APPROVAL_SCHEMA: Final[Mapping[str, Any]] = object_schema(
 )
 
 
-class _Bound(Generic[T]):
-    """What every tool here shares: it is bound to one session (`_me`, the daemon's identity
-    for it, never an argument), asks one daemon service (`_service`: the post office, the result
-    gate, the approvals) and touches no file or process, only the daemon's own records."""
-
-    def __init__(self, service: T, session_id: str) -> None:
-        self._service = service
-        self._me = session_id
-
-    def effects(self, args: Args) -> Effects:
-        return Effects.none()
-
-
-class ListSessions(_Bound[PostOffice]):
+class ListSessions(ServiceTool[PostOffice]):
     name: Final = "list_sessions"
     description: Final = LIST_DESCRIPTION
     summary: Final = (
@@ -194,7 +179,7 @@ class ListSessions(_Bound[PostOffice]):
         return ToolOutput("\n".join(lines))
 
 
-class SendMessage(_Bound[PostOffice]):
+class SendMessage(ServiceTool[PostOffice]):
     name: Final = "send_message"
     description: Final = SEND_DESCRIPTION
     summary: Final = (
@@ -217,7 +202,7 @@ class SendMessage(_Bound[PostOffice]):
         return ToolOutput(f"Sent {message.type.value} {message.id} to {message.to}.")
 
 
-class ReadInbox(_Bound[PostOffice]):
+class ReadInbox(ServiceTool[PostOffice]):
     name: Final = "read_inbox"
     description: Final = READ_DESCRIPTION
     summary: Final = "Return your unread messages as a JSON array and mark them read."
@@ -234,7 +219,7 @@ class ReadInbox(_Bound[PostOffice]):
         return ToolOutput(encode_list(messages).decode())
 
 
-class RequestApproval(_Bound[ResultGate]):
+class RequestApproval(ServiceTool[ResultGate]):
     name: Final = "request_approval"
     description: Final = APPROVAL_DESCRIPTION
     summary: Final = (
@@ -254,7 +239,7 @@ class RequestApproval(_Bound[ResultGate]):
             raise Failed(f"Approval not requested: {exc}") from exc
 
 
-class AnswerApproval(_Bound[ApprovalAnswers]):
+class AnswerApproval(ServiceTool[ApprovalAnswers]):
     name: Final = "answer_approval"
     description: Final = ANSWER_DESCRIPTION
     summary: Final = (

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 import jsonschema
@@ -35,6 +35,7 @@ from anvild.sandbox import ReadOnly, SandboxPolicy
 from anvild.sandbox.files import FileAccess
 
 Args = Mapping[str, Any]
+S = TypeVar("S")  # the daemon service a `ServiceTool` asks
 
 TOOL_NAME_RE: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """The strictest common provider rule for tool (function) names."""
@@ -285,6 +286,19 @@ class Tool(Protocol):
         """Run the call. `args` have been validated against `input_schema`. Raise a
         `ToolError` for a failure the model should read."""
         ...
+
+
+class ServiceTool(Generic[S]):
+    """The base of a tool bound to one session (`_me`: the daemon's identity for it, never an
+    argument) that asks one daemon service (`_service`: the bead store, the post office, ...)
+    and touches no file or process, only the daemon's own records."""
+
+    def __init__(self, service: S, session_id: str) -> None:
+        self._service = service
+        self._me = session_id
+
+    def effects(self, args: Args) -> Effects:
+        return Effects.none()
 
 
 COMPACT_TOOLS_WINDOW: Final = 16_384
