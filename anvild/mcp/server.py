@@ -29,6 +29,7 @@ import attrs
 import structlog
 import trio
 
+from anvild.agent.tools.bash import Command
 from anvild.mcp.config import ServerSpec
 from anvild.sandbox import FullAccess, SandboxError, SandboxPolicy
 from anvild.sandbox.bwrap import SandboxSettings
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # the SDK (about a second to import) loads when a server firs
     import mcp_types
     from mcp import ClientSession
 
-    from anvild.mcp.transport import Channel, StdioCommand
+    from anvild.mcp.transport import Channel
 
 log = structlog.get_logger(__name__)
 
@@ -188,15 +189,13 @@ class Server:
             return http_channel(spec.url, headers)
         return stdio_channel(self._command())
 
-    def _command(self) -> StdioCommand:
-        from anvild.mcp.transport import StdioCommand
-
+    def _command(self) -> Command:
         spec, place = self.spec, self.placement
         cwd = place.cwd if spec.cwd is None else place.cwd / os.path.expanduser(spec.cwd)
         if not spec.sandbox or isinstance(place.policy, FullAccess):
             env = child_env(self._env, passthrough=place.settings.passthrough)
             program = shutil.which(spec.argv[0], path=env.get("PATH")) or spec.argv[0]
-            return StdioCommand((program, *spec.argv[1:]), cwd, {**env, **spec.env})
+            return Command((program, *spec.argv[1:]), cwd, {**env, **spec.env})
         readable = tuple(os.path.expanduser(p) for p in spec.sandbox_read)
         role = attrs.evolve(place.role, read_only=(*place.role.read_only, *readable))
         sandbox = Sandbox(place.policy, role=role, settings=place.settings)
@@ -204,9 +203,7 @@ class Server:
             launch = sandbox.prepare(spec.argv, cwd)
         except SandboxError as exc:
             raise OSError(f"the sandbox cannot run it: {exc}") from exc
-        return StdioCommand(
-            launch.argv, launch.cwd, {**launch.env, **spec.env}, launch.pass_fds, launch
-        )
+        return Command(launch.argv, launch.cwd, {**launch.env, **spec.env}, launch.pass_fds, launch)
 
     async def _list_tools(self, session: ClientSession) -> tuple[mcp_types.Tool, ...]:
         import mcp_types

@@ -13,12 +13,10 @@ nothing runs unconfined when the sandbox cannot be set up (the error says why).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -29,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
 
-from anvild.sandbox.bwrap import Launch
+from anvild.agent.tools.bash import Command, signal_group, spawn
 
 MAX_LINE: Final = 16 << 20
 STDERR_TAIL: Final = 2048
@@ -54,56 +52,30 @@ class Channel:
         return " ".join(text.split())[-500:]
 
 
-@attrs.frozen
-class StdioCommand:
-    """What to spawn: argv, cwd, environment, inherited descriptors, and the sandbox launch
-    (None: unsandboxed) that owns those descriptors."""
-
-    argv: tuple[str, ...]
-    cwd: Path
-    env: Mapping[str, str]
-    pass_fds: tuple[int, ...] = ()
-    launch: Launch | None = attrs.field(default=None, eq=False)
-
-
-def _kill_group(pid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
 async def _reap(process: trio.Process) -> None:
     with trio.move_on_after(EXIT_GRACE):
         await process.wait()
     if process.returncode is None:
-        _kill_group(process.pid, signal.SIGTERM)
+        signal_group(process.pid, signal.SIGTERM)
         with trio.move_on_after(KILL_GRACE):
             await process.wait()
     if process.returncode is None:
-        _kill_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         with trio.move_on_after(KILL_GRACE):
             await process.wait()
     else:  # the leader is gone; members that stayed in its group follow it
-        _kill_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
 
 
 @asynccontextmanager
-async def stdio_channel(command: StdioCommand) -> AsyncIterator[Channel]:
+async def stdio_channel(command: Command) -> AsyncIterator[Channel]:
     """Spawn `command` and talk JSON-RPC over its stdin and stdout. Raises OSError when it
     cannot be started (the launch is closed then)."""
     try:
-        process = await trio.lowlevel.open_process(
-            list(command.argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=command.cwd,
-            env=dict(command.env),
-            pass_fds=command.pass_fds,
-            start_new_session=True,
-        )
+        process = await spawn(command, stdin=subprocess.PIPE)
     except BaseException:
-        if command.launch is not None:
-            command.launch.close()
+        if command.guard is not None:
+            command.guard.close()
         raise
     read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](16)
     write_in, write_out = anyio.create_memory_object_stream[SessionMessage](16)
@@ -165,8 +137,8 @@ async def stdio_channel(command: StdioCommand) -> AsyncIterator[Channel]:
                 nursery.cancel_scope.cancel()
     finally:
         channel.ended.set()
-        if command.launch is not None:
-            command.launch.close()
+        if command.guard is not None:
+            command.guard.close()
         for stream in (stdout, stderr):
             with suppress(trio.ClosedResourceError, OSError), trio.CancelScope(shield=True):
                 await stream.aclose()
@@ -188,4 +160,4 @@ async def http_channel(url: str, headers: Mapping[str, str]) -> AsyncIterator[Ch
         yield Channel(read, write)
 
 
-__all__ = ["Channel", "StdioCommand", "http_channel", "stdio_channel"]
+__all__ = ["Channel", "http_channel", "stdio_channel"]

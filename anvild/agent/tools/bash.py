@@ -204,7 +204,8 @@ class CommandResult:
     output_abandoned: bool  # a process outside the group still held a pipe when we stopped
 
 
-def _signal_group(pgid: int, signum: int) -> None:
+def signal_group(pgid: int, signum: int) -> None:
+    """Send `signum` to process group `pgid`; a group that is gone (or not ours) is no error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
 
@@ -227,14 +228,14 @@ def _live_members(pgid: int) -> bool:
 
 async def _terminate_group(pgid: int) -> None:
     """SIGTERM the group, wait up to KILL_GRACE for its members to go, then SIGKILL."""
-    _signal_group(pgid, signal.SIGTERM)
-    _signal_group(pgid, signal.SIGCONT)
+    signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGCONT)
     with trio.move_on_after(KILL_GRACE):
         # No event says "the last member of a group exited" (only the leader has a pidfd), so
         # the group is polled through /proc.
         while _live_members(pgid):  # noqa: ASYNC110
             await trio.sleep(_POLL)
-    _signal_group(pgid, signal.SIGKILL)
+    signal_group(pgid, signal.SIGKILL)
 
 
 async def _drain(stream: trio.abc.ReceiveStream, into: HeadTailBuffer) -> None:
@@ -260,12 +261,12 @@ async def _wait_exited(process: trio.Process, pidfd: int | None) -> None:
         await process.wait()
 
 
-async def run_command(command: Command, *, time_limit: float) -> CommandResult:
-    """Run `command` under the supervision described in the module docstring. Raises OSError
-    when it cannot be started; re-raises `trio.Cancelled` after killing and reaping."""
-    process = await trio.lowlevel.open_process(
+async def spawn(command: Command, *, stdin: int) -> trio.Process:
+    """Start `command` in a session (process group) of its own, its stdout and stderr piped and
+    `stdin` as given (`subprocess.PIPE` or `DEVNULL`). Raises OSError when it cannot start."""
+    return await trio.lowlevel.open_process(
         list(command.argv),
-        stdin=subprocess.DEVNULL,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=command.cwd,
@@ -273,6 +274,12 @@ async def run_command(command: Command, *, time_limit: float) -> CommandResult:
         pass_fds=command.pass_fds,
         start_new_session=True,
     )
+
+
+async def run_command(command: Command, *, time_limit: float) -> CommandResult:
+    """Run `command` under the supervision described in the module docstring. Raises OSError
+    when it cannot be started; re-raises `trio.Cancelled` after killing and reaping."""
+    process = await spawn(command, stdin=subprocess.DEVNULL)
     pidfd = _pidfd(process.pid)
     stdout, stderr = HeadTailBuffer(*STDOUT_KEEP), HeadTailBuffer(*STDERR_KEEP)
     group_ended = False
