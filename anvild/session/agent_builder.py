@@ -78,20 +78,20 @@ def build_agent(
     gate: GateFactory,
     system: str,
     emit: Callable[[ev.AgentEvent], None],
+    hooks: SessionHooks | None,
+    skills: SkillSet,
     on_compaction: Callable[[Compaction], Awaitable[bool]],
 ) -> Agent:
     """The agent of `session` (read through its public properties and records), starting
-    from `messages`, with the system prompt `system` and its events sent to `emit`."""
+    from `messages`, with the system prompt `system`, its events sent to `emit` (`observed`),
+    the session's `hooks` (`session_hooks`) and the `skills` it found (`session_skills`)."""
     settings = services.settings
-    built: list[Agent] = []  # the agent, once made: telemetry reads its transcript
-    emit = _observed(session, settings, emit, lambda: built[0].messages if built else ())
     cwd = Path(session.cwd)
     state = session.record
     sandbox_role = roles.sandbox_role(session.role, user_dir=settings.sandbox_role_dir)
     policy = sandbox_policy(session.sandbox, sandbox_role, settings)
     ceiling = roles.ceiling(session.role)
     sandbox = settings.sandbox_settings
-    skills = _skills(session, services)
     skill_roots = tuple(p for p in skills.read_roots() if not p.is_relative_to(cwd.resolve()))
     files = roles.file_access(
         session.role,
@@ -152,7 +152,6 @@ def build_agent(
         home=PurePosixPath(settings.home.resolve()),
     )
     decide = gate(permission, tools, context)
-    hooks = _hooks(session, settings, emit, lambda: decide.policy.mode.value)
     if hooks is not None:  # a hook's allow answers only what the gate would ask
         decide.approver = hooks.approver(decide.approver)
     target = session.target
@@ -182,11 +181,10 @@ def build_agent(
         hooks=NO_HOOKS if hooks is None else hooks,
         snapshots=session.turns.snapshots,
     )
-    built.append(agent)
     return agent
 
 
-def _observed(
+def observed(
     session: Session,
     settings: SessionSettings,
     emit: Callable[[ev.AgentEvent], None],
@@ -231,13 +229,14 @@ def _provider(session: Session, services: Services, target: ResolvedModel) -> Pr
     return BudgetedProvider(provider, budgets, scope, target.pricing)
 
 
-def _hooks(
+def session_hooks(
     session: Session,
     settings: SessionSettings,
     emit: Callable[[ev.AgentEvent], None],
     mode: Callable[[], str],
 ) -> SessionHooks | None:
-    """The session's hooks (`anvild.hooks`), run on the host in its cwd; None without any."""
+    """The session's hooks (`anvild.hooks`), run on the host in its cwd; None without any.
+    `mode` gives the permission mode a hook is told (the gate's, as it is when the hook runs)."""
     source, bead_of = settings.hooks, settings.bead_of
     if source is None:
         return None
@@ -253,13 +252,15 @@ def _hooks(
     )
 
 
-def _skills(session: Session, services: Services) -> SkillSet:
-    """The session's skills (none without a catalog); each skipped one reported."""
+def session_skills(session: Session, services: Services, *, report: bool = True) -> SkillSet:
+    """The session's skills as found now (none without a catalog); with `report`, each
+    skipped one is reported. The prompt's list (`load_layers`) and the agent's skill roots
+    (`build_agent`) use them."""
     catalog = services.settings.skills
     if catalog is None:
         return SkillSet()
     found = catalog.for_session(session.cwd, session.role)
-    for skipped in found.skipped:
+    for skipped in found.skipped if report else ():
         log.warning("session.skill_skipped", session=session.id, reason=skipped.reason)
         session.log.publish(f"NOTE: skill skipped: {skipped.reason}")
         services.publish(
@@ -292,15 +293,16 @@ def _summariser(session_id: str, services: Services) -> ResolvedModel | None:
         return None
 
 
-def load_layers(cwd: str, role: str, context: str, settings: SessionSettings) -> PromptLayers:
-    """The prompt layers of a session in `cwd` with `role` and the `context` file's text."""
+def load_layers(
+    cwd: str, role: str, context: str, settings: SessionSettings, skills: SkillSet
+) -> PromptLayers:
+    """The prompt layers of a session in `cwd` with `role`, the `context` file's text and
+    the `skills` it found."""
     return PromptLayers(
         instructions=discover_instructions(Path(cwd), settings.user_config_dir),
         role=role,
         role_text=roles.role_text(role, user_dir=settings.role_text_dir),
-        skills=""
-        if settings.skills is None
-        else settings.skills.for_session(cwd, role).prompt_block(),
+        skills=skills.prompt_block(),
         context=context,
     )
 

@@ -26,7 +26,6 @@ from typing import Final
 import attrs
 import structlog
 
-from anvild.agent.permissions.gate import PermissionGate
 from anvild.agent.permissions.policy import Mode
 from anvild.agent.permissions.rules import RuleSet
 from anvild.config import Config, Trust, find_project_config, merge_project, user_data_dir
@@ -186,10 +185,7 @@ class ProjectConfigs:
             self._by_id[session.id] = session
         merged = self.current(Path(session.cwd))
         self._report(session, merged, state)
-        gate = session.agent.decide
-        if isinstance(gate, PermissionGate):
-            mode = self._mode(session, merged)
-            gate.policy = attrs.evolve(gate.policy, rules=merged.rules, mode=mode)
+        session.set_policy(merged.rules, self._mode(session, merged))
         fresh = state.merged is not merged or state.retargeted != session.model
         state.merged = merged
         if fresh and (merged.models_changed or state.retargeted is not None):
@@ -215,11 +211,7 @@ class ProjectConfigs:
             return
         state.retargeted = session.model
         if self.provider_for is not None:
-            agent = session.agent
-            agent.provider = self.provider_for(target)
-            agent.config = attrs.evolve(
-                agent.config, model=target.model, max_tokens=target.limits.max_output_tokens
-            )
+            session.set_provider(self.provider_for(target), target)
 
     def _report(self, session: Session, merged: Merged, state: _State) -> None:
         config, project = merged.config, merged.config.project

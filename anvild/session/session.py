@@ -10,15 +10,16 @@ interleave. The status is derived here and nowhere else, from the loop and the v
 change goes through `_set_status` and the table in `anvild.session.state`.
 
 The rest is each collaborator's: the journal writes (`recorder`), the streams and `out`
-(`output`), approvals and result gates (`approvals`), the agent (`agent_builder`), the
-manager's settings (`settings`). The theory of operation: docs/session.md.
+(`output`), approvals and result gates (`approvals`), the agent (`agent_builder`: built on
+first use, from the records as they are then; skills and prompt layers are read at the start),
+the manager's settings (`settings`). The theory of operation: docs/session.md.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Final
 
 import attrs
@@ -27,13 +28,25 @@ import trio
 
 from anvild.agent import events as ev
 from anvild.agent.loop import Agent
-from anvild.agent.permissions.policy import Mode
+from anvild.agent.permissions.gate import PermissionGate
+from anvild.agent.permissions.policy import Mode, Policy
+from anvild.agent.permissions.rules import RuleSet
+from anvild.agent.tools.base import ToolContext
+from anvild.agent.tools.registry import ToolRegistry
 from anvild.hooks import PromptBlocked, SessionHooks
+from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.llm.stream import Usage
 from anvild.llm.types import Message
 from anvild.session import accounting, roles
-from anvild.session.agent_builder import build_agent, current_layers, load_layers
+from anvild.session.agent_builder import (
+    build_agent,
+    current_layers,
+    load_layers,
+    observed,
+    session_hooks,
+    session_skills,
+)
 from anvild.session.approvals import USER, Approvals
 from anvild.session.compaction import Compactions, window_for
 from anvild.session.errors import (
@@ -66,6 +79,7 @@ from anvild.session.settings import (
 )
 from anvild.session.state import ACCEPTS_PROMPTS, BUSY, check
 from anvild.session.turns import Turns
+from anvild.skills import SkillSet
 from anvild.store import (
     AliasChanged,
     ContextFileChanged,
@@ -142,7 +156,7 @@ class Session:
         self._detail = state.status_detail
         self._recorder = Recorder(
             journal,
-            transcript=lambda: self._agent.messages,
+            transcript=self._messages,
             ended=lambda: self._status is S.EXITED,
             on_failure=self._record_failed,
             redact=settings.redact,
@@ -183,7 +197,7 @@ class Session:
             self,
             self._recorder,
             self._output,
-            agent=lambda: self._agent,
+            agent=lambda: self.agent,
             held=self._held,
             turn_active=lambda: self._turn_active,
             notify=self._notify,
@@ -194,16 +208,22 @@ class Session:
             self._recorder,
             self._output,
             None if workspaces is None else workspaces.session(state.id, state.cwd),
-            agent=lambda: self._agent,
+            agent=lambda: self.agent,
             held=self._held,
             turn_active=lambda: self._turn_active,
             notify=self._notify,
         )
-        self._layers = self._layers_for(state.context)
-        self._agent = self._build_agent(state.messages)
-        self._agent.context.state.todos = tuple(
-            ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
-        )
+        # What the prompt lists and the file tools may read is what the session found at its
+        # start: its skills and prompt layers are read now; the agent is built on first use.
+        self._skills = session_skills(self, services)
+        self._layers = self._layers_for(state.context, self._skills)
+        self._agent: Agent | None = None
+        self._gate: PermissionGate | None = None  # the agent's, as made (hooks read its mode)
+        self._policy: tuple[RuleSet, Mode] | None = None  # the project's, for the gate
+        self._provider: tuple[Provider, ResolvedModel] | None = None  # a project's retarget
+        self._emit: Callable[[ev.AgentEvent], None] | None = None
+        self._session_hooks: SessionHooks | None = None
+        self._hooks_made = False
         self._output.log_transcript(state.messages)  # a restored session's log starts with its past
         for note in state.notes:
             self._output.log_lines(indented("NOTE:", note))
@@ -307,7 +327,17 @@ class Session:
 
     @property
     def agent(self) -> Agent:
-        return self._agent
+        """The agent, built on first use (the first turn, or a verb or file that needs it) from
+        the records as they are then: its transcript and todos are the recorded ones."""
+        agent = self._agent
+        if agent is None:
+            agent = self._agent = self._build_agent()
+        return agent
+
+    @property
+    def agent_built(self) -> bool:
+        """Whether the agent was built yet (`new` answers without building it)."""
+        return self._agent is not None
 
     @property
     def system_prompt(self) -> str:
@@ -345,7 +375,7 @@ class Session:
 
     def usage_used(self) -> int | None:
         state = self._journal.state
-        return accounting.context_used(state.baseline, self._agent.messages)
+        return accounting.context_used(state.baseline, self._messages())
 
     def usage_line(self) -> str:
         compact_at = self._services.settings.context.auto_compact or None
@@ -511,8 +541,9 @@ class Session:
             return
         if not self._recorder.append(RoleChanged(name)):
             raise RecordWriteFailed(f"the role was not changed: {self._detail}")
-        self._layers = self._layers_for(self.context)
-        self._agent = self._build_agent(())
+        self._skills = session_skills(self, self._services)
+        self._layers = self._layers_for(self.context, self._skills)
+        self._agent = self._gate = None  # built again, for the new role, on first use
         self._notify()
 
     def record_alias(self, alias: str | None) -> None:
@@ -558,7 +589,7 @@ class Session:
 
     async def cancel(self) -> None:
         """End the running turn (its out says it was cancelled); the queue goes on."""
-        if not self._agent.cancel():
+        if self._agent is None or not self._agent.cancel():
             raise SessionRefused(
                 f"no turn is running (session {self.id} is {self._status.value}): nothing to cancel"
             )
@@ -592,8 +623,11 @@ class Session:
             if self._status is S.ERROR:
                 self._recorder.retry()
             self._replace_context(ReplaceReason.RESTART)
-            self._layers = self._layers_for(self.context)
-            self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
+            # The prompt lists the skills found now; the agent keeps those it was built with.
+            found = session_skills(self, self._services, report=False)
+            self._layers = self._layers_for(self.context, found)
+            if self._agent is not None:  # else it is built with these layers
+                self._agent.config = attrs.evolve(self._agent.config, system=self.system_prompt)
             if self._status is not S.IDLE:
                 self._set_status(S.IDLE, "restarted with a fresh context")
 
@@ -612,14 +646,15 @@ class Session:
             self._refuse_busy("model")
             target = self._services.resolve(name)
             old = self._target
-            messages = self._agent.messages
+            agent = self.agent
+            messages = agent.messages
             why = replayable(messages, target.kind, target.capabilities) if messages else None
             if why is not None:
                 text = handoff_text(messages, old.name, target.name)
                 handed = (Message.user_text(text),)
                 if not self._recorder.append(ContextReplaced(handed, ReplaceReason.HANDOFF)):
                     raise RecordWriteFailed(f"the model was not changed: {self._detail}")
-                self._agent.reset(handed)
+                agent.reset(handed)
                 self._recorder.append(
                     Note(f"model {old.name} -> {target.name}: {why}; text handoff")
                 )
@@ -629,10 +664,10 @@ class Session:
             if not self._recorder.append(ModelChanged(target.name)):
                 raise RecordWriteFailed(f"the model was not changed: {self._detail}")
             self._target = target
-            self._agent.provider = self._services.provider_for(target)
-            self._agent.window = window_for(target, self._services.settings.context)
-            self._agent.config = attrs.evolve(
-                self._agent.config,
+            agent.provider = self._services.provider_for(target)
+            agent.window = window_for(target, self._services.settings.context)
+            agent.config = attrs.evolve(
+                agent.config,
                 model=target.model,
                 max_tokens=target.limits.max_output_tokens,
                 compact_tools=compact_tools(target),
@@ -669,8 +704,9 @@ class Session:
 
     async def _work(self) -> None:
         await self.turns.recover()  # an undo a crash cut is finished before anything else
+        await trio.lowlevel.checkpoint()  # `new` answers first: nothing below is needed for it
         if (hooks := self._hooks) is not None:
-            source = "resume" if self._agent.messages else "startup"
+            source = "resume" if self._messages() else "startup"
             self._start_context = await hooks.session_start(source)
         while True:
             text = await self._next_prompt()
@@ -684,7 +720,8 @@ class Session:
     async def _next_prompt(self) -> str:
         while True:
             queue = self._journal.state.queue
-            if queue and not self._hold and self._status in (S.IDLE, S.AWAIT):
+            ready = queue and not self._hold and self._status in (S.IDLE, S.AWAIT)
+            if ready and self._agent_ready():
                 head = queue[0]
                 if self._recorder.append(PromptTaken(head.prompt_id)):
                     return head.text
@@ -692,9 +729,10 @@ class Session:
 
     async def _run_turn(self, text: str) -> None:
         self._turn_active = True
+        agent = self.agent  # built already, before the prompt was taken
         self._services.before_turn(self)
         self._layers = self._current_layers()
-        self._agent.config = attrs.evolve(self._agent.config, system=self._layers.render())
+        agent.config = attrs.evolve(agent.config, system=self._layers.render())
         self._set_status(S.RUNNING)
         deadline = self._services.settings.turn_deadline
         scope = trio.CancelScope(
@@ -706,7 +744,7 @@ class Session:
         try:
             with scope:
                 context, self._start_context = self._start_context, ""
-                finished = await self._agent.run_turn(f"{context}\n\n{text}" if context else text)
+                finished = await agent.run_turn(f"{context}\n\n{text}" if context else text)
         finally:
             await self.turns.end(finished)  # the end snapshot, before the turn counts as over
             self._turn_active = False
@@ -716,7 +754,7 @@ class Session:
     def _finish_turn(self) -> None:
         """Set `out` from how the turn ended, and leave running (synchronously: this also runs
         while the daemon shuts down)."""
-        finished = self._output.end_turn(self._agent.messages)
+        finished = self._output.end_turn(self._messages())
         request = self._approvals.take_request()
         # An ephemeral session goes from running straight to exited (the worker ends it next).
         if self._status in (S.RUNNING, S.AWAIT_APPROVAL) and not self.ephemeral:
@@ -763,27 +801,100 @@ class Session:
         """A record could not be written (`Recorder`): error, and the turn is cancelled."""
         self._services.publish(SessionFailed(self.id, reason))
         self._set_status(S.ERROR, f"the session's record could not be written: {reason}")
-        self._agent.cancel()
+        if self._agent is not None:
+            self._agent.cancel()
+
+    # -- the agent ---------------------------------------------------------------------------
+
+    def set_policy(self, rules: RuleSet, mode: Mode) -> None:
+        """The permission gate's rules and mode as the project config sets them: applied now,
+        or to the agent when it is built."""
+        self._policy = (rules, mode)
+        if self._gate is not None:
+            self._gate.policy = attrs.evolve(self._gate.policy, rules=rules, mode=mode)
+
+    def set_provider(self, provider: Provider, target: ResolvedModel) -> None:
+        """The agent's provider and model as a project config resolves the session's model
+        now: set now, or on the agent when it is built."""
+        self._provider = (provider, target)
+        if self._agent is not None:
+            _retarget(self._agent, provider, target)
+
+    def _messages(self) -> tuple[Message, ...]:
+        """The transcript: the agent's, or before it is built the recorded one (the same)."""
+        agent = self._agent
+        return self._journal.state.messages if agent is None else agent.messages
+
+    def _agent_ready(self) -> bool:
+        """Build the agent before a prompt is taken; one that cannot be built (a role file
+        broken since `new`) puts the session in error, saying why, and `start` tries again."""
+        if self._agent is not None:
+            return True
+        try:
+            self._agent = self._build_agent()
+        except Exception as exc:
+            log.exception("session.agent_failed", session=self.id)
+            reason = f"its agent could not be built: {exc}; fix that, then write start to its ctl"
+            self._services.publish(SessionFailed(self.id, reason))
+            self._set_status(S.ERROR, reason)
+            return False
+        return True
+
+    def _build_agent(self) -> Agent:
+        state = self._journal.state
+        agent = build_agent(
+            self,
+            state.messages,
+            services=self._services,
+            recorder=self._recorder,
+            gate=self._make_gate,
+            system=self._layers.render(),
+            emit=self._observed(),
+            hooks=self._hooks,
+            skills=self._skills,
+            on_compaction=self.compaction.record,
+        )
+        agent.context.state.todos = tuple(
+            ev.Todo(t.content, ev.TodoStatus(t.status)) for t in state.todos
+        )
+        if self._provider is not None:  # a project config moved the model before
+            _retarget(agent, *self._provider)
+        return agent
+
+    def _make_gate(
+        self, policy: Policy, tools: ToolRegistry, context: ToolContext
+    ) -> PermissionGate:
+        gate = self._gate = self._approvals.gate(policy, tools, context)
+        if self._policy is not None:
+            rules, mode = self._policy
+            gate.policy = attrs.evolve(gate.policy, rules=rules, mode=mode)
+        return gate
+
+    def _observed(self) -> Callable[[ev.AgentEvent], None]:
+        """Where the agent's and the hooks' events go (`_on_event`; telemetry too, when on)."""
+        if self._emit is None:
+            self._emit = observed(self, self._services.settings, self._on_event, self._messages)
+        return self._emit
 
     @property
     def _hooks(self) -> SessionHooks | None:
-        hooks = self._agent.hooks
-        return hooks if isinstance(hooks, SessionHooks) else None
+        """The session's hooks (made on first use: the agent's, `screen_prompt`'s, start's)."""
+        if not self._hooks_made:
+            self._session_hooks = session_hooks(
+                self, self._services.settings, self._observed(), self._permission_mode
+            )
+            self._hooks_made = True
+        return self._session_hooks
 
-    def _build_agent(self, messages: Iterable[Message]) -> Agent:
-        return build_agent(
-            self,
-            messages,
-            services=self._services,
-            recorder=self._recorder,
-            gate=self._approvals.gate,
-            system=self._layers.render(),
-            emit=self._on_event,
-            on_compaction=self.compaction.record,
-        )
+    def _permission_mode(self) -> str:
+        """The mode a hook is told: the permission gate's (the agent is built for it)."""
+        if self._agent is None:
+            self._agent = self._build_agent()
+        assert self._gate is not None
+        return self._gate.policy.mode.value
 
-    def _layers_for(self, context: str) -> PromptLayers:
-        return load_layers(self.cwd, self.role, context, self._services.settings)
+    def _layers_for(self, context: str, skills: SkillSet) -> PromptLayers:
+        return load_layers(self.cwd, self.role, context, self._services.settings, skills)
 
     def _current_layers(self) -> PromptLayers:
         return current_layers(self._layers, self.id, self._services.settings)
@@ -833,7 +944,8 @@ class Session:
             await self._changed.wait()
 
     async def _end_turn(self) -> None:
-        self._agent.cancel()
+        if self._agent is not None:
+            self._agent.cancel()
         await self._wait_turn_end()
 
     def _replace_context(self, reason: ReplaceReason) -> None:
@@ -841,9 +953,12 @@ class Session:
         # todos as the records have them, so `start` has nothing to catch up but appends.
         if not self._recorder.append(ContextReplaced((), reason)):
             raise RecordWriteFailed(f"the context was not replaced: {self._detail}")
-        self._agent.reset()
-        if not self._journal.state.todos or self._recorder.append(TodosChanged(())):
-            self._agent.context.state.todos = ()
+        agent = self._agent  # one not built yet starts from the records, replaced already
+        if agent is not None:
+            agent.reset()
+        cleared = not self._journal.state.todos or self._recorder.append(TodosChanged(()))
+        if cleared and agent is not None:
+            agent.context.state.todos = ()
         self._used_before = None
         self._output.log_lines([f"CONTEXT: {reason.value}"])
         self._notify()
@@ -858,6 +973,13 @@ class Session:
         self._approvals.close("the session ended before the approval was answered")
         self._services.on_exit(self, reason, self.ephemeral and reason.startswith("ephemeral"))
         self._scope.cancel()
+
+
+def _retarget(agent: Agent, provider: Provider, target: ResolvedModel) -> None:
+    agent.provider = provider
+    agent.config = attrs.evolve(
+        agent.config, model=target.model, max_tokens=target.limits.max_output_tokens
+    )
 
 
 class _Held:
