@@ -31,6 +31,7 @@ from anvild.agent.tools import Cancellation, Effects, Failed, InvalidArgs, Tool,
 from anvild.agent.tools.base import Args, ToolContext, object_schema
 from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
+from anvild.coord.bound import ManagerBound
 from anvild.coord.remotes import RemoteDaemon, RemoteSession
 from anvild.ninep.client import RemoteError
 from anvild.session import (
@@ -73,8 +74,10 @@ ENDED: Final = frozenset({SessionStatus.EXITED})
 T = TypeVar("T")
 
 
-class ConductorTools:
+class ConductorTools(ManagerBound):
     """The tools factory for conductor sessions; see the module docstring."""
+
+    label = "the conductor tools"
 
     def __init__(
         self,
@@ -89,16 +92,6 @@ class ConductorTools:
         self.remote_sessions: dict[str, dict[str, RemoteSession]] = {}
         """Per conductor id, the sessions it started on remotes, by alias (a cache: after a
         restart they are found again by alias in the remotes' agent/list)."""
-        self._manager: SessionManager | None = None
-
-    def bind(self, manager: SessionManager) -> None:
-        self._manager = manager
-
-    @property
-    def manager(self) -> SessionManager:
-        if self._manager is None:
-            raise Failed("the conductor tools are not connected to the session manager")
-        return self._manager
 
     def tools(self, setup: ToolSetup) -> list[Tool]:
         """The conductor's tools for a conductor session, nothing for any other role."""

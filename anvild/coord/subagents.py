@@ -39,6 +39,7 @@ from anvild.agent.tools.base import (
     object_schema,
 )
 from anvild.coord.agents import AgentDefinition, discover
+from anvild.coord.bound import ManagerBound
 from anvild.llm.types import ToolCall
 from anvild.session import (
     NewSession,
@@ -77,8 +78,10 @@ def within(child: RoleCeiling, parent: RoleCeiling) -> bool:
     return True
 
 
-class SubagentTools:
+class SubagentTools(ManagerBound):
     """The tools factory that gives `task` to sessions of the allowed roles."""
+
+    label = "the task tool"
 
     def __init__(
         self,
@@ -92,17 +95,7 @@ class SubagentTools:
         self.max_per_turn = max_per_turn
         self.roles = tuple(roles)
         self.user_config_dir = user_config_dir
-        self._manager: SessionManager | None = None
         self._started: dict[str, tuple[int, int]] = {}  # parent -> (its turn number, children)
-
-    def bind(self, manager: SessionManager) -> None:
-        self._manager = manager
-
-    @property
-    def manager(self) -> SessionManager:
-        if self._manager is None:
-            raise Failed("the task tool is not connected to the session manager")
-        return self._manager
 
     def tools(self, setup: ToolSetup) -> list[Tool]:
         if setup.role not in self.roles:
