@@ -20,7 +20,14 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["LOCK_FILE", "DataDirError", "DataDirLock", "Holder", "prepare_data_dir"]
+__all__ = [
+    "LOCK_FILE",
+    "DataDirError",
+    "DataDirLock",
+    "Holder",
+    "check_private_dir",
+    "prepare_data_dir",
+]
 
 LOCK_FILE = "anvild.lock"
 
@@ -35,6 +42,40 @@ def user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid {uid}"
+
+
+def check_private_dir(
+    path: Path,
+    st: os.stat_result,
+    error: type[Exception],
+    what: str,
+    option: str,
+    harm: str,
+) -> None:
+    """Raise `error` unless `path` (its `lstat`, `st`) is a real directory of ours that no other
+    user can write. `what` names it, `option` chooses another, `harm` is what another user
+    could do with it. The data directory and the namespace are both such a directory."""
+    if stat.S_ISLNK(st.st_mode):
+        raise error(
+            f"{what} {path} is a symbolic link; refusing to follow it (whoever controls the "
+            f"target could {harm}). Give a real directory with {option}, or replace the link "
+            "with a directory of your own"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise error(
+            f"{what} {path} exists and is not a directory; move it away or choose another with "
+            f"{option}"
+        )
+    if st.st_uid != os.getuid():
+        raise error(
+            f"{what} {path} belongs to {user_name(st.st_uid)} (uid {st.st_uid}), not to you "
+            f"(uid {os.getuid()}); that user could {harm}. Choose another with {option}"
+        )
+    if st.st_mode & 0o022:
+        raise error(
+            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users can write to "
+            f"it and {harm}. Run `chmod 700 {path}` and start again"
+        )
 
 
 def prepare_data_dir(path: Path) -> Path:
@@ -60,28 +101,9 @@ def prepare_data_dir(path: Path) -> Path:
             f"cannot use {path} as the data directory: {exc.strerror}; choose another with "
             "--data-dir"
         ) from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise DataDirError(
-            f"data directory {path} is a symbolic link; refusing to follow it (whoever controls "
-            "the target could read or alter your sessions). Give the real directory with "
-            "--data-dir, or replace the link with a directory of your own"
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise DataDirError(
-            f"data directory {path} exists and is not a directory; move it away or choose "
-            "another with --data-dir"
-        )
-    if st.st_uid != os.getuid():
-        raise DataDirError(
-            f"data directory {path} belongs to {user_name(st.st_uid)} (uid {st.st_uid}), not to "
-            f"you (uid {os.getuid()}); that user could read or alter your sessions. Choose "
-            "another with --data-dir"
-        )
-    if st.st_mode & 0o022:
-        raise DataDirError(
-            f"data directory {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users can "
-            f"write to it. Run `chmod 700 {path}` and start again"
-        )
+    check_private_dir(
+        path, st, DataDirError, "data directory", "--data-dir", "read or alter your sessions"
+    )
     return path
 
 

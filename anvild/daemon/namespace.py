@@ -26,7 +26,7 @@ from pathlib import Path
 
 import attrs
 
-from anvild.daemon.datadir import user_name
+from anvild.daemon.datadir import check_private_dir
 
 __all__ = [
     "SERVICE",
@@ -98,28 +98,14 @@ def prepare_namespace(path: Path) -> Path:
         raise NamespaceError(
             f"cannot inspect the namespace directory {path}: {exc.strerror}"
         ) from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise NamespaceError(
-            f"namespace directory {path} is a symbolic link; refusing to follow it "
-            "(someone else may control the target). Remove it, or set --namespace to a real "
-            "directory of your own"
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise NamespaceError(
-            f"namespace path {path} exists and is not a directory; remove it or choose another"
-        )
-    if st.st_uid != os.getuid():
-        owner = user_name(st.st_uid)
-        raise NamespaceError(
-            f"namespace directory {path} belongs to {owner} (uid {st.st_uid}), not to you "
-            f"(uid {os.getuid()}); another user could read or replace the socket. Remove it "
-            "or set $NAMESPACE / --namespace to a directory you own"
-        )
-    if st.st_mode & 0o022:
-        raise NamespaceError(
-            f"namespace directory {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users "
-            f"can write to it and replace the socket. Run `chmod 700 {path}` and start again"
-        )
+    check_private_dir(
+        path,
+        st,
+        NamespaceError,
+        "namespace directory",
+        "$NAMESPACE / --namespace",
+        "replace the socket",
+    )
     return path
 
 

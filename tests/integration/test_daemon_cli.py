@@ -380,7 +380,7 @@ def test_an_unsafe_data_dir_is_refused_with_an_explanation(
     else:
         data = real
         data.chmod(0o770)
-        expected = f"has mode 0770: other users can write to it. Run `chmod 700 {data}`"
+        expected = f"has mode 0770: other users can write to it and read or alter your sessions. Run `chmod 700 {data}`"  # noqa: E501
     code, log = Anvild(namespace, data_dir=data).exit()
     assert code == 1
     assert expected in log

@@ -63,7 +63,9 @@ def test_prepare_refuses_a_strangers_directory(tmp_path: Path) -> None:
     ns = tmp_path / "ns"
     ns.mkdir(mode=0o700)
     os.chown(ns, 65534, 65534)
-    with pytest.raises(NamespaceError, match=r"uid 65534\), not to you .*Remove it or set"):
+    with pytest.raises(
+        NamespaceError, match=r"uid 65534\), not to you .*Choose another with \$NAMESPACE"
+    ):
         prepare_namespace(ns)
 
 
