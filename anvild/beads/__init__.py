@@ -16,7 +16,7 @@ remote`, daemons share one board through git (a rejected push is a lost compare-
 and approval flow: docs/decisions.md, "Module notes" (anvild.beads).
 """
 
-from anvild.beads.board import Board, Change, NewBead, NewConvoy
+from anvild.beads.board import Board, Change, GateDecision, NewBead, NewConvoy
 from anvild.beads.errors import (
     BeadConflict,
     BeadError,
@@ -40,6 +40,7 @@ __all__ = [
     "Change",
     "Convoy",
     "ConvoyStatus",
+    "GateDecision",
     "InvalidBeadRequest",
     "NewBead",
     "NewConvoy",

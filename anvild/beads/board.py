@@ -80,6 +80,19 @@ class NewConvoy:
 
 
 @attrs.frozen
+class GateDecision:
+    """How a session's result gate ended for the bead the session works on: `verdict` (approve
+    or reject, with `reason`) of `session`'s gate for approval round `round`, answered by
+    `answered_by` (`user` or a session id)."""
+
+    session: str
+    round: int
+    verdict: str
+    reason: str
+    answered_by: str
+
+
+@attrs.frozen
 class Change:
     """One accepted change: one commit."""
 
@@ -522,40 +535,29 @@ class Board:
         message = f"reject {bead_id}" + (f" {via}" if via else "") + f": {_first_line(reason)}"
         return self._status_change(failed, "reject", by, now, message, reason)
 
-    def decide(
-        self,
-        bead_id: str,
-        *,
-        session: str,
-        round: int,
-        verdict: str,
-        reason: str,
-        answered_by: str,
-        now: str,
-    ) -> Change:
-        """The result gate of `session` for round `round` of this bead ended `verdict`
-        (approve or reject), answered by `answered_by` (`user` or a session id): the same
-        verdict for the bead. Refused with `BeadConflict` when it no longer applies (the bead
-        is not pending approval in that round for that session, e.g. already decided), so a
-        decision is applied at most once however often it is offered."""
-        bead = self.bead(bead_id)
+    def decide(self, bead_id: str, decision: GateDecision, *, now: str) -> Change:
+        """The same verdict for the bead as its session's result gate `decision`. Refused with
+        `BeadConflict` when it no longer applies (the bead is not pending approval in that round
+        for that session, e.g. already decided), so a decision is applied at most once however
+        often it is offered."""
+        d, bead = decision, self.bead(bead_id)
         if (
             bead.status is not B.PENDING_APPROVAL
-            or bead.assigned_to != session
-            or bead.submissions != round
+            or bead.assigned_to != d.session
+            or bead.submissions != d.round
         ):
             raise BeadConflict(
                 f"bead {bead_id} is {bead.status.value} (assigned to "
                 f"{bead.assigned_to or 'nobody'}, approval round {bead.submissions}): the "
-                f"decision of session {session}'s gate for round {round} does not apply to it"
+                f"decision of session {d.session}'s gate for round {d.round} does not apply to it"
             )
-        by = answered_by if answered_by == USER else f"session {answered_by}"
-        via = f"through session {session}'s result gate"
-        if verdict == "approve":
-            return self.approve(bead_id, by=by, now=now, approver=answered_by, via=via)
-        if verdict == "reject":
-            return self.reject(bead_id, reason, by=by, now=now, approver=answered_by, via=via)
-        raise InvalidBeadRequest(f"a gate's verdict {verdict!r} is not approve or reject")
+        by = d.answered_by if d.answered_by == USER else f"session {d.answered_by}"
+        via = f"through session {d.session}'s result gate"
+        if d.verdict == "approve":
+            return self.approve(bead_id, by=by, now=now, approver=d.answered_by, via=via)
+        if d.verdict == "reject":
+            return self.reject(bead_id, d.reason, by=by, now=now, approver=d.answered_by, via=via)
+        raise InvalidBeadRequest(f"a gate's verdict {d.verdict!r} is not approve or reject")
 
     def release(self, bead_id: str, *, by: str, now: str) -> Change:
         bead = self.bead(bead_id)

@@ -32,7 +32,7 @@ import attrs
 import structlog
 import trio
 
-from anvild.beads.board import Board, Change, NewBead, NewConvoy
+from anvild.beads.board import Board, Change, GateDecision, NewBead, NewConvoy
 from anvild.beads.codec import CodecError, decode_bead, decode_convoy, encode
 from anvild.beads.errors import BeadError, BeadStoreError
 from anvild.beads.events import BeadEvent
@@ -609,32 +609,11 @@ class BeadStore:
             )
         )
 
-    async def decide(
-        self,
-        bead_id: str,
-        *,
-        session: str,
-        round: int,
-        verdict: str,
-        reason: str,
-        answered_by: str,
-    ) -> Bead:
+    async def decide(self, bead_id: str, decision: GateDecision) -> Bead:
         """Apply a session result gate's decision (`Board.decide`): checked and committed
         under the one lock, so of two deliveries of the same decision one commits and the
         other gets `BeadConflict`."""
-        return _bead(
-            await self.apply(
-                lambda b, now: b.decide(
-                    bead_id,
-                    session=session,
-                    round=round,
-                    verdict=verdict,
-                    reason=reason,
-                    answered_by=answered_by,
-                    now=now,
-                )
-            )
-        )
+        return _bead(await self.apply(lambda b, now: b.decide(bead_id, decision, now=now)))
 
     async def release(self, bead_id: str, *, by: str) -> Bead:
         return _bead(await self.apply(lambda b, now: b.release(bead_id, by=by, now=now)))

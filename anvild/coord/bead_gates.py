@@ -23,7 +23,13 @@ from collections.abc import Callable
 import structlog
 import trio
 
-from anvild.beads import BeadConflict, BeadError, BeadStore, InvalidBeadRequest
+from anvild.beads import (
+    BeadConflict,
+    BeadError,
+    BeadStore,
+    GateDecision,
+    InvalidBeadRequest,
+)
 from anvild.beads.events import BeadChanged, BeadEvent, BeadGate
 from anvild.beads.model import GATE_PREFIX, USER, Bead, BeadStatus
 from anvild.session import Session, SessionError, SessionStatus
@@ -207,14 +213,10 @@ class BeadGates:
     ) -> Bead | None:
         """Commit the session's decision to the bead; None when it no longer applies."""
         try:
-            return await self.store.decide(
-                bead.id,
-                session=session_id,
-                round=bead.submissions,
-                verdict=verdict,
-                reason=reason,
-                answered_by=answered_by or USER,
+            decision = GateDecision(
+                session_id, bead.submissions, verdict, reason, answered_by or USER
             )
+            return await self.store.decide(bead.id, decision)
         except BeadConflict as exc:
             log.info("bead_gates.already_decided", bead=bead.id, detail=str(exc))
             return None

@@ -13,6 +13,7 @@ from anvild.beads import (
     BeadStatus,
     Board,
     ConvoyStatus,
+    GateDecision,
     InvalidBeadRequest,
     NewBead,
     NewConvoy,
@@ -216,30 +217,16 @@ def test_decide_applies_a_gate_verdict_only_in_its_round_and_only_once() -> None
     spec = NewBead("A", "dev", requires_approval=True, approver="s9")
     board = submitted(build(spec), "a-001", "s1")
     with pytest.raises(BeadConflict, match="for round 0 does not apply"):
-        board.decide(
-            "a-001", session="s1", round=0, verdict="approve", reason="", answered_by="user",
-            now=NOW,
-        )  # fmt: skip
+        board.decide("a-001", GateDecision("s1", 0, "approve", "", "user"), now=NOW)
     with pytest.raises(BeadConflict, match="decision of session s2's gate"):
-        board.decide(
-            "a-001", session="s2", round=1, verdict="approve", reason="", answered_by="user",
-            now=NOW,
-        )  # fmt: skip
-    change = board.decide(
-        "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="s9", now=NOW
-    )
+        board.decide("a-001", GateDecision("s2", 1, "approve", "", "user"), now=NOW)
+    change = board.decide("a-001", GateDecision("s1", 1, "approve", "", "s9"), now=NOW)
     bead = change.board.bead("a-001")
     assert (bead.status, bead.approved_by) == (B.COMPLETED, "s9")
     assert change.message == "approve a-001 through session s1's result gate (by session s9)"
     with pytest.raises(BeadConflict, match="a-001 is completed"):
-        change.board.decide(
-            "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="user",
-            now=NOW,
-        )  # fmt: skip
-    rejected = board.decide(
-        "a-001", session="s1", round=1, verdict="reject", reason="no tests", answered_by="user",
-        now=NOW,
-    )  # fmt: skip
+        change.board.decide("a-001", GateDecision("s1", 1, "approve", "", "user"), now=NOW)
+    rejected = board.decide("a-001", GateDecision("s1", 1, "reject", "no tests", "user"), now=NOW)
     assert rejected.board.bead("a-001").status is B.FAILED
     assert rejected.board.bead("a-001").reason == "no tests"
     assert rejected.message == "reject a-001 through session s1's result gate: no tests (by user)"
@@ -254,10 +241,7 @@ def test_the_assigned_session_never_approves_or_rejects_its_own_bead() -> None:
     with pytest.raises(BeadConflict, match="session s1 cannot reject bead a-001"):
         board.reject("a-001", "meh", by="session s1", now=NOW, approver="s1")
     with pytest.raises(BeadConflict, match="cannot approve bead a-001"):
-        board.decide(
-            "a-001", session="s1", round=1, verdict="approve", reason="", answered_by="s1",
-            now=NOW,
-        )  # fmt: skip
+        board.decide("a-001", GateDecision("s1", 1, "approve", "", "s1"), now=NOW)
     other = board.approve("a-001", by="session s2", now=NOW, approver="s2").board
     assert other.bead("a-001").approved_by == "s2"
     # A person may approve work a person claimed.
@@ -280,10 +264,7 @@ def test_only_the_beads_approver_or_a_person_answers_its_approval() -> None:
     with pytest.raises(BeadConflict, match=re.escape(expected)):
         board.approve("a-001", by="session s2", now=NOW, approver="s2")
     with pytest.raises(BeadConflict, match="session s2 cannot reject bead a-001: only session s9"):
-        board.decide(
-            "a-001", session="s1", round=1, verdict="reject", reason="no", answered_by="s2",
-            now=NOW,
-        )  # fmt: skip
+        board.decide("a-001", GateDecision("s1", 1, "reject", "no", "s2"), now=NOW)
     users = submitted(build(NewBead("A", "dev", requires_approval=True)), "a-001", "s1")
     with pytest.raises(BeadConflict, match="only user may"):
         users.approve("a-001", by="session s9", now=NOW, approver="s9")
