@@ -456,6 +456,17 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = get_args(Record)
 RECORD_TAGS: Final[Mapping[type[Record], str]] = {cls: cls.TAG for cls in RECORD_TYPES}
 
 
+_LATER_FIELDS: Final[Mapping[type[Record], tuple[str, ...]]] = {
+    SessionStarted: ("max_steps", "permission", "token_budget", "headless", "approver", "parent"),
+    ResultApprovalRequested: ("ref", "approver"),
+    ResultApprovalAnswered: ("by",),
+    TurnEnded: ("interrupted",),
+    UsageReported: ("at", "request", "head", "head_body"),
+}
+"""The fields added to a record type after its first writers: written only when set, so a file
+that does not use them is byte-identical to what the older writers produced."""
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter()
     # Messages and blocks go through the llm layer's own converter, so they are written exactly
@@ -465,40 +476,11 @@ def _make_converter() -> cattrs.Converter:
         conv.register_structure_hook(llm_type, _llm_structure)
     conv.register_unstructure_hook(dt.datetime, lambda value: value.isoformat())
     conv.register_structure_hook(dt.datetime, _structure_datetime)
-    # The fields added to SessionStarted later are written only when set, so a file that does
-    # not use them is byte-identical to what the first schema 1 writers produced.
     omit = override(omit_if_default=True)
-    conv.register_unstructure_hook(
-        SessionStarted,
-        make_dict_unstructure_fn(
-            SessionStarted,
-            conv,
-            max_steps=omit,
-            permission=omit,
-            token_budget=omit,
-            headless=omit,
-            approver=omit,
-            parent=omit,
-        ),
-    )
-    # `ref`, `approver` and `by` came later too: written only when set.
-    conv.register_unstructure_hook(
-        ResultApprovalRequested,
-        make_dict_unstructure_fn(ResultApprovalRequested, conv, ref=omit, approver=omit),
-    )
-    conv.register_unstructure_hook(
-        ResultApprovalAnswered,
-        make_dict_unstructure_fn(ResultApprovalAnswered, conv, by=omit),
-    )
-    conv.register_unstructure_hook(
-        TurnEnded, make_dict_unstructure_fn(TurnEnded, conv, interrupted=omit)
-    )
-    conv.register_unstructure_hook(
-        UsageReported,
-        make_dict_unstructure_fn(
-            UsageReported, conv, at=omit, request=omit, head=omit, head_body=omit
-        ),
-    )
+    for record_type, fields in _LATER_FIELDS.items():
+        overrides: dict[str, Any] = dict.fromkeys(fields, omit)  # field names, no `_cattrs_` option
+        unstructure = make_dict_unstructure_fn(record_type, conv, **overrides)
+        conv.register_unstructure_hook(record_type, unstructure)
     return conv
 
 
