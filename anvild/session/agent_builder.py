@@ -10,11 +10,11 @@ it, and one changed meanwhile is still refused as stale), and the model's config
 daemon's MCP pool (`SessionSettings.mcp`) the registry adds the session's MCP tools and the
 agent starts its servers before each turn (`anvild.mcp.tools`). Requests are admitted against
 `budgets` first (`anvild.budget`); with `telemetry` events make traces (`anvild.telemetry`).
-With `SessionSettings.hooks` the agent gets the session's hooks (`anvild.hooks`), and the
-gate's approver is wrapped: a hook's allow answers only what the gate would ask a person.
-With `SessionSettings.skills` the session's skills (`anvild.skills`) add the `skill` tool, and
-their folders outside the workspace become read-only roots of the file tools (granted reads,
-never writes); a skipped skill is reported (daemon log, session log, `config_invalid` event).
+The session makes its hooks (`session_hooks`) and finds its skills at its start
+(`session_skills`) and hands them in: the gate's approver is wrapped (a hook's allow answers only
+what the gate would ask a person); the skills add the `skill` tool, and their folders outside
+the workspace become read-only roots of the file tools (granted reads, never writes); a skipped
+skill is reported (daemon log, session log, `config_invalid` event).
 `load_layers` and `current_layers` give the system prompt's layers (`anvild.session.prompt`).
 """
 

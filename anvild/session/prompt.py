@@ -98,19 +98,29 @@ class PromptLayers:
         return "\n\n".join(parts) + "\n"
 
 
+def _up(directory: str) -> list[str]:
+    """`directory` and its parents, nearest first (plain strings: this runs at every `new`)."""
+    chain = [directory]
+    while (parent := os.path.dirname(chain[-1])) != chain[-1]:
+        chain.append(parent)
+    return chain
+
+
+def _git_root(chain: list[str]) -> str | None:
+    return next((d for d in chain if os.path.exists(os.path.join(d, ".git"))), None)
+
+
 def git_root(cwd: Path) -> Path | None:
     """The nearest directory at or above `cwd` holding `.git` (a directory or a worktree file)."""
-    for directory in (cwd, *cwd.parents):
-        if (directory / ".git").exists():
-            return directory
-    return None
+    root = _git_root(_up(str(cwd)))
+    return None if root is None else Path(root)
 
 
 def read_instruction(path: Path) -> InstructionFile | None:
     """`path` capped at MAX_INSTRUCTION_BYTES (cut at a character boundary); None if absent or
     unreadable (a broken AGENTS.md must not stop a session)."""
     try:
-        with path.open("rb") as file:
+        with open(path, "rb") as file:
             data = file.read(MAX_INSTRUCTION_BYTES + 1)
     except OSError:
         return None
@@ -124,12 +134,11 @@ def read_instruction(path: Path) -> InstructionFile | None:
 def discover_instructions(cwd: Path, user_config_dir: Path | None) -> tuple[InstructionFile, ...]:
     """The AGENTS.md chain for `cwd`: the user config dir's, then from the git root (or `cwd`
     itself outside a repository) down to `cwd`."""
-    cwd = Path(os.path.realpath(cwd))
-    root = git_root(cwd) or cwd
-    chain = [cwd, *cwd.parents]
-    directories = list(reversed(chain[: chain.index(root) + 1]))
+    chain = _up(os.path.realpath(cwd))
+    root = _git_root(chain) or chain[0]
+    directories = reversed(chain[: chain.index(root) + 1])
     paths = [] if user_config_dir is None else [user_config_dir / INSTRUCTION_FILE]
-    paths += [directory / INSTRUCTION_FILE for directory in directories]
+    paths += [Path(directory, INSTRUCTION_FILE) for directory in directories]
     found = (read_instruction(path) for path in dict.fromkeys(paths))
     return tuple(item for item in found if item is not None)
 
