@@ -30,6 +30,15 @@ from anvild.llm.stream import Finish, StreamEvent
 from anvild.llm.types import ChatRequest
 
 
+def output_options(request: ChatRequest, capabilities: Capabilities) -> dict[str, Any]:
+    """A request body's output settings: the cap in the field the target reads, and the
+    temperature where the target takes one."""
+    options: dict[str, Any] = {capabilities.max_tokens_field: request.max_tokens}
+    if capabilities.temperature and request.temperature is not None:
+        options["temperature"] = request.temperature
+    return options
+
+
 class WireState(Protocol):
     """What every adapter's `StreamState` provides."""
 

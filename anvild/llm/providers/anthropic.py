@@ -26,7 +26,7 @@ from anvild.llm import stream, types
 from anvild.llm.capabilities import ANTHROPIC, Capabilities
 from anvild.llm.errors import ApiError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
-from anvild.llm.providers._events import SseProvider
+from anvild.llm.providers._events import SseProvider, output_options
 from anvild.llm.sse import SseEvent
 
 KIND: Final = "anthropic"
@@ -77,9 +77,7 @@ def to_wire(request: types.ChatRequest, capabilities: Capabilities = ANTHROPIC) 
             tool["input_schema"] = dict(spec.input_schema)
             tools.append(tool)
         body["tools"] = tools
-    body[capabilities.max_tokens_field] = request.max_tokens
-    if capabilities.temperature and request.temperature is not None:
-        body["temperature"] = request.temperature
+    body.update(output_options(request, capabilities))
     body["stream"] = True
     if request.cache:
         _place_cache_breakpoints(body, origins, request.stable_prefix)

@@ -28,7 +28,7 @@ from anvild.llm import stream, types
 from anvild.llm.capabilities import GEMINI, Capabilities, Replay, SchemaDialect
 from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
-from anvild.llm.providers._events import SseProvider
+from anvild.llm.providers._events import SseProvider, output_options
 from anvild.llm.schema import UnsupportedSchema, gemini_schema
 from anvild.llm.sse import SseEvent
 
@@ -85,10 +85,7 @@ def to_wire(request: types.ChatRequest, capabilities: Capabilities) -> dict[str,
         body["tools"] = [
             {"functionDeclarations": [_declaration(tool, capabilities) for tool in request.tools]}
         ]
-    config: dict[str, Any] = {capabilities.max_tokens_field: request.max_tokens}
-    if request.temperature is not None and capabilities.temperature:
-        config["temperature"] = request.temperature
-    body["generationConfig"] = config
+    body["generationConfig"] = output_options(request, capabilities)
     return body
 
 

@@ -28,7 +28,7 @@ from anvild.llm import stream, types
 from anvild.llm.capabilities import OPENAI_CHAT_COMPAT, Capabilities
 from anvild.llm.errors import ApiError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
-from anvild.llm.providers._events import SseProvider
+from anvild.llm.providers._events import SseProvider, output_options
 from anvild.llm.sse import SseEvent
 
 KIND: Final = "openai-chat"
@@ -71,9 +71,7 @@ def to_wire(
             }
             for spec in request.tools
         ]
-    body[capabilities.max_tokens_field] = request.max_tokens
-    if capabilities.temperature and request.temperature is not None:
-        body["temperature"] = request.temperature
+    body.update(output_options(request, capabilities))
     if request.cache_key and capabilities.prompt_cache_key:
         body["prompt_cache_key"] = request.cache_key
     body["stream"] = True

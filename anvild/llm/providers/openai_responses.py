@@ -25,7 +25,7 @@ from anvild.llm import stream, types
 from anvild.llm.capabilities import OPENAI_RESPONSES, Capabilities, Replay
 from anvild.llm.errors import ApiError, ConfigError, ContextOverflow, DecodeError, UnexpectedEof
 from anvild.llm.providers import _overflow
-from anvild.llm.providers._events import SseProvider
+from anvild.llm.providers._events import SseProvider, output_options
 from anvild.llm.sse import SseEvent
 
 KIND: Final = "openai-responses"
@@ -57,9 +57,7 @@ def to_wire(request: types.ChatRequest, capabilities: Capabilities) -> dict[str,
             }
             for tool in request.tools
         ]
-    body[capabilities.max_tokens_field] = request.max_tokens
-    if request.temperature is not None and capabilities.temperature:
-        body["temperature"] = request.temperature
+    body.update(output_options(request, capabilities))
     if request.cache_key and capabilities.prompt_cache_key:
         body["prompt_cache_key"] = request.cache_key
     body["stream"] = True
