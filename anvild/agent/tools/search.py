@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
+import attrs
 import pathspec
 import trio
 
@@ -466,24 +467,19 @@ class Grep(_ReadSearch):
         return ToolOutput(result)
 
 
+@attrs.define
 class _GrepSearch:
-    def __init__(
-        self,
-        ctx: ToolContext,
-        regex: re.Pattern[str],
-        glob: re.Pattern[str] | None,
-        content: bool,
-        ripgrep: str | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.ripgrep = ripgrep
-        self.regex = regex
-        self.glob = glob
-        self.content = content
-        self.files: list[str] = []
-        self.lines: list[str] = []
-        self.total_files = 0
-        self.total_lines = 0
+    """One grep call: what it looks for, and the matches found so far (in its worker thread)."""
+
+    ctx: ToolContext
+    regex: re.Pattern[str]
+    glob: re.Pattern[str] | None
+    content: bool
+    ripgrep: str | None = None
+    files: list[str] = attrs.field(init=False, factory=list)
+    lines: list[str] = attrs.field(init=False, factory=list)
+    total_files: int = attrs.field(init=False, default=0)
+    total_lines: int = attrs.field(init=False, default=0)
 
     def run(self, path: str | None, cancelled: Callable[[], bool]) -> str:
         files = self.ctx.files
