@@ -13,6 +13,8 @@ import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import attrs
+
 from anvild.agent.context.tokens import DEFAULT_TOKENS_PER_BYTE
 from anvild.budget.admission import Budgets, Charge, Scope, worst_case
 from anvild.llm.provider import Provider
@@ -48,18 +50,15 @@ def actual_charge(usage: Usage | None, pricing: Pricing | None, worst: Charge) -
     return Charge(worst.usd if usd is None else usd, usage.total)
 
 
+@attrs.frozen
 class BudgetedProvider:
-    def __init__(
-        self,
-        inner: Provider,
-        budgets: Budgets,
-        scope: Callable[[], Scope],
-        pricing: Pricing | None,
-    ) -> None:
-        self._inner = inner
-        self._budgets = budgets
-        self._scope = scope
-        self._pricing = pricing
+    """`inner` with each request admitted against `budgets` for the scope `scope()` names,
+    priced at `pricing` (None: unknown)."""
+
+    _inner: Provider
+    _budgets: Budgets
+    _scope: Callable[[], Scope]
+    _pricing: Pricing | None
 
     @property
     def name(self) -> str:
