@@ -2,8 +2,9 @@
 
 `ProjectConfigs` (one per manager, built by `anvild.daemon.wiring`) finds a cwd's project file
 as `anvild.config.find_project_config` does and merges it with `anvild.config.merge_project`
-(the trust and provenance rules of `anvild.config.load`). At session creation and at every turn
-start (`before_turn`, the session's one hook) it checks the file found and the inode, size and
+(the trust and provenance rules of `anvild.config.load`); a version resolves each model name
+once. At session creation (the lookup its model was resolved with) and at every turn start
+(`before_turn`, the session's one hook) it checks the file found and the inode, size and
 mtime of that file and of the trust grants; a change re-reads them. A bad file is reported and
 the last good version of that file (or none) applies: a project file never stops a session.
 What applies: `instructions` (user, then project: the first part of the prompt's `extra`
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +61,7 @@ DAEMON_WIDE: Final = frozenset(
 A granted project's hooks and MCP servers apply to its sessions."""
 _NOT_APPLIED: Final = ("permissions.max_mode", "permissions.full_access")
 HEADER: Final = "# Instructions from the config (user, then project)"
+JUST_RESOLVED: Final = 1.0  # seconds: a `new`'s lookup still counts as "at its creation"
 
 
 @attrs.frozen
@@ -114,13 +117,14 @@ class ProjectConfigs:
     ) -> None:
         """`base`: the daemon's config, loaded with `project=False`; `resolve` its model
         resolver; `registry` builds one for a merged config; `max_mode` the user's ceiling."""
-        self._base = Merged(base, _rules(base), resolve, models_changed=False)
+        self._base = Merged(base, _rules(base), _per_name(resolve), models_changed=False)
         self._registry = registry
         self._max_mode = max_mode
         self._trust = (base.trust_dir or user_data_dir()) / TRUST_FILE
         self._known: dict[Path, _Known] = {}
         self._states: weakref.WeakKeyDictionary[Session, _State] = weakref.WeakKeyDictionary()
         self._by_id: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._resolved: tuple[str, float, Merged] | None = None  # the last `resolve`'s
         self.provider_for: Callable[[ResolvedModel], Provider] | None = None
         self.publish: Callable[[SessionEvent], None] | None = None
 
@@ -143,7 +147,7 @@ class ProjectConfigs:
             merged = Merged(
                 config,
                 _rules(config),
-                self._registry(config) if _sets_models(config) else self._base.resolve,
+                _per_name(self._registry(config)) if _sets_models(config) else self._base.resolve,
                 models_changed=_sets_models(config),
             )
         except Exception as exc:  # a bad project file never stops a session: report, keep going
@@ -155,7 +159,17 @@ class ProjectConfigs:
 
     def resolve(self, cwd: Path, name: str | None) -> ResolvedModel:
         """`name` (None: the default) as the config that applies in `cwd` resolves it."""
-        return self.current(cwd).resolve(name)
+        merged = self.current(cwd)
+        self._resolved = (str(cwd), time.monotonic(), merged)
+        return merged.resolve(name)
+
+    def _just_resolved(self, cwd: str) -> Merged | None:
+        """What `resolve` found for `cwd` a moment ago (for a `new`), taken once: the session's
+        first apply, right after, reports that version instead of looking the file up again."""
+        found, self._resolved = self._resolved, None
+        if found is None or found[0] != cwd or time.monotonic() - found[1] > JUST_RESOLVED:
+            return None
+        return found[2]
 
     def extra_context(self, inner: Callable[[str], str] | None) -> Callable[[str], str]:
         """`SessionSettings.extra_context`: the session's config instructions, then `inner`'s."""
@@ -180,10 +194,13 @@ class ProjectConfigs:
 
     def _apply(self, session: Session) -> None:
         state = self._states.get(session)
-        if state is None:
+        merged = None
+        if state is None:  # at its creation
             state = self._states[session] = _State()
             self._by_id[session.id] = session
-        merged = self.current(Path(session.cwd))
+            merged = self._just_resolved(session.cwd)
+        if merged is None:
+            merged = self.current(Path(session.cwd))
         self._report(session, merged, state)
         session.set_policy(merged.rules, self._mode(session, merged))
         fresh = state.merged is not merged or state.retargeted != session.model
@@ -286,6 +303,22 @@ class ProjectConfigs:
                 line += " (daemon-wide: not applied in a session)"
             lines.append(line)
         return "\n".join(lines) + "\n"
+
+
+def _per_name(resolve: Resolver, limit: int = 64) -> Resolver:
+    """`resolve`, each name's model built once per config version (building one makes its
+    provider's adapter, a good part of a `new`); a name that does not resolve is tried again."""
+    known: dict[str | None, ResolvedModel] = {}
+
+    def once(name: str | None) -> ResolvedModel:
+        found = known.get(name)
+        if found is None:
+            if len(known) >= limit:  # `provider:model` names are the user's to invent
+                known.clear()
+            found = known[name] = resolve(name)
+        return found
+
+    return once
 
 
 def _rules(config: Config) -> RuleSet:
