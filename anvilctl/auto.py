@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from anvilctl import add_command, auto_hook
+from anvilctl import add_command, add_data_dir, auto_hook, data_dir
 from anvilctl import eval as evals
 from anvilctl.auto_board import Board, BoardError
 
@@ -277,7 +277,7 @@ class Loop:
     def grant_hook(self) -> None:
         """Write the Stop hook's `.anvil/config.toml` (unless the project has its own) and
         grant it where the daemon reads grants (`--data-dir`)."""
-        from anvild.config import TrustStore, authority_of, digest, user_data_dir
+        from anvild.config import TrustStore, authority_of, digest
         from anvild.config.schema import parse_bytes, render_key
 
         path = (self.root / CONFIG).resolve()
@@ -287,7 +287,7 @@ class Loop:
             if not path.exists() or path.read_text(encoding="utf-8") != wanted:
                 path.write_text(wanted, encoding="utf-8")
         data = path.read_bytes()
-        store = TrustStore(self.data_dir if self.data_dir is not None else user_data_dir())
+        store = TrustStore(data_dir(self.data_dir))
         sha = digest(data)
         if not data.decode("utf-8", "replace").startswith(HEADER):
             if f"[hooks.{auto_hook.HOOK_NAME}]" not in data.decode("utf-8", "replace"):
@@ -551,12 +551,10 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument(
         "--session-timeout", type=float, default=SESSION_TIMEOUT, help="seconds per session"
     )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="the daemon's data dir, where it reads trust grants (its --data-dir; default: "
-        "the user data dir), for the Stop hook's grant",
+    add_data_dir(
+        parser,
+        "the daemon's data dir, where it reads trust grants (its --data-dir; default: the user "
+        "data dir), for the Stop hook's grant",
     )
 
 

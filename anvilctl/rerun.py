@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 import trio
 
-from anvilctl import add_command
+from anvilctl import add_command, add_data_dir, data_dir
 from anvild.agent.events import TurnOutcome
 from anvild.agent.loop import Agent, AgentConfig
 from anvild.agent.tools.base import (
@@ -532,14 +532,13 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument("session", metavar="SESSION", help="a session id")
     parser.add_argument("--turn", type=int, metavar="N", help="only turn N (from 1)")
     parser.add_argument("--no-tools", action="store_true", help="feed the recorded results")
-    parser.add_argument("--data-dir", type=Path, metavar="DIR", help="the daemon's data dir")
+    add_data_dir(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from anvild.config import user_data_dir
     from anvild.store import StoreError
 
-    path = (args.data_dir or user_data_dir()) / "sessions" / f"{args.session}.jsonl"
+    path = data_dir(args.data_dir) / "sessions" / f"{args.session}.jsonl"
     try:
         return replay(path, turn=args.turn, feed=args.no_tools)
     except (StoreError, OSError, Unreplayable) as exc:

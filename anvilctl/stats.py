@@ -27,7 +27,7 @@ from typing import Any, Final, TypeAlias
 
 import attrs
 
-from anvilctl import add_command
+from anvilctl import add_command, add_data_dir, data_dir
 from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
 from anvild.store import SCHEMA_VERSION, StoreError, read_journal
@@ -335,11 +335,10 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     parser.add_argument("--since", metavar="AGE", help="7d, 24h, 30m or a date (2026-12-01)")
     parser.add_argument("--by", choices=GROUPS, default="model")
-    parser.add_argument("--data-dir", type=Path, metavar="DIR", help="the daemon's data dir")
+    add_data_dir(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from anvild.config import user_data_dir
     from anvild.llm.errors import ConfigError
 
     try:
@@ -348,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as exc:
         print(f"anvilctl stats: {exc}", file=sys.stderr)
         return 2
-    stats = summarise(args.data_dir or user_data_dir(), args.by, pricing_of, since)
+    stats = summarise(data_dir(args.data_dir), args.by, pricing_of, since)
     for skipped in stats.skipped:
         print(f"anvilctl stats: skipped {skipped}", file=sys.stderr)
     sys.stdout.write(render(stats))

@@ -17,13 +17,12 @@ import json
 import sys
 from pathlib import Path
 
-from anvilctl import add_command
+from anvilctl import add_command, add_data_dir, data_dir
 from anvild.config import (
     TrustStore,
     authority_of,
     digest,
     find_project_config,
-    user_data_dir,
 )
 from anvild.config.schema import parse_bytes, render_key
 from anvild.llm.errors import ConfigError
@@ -41,11 +40,9 @@ def add_subcommand(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     ):
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument("path", nargs="?", type=Path, default=None, metavar="PATH")
-        action.add_argument(
-            "--data-dir",
-            type=Path,
-            default=None,
-            help="where grants are kept (default: the user data dir, "
+        add_data_dir(
+            action,
+            "where grants are kept (default: the user data dir, "
             "platformdirs.user_data_dir('anvil'))",
         )
         if name == "grant":
@@ -69,7 +66,7 @@ def project_file(path: Path | None) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = TrustStore(args.data_dir if args.data_dir is not None else user_data_dir())
+    store = TrustStore(data_dir(args.data_dir))
     try:
         file = project_file(args.path)
         if args.trust_action == "revoke":
