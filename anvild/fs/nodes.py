@@ -615,6 +615,9 @@ class _StreamHandle(Handle):
         data = self._reader.read_nowait(count)  # lines buffered (or the end): answered at once
         return LATER if data is None else data
 
+    def notify_readable(self, wake: Callable[[], None] | None) -> bool:
+        return self._reader.on_ready(wake)  # the next line or the end calls it
+
     async def clunk(self) -> None:
         self._reader.close()
 

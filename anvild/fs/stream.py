@@ -10,6 +10,7 @@ it, and nothing stays behind: no task per reader, and a closed reader is unreach
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from anvild.lines.broadcast import (
     Broadcast,
@@ -74,6 +75,10 @@ class StreamReader:
 
     def read_nowait(self, count: int) -> bytes | None:
         return self._cursor.read_nowait(count)
+
+    def on_ready(self, wake: Callable[[], None] | None) -> bool:
+        """`wake()` once the next line or the end comes (`Cursor.on_ready`)."""
+        return self._cursor.on_ready(wake)
 
     async def read(self, count: int) -> bytes:
         """Up to `count` bytes, waiting until there are some; b"" at end of stream."""

@@ -9,7 +9,8 @@ Optional policies: `coalesce` merges a line into the last unread one (nothing is
 `terminal` line is never the one dropped: the oldest unread lines make room for it instead.
 Reads are like a pipe's: `read_nowait` gives whole lines when they fit (a longer line is split),
 None when nothing is there, b"" at the end; `await read` waits on a `trio.Event` made only when
-a reader waits (a plain cancel point: no task per reader). `close` ends the stream.
+a reader waits (a plain cancel point: no task per reader), or `on_ready` registers one callback
+that the next publish or close calls (a reader with no task at all). `close` ends the stream.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Cursor:
         "_owner",
         "_partial",
         "_terminal",
+        "_waker",
     )
 
     def __init__(self, owner: Broadcast) -> None:
@@ -103,6 +105,7 @@ class Cursor:
         self._partial = b""  # the unread rest of a line that a short read split
         self._dropped = 0
         self._closed = False
+        self._waker: Callable[[], None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -117,6 +120,25 @@ class Cursor:
     def ready(self) -> bool:
         """Whether a read would return at once: lines (or a lag marker) to give, or the end."""
         return bool(self._partial or self._lines or self._dropped or self._closed)
+
+    def on_ready(self, wake: Callable[[], None] | None) -> bool:
+        """Have `wake()` called once, by the next publish or close (which make this cursor
+        `ready`): a plain call from the publisher's task, so `wake` only takes note and returns.
+        False, with nothing registered, when a read would return at once already or another
+        callback is registered; `None` forgets the registered one."""
+        if wake is None:
+            self._waker = None
+            return True
+        if self._waker is not None or self.ready():
+            return False
+        self._waker = wake
+        return True
+
+    def _woken(self) -> None:
+        waker = self._waker
+        if waker is not None:
+            self._waker = None
+            waker()
 
     def _fits(self, size: int, lines: int) -> bool:
         return (
@@ -214,6 +236,7 @@ class Cursor:
         self._owner.unsubscribe(self)
         self._closed = True
         self._owner._wake()
+        self._woken()
 
 
 class Broadcast:
@@ -274,6 +297,8 @@ class Broadcast:
         self._published += 1
         for cursor in self._cursors:
             cursor._push(data)
+            if cursor._waker is not None:
+                cursor._woken()
         self._wake()
 
     def subscribe(self, *, backlog: bool = True) -> Cursor:
@@ -299,9 +324,11 @@ class Broadcast:
     def close(self) -> None:
         """End the stream: every cursor reads what it holds, then end-of-file."""
         self._closed = True
-        for cursor in self._cursors:
-            cursor._closed = True
+        cursors = list(self._cursors)
         self._cursors.clear()
+        for cursor in cursors:
+            cursor._closed = True
+            cursor._woken()
         self._wake()
 
     def statistics(self) -> BroadcastStatistics:

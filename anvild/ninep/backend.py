@@ -20,7 +20,7 @@ import abc
 import enum
 import errno
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Literal, TypeAlias
 
 import attrs
@@ -201,6 +201,13 @@ class Handle:
         """`read` without waiting: the same bytes `read` would return now, or `LATER` (the
         default) if it would wait or cannot tell; then the server awaits `read` instead."""
         return LATER
+
+    def notify_readable(self, wake: Callable[[], None] | None) -> bool:
+        """After `read_now` returned `LATER`: have `wake()` called once, synchronously, by
+        whatever makes `read_now` answer (new data, the end); True if it will be. The server
+        then waits with no task and reads with `read_now` when woken. False (the default):
+        the server awaits `read` in a task. `None` forgets a registered `wake`."""
+        return False
 
     def clunk_now(self) -> Later | None:
         """`clunk` without waiting (same effect, same errors), or `LATER` (the default) having

@@ -1,15 +1,14 @@
 """The trio 9P server: `Server.serve(stream)` serves one 9P2000/.u/.L connection until it ends.
 
-A connection owns a fid table (fid -> `_Fid`), a tag table (tag -> `_Request`: the requests
-running in tasks) and a queue of reply frames, sent in order by one task at a time. Every request
-goes through one table, `_OPS` (message class -> `_Op`), and one decision (`_Connection._try_now`):
-the op's `now` handler checks the request and answers it without waiting, or returns INLINE
-(its async `later` handler is awaited in the receive loop: it never waits for another request)
-or TASK (`later` runs in a task of its own whose cancel scope Tflush cancels, flush(5)). A `now`
-that defers has changed nothing, so the shared poller (`anvild.ninep.transport.Poller`) calls
-the same `now` from outside the connection's task and hands deferred frames back to it, in
-order. Twalk, Topen/Tlopen, Tread and Tclunk are unpacked from the frame's bytes and answered
-with packed bytes (`_hot_table`); every other frame goes through the codec (`_dispatch`).
+A connection owns a fid table, a tag table (the requests running in tasks, and parked reads) and
+a queue of reply frames, sent in order by one task at a time. Every request goes through one
+table, `_OPS` (message class -> `_Op`), and one decision (`_Connection._try_now`): the op's `now`
+answers at once, or returns INLINE (`later` is awaited in the receive loop), TASK (`later` runs in
+a task whose cancel scope Tflush cancels) or PARKED (a Tread waiting on a handle that calls back
+when readable: no task; the run's one `_Answerer` task replies). A `now` that defers has changed
+nothing, so the shared poller (`anvild.ninep.transport.Poller`) calls it from outside the
+connection's task and hands deferred frames back in order. Twalk, Topen/Tlopen, Tread and Tclunk
+are unpacked from the frame's bytes and answered packed (`_hot_table`); the rest via the codec.
 Invariants: a request's tag is freed before its reply is queued; an inline request is answered
 before the next frame is decoded; fids, open modes, offsets and counts are checked before a node
 is called; a node's non-`FsError` exception is logged and answered EIO, and the connection goes on.
@@ -17,6 +16,7 @@ is called; a node's non-`FsError` exception is logged and answered EIO, and the 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import inspect
@@ -260,6 +260,81 @@ class _Request:
     done: trio.Event = attrs.field(factory=trio.Event)
 
 
+class _ParkedRead:
+    """A Tread waiting, with no task, for its handle to call `wake` (`Handle.notify_readable`).
+    It holds its tag until the `_Answerer` answers it, or a Tflush, a Tversion or the
+    connection's end cancels it (then its reply is never sent)."""
+
+    __slots__ = ("conn", "count", "handle", "tag")
+
+    def __init__(self, conn: _Connection, tag: int, handle: Handle, count: int) -> None:
+        self.conn, self.tag, self.handle, self.count = conn, tag, handle, count
+
+    def wake(self) -> None:
+        _Answerer.of_run().woken(self)
+
+    def cancel(self) -> None:
+        """Forget this read: no reply; the handle forgets its wake-up."""
+        conn = self.conn
+        if conn.tags.get(self.tag) is self:
+            del conn.tags[self.tag]
+            conn.server._requests -= 1
+            self.handle.notify_readable(None)
+
+
+_ANSWERER: trio.lowlevel.RunVar[_Answerer] = trio.lowlevel.RunVar("anvild.ninep.answerer")
+
+
+class _Answerer:
+    """The run's one task that answers woken `_ParkedRead`s: the wakes of one scheduling batch
+    (every stream line published meanwhile, of every session) cost one task switch, and each
+    connection gets one send for all its replies of the batch."""
+
+    def __init__(self) -> None:
+        self._woken: list[_ParkedRead] = []
+        self._task: trio.lowlevel.Task | None = None  # set while the task sleeps
+        trio.lowlevel.spawn_system_task(self._run, name="anvild.ninep.answerer")
+
+    @staticmethod
+    def of_run() -> _Answerer:
+        try:
+            return _ANSWERER.get()
+        except LookupError:
+            answerer = _Answerer()
+            _ANSWERER.set(answerer)
+            return answerer
+
+    def woken(self, read: _ParkedRead) -> None:
+        self._woken.append(read)
+        if (task := self._task) is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)
+
+    async def _run(self) -> None:
+        while True:
+            if not self._woken:
+                self._task = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._task = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+            batch, self._woken = self._woken, []
+            conns: dict[_Connection, None] = {}
+            for read in batch:
+                try:
+                    if read.conn._answer_parked(read):
+                        conns[read.conn] = None
+                except Exception:  # a bug: this task must not end, or no parked read is answered
+                    log.exception("9p %s: internal error answering a parked read", read.conn.peer)
+            for conn in conns:
+                try:
+                    conn._send_nowait()
+                except Exception:
+                    log.exception("9p %s: internal error sending parked replies", conn.peer)
+
+
 _OPEN_MODES: dict[tuple[bool, bool, bool, bool], OpenMode] = {}
 
 
@@ -288,10 +363,12 @@ class _Defer(enum.Enum):
 
     INLINE = "await the op's `later` in the receive loop: it never waits for another request"
     TASK = "run the op's `later` in a task of its own, with a cancel scope Tflush can cancel"
+    PARKED = "nothing to run: the request waits in the tag table and is answered when woken"
 
 
 INLINE = _Defer.INLINE
 TASK = _Defer.TASK
+PARKED = _Defer.PARKED
 
 
 def _whole(msg: m.Message) -> tuple[Any, ...]:
@@ -489,7 +566,7 @@ class _Connection:
         self.msize = server.max_msize
         self.reader = FrameReader(server.max_msize)
         self.fids: dict[int, _Fid] = {}
-        self.tags: dict[int, _Request] = {}
+        self.tags: dict[int, _Request | _ParkedRead] = {}
         self.nursery: trio.Nursery | None = None
         # Cancels the connection unless the handshake ends in time (see `Server.serve`).
         self._handshake: trio.CancelScope | None = None
@@ -501,6 +578,7 @@ class _Connection:
         # Type byte -> (op, unpack) of the negotiated dialect's hot requests (set by Tversion).
         self._hot: dict[int, tuple[_Op, Unpack]] = {}
         self._max_outstanding = server.max_outstanding
+        self._ended = False  # parked reads are no longer answered
 
     @property
     def parkable(self) -> bool:
@@ -525,6 +603,8 @@ class _Connection:
                 step = "Tversion" if self.dialect is None else "successful Tattach"
                 log.warning("9p %s: closed: no %s within %g s", self.peer, step, timeout)
         finally:
+            self._ended = True
+            self._cancel_parked()
             await self._drop_all_fids()
             self.transport.detach()
             with trio.CancelScope(shield=True):
@@ -627,7 +707,7 @@ class _Connection:
             self._out_bytes += len(reply)
             return None
         if isinstance(reply, _Defer):
-            return reply
+            return None if reply is PARKED else reply
         self._put_reply(reply)
         return None
 
@@ -911,7 +991,8 @@ class _Connection:
                     log.error("9p %s: Handle.abort did not finish in time", self.peer)
 
     async def _reset(self) -> None:
-        pending = list(self.tags.values())
+        self._cancel_parked()
+        pending = [req for req in self.tags.values() if isinstance(req, _Request)]
         for req in pending:
             req.scope.cancel()
         for req in pending:
@@ -984,7 +1065,9 @@ class _Connection:
         # tag was ever answered.
         await trio.lowlevel.checkpoint()
         old = self.tags.get(msg.oldtag)
-        if old is not None and old.tag != msg.tag:
+        if isinstance(old, _ParkedRead):
+            old.cancel()
+        elif old is not None and old.tag != msg.tag:
             old.scope.cancel()
             # The flushed request's reply (if it already took effect) goes out before Rflush.
             # Not shielded: two Tflushes naming each other must not wait on each other forever.
@@ -1283,8 +1366,75 @@ class _Connection:
         count = min(count, self.msize - IOHDRSZ)
         data = handle.read_now(offset, count)
         if data is LATER:
-            return TASK if handle.read_blocks else INLINE
+            if not handle.read_blocks:
+                return INLINE
+            parked = _ParkedRead(self, tag, handle, count)
+            if not handle.notify_readable(parked.wake):
+                return TASK
+            self.tags[tag] = parked
+            self.server._requests += 1
+            return PARKED
         return self._rread(tag, handle, data, count)
+
+    def _answer_parked(self, read: _ParkedRead) -> bool:
+        """Answer a woken parked read (the `_Answerer`); whether a reply was queued."""
+        tag, handle = read.tag, read.handle
+        if self._ended or self.tags.get(tag) is not read:
+            return False  # flushed, reset, or the connection ended
+        try:
+            data = handle.read_now(0, read.count)
+            if data is LATER:  # woken with nothing to read: wait again, else in a task
+                if handle.notify_readable(read.wake):
+                    return False
+                del self.tags[tag]
+                self.server._requests -= 1
+                self._start_read_task(tag, handle, read.count)
+                return False
+            reply = self._rread(tag, handle, data, read.count)
+        except Exception as exc:
+            reply = self._error_for("Tread", tag, exc)
+        del self.tags[tag]
+        self.server._requests -= 1
+        self._put_reply(reply)
+        return True
+
+    def _start_read_task(self, tag: int, handle: Handle, count: int) -> None:
+        async def read() -> Reply:
+            return self._rread(tag, handle, await handle.read(0, count), count)
+
+        req = _Request(tag)
+        self.tags[tag] = req
+        self.server._requests += 1
+        assert self.nursery is not None
+        self.nursery.start_soon(self._run_request, req, "Tread", lambda _conn: read(), ())
+
+    def _send_nowait(self) -> None:
+        """Send the queued replies without waiting when nobody is sending; what the socket
+        does not take at once (or a transport that cannot try) goes to a sending task."""
+        if self._sending or not self._out or self._ended:
+            return
+        sock = getattr(self.transport, "sock", None)
+        if sock is not None:
+            out = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+            self._out.clear()
+            self._out_bytes = 0
+            try:
+                sent = sock.send(out)
+            except OSError:  # BlockingIOError, or an error the sending task meets again
+                sent = 0
+            if sent == len(out):
+                return
+            self._out.append(out[sent:])
+            self._out_bytes = len(out) - sent
+        if self.nursery is not None:
+            # A closed nursery (the connection is ending) refuses; its end drops these.
+            with contextlib.suppress(RuntimeError):
+                self.nursery.start_soon(self._send_queued)
+
+    def _cancel_parked(self) -> None:
+        for req in list(self.tags.values()):
+            if isinstance(req, _ParkedRead):
+                req.cancel()
 
     async def _read_later(self, tag: int, fid: int, offset: int, count: int) -> Reply:
         entry = self._readable(fid)

@@ -39,7 +39,7 @@ from anvild.fs import (
     WaitFile,
 )
 from anvild.fs.ctl import split_lines
-from anvild.ninep.backend import Handle, Node, OpenMode, StatChange
+from anvild.ninep.backend import LATER, Handle, Later, Node, OpenMode, StatChange
 from anvild.ninep.errors import FsError, InvalidInput
 from anvild.session import (
     InvalidSessionRequest,
@@ -277,6 +277,13 @@ class _ReaderHandle(Handle):
 
     async def read(self, offset: int, count: int) -> bytes:
         return await self._reader.read(count)  # a pipe: each open reads from its own cursor
+
+    def read_now(self, offset: int, count: int) -> bytes | Later:
+        data = self._reader.read_nowait(count)
+        return LATER if data is None else data
+
+    def notify_readable(self, wake: Callable[[], None] | None) -> bool:
+        return self._reader.on_ready(wake)  # the next line or the end calls it
 
     async def clunk(self) -> None:
         self._reader.close()
