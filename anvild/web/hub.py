@@ -9,10 +9,11 @@ browser's SSE stream resumes after the last position it saw (`Last-Event-ID`): w
 the window is replayed, in order, with no gap; a position older than the window, or of another
 epoch, gets one `reset` instead (the page reloads its snapshot), so loss is never silent.
 `pump` drains every cursor synchronously: a snapshot taken right after it and the position it
-reports agree with the feed exactly. Besides those lines, each followed session's queue (what
-its `queue` file shows) is fed as a line of the board's own, `{"type":"queue","text":...}`,
-whenever the session's change notification finds it different (no 9P stream carries it).
-The hub holds lines, never session state.
+reports agree with the feed exactly; otherwise one task drains the cursors whose `on_ready`
+fired (no task per session), and a feed wakes only for the lines it takes. Each followed
+session's queue (its `queue` file) is fed as a board line, `{"type":"queue","text":...}`, when
+a change notification finds it different, looked at most every `QUEUE_EVERY` seconds (a
+session changes with every streamed delta). The hub holds lines, never session state.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = ["EventHub", "FeedItem", "Gap", "Queued"]
 _READ: Final = 1 << 20
 ROOT: Final = ""
 """The session id of a line from the daemon's own stream."""
+QUEUE_EVERY: Final = 0.2
+"""Seconds between two looks at one session's queue (a change shows at most this late)."""
 
 
 @attrs.frozen
@@ -81,9 +84,14 @@ class EventHub:
         self._items: list[FeedItem] = []
         self._seq = 0
         self._cursors: dict[str, Cursor] = {}
+        self._wakers: dict[str, Callable[[], None]] = {}
+        self._ready: dict[str, None] = {}  # sessions whose cursor has lines (in order)
+        self._drainer: trio.Event | None = None  # set when `_ready` gains its first entry
         self._watching: dict[str, trio.CancelScope] = {}
         self._partial: dict[str, bytes] = {}
-        self._changed = trio.Event()
+        # Per feed filter (None: the daemon's lines only; a session id: those and its own),
+        # made by a waiting feed, set by the lines it takes.
+        self._changed: dict[str | None, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -112,6 +120,7 @@ class EventHub:
             self._follow(ROOT, self._root)
             for session_id in self._sessions():
                 self._follow_session(session_id)
+            nursery.start_soon(self._drain)
             task_status.started()
 
     def _follow_session(self, session_id: str) -> None:
@@ -139,27 +148,51 @@ class EventHub:
                     shown = text
                     self.pump()  # what the session's streams said before the change comes first
                     self._add(session_id, [_queue_line(text)])
+                await trio.sleep(QUEUE_EVERY)
 
     def _follow(self, session_id: str, broadcast: Broadcast) -> None:
-        assert self._nursery is not None
         cursor = broadcast.subscribe(backlog=True)
         self._cursors[session_id] = cursor
-        self._nursery.start_soon(self._read, session_id, cursor)
 
-    async def _read(self, session_id: str, cursor: Cursor) -> None:
-        try:
-            while session_id in self._cursors:
-                data = await cursor.read(_READ)
-                if not data:
-                    break
-                self._take(session_id, data)
-        finally:
-            self._forget(session_id, cursor)
+        def wake() -> None:
+            if not self._ready and self._drainer is not None:
+                self._drainer.set()
+            self._ready[session_id] = None
+
+        self._wakers[session_id] = wake
+        if cursor.ready():
+            wake()
+        else:
+            cursor.on_ready(wake)
+
+    async def _drain(self) -> None:
+        """Take the lines of every cursor that said it has some, once per wake-up."""
+        while True:
+            if not self._ready:
+                self._drainer = trio.Event()
+                await self._drainer.wait()
+            ready, self._ready = self._ready, {}
+            for session_id in ready:
+                cursor = self._cursors.get(session_id)
+                if cursor is not None:
+                    self._drain_one(session_id, cursor)
+
+    def _drain_one(self, session_id: str, cursor: Cursor) -> None:
+        while True:
+            data = cursor.read_nowait(_READ)
+            if data is None:
+                cursor.on_ready(self._wakers[session_id])  # refused: still registered
+                return
+            if not data:
+                self._forget(session_id, cursor)
+                return
+            self._take(session_id, data)
 
     def _forget(self, session_id: str, cursor: Cursor) -> None:
         cursor.close()
         if self._cursors.get(session_id) is cursor:
             del self._cursors[session_id]
+            self._wakers.pop(session_id, None)
             self._partial.pop(session_id, None)
             if (scope := self._watching.pop(session_id, None)) is not None:
                 scope.cancel()
@@ -170,14 +203,7 @@ class EventHub:
         while todo := [(k, c) for k, c in self._cursors.items() if k not in drained]:
             session_id, cursor = todo[0]  # a session the daemon's stream announced is next
             drained.add(session_id)
-            while True:
-                data = cursor.read_nowait(_READ)
-                if data is None:
-                    break
-                if not data:
-                    self._forget(session_id, cursor)
-                    break
-                self._take(session_id, data)
+            self._drain_one(session_id, cursor)
         return self._seq
 
     def _take(self, session_id: str, data: bytes) -> None:
@@ -200,9 +226,15 @@ class EventHub:
                     self._follow_session(created)
         if len(self._items) > 2 * self._keep:
             del self._items[: len(self._items) - self._keep]
-        if lines:
-            self._changed.set()
-            self._changed = trio.Event()
+        if lines and self._changed:
+            if session_id == ROOT:  # every feed takes the daemon's lines
+                changed = list(self._changed.values())
+                self._changed.clear()
+            else:
+                event = self._changed.pop(session_id, None)
+                changed = [] if event is None else [event]
+            for event in changed:
+                event.set()
 
     def since(self, after: int, session: str | None = None) -> list[FeedItem] | None:
         """The kept lines numbered above `after` (the daemon's, and `session`'s when given), or
@@ -225,7 +257,9 @@ class EventHub:
         """The lines after `after` (see `since`), then each new one as it comes, forever; None
         when `heartbeat` seconds passed without one. Raises `Gap` when `after` is too old."""
         while True:
-            changed = self._changed
+            changed = self._changed.get(session)
+            if changed is None:
+                changed = self._changed[session] = trio.Event()
             items = self.since(after, session)
             if items is None:
                 raise Gap(after)
