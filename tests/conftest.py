@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,13 @@ from hypothesis import HealthCheck, settings
 # default in each child at exec, so the children get Python's usual one.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# pytest rewrites the asserts of every test module it imports and caches the result beside the
+# module (tests/**/__pycache__/*-pytest-*.pyc, git-ignored), except where PYTHONDONTWRITEBYTECODE
+# is set: there each pytest process (each xdist worker) rewrote and compiled all 400 test
+# modules again, 12 s of CPU per collection instead of 4. The test modules imported after this
+# conftest (all of them) are cached; the processes the tests start keep the variable.
+sys.dont_write_bytecode = False
 
 # Hypothesis measures each example against a 200 ms deadline and fails a test whose data
 # generation seems slow. Both are wall-clock judgments, and `make test` runs two workers beside
