@@ -42,7 +42,7 @@ def event_line(event: ev.AgentEvent) -> str:
     """`anvild.agent.events.to_json(event)`, with text deltas (most of a turn's events) written
     directly: the same bytes without the converter's dict, a sixth of the cost."""
     if type(event) is ev.TextDelta:
-        text = json.dumps(event.text, ensure_ascii=False)
+        text = dumps(event.text)  # json.dumps(..., ensure_ascii=False) makes an encoder per call
         return f'{{"type":"text_delta","step":{event.step:d},"text":{text}}}'
     return ev.to_json(event)
 
