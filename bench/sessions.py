@@ -1,6 +1,7 @@
 """Benchmark: many sessions in one real `anvild` process, over its Unix socket.
 
     .venv/bin/python bench/sessions.py [--runs 3] [--sessions 1000] [--list-reads 200] [--restart N]
+                                       [--idle-unload S]
                                        [--streaming 100] [--deltas 300] [--delay 0.02] [--board]
 
 Every run starts a fresh daemon (`python -m anvild` on a temporary namespace, data directory
@@ -58,6 +59,10 @@ time the daemon waited for a core. The load average is printed before and after.
 restarted on the same data directory: the time from spawning it to its `serving` line, and to
 the first `agent/list` read with all N lines, against a daemon started the same way on an
 empty data directory in the same run (its `serving`, and its first `list` read).
+
+`--idle-unload S`: the idle daemon runs with `[sessions] idle_unload = S`; its RSS is read again
+1.5 S + 5 seconds after the sessions were created (each unloaded, then the garbage collected),
+and reported per session beside the figure with every session built.
 
 `--board`: each streaming run is made twice, on fresh daemons started with `--web 127.0.0.1:0`:
 without a board, then with one board open in Debian's chromium (headless, through Playwright,
@@ -149,9 +154,13 @@ class FakeProvider:
             self.proc.stdout.close()
 
 
-def write_config(path: Path, url: str, providers: int) -> list[str]:
+def write_config(
+    path: Path, url: str, providers: int, idle_unload: float | None = None
+) -> list[str]:
     """One openai-chat provider per `SESSIONS_PER_PROVIDER` sessions; the model aliases."""
     lines = ['default_model = "m0"', ""]
+    if idle_unload is not None:
+        lines += ["[sessions]", f"idle_unload = {idle_unload}", ""]
     for i in range(providers):
         lines += [
             f"[providers.fake{i}]",
@@ -246,7 +255,11 @@ class Daemon:
 
 @contextmanager
 def running(
-    turns: list[dict[str, object]], providers: int, profile: Path | None = None, web: bool = False
+    turns: list[dict[str, object]],
+    providers: int,
+    profile: Path | None = None,
+    web: bool = False,
+    idle_unload: float | None = None,
 ) -> Iterator[tuple[Daemon, Path]]:
     work = Path(tempfile.mkdtemp(prefix="anvil-bench-"))
     cwd = work / "work"
@@ -254,7 +267,7 @@ def running(
     fake = FakeProvider(work, turns)
     try:
         config = work / "config.toml"
-        write_config(config, fake.url, providers)
+        write_config(config, fake.url, providers, idle_unload)
         daemon = Daemon(work, config, profile, web)
         daemon.fake_pid = fake.pid
         try:
@@ -325,14 +338,24 @@ class IdleResult:
     new_p99_ms: float
     fsync_ms: float  # a new file's fsync and its directory's, on the same file system (p50)
     list_cpu_ms: float  # the daemon's CPU per `list` read
+    rss_unloaded_mib: float | None = None  # with --idle-unload: once every session was unloaded
 
     @property
     def per_session_kib(self) -> float:
         return (self.rss_after_mib - self.rss_before_mib) * 1024 / self.sessions
 
+    @property
+    def unloaded_kib(self) -> float | None:
+        if self.rss_unloaded_mib is None:
+            return None
+        return (self.rss_unloaded_mib - self.rss_before_mib) * 1024 / self.sessions
 
-def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
-    with running([{"text": "unused", "repeat": True}], 1, profile) as (daemon, cwd):
+
+def idle(
+    sessions: int, reads: int, profile: Path | None = None, idle_unload: float | None = None
+) -> IdleResult:
+    turns: list[dict[str, object]] = [{"text": "unused", "repeat": True}]
+    with running(turns, 1, profile, idle_unload=idle_unload) as (daemon, cwd):
         client, root = daemon.connect()
         with client:
             read_all(client, root, "list")  # warm up the connection and the tree
@@ -358,6 +381,10 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
                 read_all(client, root, "list")
                 times.append((time.perf_counter() - t0) * 1000)
             list_cpu = daemon.cpu_seconds() - cpu0
+            rss_unloaded = None
+            if idle_unload is not None:  # unloaded after idle_unload, then collected (gc)
+                time.sleep(idle_unload * 1.5 + 5)
+                rss_unloaded = daemon.rss_kib() / 1024
     return IdleResult(
         sessions,
         rss_before / 1024,
@@ -371,6 +398,7 @@ def idle(sessions: int, reads: int, profile: Path | None = None) -> IdleResult:
         percentile(news, 99),
         fsync_ms,
         list_cpu / reads * 1000,
+        rss_unloaded,
     )
 
 
@@ -734,6 +762,12 @@ def main() -> None:
         help="sessions restored after a kill -9 (timed against the empty start)",
     )
     parser.add_argument(
+        "--idle-unload",
+        type=float,
+        default=None,
+        help="idle: the daemon's [sessions] idle_unload; RSS is read again once it passed",
+    )
+    parser.add_argument(
         "--board",
         action="store_true",
         help="streaming with --web twice per run: without and with one board open in chromium",
@@ -754,8 +788,14 @@ def main() -> None:
     if args.only in (None, "idle"):
         idles = []
         for run in range(args.runs):
-            r = idle(args.sessions, args.list_reads, args.profile)
+            r = idle(args.sessions, args.list_reads, args.profile, args.idle_unload)
             idles.append(r)
+            if r.unloaded_kib is not None:
+                print(
+                    f"idle run {run + 1}: after idle_unload {args.idle_unload} s, RSS "
+                    f"{r.rss_unloaded_mib:.1f} MiB ({r.unloaded_kib:.0f} KiB/session)",
+                    flush=True,
+                )
             print(
                 f"idle run {run + 1}: {r.sessions} sessions created in {r.create_s:.1f} s "
                 f"(each p50 {r.new_p50_ms:.2f} ms, p99 {r.new_p99_ms:.2f} ms, daemon CPU "

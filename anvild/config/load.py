@@ -159,7 +159,8 @@ class CheckpointLimits:
 class SessionLimits:
     """`[sessions]`: defaults for every session. `max_steps` per turn; `token_budget` (tokens
     per turn, None: none); `turn_deadline` in seconds (None: none; `0` in the file); `reap_delay`,
-    how long an ephemeral session stays listed after its turn; `max_prompt_bytes`, the largest
+    how long an ephemeral session stays listed after its turn; `idle_unload`, how long a
+    session at rest stays in memory unused (0: for good); `max_prompt_bytes`, the largest
     prompt (or `context`) a write to a session's file may hold."""
 
     max_steps: int = 50
@@ -167,6 +168,7 @@ class SessionLimits:
     turn_deadline: float | None = 3600.0
     reap_delay: float = 60.0
     max_prompt_bytes: int = 1 << 20
+    idle_unload: float = 600.0
 
 
 @attrs.frozen
@@ -595,6 +597,7 @@ def _build(
             token_budget=budget,
             turn_deadline=deadline or None,
             reap_delay=merged.get(("sessions", "reap_delay"), SessionLimits().reap_delay),
+            idle_unload=merged.get(("sessions", "idle_unload"), SessionLimits().idle_unload),
             max_prompt_bytes=merged.get(
                 ("sessions", "max_prompt_bytes"), SessionLimits().max_prompt_bytes
             ),

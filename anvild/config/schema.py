@@ -493,6 +493,7 @@ DOCUMENT: Final[Spec] = {
         "turn_deadline": _seconds(zero="no deadline"),
         "reap_delay": _seconds(zero="at once"),
         "max_prompt_bytes": _upto(MAX_PROMPT_BYTES_LIMIT),
+        "idle_unload": _seconds(zero="never"),
     },
     # `auto_compact` and `clear_at` are percentages of the window (0: off), `compaction_model`
     # a model name, `keep_tool_results` how many recent results are never cleared.

@@ -49,6 +49,12 @@ class GcPolicy:
             self._ended = True
             self._wake.set()
 
+    def collect_soon(self) -> None:
+        """Collect after the settle time: for what is dropped without a session ending (the
+        sessions unloaded for idleness)."""
+        self._ended = True
+        self._wake.set()
+
     def freeze_soon(self) -> None:
         """Freeze after the settle time: for objects built outside a burst of `new` (the
         sessions a lazy restart builds after the start)."""

@@ -306,6 +306,7 @@ class Sessions:
             token_budget=limits.token_budget,
             turn_deadline=limits.turn_deadline,
             reap_delay=limits.reap_delay,
+            idle_unload=limits.idle_unload,
             concurrency={LOCAL: 1},
             sandbox_settings=SandboxSettings(
                 passthrough=tuple(config.env_passthrough),
@@ -435,7 +436,8 @@ class Sessions:
                             await nursery.start(self.approvals.run)
                         if self.gc_policy is not None:  # after the restore: freeze it all
                             self.gc_policy.configure()
-                            self.manager.on_all_built = self.gc_policy.freeze_soon
+                            policy = self.gc_policy  # what an idle unload drops is collected
+                            self.manager.unload_listeners.append(lambda _: policy.collect_soon())
                             await nursery.start(self.gc_policy.run)
                         if self.beads is not None:
                             self.beads.announce_orphans("its session was not restored")

@@ -25,6 +25,8 @@ from anvild.fs.nodes import (
     ValueFile,
     new_qid_path,
     owner_names,
+    qid_paths_from,
+    reserve_qid_paths,
 )
 from anvild.fs.stream import LineStream, StreamLimits, StreamReader, lag_marker
 from anvild.fs.wait import Wait, WaitFile
@@ -58,4 +60,6 @@ __all__ = [
     "lag_marker",
     "new_qid_path",
     "owner_names",
+    "qid_paths_from",
+    "reserve_qid_paths",
 ]

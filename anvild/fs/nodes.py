@@ -8,15 +8,17 @@ invalid line fails its write with EINVAL, a read returns the last write's answer
 (checked at each Twrite by `anvild.fs.body`, committed at clunk or when the line/JSON value ends;
 a refused Twrite refuses the whole open; an aborted open commits nothing); `ValueFile` (a body
 that reads back its value); `StreamFile` (a per-open cursor on `anvild.fs.stream`).
-Qid paths come from one process-wide counter, never reused; a file's length and qid.version are
-0 (content is per open), so page-cached clients read through. Kinds that can answer without
-waiting implement the backend's synchronous calls; everything else answers `LATER`. A
-`keep_children=True` directory removes nothing when its entries are removed (`keep_on_remove`).
+Qid paths come from one process-wide counter, never reused (nodes made again may take a reserved
+block); a file's length and qid.version are 0 (content is per open), so page-cached clients
+read through. Kinds that can answer without waiting implement the backend's synchronous calls;
+everything else answers `LATER`. A `keep_children=True` directory removes nothing when its
+entries are removed (`keep_on_remove`).
 Writable files accept OTRUNC and a truncate-to-0 wstat as no-ops (a shell `>` over 9pfuse/v9fs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import grp
 import inspect
@@ -24,7 +26,7 @@ import itertools
 import os
 import pwd
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
 import attrs
 import trio
@@ -51,14 +53,39 @@ __all__ = [
     "keep_on_remove",
     "new_qid_path",
     "owner_names",
+    "qid_paths_from",
+    "reserve_qid_paths",
 ]
 
 _qid_paths = itertools.count(1)
+_source: Iterator[int] = _qid_paths  # where new nodes take their qid paths from
 
 
 def new_qid_path() -> int:
-    """A qid path no other node of this process has or will have."""
-    return next(_qid_paths)
+    """A qid path no other node of this process has or will have (or, within
+    `qid_paths_from`, the next one of that reserved block)."""
+    return next(_source)
+
+
+def reserve_qid_paths(count: int) -> int:
+    """The first of `count` consecutive qid paths no node takes unless given them."""
+    global _qid_paths, _source
+    first = next(_qid_paths)
+    _qid_paths = _source = itertools.count(first + count)
+    return first
+
+
+@contextlib.contextmanager
+def qid_paths_from(first: int, count: int) -> Iterator[None]:
+    """Within: the nodes made take the qid paths `first`, `first + 1`, ... of a block from
+    `reserve_qid_paths` (then fresh ones), so nodes made again for the same thing, in the same
+    order, get the qids clients cached. Not reentrant; nodes are made on the trio thread."""
+    global _source
+    _source = itertools.chain(range(first, first + count), _qid_paths)
+    try:
+        yield
+    finally:
+        _source = _qid_paths
 
 
 @functools.cache
@@ -88,10 +115,11 @@ class FsNode(Node):
     kept_on_remove = False
     """Removing this node succeeds and removes nothing (`keep_on_remove`)."""
 
-    def __init__(self, name: str, perm: int) -> None:
+    def __init__(self, name: str, perm: int, *, qid_path: int | None = None) -> None:
+        """`qid_path`: one reserved for it (`reserve_qid_paths`), else a new one."""
         self._name = name if name == "/" else _check_name(name)
         self._perm = perm
-        self._qid_path = new_qid_path()
+        self._qid_path = new_qid_path() if qid_path is None else qid_path
         self._version = 0
         self._mtime_ns = time.time_ns()
         self._stat: NodeStat | None = None  # the walk/open/getattr hot path asks several times
@@ -177,10 +205,11 @@ class Directory(FsNode):
         dynamic: DynamicChildren | None = None,
         perm: int = 0o555,
         keep_children: bool = False,
+        qid_path: int | None = None,
     ) -> None:
         """`keep_children`: removing a child, static or dynamic, at any depth succeeds and
         removes nothing (`keep_on_remove`; the directory's own removal is its own)."""
-        super().__init__(name, DMDIR | perm)
+        super().__init__(name, DMDIR | perm, qid_path=qid_path)
         self._children: dict[str, Node] = {}
         self._dynamic = dynamic
         self._keep_children = keep_children

@@ -1,11 +1,12 @@
 """`SessionManager`: every session of the daemon, their task tree, creation and restoration.
 
-- `await nursery.start(manager.run)` restores every session from its records, then serves; each
-  session runs in the manager's nursery. A restored session at rest (idle or await, nothing
-  queued or pending) is listed from its records at once and built on first use (`get`,
-  `sessions`, `children`: one choke point, `_built`) or by a background task after the start.
-  Cancelling it cancels every turn (approvals cancelled, never approved), records how each
-  ended, then syncs and closes every journal (shielded).
+- `await nursery.start(manager.run)` restores every session, then serves; each session runs in
+  the manager's nursery. A session at rest (idle or await, nothing queued or pending) is kept
+  as its summary: from the index (`anvild.store.index`) when its file is unchanged, else from a
+  replay; it is built on first use (`get`, `load`, `sessions`: one choke point, `_built`) and
+  unloaded again after `idle_unload` seconds unused. Cancelling it cancels every turn (approvals
+  cancelled, never approved), records how each ended, syncs and closes every journal, writes
+  the index (shielded).
 - `create` validates everything (model, cwd, role, sandbox, alias) before anything is written.
 - Restoration never re-runs a call whose finish is not durable (`Journal.recover`); a file that
   cannot be loaded is left untouched and reported (`SessionFailed`). Sessions come back in
@@ -23,6 +24,7 @@ import difflib
 import os
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -71,20 +73,27 @@ from anvild.session.settings import (
 from anvild.session.stream import LineBroadcast
 from anvild.store import (
     ContextReplaced,
+    IndexEntry,
     Journal,
     JournalWriteError,
     ModelChanged,
     Note,
+    Pending,
     Recovery,
     ReplaceReason,
     SessionStarted,
     SessionState,
     SessionStatus,
     SessionStore,
+    SessionSummary,
     StoreError,
     TodosChanged,
+    at_rest,
+    read_index,
     read_journal,
     recover,
+    trusted,
+    write_index,
 )
 
 log = structlog.get_logger(__name__)
@@ -367,54 +376,69 @@ class Child:
     usd: float | None
 
 
-_LAZY: Final = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
+INDEX_INTERVAL: Final = 1.0
+"""Seconds between two writes of the session index (changes in between are written together)."""
+_RESTING: Final = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
 
 
 def _at_rest(state: SessionState) -> bool:
-    """Whether a restored session may wait to be built: nothing its task would do at once (no
-    queued prompt, approval or turn; not ephemeral), so building it later changes nothing."""
-    return (
-        state.ended is None
-        and state.status in _LAZY
-        and not state.queue
-        and state.approval is None
-        and state.result_approval is None
-        and not state.tools
-        and not state.pending_calls
-        and not state.ephemeral
-    )
+    """Whether a replayed session may wait to be built (`anvild.store.at_rest`): nothing its
+    task would do at once, so building it later changes nothing."""
+    return at_rest(state)
 
 
 @attrs.define(eq=False)
 class _Unbuilt:
-    """A restored session not built yet: its journal (open), model and cost so far, which are
-    what `Session` is built from, and its `agent/list` line (what `Session.list_line` gives)."""
+    """A session at rest that is not built: restored and not used yet, or unloaded for
+    idleness. It holds its summary only (no journal, no transcript) and its model; building it
+    replays its file. `entry` is what the index gets for it; `line` its `agent/list` line."""
 
-    journal: Journal
+    summary: SessionSummary
     target: ResolvedModel
-    usd: float | None
+    entry: IndexEntry | Pending
+    line: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        s = self.summary
+        header = SessionState(
+            s.id, s.alias, s.role, s.model, s.cwd, "", s.created_at, False, ""
+        )  # the fields `list_line` shows, so both kinds of entry share one format
+        self.line = list_line(header, s.status, self.target.name)
 
     @property
     def id(self) -> str:
-        return self.journal.state.id
+        return self.summary.id
 
     @property
     def alias(self) -> str | None:
-        return self.journal.state.alias
+        return self.summary.alias
 
     @property
     def status(self) -> SessionStatus:
-        return self.journal.state.status
+        return self.summary.status
 
     def list_line(self) -> str:
-        return list_line(self.journal.state, self.status, self.target.name)
+        return self.line
+
+
+@attrs.frozen
+class _Loaded:
+    """One session file at the start: trusted from the index (`entry`, the file unread), or
+    replayed (`journal`, open, and its cost), or not loadable (`error`)."""
+
+    id: str
+    entry: IndexEntry | None = None
+    journal: Journal | None = None
+    usd: float | None = None
+    error: StoreError | None = None
 
 
 def _load(
     store: SessionStore, ids: Sequence[str], pricing_of: Callable[[str], Pricing | None]
-) -> list[tuple[str, Journal | StoreError, float | None]]:
-    """Every session file opened, and a live one's cost priced from the records it loaded:
-    blocking, one thread for them all."""
+) -> list[_Loaded]:
+    """Every session file: one the index describes as it is now (at rest, or ended without a
+    parent) is taken from the index unread; any other is opened and replayed, and a live
+    one's cost priced from its records. Blocking, one thread for them all."""
     prices: dict[str, Pricing | None] = {}
 
     def cached(model: str) -> Pricing | None:
@@ -422,22 +446,44 @@ def _load(
             prices[model] = pricing_of(model)
         return prices[model]
 
-    found: list[tuple[str, Journal | StoreError, float | None]] = []
+    index = read_index(store.directory)
+    found: list[_Loaded] = []
     for session_id in ids:
+        entry = trusted(index.get(session_id), store.path_for(session_id))
+        if entry is not None:
+            summary = entry.summary
+            if summary.at_rest or (summary.ended and summary.parent is None):
+                found.append(_Loaded(session_id, entry=entry))
+                continue
         try:
             journal, contents = store.load(session_id)
         except StoreError as exc:
-            found.append((session_id, exc, None))
+            found.append(_Loaded(session_id, error=exc))
             continue
         ended = journal.state.ended is not None
         usd = None if ended else accounting.priced(contents.records, cached)
-        found.append((session_id, journal, usd))
+        found.append(_Loaded(session_id, journal=journal, usd=usd))
     return found
+
+
+def _pending(journal: Journal) -> Pending | None:
+    """The index entry of an open session file as it is now (None while an append holds it)."""
+    if (snapshot := journal.snapshot()) is None:
+        return None
+    state, seq, size = snapshot
+    return Pending(SessionSummary.of(state), size, seq)
 
 
 def _child_of(state: SessionState, status: str, usd: float | None) -> Child:
     turn = state.last_turn
     return Child(state.id, state.role, status, turn.outcome if turn else "-", state.usage, usd)
+
+
+def _summary_child(entry: _Unbuilt) -> Child:
+    """A child not built (at rest) as its parent's `children` shows it: as `_live_child`."""
+    s, pricing = entry.summary, entry.target.pricing
+    usd = None if pricing is None else pricing.cost(s.usage)
+    return Child(s.id, s.role, s.status.value, s.outcome, s.usage, usd)
 
 
 @attrs.frozen
@@ -481,6 +527,16 @@ class SessionManager:
         self._family: dict[str, list[str]] = {}
         self._parents: dict[str, str] = {}
         self._ended_children: dict[str, Child] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}  # each built session's task
+        self._used: dict[str, float] = {}  # a built session's last `get` (monotonic seconds)
+        # The index: what each built session's entry was last (by the state it was taken
+        # from), the entries of ended sessions, and whether something changed since a write.
+        self._indexed: dict[str, tuple[SessionState, IndexEntry | Pending]] = {}
+        self._index_ended: dict[str, IndexEntry | Pending] = {}
+        self._index_changed = trio.Event()
+        self.unload_listeners: list[Callable[[str], None]] = []
+        """Called with a session's id when it is unloaded for idleness (the tree drops its
+        nodes)."""
         if configs is not None:
             configs.provider_for, configs.publish = self.provider_for, self.publish
         self._services = Services(
@@ -506,23 +562,50 @@ class SessionManager:
                 await trio.to_thread.run_sync(litter.sweep, litter_dir)
                 await self._restore()
                 task_status.started()
-                await self._build_rest()
+                if self.on_all_built is not None:  # nothing more is built in the background
+                    self.on_all_built()
+                nursery.start_soon(self._keep_index)
+                if self.settings.idle_unload > 0:
+                    nursery.start_soon(self._unload_idle, self.settings.idle_unload)
                 await trio.sleep_forever()
         finally:
             self._nursery = None
             with trio.CancelScope(shield=True):
                 for session in list(self._sessions.values()):
-                    await self._close_journal(session.journal, session.id)
+                    if isinstance(session, Session):
+                        await self._close_journal(session.journal, session.id)
+                await self._write_index()
             self.events.close()
 
     # -- lookup ------------------------------------------------------------------------------
 
     def get(self, key: str) -> Session:
-        """The session with this id or alias; `SessionNotFound` otherwise."""
+        """The session with this id or alias (built, replaying its file, if it was not: see
+        `load`); `SessionNotFound` otherwise. A use: it keeps the session from idle unload."""
+        session = self._built(self._entry(key))
+        self._used[session.id] = time.monotonic()
+        return session
+
+    async def load(self, key: str) -> Session:
+        """`get`, with the file of a session not built yet replayed in a thread."""
+        entry = self._entry(key)
+        if isinstance(entry, _Unbuilt):
+            try:
+                journal, contents = await trio.to_thread.run_sync(self.store.load, entry.id)
+            except StoreError:
+                return self.get(key)  # which reports it
+            if self._sessions.get(entry.id) is entry:
+                session = self._build(entry, journal, contents.records)
+                self._used[session.id] = time.monotonic()
+                return session
+            journal.close()  # built (or unloaded again) meanwhile: never two journals
+        return self.get(key)
+
+    def _entry(self, key: str) -> Session | _Unbuilt:
         session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
         if session is None:
             raise SessionNotFound(f"no session {key!r}: read agent/list for the live sessions")
-        return self._built(session)
+        return session
 
     def sessions(self) -> tuple[Session, ...]:
         """Live sessions in creation order (ephemeral ones until they are reaped)."""
@@ -570,7 +653,10 @@ class SessionManager:
                 if (ended := self._ended_children.get(child_id)) is not None:
                     found.append(ended)
                 continue
-            found.append(self._live_child(self._built(session)))
+            if isinstance(session, _Unbuilt):
+                found.append(_summary_child(session))
+            else:
+                found.append(self._live_child(session))
         return tuple(found)
 
     def children_costs(self, parent_id: str) -> tuple[tuple[Usage, float | None], ...]:
@@ -654,7 +740,8 @@ class SessionManager:
                 self._parents[session.id] = request.parent
         finally:
             self._claimed -= claimed
-        await nursery.start(session.run)
+        await nursery.start(self._host, session)
+        self._index_changed.set()
         self.publish(
             SessionCreated(session.id, alias, role, target.name, str(cwd), request.ephemeral)
         )
@@ -664,7 +751,11 @@ class SessionManager:
     async def _source(self, key: str, request: NewSession) -> SessionState:
         """`from=KEY`: the recorded state of the session a new one starts from (a live one's
         journal state; an exited one's file, only read). Raises `InvalidSessionRequest`."""
-        live = [(s.id, s.journal.state) for s in self._sessions.values() if not s.journal.closed]
+        live = [
+            (s.id, s.journal.state)
+            for s in self._sessions.values()
+            if isinstance(s, Session) and not s.journal.closed
+        ]  # one not built is read from its file, as an exited one is
         live_ids = {session_id for session_id, _ in live}
         if key == LATEST:
             here = self._check_cwd(request.cwd)
@@ -677,10 +768,11 @@ class SessionManager:
                 )
         else:
             entry = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
-            if entry is not None and not entry.journal.closed:
+            if isinstance(entry, Session) and not entry.journal.closed:
                 found = entry.journal.state
             else:
-                found = await trio.to_thread.run_sync(_recorded, self.store, key, live_ids)
+                named = key if entry is None else entry.id
+                found = await trio.to_thread.run_sync(_recorded, self.store, named, live_ids)
             if found is None:
                 names = set(self.store.ids()) | set(self._aliases)
                 guess = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
@@ -750,6 +842,7 @@ class SessionManager:
         return LimitedProvider(target.provider, limiter)
 
     def publish(self, event: SessionEvent) -> None:
+        self._index_changed.set()  # a state, an alias, a role...: the index is written again
         self.events.publish(encode_session_event(event))
         if self._on_event is not None:
             self._on_event(event)
@@ -855,26 +948,172 @@ class SessionManager:
             return False
 
     def _built(self, entry: Session | _Unbuilt) -> Session:
-        """The choke point of lazy restoration: a restored session's `Session`, built (and its
-        task started) on first use, in its place in creation order."""
+        """The choke point of lazy restoration: a session at rest that is not built is built
+        (its file replayed, on the calling thread; `load` does it in a thread) on first use,
+        its task started, in its place in creation order."""
         if isinstance(entry, Session):
             return entry
-        session = Session(entry.journal, entry.target, self._services, usd=entry.usd)
+        try:
+            journal, contents = self.store.load(entry.id)
+        except StoreError as exc:
+            self._forget(entry, f"its records cannot be loaded: {exc}")
+            raise SessionNotFound(
+                f"session {entry.id} could not be loaded ({exc}); its file was left untouched"
+            ) from exc
+        return self._build(entry, journal, contents.records)
+
+    def _build(self, entry: _Unbuilt, journal: Journal, records: Sequence[store.Record]) -> Session:
+        if recover(journal.state).records:  # the records, not the index, say what it is
+            try:
+                journal.recover()
+            except StoreError as exc:
+                journal.close()
+                self._forget(entry, f"not restored: {exc}")
+                raise SessionNotFound(f"session {entry.id} could not be restored: {exc}") from exc
+        usd = accounting.priced(records, self._pricing_of)
+        session = Session(journal, entry.target, self._services, usd=usd)
         self._sessions[session.id] = session  # replaced in place: the order is kept
         if self._nursery is not None:  # else the daemon is stopping: only read, never run
-            self._nursery.start_soon(session.run)
+            self._nursery.start_soon(self._host, session)
             self._services.before_turn(session)
         return session
 
-    async def _build_rest(self) -> None:
-        """After the start: build the sessions nobody used yet, one at a time, letting every
-        other task run between two."""
-        for entry in list(self._sessions.values()):
-            await trio.lowlevel.checkpoint()
-            if isinstance(entry, _Unbuilt) and self._sessions.get(entry.id) is entry:
-                self._built(entry)
-        if self.on_all_built is not None:
-            self.on_all_built()
+    def _forget(self, entry: _Unbuilt, why: str) -> None:
+        if self._sessions.get(entry.id) is entry:
+            del self._sessions[entry.id]
+            if entry.alias:
+                self._aliases.pop(entry.alias, None)
+        log.error("session.load_failed", session=entry.id, error=why)
+        self.publish(SessionFailed(entry.id, why))
+
+    async def _host(
+        self, session: Session, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A session's task, in a cancel scope of its own: cancelled to unload it."""
+        scope = self._scopes[session.id] = trio.CancelScope()
+        try:
+            with scope:
+                await session.run(task_status=task_status)
+        finally:
+            if self._scopes.get(session.id) is scope:
+                del self._scopes[session.id]
+
+    # -- the index and idle unload -----------------------------------------------------------
+
+    def _index_item(self, session: Session) -> IndexEntry | Pending | None:
+        journal = session.journal
+        known = self._indexed.get(session.id)
+        if known is not None and known[0] is journal.state:
+            return known[1]
+        if (snapshot := journal.snapshot()) is None:
+            return None  # an append holds it: left out this time (then replayed)
+        state, seq, size = snapshot
+        pending = Pending(SessionSummary.of(state), size, seq)
+        self._indexed[session.id] = (state, pending)
+        return pending
+
+    async def _write_index(self) -> None:
+        """Write the index of every session file this daemon knows (in a thread)."""
+        items: list[IndexEntry | Pending] = []
+        for entry in self._sessions.values():
+            item = entry.entry if isinstance(entry, _Unbuilt) else self._index_item(entry)
+            if item is not None:
+                items.append(item)
+        items += self._index_ended.values()
+        if not items and not self.store.directory.is_dir():
+            return
+        given = {item.summary.id: item for item in items}
+        try:
+            written = await trio.to_thread.run_sync(
+                write_index, self.store.directory, items, self.store.path_for
+            )
+        except OSError as exc:
+            log.warning("session.index_not_written", error=str(exc))
+            return
+        for session_id, done in written.items():  # checked once: no stat next time
+            sent = given.get(session_id)  # replaced only if nothing replaced it meanwhile
+            current = self._sessions.get(session_id)
+            if isinstance(current, _Unbuilt):
+                if current.entry is sent:
+                    current.entry = done
+            elif (known := self._indexed.get(session_id)) is not None:
+                if known[1] is sent:
+                    self._indexed[session_id] = (known[0], done)
+            elif self._index_ended.get(session_id) is sent:
+                self._index_ended[session_id] = done
+
+    async def _keep_index(self) -> None:
+        """Write the index after the restore and whenever sessions changed, at most once per
+        `INDEX_INTERVAL` seconds."""
+        while True:
+            await self._index_changed.wait()
+            self._index_changed = trio.Event()
+            await self._write_index()
+            await trio.sleep(INDEX_INTERVAL)
+
+    def _idle(self, session: Session) -> bool:
+        """Whether `session` may be unloaded now: at rest by its records and its status, its
+        task hosted, nobody reading its streams, no gate, no live child."""
+        return (
+            session.status in _RESTING
+            and at_rest(session.record)
+            and session.pending_result is None
+            and session.id in self._scopes
+            and session.log.statistics().readers == 0
+            and session.events.statistics().readers == 0
+            and not any(child in self._sessions for child in self._family.get(session.id, ()))
+        )
+
+    async def _unload_idle(self, limit: float) -> None:
+        """Unload each session idle (unchanged, unused) for `limit` seconds."""
+        seen: dict[str, tuple[int, float]] = {}  # id -> (version, since when)
+        while True:
+            await trio.sleep(max(limit / 4, 0.05))
+            now = time.monotonic()
+            due = []
+            for session in self.built_sessions():
+                if not self._idle(session):
+                    seen.pop(session.id, None)
+                    continue
+                known = seen.get(session.id)
+                if known is None or known[0] != session.version:
+                    seen[session.id] = (session.version, now)
+                elif now - max(known[1], self._used.get(session.id, 0.0)) >= limit:
+                    due.append(session)
+            for session in due:
+                seen.pop(session.id, None)
+                await self.unload(session)
+            seen = {key: value for key, value in seen.items() if key in self._sessions}
+
+    async def unload(self, session: Session) -> bool:
+        """Put a built session back to its summary if it is idle (`_idle`): its journal synced
+        and closed, its task stopped (nothing is recorded), its tree nodes dropped. The next
+        use builds it again from its records. Whether it was unloaded."""
+        version = session.version
+        try:
+            await trio.to_thread.run_sync(session.journal.sync)
+        except StoreError as exc:
+            log.warning("session.unload_skipped", session=session.id, error=str(exc))
+            return False
+        if (
+            self._sessions.get(session.id) is not session
+            or session.version != version
+            or not self._idle(session)
+            or (snapshot := session.journal.snapshot()) is None
+        ):
+            return False  # used, changed or ended while it was synced
+        state, seq, size = snapshot
+        self._scopes.pop(session.id).cancel()
+        session.journal.close()
+        pending = Pending(SessionSummary.of(state), size, seq)
+        self._sessions[session.id] = _Unbuilt(pending.summary, session.target, pending)
+        self._indexed.pop(session.id, None)
+        self._used.pop(session.id, None)
+        for listener in self.unload_listeners:
+            listener(session.id)
+        self._index_changed.set()
+        log.debug("session.unloaded", session=session.id)
+        return True
 
     def _add(self, session: Session) -> None:
         self._sessions[session.id] = session
@@ -900,6 +1139,11 @@ class SessionManager:
         if session.id in self._parents:  # its parent's `children` and `cost` keep it
             self._ended_children[session.id] = self._live_child(session)
         session.journal.close()
+        self._indexed.pop(session.id, None)
+        self._used.pop(session.id, None)
+        if (snapshot := session.journal.snapshot()) is not None:
+            state, seq, size = snapshot
+            self._index_ended[session.id] = Pending(SessionSummary.of(state), size, seq)
         self.publish(SessionEnded(session.id, reason))
 
     @staticmethod
@@ -941,15 +1185,28 @@ class SessionManager:
     async def _restore(self) -> None:
         nursery = self._require_nursery()
         ids = await trio.to_thread.run_sync(self.store.ids)
-        journals = []
         born: dict[str, dt.datetime] = {}  # children's creation times: their order in `children`
+        found: list[tuple[SessionSummary, Journal | None, float | None, IndexEntry | None]] = []
         loaded = await trio.to_thread.run_sync(_load, self.store, ids, self._pricing_of)
-        for session_id, opened, usd in loaded:
-            if isinstance(opened, StoreError):
-                log.error("session.restore_failed", session=session_id, error=str(opened))
-                self.publish(SessionFailed(session_id, f"not restored: {opened}"))
+        for item in loaded:
+            session_id = item.id
+            if item.error is not None:
+                log.error("session.restore_failed", session=session_id, error=str(item.error))
+                self.publish(SessionFailed(session_id, f"not restored: {item.error}"))
                 continue
-            journal = opened
+            if item.entry is not None:  # the index describes the file as it is: not read
+                summary = item.entry.summary
+                if summary.parent is not None:
+                    self._family.setdefault(summary.parent, []).append(session_id)
+                    self._parents[session_id] = summary.parent
+                    born[session_id] = summary.created_at
+                if summary.ended:  # (one with a parent is replayed: its cost is priced)
+                    self._index_ended[session_id] = item.entry
+                else:
+                    found.append((summary, None, None, item.entry))
+                continue
+            journal, usd = item.journal, item.usd
+            assert journal is not None
             if (parent := journal.state.parent) is not None:
                 self._family.setdefault(parent, []).append(session_id)
                 self._parents[session_id] = parent
@@ -957,11 +1214,13 @@ class SessionManager:
             if journal.state.ended is not None:
                 if parent is not None:  # its parent's `children` and `cost` keep it
                     await self._ended_child(journal)
+                state, seq, size = journal.state, journal.seq, journal.size
+                self._index_ended[session_id] = Pending(SessionSummary.of(state), size, seq)
                 journal.close()
                 continue
             if recover(journal.state).records:
                 try:
-                    found = await self._recover(journal)
+                    recovered = await self._recover(journal)
                 except StoreError as exc:
                     journal.close()
                     log.error("session.recover_failed", session=session_id, error=str(exc))
@@ -970,53 +1229,74 @@ class SessionManager:
                 log.warning(
                     "session.recovered",
                     session=session_id,
-                    records=len(found.records),
-                    unknown=[call.id for call in found.unknown],
+                    records=len(recovered.records),
+                    unknown=[call.id for call in recovered.unknown],
                 )
                 usd = await self._priced(journal)  # priced again with what recovery added
-            journals.append((journal, usd))
-        journals.sort(key=lambda item: item[0].state.created_at)
+            found.append((SessionSummary.of(journal.state), journal, usd, None))
+        found.sort(key=lambda item: item[0].created_at)
         for family in self._family.values():
             family.sort(key=born.__getitem__)
         targets: dict[tuple[str, str], ResolvedModel] = {}  # one resolution per model and cwd
-        for journal, usd in journals:
-            state = journal.state
+        for summary, journal, usd, entry in found:
             try:
-                key = (state.model, state.cwd)
+                key = (summary.model, summary.cwd)
                 if (target := targets.get(key)) is None:
-                    target = targets[key] = self._resolve(state.model, Path(state.cwd))
+                    target = targets[key] = self._resolve(summary.model, Path(summary.cwd))
             except InvalidSessionRequest as exc:
+                if journal is None:  # the records are read to record the change of model
+                    try:
+                        journal, contents = await trio.to_thread.run_sync(
+                            self.store.load, summary.id
+                        )
+                    except StoreError as failed:
+                        log.error("session.restore_failed", session=summary.id, error=str(failed))
+                        self.publish(SessionFailed(summary.id, f"not restored: {failed}"))
+                        continue
+                    usd = accounting.priced(contents.records, self._pricing_of)
+                assert journal is not None
                 try:
-                    target = self._resolve(None, Path(state.cwd))
-                    why = f"model {state.model} is no longer available ({exc}); now {target.name}"
+                    target = self._resolve(None, Path(summary.cwd))
+                    why = f"model {summary.model} is no longer available ({exc}); now {target.name}"
                     journal.append(Note(why), sync=False)
                     journal.append(ModelChanged(target.name), sync=False)
                 except (InvalidSessionRequest, JournalWriteError, StoreError) as failed:
-                    log.error("session.restore_failed", session=state.id, error=str(failed))
-                    self.publish(SessionFailed(state.id, f"not restored: {failed}"))
+                    log.error("session.restore_failed", session=summary.id, error=str(failed))
+                    self.publish(SessionFailed(summary.id, f"not restored: {failed}"))
                     journal.close()
                     continue
-            if _at_rest(journal.state):
-                self._sessions[state.id] = _Unbuilt(journal, target, usd)
-                if state.alias:
-                    self._aliases[state.alias] = state.id
+            ephemeral = journal is not None and journal.state.ephemeral
+            if journal is None:
+                assert entry is not None
+                self._keep_unbuilt(_Unbuilt(summary, target, entry))
+            elif _at_rest(journal.state):  # replayed, then closed: only its summary is kept
+                state, seq, size = journal.state, journal.seq, journal.size
+                pending = Pending(SessionSummary.of(state), size, seq)
+                journal.close()
+                self._keep_unbuilt(_Unbuilt(pending.summary, target, pending))
             else:
                 session = Session(journal, target, self._services, usd=usd)
                 self._add(session)
-                await nursery.start(session.run)
+                await nursery.start(self._host, session)
             self.publish(
                 SessionCreated(
-                    state.id,
-                    state.alias,
-                    state.role,
+                    summary.id,
+                    summary.alias,
+                    summary.role,
                     target.name,
-                    state.cwd,
-                    state.ephemeral,
+                    summary.cwd,
+                    ephemeral,
                     restored=True,
                 )
             )
-            if isinstance(entry := self._sessions[state.id], Session):
-                self._services.before_turn(entry)
+            if isinstance(built := self._sessions[summary.id], Session):
+                self._services.before_turn(built)
+        self._index_changed.set()  # what was replayed is indexed for the next start
+
+    def _keep_unbuilt(self, entry: _Unbuilt) -> None:
+        self._sessions[entry.id] = entry
+        if entry.alias:
+            self._aliases[entry.alias] = entry.id
 
 
 __all__ = [

@@ -68,6 +68,7 @@ class SessionSettings:
     token_budget: int | None = None
     turn_deadline: float | None = 3600.0
     reap_delay: float = 60.0
+    idle_unload: float = 600.0  # seconds a session at rest stays built unused (0: never unloaded)
     concurrency: Mapping[str, int] = attrs.field(factory=dict)
     default_concurrency: int = 4
     user_config_dir: Path | None = None  # for AGENTS.md and role overrides (None: platformdirs)

@@ -25,7 +25,7 @@ def compaction_files() -> SessionExtension:
     """The extension that adds `compact` to every session's ctl and `compactions` beside it."""
 
     def files(session: Session) -> Iterable[Node]:
-        return [SnapshotFile(NAME, session.compaction.text)]
+        return [SnapshotFile(NAME, lambda: session.compaction.text())]
 
     def verbs(session: Session) -> Iterable[CommandSpec]:
         async def compact(command: Command) -> str:

@@ -6,8 +6,8 @@
 
 The tree observes sessions and owns none of their state: each file calls one `Session` method
 when 9P asks (a snapshot at open, a body at clunk, a ctl line when written) and turns a
-`SessionError` into the 9P error, prefixed with the file's name. A session's directory node is
-made once and kept while it lives (stable qid; the alias walks to it). Removing it is `kill`
+`SessionError` into the 9P error, prefixed with the file's name. A session's nodes reach it by
+id (built on a walk, listed unbuilt; qids kept across idle unloads). Removing it is `kill`
 (EBUSY while an approval waits), renaming it sets the alias; removing a file inside removes
 nothing. `in`/`context` take at most `[sessions] max_prompt_bytes` per open. `out` is marked
 read at clunk only after a read reached its end; `wait` answers once per open.
@@ -17,7 +17,9 @@ Per-file details: docs/decisions.md, "Module notes" (anvild.tree.sessions).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final, cast
 
 import attrs
 import trio
@@ -37,9 +39,12 @@ from anvild.fs import (
     ValueFile,
     Wait,
     WaitFile,
+    qid_paths_from,
+    reserve_qid_paths,
 )
 from anvild.fs.ctl import split_lines
 from anvild.ninep.backend import LATER, Handle, Later, Node, OpenMode, StatChange
+from anvild.ninep.constants import DMDIR
 from anvild.ninep.errors import FsError, InvalidInput
 from anvild.session import (
     InvalidSessionRequest,
@@ -100,6 +105,9 @@ MAX_PROMPT_BYTES = 1 << 20
 PROMPT_LIMIT_NAME = "[sessions] max_prompt_bytes in the daemon's config"
 MAX_ROLE_BYTES = 1024  # a role name, with room for blanks around it
 MAX_WORDS = 10_000  # a free-text argument (a summary, a reason) is the rest of the line
+QID_BLOCK: Final = 64
+"""Qid paths reserved per session directory: its nodes, made again after an idle unload, get
+the qids they had (clients such as v9fs cache by qid.path)."""
 
 
 @attrs.frozen
@@ -306,24 +314,54 @@ class _ReaderFile(FsNode):
 # --- one session's directory ----------------------------------------------------------------
 
 
+class _Current:
+    """A session as its directory's nodes reach it, by id: each attribute is the manager's
+    current `Session`'s (built again after an idle unload), or the last one's once the session
+    is gone (an ended session's files still answer). Equal to, and hashed as, that session, so
+    what keeps per-session state by `Session` finds it."""
+
+    __slots__ = ("__weakref__", "_id", "_last", "_manager")
+
+    def __init__(self, manager: SessionManager, session: Session) -> None:
+        self._manager = manager
+        self._id = session.id
+        self._last = session
+
+    def now(self) -> Session:
+        with contextlib.suppress(SessionNotFound):  # gone: its last state still answers
+            self._last = self._manager.get(self._id)
+        return self._last
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.now(), name)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self.now()
+
+    def __hash__(self) -> int:
+        return hash(self.now())
+
+
 class _SessionDirectory(Directory):
     """`agent/<id>/`: its removal kills the session, a rename sets its alias (the module
     docstring, "File verbs"). Removing what is in it removes nothing; renaming it is refused."""
 
-    def __init__(self, session: Session, manager: SessionManager, files: Iterable[Node]) -> None:
-        super().__init__(session.id, files, keep_children=True)
-        self._session = session
+    def __init__(
+        self, session_id: str, manager: SessionManager, files: Iterable[Node], qid_path: int
+    ) -> None:
+        super().__init__(session_id, files, keep_children=True, qid_path=qid_path)
+        self._session_id = session_id
         self._manager = manager
 
     async def remove(self) -> None:
-        await _run(self._manager.remove_session(self._session.id), self.name)
+        await _run(self._manager.remove_session(self._session_id), self.name)
 
     async def wstat(self, change: StatChange) -> None:
         if change.name is None or attrs.evolve(change, name=None) != StatChange():
             await super().wstat(change)  # only the name of a session directory changes
             return
         try:
-            self._manager.set_alias(self._session.id, change.name)
+            self._manager.set_alias(self._session_id, change.name)
         except SessionError as exc:
             raise kind_of(exc)(f"{self.name}: {exc}") from exc
 
@@ -333,8 +371,24 @@ def _session_directory(
     manager: SessionManager,
     extensions: Sequence[SessionExtension] = (),
     max_prompt_bytes: int = MAX_PROMPT_BYTES,
+    qid_path: int | None = None,
 ) -> Directory:
-    s = session
+    """`agent/<id>/`, its nodes reaching the session through `_Current`; `qid_path`: the
+    first of its reserved block (`QID_BLOCK`), else one is reserved."""
+    first = reserve_qid_paths(QID_BLOCK) if qid_path is None else qid_path
+    current = _Current(manager, session)
+    s = cast(Session, current)
+    with qid_paths_from(first + 1, QID_BLOCK - 1):
+        files = _session_files(s, current, extensions, max_prompt_bytes)
+    return _SessionDirectory(session.id, manager, files, first)
+
+
+def _session_files(
+    s: Session,
+    current: _Current,
+    extensions: Sequence[SessionExtension],
+    max_prompt_bytes: int,
+) -> list[Node]:
 
     def verb(name: str) -> CommandSpec:
         async def run(command: Command) -> str:
@@ -436,12 +490,12 @@ def _session_directory(
             admit=admit_prompt(s),
         ),
         _OutFile(s),
-        WaitFile("wait", lambda: _session_wait(s)),
-        _LinesFile("queue", s.queue_text, drop),
+        WaitFile("wait", lambda: _session_wait(current.now())),  # the session of the open
+        _LinesFile("queue", lambda: s.queue_text(), drop),
         SnapshotFile("state", lambda: _line(s.status.value)),
         SnapshotFile("usage", lambda: _line(s.usage_line())),
-        SnapshotFile("cost", s.cost_text),
-        _LinesFile("approval", s.approval_text, answer),
+        SnapshotFile("cost", lambda: s.cost_text()),
+        _LinesFile("approval", lambda: s.approval_text(), answer),
         ValueFile(
             "role", lambda: _line(s.role), set_role, limit=MAX_ROLE_BYTES, framing=Framing.LINE
         ),
@@ -460,12 +514,12 @@ def _session_directory(
         SnapshotFile("approver", lambda: _line(s.approver)),
         SnapshotFile("created", lambda: _line(s.created)),
         SnapshotFile("first_prompt", lambda: _line(s.first_prompt)),
-        _ReaderFile("log", s.log.open_reader),
-        _ReaderFile("events", s.events.open_reader),
-        SnapshotFile("todos", s.todos_text),
+        _ReaderFile("log", lambda: s.log.open_reader()),
+        _ReaderFile("events", lambda: s.events.open_reader()),
+        SnapshotFile("todos", lambda: s.todos_text()),
         *(node for extension in extensions for node in extension.files(s)),
     ]
-    return _SessionDirectory(s, manager, files)
+    return files
 
 
 async def _run(action: Awaitable[None], name: str = "") -> None:
@@ -489,31 +543,51 @@ class _SessionDirectories(DynamicChildren):
         self._manager = manager
         self._extensions = extensions
         self._max_prompt_bytes = max_prompt_bytes
-        self._nodes: dict[str, tuple[Session, Directory]] = {}
+        self._nodes: dict[str, Directory] = {}  # the built sessions' directories
+        self._qids: dict[str, int] = {}  # each session's reserved qid block, while it lives
+        manager.unload_listeners.append(self._unloaded)
+
+    def _qid(self, session_id: str) -> int:
+        if (first := self._qids.get(session_id)) is None:
+            first = self._qids[session_id] = reserve_qid_paths(QID_BLOCK)
+        return first
 
     def _node(self, session: Session) -> Directory:
         known = self._nodes.get(session.id)
-        if known is None or known[0] is not session:
-            directory = _session_directory(
-                session, self._manager, self._extensions, self._max_prompt_bytes
+        if known is None:
+            known = self._nodes[session.id] = _session_directory(
+                session,
+                self._manager,
+                self._extensions,
+                self._max_prompt_bytes,
+                self._qid(session.id),
             )
-            known = (session, directory)
-            self._nodes[session.id] = known
-        return known[1]
+        return known
+
+    def _stub(self, session_id: str) -> Node:
+        """What a listing shows of a session not built: the directory's name, mode and qid,
+        without building it (a walk into it does)."""
+        return FsNode(session_id, DMDIR | 0o555, qid_path=self._qid(session_id))
+
+    def _unloaded(self, session_id: str) -> None:
+        self._nodes.pop(session_id, None)
 
     def _prune(self, live: Iterable[str]) -> None:
         ids = set(live)
         for gone in [i for i in self._nodes if i not in ids]:
             del self._nodes[gone]
+        for gone in [i for i in self._qids if i not in ids]:
+            del self._qids[gone]
 
     async def entries(self) -> Sequence[Node]:
-        live = self._manager.sessions()
-        self._prune(s.id for s in live)
-        return [self._node(s) for s in live]
+        ids = self._manager.ids()
+        self._prune(ids)
+        built = {s.id: s for s in self._manager.built_sessions()}
+        return [self._node(session) if (session := built.get(i)) else self._stub(i) for i in ids]
 
     async def lookup(self, name: str) -> Node | None:
         try:
-            session = self._manager.get(name)
+            session = await self._manager.load(name)
         except SessionNotFound:
             self._prune(self._manager.ids())  # building none: a mistyped name is cheap
             return None

@@ -106,7 +106,7 @@ def _write(tmp_path: Path, text: str) -> Path:
         (
             "[sessions]\nsteps = 3",
             "sessions.steps: unknown key; expected one of max_steps, token_budget, "
-            "turn_deadline, reap_delay, max_prompt_bytes in [sessions]",
+            "turn_deadline, reap_delay, max_prompt_bytes, idle_unload in [sessions]",
         ),
         (
             '[permissions]\nmode = "bypass"',

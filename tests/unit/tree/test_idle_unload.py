@@ -1,0 +1,121 @@
+"""Idle unload seen from a 9P client: a session unloaded for idleness answers every file of its
+directory as before, keeps its qids, is listed without being built, and works again (ctl, in)
+through fids walked before the unload as through new ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from anvild.llm import stream
+from anvild.llm.testing import script
+from anvild.ninep import messages as m
+from anvild.session import SessionManager
+from anvild.tree.outcome import outcome_file
+from anvild.tree.sessions import SESSION_FILES
+from tests.unit.tree.test_sessions_tree import (
+    OREAD,
+    Client,
+    dir_names,
+    new_session,
+    read_some,
+    served,
+)
+
+FILES = (*SESSION_FILES, "outcome")
+STREAMS = ("log", "events")  # their backlog is rebuilt from the records, as after a restart
+READABLE = tuple(name for name in FILES if name not in ("in", *STREAMS))  # `in` is write-only
+
+
+async def _answers(c: Client, sid: str) -> dict[str, str]:
+    found = {}
+    for name in READABLE:
+        path = f"{sid}/{name}"
+        found[name] = await c.get(path)
+    return found
+
+
+async def _qids(c: Client, sid: str) -> list[m.Qid]:
+    fid = 1 << 20
+    qids = []
+    for name in FILES:
+        reply = await c.raw.rpc(m.Twalk(0, 0, fid, (sid, name)))
+        assert isinstance(reply, m.Rwalk), reply
+        qids += reply.qids
+        await c.clunk(fid)
+    return qids
+
+
+def _built(manager: SessionManager) -> list[str]:
+    return [s.id for s in manager.built_sessions()]
+
+
+async def test_an_unloaded_session_answers_every_file_as_before(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        await _unloaded_answers(tmp_path)
+
+
+async def _unloaded_answers(tmp_path: Path) -> None:
+    usage = stream.Usage(100, 20, 0, 0)
+    turns = [script.text("Hello there.", usage=usage), script.text("Again.")]
+    async with served(tmp_path, turns, extensions=[outcome_file()]) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c, b"alias=calm")
+        assert await c.put(f"{sid}/in", b"hi") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert await c.get(f"{sid}/out") == "Hello there.\n"  # read: idle
+        before = await _answers(c, sid)
+        qids = await _qids(c, sid)
+        held = 1 << 21  # a fid walked before the unload, opened after it
+        assert isinstance(await c.raw.rpc(m.Twalk(0, 0, held, (sid, "state"))), m.Rwalk)
+
+        assert await manager.unload(manager.get(sid))
+        assert _built(manager) == []
+        assert manager.list_text().startswith(f"{sid}\tcalm\tidle\t")
+        assert await dir_names(c, "") == [*(await dir_names(c, ""))[:-1], sid]
+        assert _built(manager) == []  # listed, not built
+
+        with trio.fail_after(5):
+            after = await _answers(c, sid)
+        assert after == before
+        assert "USER: hi\n" in await read_some(c, f"{sid}/log")  # the past, as at a restart
+        assert await _qids(c, sid) == qids
+        assert _built(manager) == [sid]
+
+        assert await manager.unload(manager.get(sid))
+        assert isinstance(await c.raw.rpc(m.Topen(0, held, OREAD)), m.Ropen)
+        assert await c.read_all(held) == b"idle\n"
+        await c.clunk(held)
+        assert _built(manager) == [sid]
+
+        assert await manager.unload(manager.get(sid))
+        reply, _ = await c.rdwr(f"{sid}/ctl", b"clear")
+        assert isinstance(reply, m.Rwrite), reply
+        assert await c.put("calm/in", b"once more") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert await c.get(f"{sid}/out") == "Again.\n"
+        assert "USER: once more" in await read_some(c, f"{sid}/log")
+
+
+async def test_a_session_is_unloaded_after_idle_unload_unless_someone_reads_it(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, [], idle_unload=0.2) as (manager, con, _):
+        unloaded: dict[str, trio.Event] = {}
+        manager.unload_listeners.append(lambda sid: unloaded.setdefault(sid, trio.Event()).set())
+        c = await con()
+        watched = await new_session(c)
+        quiet = await new_session(c)
+        unloaded[watched], unloaded[quiet] = trio.Event(), trio.Event()
+        events = await c.open(f"{watched}/events", OREAD)  # a reader holds it built
+        with trio.fail_after(5):
+            await unloaded[quiet].wait()
+        await trio.sleep(0.5)
+        assert _built(manager) == [watched]
+        await c.clunk(events)
+        with trio.fail_after(5):
+            await unloaded[watched].wait()
+        assert _built(manager) == []
+        assert await c.get(f"{quiet}/state") == "idle\n"
+        assert _built(manager) == [quiet]
