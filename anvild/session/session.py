@@ -775,6 +775,8 @@ class Session:
     def _on_event(self, event: ev.AgentEvent) -> None:
         """The agent's events: shown (`Output`), then the session's own accounting."""
         shown = self._output.on_event(event)
+        if type(shown) is ev.TextDelta or type(shown) is ev.ReasoningDelta:
+            return  # only the streams changed, and they wake their own readers
         if isinstance(shown, ev.Usage):
             self._add_cost(shown.usage)
         if isinstance(shown, ev.Usage | ev.TurnFinished):
