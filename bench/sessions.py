@@ -58,7 +58,8 @@ time the daemon waited for a core. The load average is printed before and after.
 `--restart N`: N idle sessions are created (as above) and the daemon killed with SIGKILL, then
 restarted on the same data directory: the time from spawning it to its `serving` line, and to
 the first `agent/list` read with all N lines, against a daemon started the same way on an
-empty data directory in the same run (its `serving`, and its first `list` read).
+empty data directory in the same run (its `serving`, and its first `list` read); the VmRSS of
+both after that read gives the memory of a session kept at rest (its summary).
 
 `--idle-unload S`: the idle daemon runs with `[sessions] idle_unload = S`; its RSS is read again
 1.5 S + 5 seconds after the sessions were created (each unloaded, then the garbage collected),
@@ -691,10 +692,18 @@ class RestartResult:
     serving_s: float  # N sessions' records after a kill -9: spawn to `serving`
     list_s: float  # ... to the first `agent/list` read with all N lines
     create_s: float
+    empty_rss_mib: float = 0.0  # VmRSS after that first `list`: empty, then with N at rest
+    rss_mib: float = 0.0
+
+    @property
+    def rest_kib(self) -> float:
+        """Memory per session restored at rest (its summary), beside the empty start."""
+        return (self.rss_mib - self.empty_rss_mib) * 1024 / self.sessions
 
 
 def _timed_start(work: Path, config: Path, sessions: int) -> tuple[Daemon, float, float]:
-    """A daemon started on `work`: it, the seconds to `serving` and to a full `agent/list`."""
+    """A daemon started on `work`: it, the seconds to `serving` and to a full `agent/list`
+    (its VmRSS then is `daemon.rss_kib()`)."""
     t0 = time.perf_counter()
     daemon = Daemon(work, config)
     serving = time.perf_counter() - t0
@@ -715,6 +724,7 @@ def restart(sessions: int) -> RestartResult:
         empty = work / "empty"
         empty.mkdir()
         daemon, empty_serving, empty_list = _timed_start(empty, config, 0)
+        empty_rss = daemon.rss_kib() / 1024
         daemon.stop()
         full = work / "full"
         cwd = full / "work"
@@ -731,11 +741,14 @@ def restart(sessions: int) -> RestartResult:
             daemon.proc.kill()  # SIGKILL: nothing closed, synced or indexed on the way out
             daemon.stop()
         daemon, serving, listed = _timed_start(full, config, sessions)
+        rss = daemon.rss_kib() / 1024
         daemon.stop()
     finally:
         fake.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return RestartResult(sessions, empty_serving, empty_list, serving, listed, create_s)
+    return RestartResult(
+        sessions, empty_serving, empty_list, serving, listed, create_s, empty_rss, rss
+    )
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -881,7 +894,8 @@ def main() -> None:
                 f"kill -9, restart: serving {x.serving_s:.2f} s, full list {x.list_s:.2f} s; "
                 f"empty start: serving {x.empty_serving_s:.2f} s, list {x.empty_list_s:.2f} s; "
                 f"ratios {x.serving_s / x.empty_serving_s:.2f}x serving, "
-                f"{x.list_s / x.empty_list_s:.2f}x full list",
+                f"{x.list_s / x.empty_list_s:.2f}x full list; RSS {x.empty_rss_mib:.1f} -> "
+                f"{x.rss_mib:.1f} MiB ({x.rest_kib:.1f} KiB per session at rest)",
                 flush=True,
             )
         serve_ratio = statistics.median(x.serving_s / x.empty_serving_s for x in restarts)
