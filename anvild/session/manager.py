@@ -621,6 +621,13 @@ class SessionManager:
         """Every live session's id, in creation order, building none."""
         return list(self._sessions)
 
+    def briefs(self) -> list[tuple[str, str | None, str, SessionStatus]]:
+        """Every live session's id, alias, role and status, in creation order, building none."""
+        return [
+            (s.id, s.alias, s.summary.role if isinstance(s, _Unbuilt) else s.role, s.status)
+            for s in self._sessions.values()
+        ]
+
     def statuses(self) -> list[SessionStatus]:
         """Every live session's status, in creation order, building none."""
         return [session.status for session in self._sessions.values()]

@@ -89,9 +89,9 @@ class SessionPeers(_Bound):
         if self._manager is None:
             return ()
         return [
-            Peer(s.id, s.alias, s.role, s.status.value)
-            for s in self._manager.sessions()
-            if s.status is not S.EXITED
+            Peer(session_id, alias, role, status.value)
+            for session_id, alias, role, status in self._manager.briefs()  # building none
+            if status is not S.EXITED
         ]
 
     def find(self, name: str) -> Peer | None:
