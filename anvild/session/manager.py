@@ -520,7 +520,7 @@ class SessionManager:
         self._claimed: set[str] = set()  # ids and aliases of sessions being created
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._nursery: trio.Nursery | None = None
-        self.on_all_built: Callable[[], None] | None = None  # once every restored one is built
+        self.on_all_built: Callable[[], None] | None = None  # once the restore is over
         self._configs = configs
         # Subagents: parent id -> child ids in creation order, child -> parent, and the
         # children that ended (reaped, or read back ended after a restart) as they ended.
