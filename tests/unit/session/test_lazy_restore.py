@@ -135,7 +135,6 @@ async def test_only_a_session_at_rest_waits_and_the_first_use_builds_it(tmp_path
         default_cwd=workspace(tmp_path),
     )
     async with trio.open_nursery() as nursery:
-        manager._build_rest = trio.sleep_forever  # type: ignore[method-assign]
         await nursery.start(manager.run)
         assert [s.id for s in manager.built_sessions()] == ["busy"]  # a queued prompt runs
         assert manager.list_text().splitlines()[0] == "rest\tcalm\tidle\tdeveloper\tfake\t" + cwd
@@ -202,7 +201,6 @@ async def test_a_session_killed_before_it_was_built_ends_as_a_built_one_does(
         default_cwd=workspace(tmp_path),
     )
     async with trio.open_nursery() as nursery:
-        manager._build_rest = trio.sleep_forever  # type: ignore[method-assign]
         await nursery.start(manager.run)
         await manager.kill("calm")
         await trio.sleep(0.05)

@@ -38,7 +38,7 @@ async def _answers(c: Client, sid: str) -> dict[str, str]:
 
 async def _qids(c: Client, sid: str) -> list[m.Qid]:
     fid = 1 << 20
-    qids = []
+    qids: list[m.Qid] = []
     for name in FILES:
         reply = await c.raw.rpc(m.Twalk(0, 0, fid, (sid, name)))
         assert isinstance(reply, m.Rwalk), reply
