@@ -167,7 +167,7 @@ def build_agent(
         compaction_model="" if summariser is None else summariser.model,
     )
     agent = Agent(
-        recorder.requests.provider(_provider(session, services, target)),
+        session_provider(session, services, recorder, target),
         tools,
         config,
         context,
@@ -211,6 +211,15 @@ def observed(
         observe(event)
 
     return both
+
+
+def session_provider(
+    session: Session, services: Services, recorder: Recorder, target: ResolvedModel
+) -> Provider:
+    """`target`'s provider as every request of `session` reaches it: budgeted (`_provider`)
+    and logged with its request's identity (the recorder's `requests`). The agent's provider
+    is always one of these: at its build, at a `model` switch, at a project's retarget."""
+    return recorder.requests.provider(_provider(session, services, target))
 
 
 def _provider(session: Session, services: Services, target: ResolvedModel) -> Provider:

@@ -538,7 +538,7 @@ class SessionManager:
         """Called with a session's id when it is unloaded for idleness (the tree drops its
         nodes)."""
         if configs is not None:
-            configs.provider_for, configs.publish = self.provider_for, self.publish
+            configs.publish = self.publish
         self._services = Services(
             settings=self.settings,
             resolve=self._resolve,

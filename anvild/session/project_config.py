@@ -33,7 +33,6 @@ from anvild.agent.permissions.rules import RuleSet
 from anvild.config import Config, Trust, find_project_config, merge_project, user_data_dir
 from anvild.config.report import settings
 from anvild.config.trust import TRUST_FILE
-from anvild.llm.provider import Provider
 from anvild.llm.registry import ResolvedModel
 from anvild.session.events import ConfigIgnored, ConfigInvalid, SessionEvent
 from anvild.session.session import Session
@@ -125,7 +124,6 @@ class ProjectConfigs:
         self._states: weakref.WeakKeyDictionary[Session, _State] = weakref.WeakKeyDictionary()
         self._by_id: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
         self._resolved: tuple[str, float, Merged] | None = None  # the last `resolve`'s
-        self.provider_for: Callable[[ResolvedModel], Provider] | None = None
         self.publish: Callable[[SessionEvent], None] | None = None
 
     # -- the config of a cwd ---------------------------------------------------------------------
@@ -227,8 +225,7 @@ class ProjectConfigs:
             self._tell(session, state, f"model {session.model}: {exc}; the session keeps it")
             return
         state.retargeted = session.model
-        if self.provider_for is not None:
-            session.set_provider(self.provider_for(target), target)
+        session.set_provider(target)
 
     def _report(self, session: Session, merged: Merged, state: _State) -> None:
         config, project = merged.config, merged.config.project

@@ -45,6 +45,7 @@ from anvild.session.agent_builder import (
     load_layers,
     observed,
     session_hooks,
+    session_provider,
     session_skills,
 )
 from anvild.session.approvals import USER, Approvals
@@ -664,7 +665,7 @@ class Session:
             if not self._recorder.append(ModelChanged(target.name)):
                 raise RecordWriteFailed(f"the model was not changed: {self._detail}")
             self._target = target
-            agent.provider = self._services.provider_for(target)
+            agent.provider = self._provider_of(target)
             agent.window = window_for(target, self._services.settings.context)
             agent.config = attrs.evolve(
                 agent.config,
@@ -815,12 +816,16 @@ class Session:
         if self._gate is not None:
             self._gate.policy = attrs.evolve(self._gate.policy, rules=rules, mode=mode)
 
-    def set_provider(self, provider: Provider, target: ResolvedModel) -> None:
+    def set_provider(self, target: ResolvedModel) -> None:
         """The agent's provider and model as a project config resolves the session's model
         now: set now, or on the agent when it is built."""
-        self._provider = (provider, target)
+        self._provider = (self._provider_of(target), target)
         if self._agent is not None:
-            _retarget(self._agent, provider, target)
+            _retarget(self._agent, *self._provider)
+
+    def _provider_of(self, target: ResolvedModel) -> Provider:
+        """`target`'s provider behind the budgets and the request log, as the agent's always is."""
+        return session_provider(self, self._services, self._recorder, target)
 
     def _messages(self) -> tuple[Message, ...]:
         """The transcript: the agent's, or before it is built the recorded one (the same)."""

@@ -16,6 +16,7 @@ from anvild.llm.stream import Usage
 from anvild.llm.testing import Script, ScriptedProvider, script
 from anvild.llm.types import ChatRequest, ToolResult
 from anvild.session.errors import InvalidSessionRequest
+from anvild.store import UsageReported
 from tests.unit.session.support import Models, ask, new, running, target
 
 SESSIONS = 10
@@ -91,3 +92,37 @@ async def test_an_unpriced_model_under_a_usd_budget_is_refused_at_creation(
         with pytest.raises(InvalidSessionRequest, match=r"no input and output pricing.*tokens"):
             await new(manager)
         assert manager.sessions() == ()
+
+
+async def test_a_model_switch_keeps_the_budget_and_the_request_log(tmp_path: Path) -> None:
+    """`model NAME` gives the agent the new target's provider behind the same budgets and
+    request log as the one it was built with: the day's limit still holds after the switch, and
+    each usage record still names its request."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "a.txt").write_text("hello\n")
+    first = ScriptedProvider([], respond=respond)
+    second = ScriptedProvider([], respond=respond)
+    targets = Models(
+        {
+            "fake": target(first, pricing=PRICING),
+            "other": target(second, name="other", pricing=PRICING),
+        }
+    )
+    limits = BudgetLimits(daemon=DailyLimit(usd=(STEPS + 1) * PER_REQUEST))
+    budgets = Budgets(limits, Ledger(tmp_path / "data" / "budget"))
+    async with running(tmp_path, targets, budgets=budgets) as manager:
+        session = await new(manager)
+        await ask(session, "on the first model")
+        assert len(first.requests) == STEPS
+        await session.switch_model("other")
+        await ask(session, "on the second model")  # the results are there: one answer
+        assert len(second.requests) == 1
+        await ask(session, "over the day's budget")
+        assert len(second.requests) == 1  # refused before it reached the provider
+        turn = session.record.last_turn
+        assert turn is not None
+        assert turn.outcome == "budget_exceeded"
+        records = manager.store.read(session.id).records
+        usages = [r for r in records if isinstance(r, UsageReported)]
+        assert len(usages) == STEPS + 1
+        assert all(u.request for u in usages)
