@@ -34,6 +34,9 @@ def mcp_file(pool: McpPool) -> SessionExtension:
 
     def text(session: Session) -> str:
         handle = pool.handle(session.id)
+        if handle is None and not session.agent_built:
+            session.agent  # noqa: B018  # its servers are the agent's: built on first use
+            handle = pool.handle(session.id)
         return "" if handle is None else handle.status()
 
     def files(session: Session) -> Iterable[Node]:
