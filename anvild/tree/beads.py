@@ -34,8 +34,8 @@ from anvild.beads.words import Word, split_words
 from anvild.fs import CtlFile, Directory, DynamicChildren, SnapshotFile, ValueFile, WaitFile
 from anvild.fs.ctl import Command, CommandError, CommandSpec, CommandTable
 from anvild.ninep.backend import Node
-from anvild.ninep.errors import InvalidInput
 from anvild.session.events import SessionEvent, SessionStateChanged
+from anvild.tree._text import line_publisher, value_line, written_text
 from anvild.tree.refusals import admit_bead_change, fs_error, kind_of
 from anvild.tree.root import RootTree
 
@@ -99,19 +99,6 @@ class WordTable(CommandTable):
             known = ", ".join(self.verbs) or "none"
             raise CommandError(f"unknown command {verb!r}; known commands: {known}")
         return self[verb].parse([w.text for w in words], line)
-
-
-def _text(name: str, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(
-            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text"
-        ) from exc
-
-
-def _line(value: str | None) -> str:
-    return f"{value or '-'}\n"
 
 
 def _body(text: str) -> str:
@@ -194,11 +181,7 @@ class BeadsTree:
         root.root.add(self.beads_dir)
         root.root.add(self.convoys_dir)
 
-        def publish(line: str) -> None:
-            if not root.events.core.closed:
-                root.events.publish(line)
-
-        self.publish = publish
+        self.publish = line_publisher(root)
         self.store.on_event = lambda event: self.publish(encode_event(event))
 
     async def _answer_alone(self, bead_id: str, verdict: str, reason: str) -> Bead:
@@ -405,20 +388,20 @@ class BeadsTree:
         )
 
         files: list[Node] = [
-            SnapshotFile("status", lambda: _line(get().status.value)),
-            SnapshotFile("title", lambda: _line(get().title)),
+            SnapshotFile("status", lambda: value_line(get().status.value)),
+            SnapshotFile("title", lambda: value_line(get().title)),
             _text_file(store, bead_id, lambda: get().description, Board.set_description),
-            SnapshotFile("role", lambda: _line(get().role)),
-            SnapshotFile("assigned_to", lambda: _line(get().assigned_to)),
-            SnapshotFile("host", lambda: _line(get().host)),
+            SnapshotFile("role", lambda: value_line(get().role)),
+            SnapshotFile("assigned_to", lambda: value_line(get().assigned_to)),
+            SnapshotFile("host", lambda: value_line(get().host)),
             _text_file(store, bead_id, lambda: get().result, Board.set_result),
             SnapshotFile("depends_on", lambda: "".join(f"{d}\n" for d in get().depends_on)),
             SnapshotFile(
                 "requires_approval", lambda: "true\n" if get().requires_approval else "false\n"
             ),
-            SnapshotFile("approver", lambda: _line(get().approver)),
-            SnapshotFile("approved_by", lambda: _line(get().approved_by)),
-            SnapshotFile("convoy", lambda: _line(get().convoy)),
+            SnapshotFile("approver", lambda: value_line(get().approver)),
+            SnapshotFile("approved_by", lambda: value_line(get().approved_by)),
+            SnapshotFile("convoy", lambda: value_line(get().convoy)),
             SnapshotFile("reason", lambda: _body(get().reason)),
             WaitFile("wait", lambda: lambda: _status_of(store.wait_bead(bead_id))),
             CtlFile("ctl", table),
@@ -505,10 +488,10 @@ class BeadsTree:
         )
 
         files: list[Node] = [
-            SnapshotFile("title", lambda: _line(get().title)),
+            SnapshotFile("title", lambda: value_line(get().title)),
             SnapshotFile("goal", lambda: _body(get().goal)),
-            SnapshotFile("status", lambda: _line(get().status.value)),
-            SnapshotFile("coordinator", lambda: _line(get().coordinator)),
+            SnapshotFile("status", lambda: value_line(get().status.value)),
+            SnapshotFile("coordinator", lambda: value_line(get().coordinator)),
             SnapshotFile("beads", lambda: "".join(f"{b}\n" for b in get().beads)),
             _text_file(store, convoy_id, lambda: get().context, Board.set_context),
             SnapshotFile("progress", lambda: store.progress(convoy_id).text()),
@@ -559,7 +542,7 @@ def _text_file(
     name = set_text.__name__.removeprefix("set_")
 
     async def commit(data: bytes) -> None:
-        text = _text(name, data)
+        text = written_text(name, data)
         try:
             await store.apply(lambda board, now: set_text(board, key, text, by=USER, now=now))
         except BeadError as exc:

@@ -46,6 +46,7 @@ from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list, parse_dr
 from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError, NotFound, StorageFailed
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
+from anvild.tree._text import event_forwarder
 from anvild.tree.refusals import fs_error
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import NewKey, ReadToEndHandle, SessionExtension, SessionTree
@@ -310,9 +311,4 @@ async def _set_auto(auto: AutoMail, mailbox: str, on: bool) -> None:
 
 def forward_mail_events(root: RootTree) -> Callable[[MailEvent], None]:
     """An `on_event` for `PostOffice` that puts each mail event on `agent/events`."""
-
-    def forward(event: MailEvent) -> None:
-        if not root.events.core.closed:
-            root.events.publish(encode_event(event))
-
-    return forward
+    return event_forwarder(root, encode_event)

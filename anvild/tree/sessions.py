@@ -61,6 +61,7 @@ from anvild.session.manager import NEW_FLAGS, NEW_KEYS
 from anvild.store import PendingResult
 from anvild.tree import new_args
 from anvild.tree import roles as roles_tree
+from anvild.tree._text import event_forwarder, value_line, written_text
 from anvild.tree.refusals import admit_context, admit_prompt, fs_error, kind_of
 from anvild.tree.root import RootTree
 
@@ -158,19 +159,6 @@ class ModelLine:
 
 def _fs_error(name: str, exc: SessionError) -> FsError:
     return fs_error(name, exc)
-
-
-def _text(name: str, data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:  # checked at each Twrite already; kept as the last word
-        raise InvalidInput(
-            f"{name}: the text is not valid UTF-8 (bad byte at offset {exc.start}); write text"
-        ) from exc
-
-
-def _line(value: str | None) -> str:
-    return f"{value or '-'}\n"
 
 
 # --- file kinds of their own ----------------------------------------------------------------
@@ -452,7 +440,7 @@ def _session_files(
     )
 
     async def submit(data: bytes) -> None:
-        text = _text("in", data)
+        text = written_text("in", data)
         try:
             s.submit(await s.screen_prompt(text))  # UserPromptSubmit hooks: may refuse
         except SessionError as exc:
@@ -460,13 +448,13 @@ def _session_files(
 
     async def set_role(data: bytes) -> None:
         try:
-            s.set_role(_text("role", data))
+            s.set_role(written_text("role", data))
         except SessionError as exc:
             raise _fs_error("role", exc) from exc
 
     async def set_context(data: bytes) -> None:
         try:
-            s.set_context(_text("context", data))
+            s.set_context(written_text("context", data))
         except SessionError as exc:
             raise _fs_error("context", exc) from exc
 
@@ -492,12 +480,12 @@ def _session_files(
         _OutFile(s),
         WaitFile("wait", lambda: _session_wait(current.now())),  # the session of the open
         _LinesFile("queue", lambda: s.queue_text(), drop),
-        SnapshotFile("state", lambda: _line(s.status.value)),
-        SnapshotFile("usage", lambda: _line(s.usage_line())),
+        SnapshotFile("state", lambda: value_line(s.status.value)),
+        SnapshotFile("usage", lambda: value_line(s.usage_line())),
         SnapshotFile("cost", lambda: s.cost_text()),
         _LinesFile("approval", lambda: s.approval_text(), answer),
         ValueFile(
-            "role", lambda: _line(s.role), set_role, limit=MAX_ROLE_BYTES, framing=Framing.LINE
+            "role", lambda: value_line(s.role), set_role, limit=MAX_ROLE_BYTES, framing=Framing.LINE
         ),
         ValueFile(
             "context",
@@ -507,13 +495,13 @@ def _session_files(
             limit_name=PROMPT_LIMIT_NAME,
             admit=admit_context(s),
         ),
-        SnapshotFile("alias", lambda: _line(s.alias)),
-        SnapshotFile("model", lambda: _line(s.model)),
-        SnapshotFile("cwd", lambda: _line(s.cwd)),
-        SnapshotFile("sandbox", lambda: _line(s.sandbox)),
-        SnapshotFile("approver", lambda: _line(s.approver)),
-        SnapshotFile("created", lambda: _line(s.created)),
-        SnapshotFile("first_prompt", lambda: _line(s.first_prompt)),
+        SnapshotFile("alias", lambda: value_line(s.alias)),
+        SnapshotFile("model", lambda: value_line(s.model)),
+        SnapshotFile("cwd", lambda: value_line(s.cwd)),
+        SnapshotFile("sandbox", lambda: value_line(s.sandbox)),
+        SnapshotFile("approver", lambda: value_line(s.approver)),
+        SnapshotFile("created", lambda: value_line(s.created)),
+        SnapshotFile("first_prompt", lambda: value_line(s.first_prompt)),
         _ReaderFile("log", lambda: s.log.open_reader()),
         _ReaderFile("events", lambda: s.events.open_reader()),
         SnapshotFile("todos", lambda: s.todos_text()),
@@ -690,9 +678,4 @@ class SessionTree:
 
 def forward_events(root: RootTree) -> Callable[[SessionEvent], None]:
     """An `on_event` for `SessionManager` that puts each session event on `agent/events`."""
-
-    def forward(event: SessionEvent) -> None:
-        if not root.events.core.closed:
-            root.events.publish(encode_event(event))
-
-    return forward
+    return event_forwarder(root, encode_event)
