@@ -17,7 +17,7 @@ import attrs
 
 from anvild.agent.context.tokens import DEFAULT_TOKENS_PER_BYTE
 from anvild.budget.admission import Budgets, Charge, Scope, worst_case
-from anvild.llm.provider import Provider
+from anvild.llm.provider import Provider, WrappedProvider
 from anvild.llm.registry import Pricing
 from anvild.llm.size import request_bytes
 from anvild.llm.stream import StreamEvent, Usage, UsageReport
@@ -51,18 +51,14 @@ def actual_charge(usage: Usage | None, pricing: Pricing | None, worst: Charge) -
 
 
 @attrs.frozen
-class BudgetedProvider:
+class BudgetedProvider(WrappedProvider):
     """`inner` with each request admitted against `budgets` for the scope `scope()` names,
     priced at `pricing` (None: unknown)."""
 
-    _inner: Provider
+    inner: Provider
     _budgets: Budgets
     _scope: Callable[[], Scope]
     _pricing: Pricing | None
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
@@ -72,7 +68,7 @@ class BudgetedProvider:
         reservation = self._budgets.reserve(self._scope(), worst, request.model)
         watched: _Watched | None = None
         try:
-            async with self._inner.stream(request) as events:
+            async with self.inner.stream(request) as events:
                 watched = _Watched(events)
                 yield watched
         finally:

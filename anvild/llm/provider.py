@@ -34,3 +34,14 @@ class Provider(Protocol):
     def stream(
         self, request: ChatRequest
     ) -> AbstractAsyncContextManager[AsyncIterator[StreamEvent]]: ...
+
+
+class WrappedProvider:
+    """A provider in front of `inner` (retries, budgets, a limiter, the request log) that keeps
+    its name; a subclass sets `inner` and defines `stream`."""
+
+    inner: Provider
+
+    @property
+    def name(self) -> str:
+        return self.inner.name

@@ -25,7 +25,7 @@ import structlog
 import trio
 
 from anvild.llm.errors import ApiError, HttpError, LlmError
-from anvild.llm.provider import Provider
+from anvild.llm.provider import Provider, WrappedProvider
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
 
@@ -133,7 +133,7 @@ class _Resumed:
         return await anext(self._rest)
 
 
-class Retry:
+class Retry(WrappedProvider):
     """A Provider that retries the retryable failures of `inner` before its first event."""
 
     def __init__(
@@ -146,10 +146,6 @@ class Retry:
         self.inner = inner
         self.policy = policy or RetryPolicy()
         self._jitter = jitter
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:

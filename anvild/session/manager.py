@@ -42,7 +42,7 @@ from anvild.agent.tools.files import EditFile, ReadFile, WriteFile
 from anvild.agent.tools.search import Glob, Grep
 from anvild.agent.tools.todo import TodoWriteTool
 from anvild.llm.errors import ConfigError
-from anvild.llm.provider import Provider
+from anvild.llm.provider import Provider, WrappedProvider
 from anvild.llm.registry import Pricing, ResolvedModel
 from anvild.llm.stream import StreamEvent, Usage
 from anvild.llm.types import ChatRequest
@@ -224,21 +224,17 @@ def _bounded(key: str, text: str) -> int:
 # -- providers behind their concurrency cap ----------------------------------------------------
 
 
-class LimitedProvider:
+class LimitedProvider(WrappedProvider):
     """A provider whose requests each hold one token of a `trio.CapacityLimiter` while they
     stream. Waiters are served in arrival order (trio's limiter is FIFO)."""
 
     def __init__(self, inner: Provider, limiter: trio.CapacityLimiter) -> None:
-        self._inner = inner
+        self.inner = inner
         self.limiter = limiter
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[AsyncIterator[StreamEvent]]:
-        async with self.limiter, self._inner.stream(request) as events:
+        async with self.limiter, self.inner.stream(request) as events:
             yield events
 
 

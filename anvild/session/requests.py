@@ -18,7 +18,7 @@ from contextlib import AbstractAsyncContextManager
 import structlog
 
 from anvild.llm.identity import RequestHasher
-from anvild.llm.provider import Provider
+from anvild.llm.provider import Provider, WrappedProvider
 from anvild.llm.stream import StreamEvent, Usage
 from anvild.llm.types import ChatRequest
 from anvild.store import UsageReported
@@ -61,20 +61,16 @@ class RequestLog:
         return UsageReported(usage, at=at, request=found.digest, head=found.head, head_body=body)
 
 
-class _Logged:
+class _Logged(WrappedProvider):
     def __init__(self, inner: Provider, log: RequestLog) -> None:
-        self._inner = inner
+        self.inner = inner
         self._log = log
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
 
     def stream(
         self, request: ChatRequest
     ) -> AbstractAsyncContextManager[AsyncIterator[StreamEvent]]:
         self._log.sent(request)
-        return self._inner.stream(request)
+        return self.inner.stream(request)
 
 
 __all__ = ["RequestLog"]
