@@ -39,6 +39,7 @@ from anvild.beads.events import BeadEvent
 from anvild.beads.git import Git
 from anvild.beads.model import Bead, BeadStatus, Convoy, ConvoyStatus, Progress
 from anvild.beads.remote import Push, RemoteLink, SyncState, pulled_events
+from anvild.store.durable import replace_durably
 
 __all__ = ["BEADS_DIR", "CONVOYS_DIR", "SETTLED", "BeadStore"]
 
@@ -391,18 +392,7 @@ class BeadStore:
             target = self.root / path
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}{TMP_SUFFIX}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            dir_fd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            replace_durably(target, data, temp=tmp, mode=0o644)
 
     # -- the remote ----------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ never hiding the others. Blocking I/O: the post office calls it from worker thre
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import os
@@ -24,6 +23,7 @@ import structlog
 
 from anvild.mail.errors import InvalidMessage, MailStoreError, UnknownMailbox
 from anvild.mail.message import Message, decode, encode, is_message_id
+from anvild.store.durable import replace_durably
 from anvild.store.journal import sync_directory
 
 log = structlog.get_logger(__name__)
@@ -159,22 +159,10 @@ class MailStore:
 
 
 def _write_durably(directory: Path, name: str, data: bytes) -> None:
-    tmp = directory / f".{name}.tmp"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, directory / name)
-        sync_directory(directory)
+        replace_durably(directory / name, data, temp=directory / f".{name}.tmp", mode=0o600)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
         raise MailStoreError(f"could not write {directory / name}: {exc}") from exc
 
 

@@ -9,6 +9,7 @@ to a valid, idle one without re-running anything.
     reducer.py  apply / replay, message_records          recovery.py recover (pure)
     journal.py  Journal, SessionStore (blocking I/O)     errors.py   StoreError and kin
     index.py    SessionSummary, the index of summaries (a cache, checked against each file)
+    durable.py  replace_durably: a small file replaced whole (temp, fsync, rename, dir fsync)
 
 Imports `anvild.llm` (canonical types) and nothing of the agent, ninep, the tree or the daemon.
 """

@@ -25,7 +25,8 @@ import attrs
 import structlog
 
 from anvild.llm.stream import Usage
-from anvild.store.journal import FILE_MODE, sync_directory
+from anvild.store.durable import replace_durably
+from anvild.store.journal import FILE_MODE
 from anvild.store.records import SessionStatus
 from anvild.store.state import SessionState
 
@@ -235,20 +236,7 @@ def write_index(
     }
     data = json.dumps(document, separators=(",", ":")).encode()
     path = index_path(directory)
-    temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        temp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(temp, path)
-    sync_directory(directory)
+    replace_durably(path, data, temp=path.with_name(path.name + ".tmp"), mode=FILE_MODE)
     return written
 
 
