@@ -1,19 +1,17 @@
 """`EventHub`: the board's one numbered event feed, read from the same broadcasts as 9P readers.
 
 The hub holds a cursor on the daemon's `agent/events` stream and one on each live session's
-`events` stream (a session is followed from the `session_created` line that announces it, its
-backlog included, so nothing it said before is missed). Every line it takes gets the next
-number and is kept, with the session it came from ("" for the daemon's stream), in a bounded
-window of the latest `keep` lines. A position is `EPOCH-N` (a new epoch each daemon start). A
-browser's SSE stream resumes after the last position it saw (`Last-Event-ID`): what is still in
-the window is replayed, in order, with no gap; a position older than the window, or of another
-epoch, gets one `reset` instead (the page reloads its snapshot), so loss is never silent.
-`pump` drains every cursor synchronously: a snapshot taken right after it and the position it
-reports agree with the feed exactly; otherwise one task drains the cursors whose `on_ready`
-fired (no task per session), and a feed wakes only for the lines it takes. Each followed
-session's queue (its `queue` file) is fed as a board line, `{"type":"queue","text":...}`, when
-a change notification finds it different, looked at most every `QUEUE_EVERY` seconds (a
-session changes with every streamed delta). The hub holds lines, never session state.
+`events` stream (followed from the `session_created` line that announces it, backlog included).
+Every line it takes gets the next number and is kept, with its session ("" for the daemon's
+stream), in a bounded window of the latest `keep` lines. A position is `EPOCH-N` (a new epoch
+each daemon start). A browser's SSE stream resumes after the last position it saw
+(`Last-Event-ID`): what is still in the window is replayed in order, with no gap; an older
+position, or one of another epoch, gets one `reset` (the page reloads its snapshot). `pump`
+drains every cursor at once, so a snapshot and the position it reports agree with the feed;
+otherwise one task drains the cursors whose `on_ready` fired, and a feed wakes only for lines
+it takes. A session's queue (its `queue` file) is fed as a board line,
+`{"type":"queue","text":...}`, when found changed, looked at most every `QUEUE_EVERY` seconds.
+The hub holds lines, never session state.
 """
 
 from __future__ import annotations
