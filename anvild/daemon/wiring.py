@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 import httpx
+import platformdirs
 import structlog
 import trio
 
@@ -59,6 +60,7 @@ from anvild.llm.types import ChatRequest
 from anvild.mail import AutoMail, MailStore, PostOffice, mail_tools
 from anvild.mcp import McpPool, servers_of
 from anvild.sandbox.bwrap import SandboxSettings
+from anvild.sandbox.roles import user_roles_dir
 from anvild.sandbox.secrets import Redactor
 from anvild.session import (
     Session,
@@ -72,6 +74,7 @@ from anvild.session import (
 from anvild.session.compaction import ContextPolicy
 from anvild.session.events import SessionEvent, SessionStateChanged
 from anvild.session.project_config import ProjectConfigs
+from anvild.session.roles import user_text_dir
 from anvild.skills import SkillCatalog
 from anvild.store import SessionStore
 from anvild.tree.beads import BeadsTree
@@ -293,6 +296,11 @@ class Sessions:
             host=config.beads_host,
         )
         pool = McpPool(lambda cwd: servers_of(configs.current(cwd).config), env=env)
+        # The user's role texts, sandbox roles and skills, resolved once: asking platformdirs
+        # at every `new` was 3% of its CPU. The user config dir itself stays unset (None: no
+        # user AGENTS.md in the prompt, as before).
+        text_dir, sandbox_dir = user_text_dir(), user_roles_dir()
+        skills = SkillCatalog(config_dir=platformdirs.user_config_path("anvil"), role_dir=text_dir)
         beads = BeadsTree(store)
         gates = BeadGates(store)
         settings = SessionSettings(
@@ -302,6 +310,8 @@ class Sessions:
             full_access_granted_by=(
                 f"permissions.full_access in {config.user_file}" if perms.full_access else None
             ),
+            role_text_dir=text_dir,
+            sandbox_role_dir=sandbox_dir,
             max_steps=limits.max_steps,
             token_budget=limits.token_budget,
             turn_deadline=limits.turn_deadline,
@@ -325,7 +335,7 @@ class Sessions:
             ),
             mcp=pool,
             checkpoints=_checkpoints(config, data_dir),
-            skills=SkillCatalog(),
+            skills=skills,
             budgets=Budgets(config.budget, Ledger(data_dir / "budget"))
             if config.budget.any
             else None,
