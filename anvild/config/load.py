@@ -15,6 +15,9 @@ credential binding comes from trusted layers only. The daemon and `anvilctl -p` 
 from __future__ import annotations
 
 import enum
+import errno
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -358,15 +361,35 @@ def find_project_config(start: Path) -> Path | None:
     Outside a git repository only `start` itself is looked at: walking up to `/` could pick up
     a config from a shared directory (`/tmp/.anvil`) that nobody in this project wrote.
     """
-    start = start.resolve()
-    chain = [start, *start.parents]
-    root = next((d for d in chain if (d / ".git").exists()), None)
-    search = chain[: chain.index(root) + 1] if root is not None else [start]
+    # String paths: every `new` looks (twice), and pathlib's objects were most of the cost.
+    here = os.path.realpath(start)
+    chain = [here]
+    while (parent := os.path.dirname(chain[-1])) != chain[-1]:
+        chain.append(parent)
+    root = next((d for d in chain if _stat_mode(os.path.join(d, ".git")) is not None), None)
+    search = chain[: chain.index(root) + 1] if root is not None else [here]
     for directory in search:
-        candidate = directory / PROJECT_DIR / CONFIG_FILE
-        if candidate.is_file():
-            return candidate
+        candidate = os.path.join(directory, PROJECT_DIR, CONFIG_FILE)
+        mode = _stat_mode(candidate)
+        if mode is not None and stat.S_ISREG(mode):
+            return Path(candidate)
     return None
+
+
+def _stat_mode(path: str) -> int | None:
+    """The mode of `path` (following links), None where `Path.exists` is False: the errors it
+    ignores count as absent, any other (a permission denied) is raised, as `Path` does."""
+    try:
+        return os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return None
+        raise
+    except ValueError:  # an embedded NUL byte
+        return None
+
+
+_ABSENT: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
 
 
 def _read(path: Path) -> bytes | None:

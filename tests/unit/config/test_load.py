@@ -193,6 +193,30 @@ def test_project_config_is_found_up_to_the_git_root(repo: Path, tmp_path: Path) 
     assert find_project_config(tmp_path / "loose") is not None
 
 
+def test_project_config_follows_links_and_stops_at_the_root(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = write(repo / ".anvil/config.toml", "default_model = 'x'\n")
+    deep = repo / "a" / "b"
+    deep.mkdir(parents=True)
+    # A link into the repository finds the repository's file, by its real path.
+    link = tmp_path / "link"
+    link.symlink_to(deep)
+    assert find_project_config(link) == project
+    # A relative start is taken from the current directory.
+    monkeypatch.chdir(repo / "a")
+    assert find_project_config(Path("b")) == project
+    # A `.git` file (a worktree's) marks the root too; a directory named config.toml is no file.
+    worktree = tmp_path / "worktree"
+    write(worktree / ".git", "gitdir: elsewhere\n")
+    (worktree / ".anvil" / "config.toml").mkdir(parents=True)
+    (worktree / "sub").mkdir()
+    assert find_project_config(worktree / "sub") is None
+    # The filesystem root has no parent to walk to; a start that does not exist is no error.
+    assert find_project_config(Path("/")) is None
+    assert find_project_config(tmp_path / "missing" / "dir") is None
+
+
 def test_project_adds_instructions_and_data(repo: Path, tmp_path: Path) -> None:
     user = write(
         tmp_path / "user.toml",
