@@ -97,7 +97,8 @@ class SessionHooks:
         self._mode = mode
         self.emit = emit
         self._bead = bead
-        self._env = hook_env(os.environ if environ is None else environ, cwd, session_id)
+        self._environ = environ
+        self._env: dict[str, str] | None = None  # `hook_env`, made when a hook first runs
         self._tables: HookTables | None = None
         self._set = HookSet()
         self._approved: dict[str, str] = {}  # call id -> the hook that allowed it
@@ -146,9 +147,13 @@ class SessionHooks:
             self.emit(ev.HookReported("-", event.value, "error", f"not run: {exc!r}"))
             return []
         runs: list[HookRun | None] = [None] * len(specs)
+        if self._env is None:  # a copy of the daemon's environment: most sessions run no hook
+            base = os.environ if self._environ is None else self._environ
+            self._env = hook_env(base, self.cwd, self.session_id)
+        env = self._env
 
         async def one(index: int, spec: HookSpec) -> None:
-            runs[index] = await self._runner(spec, payload, cwd=self.cwd, env=self._env)
+            runs[index] = await self._runner(spec, payload, cwd=self.cwd, env=env)
 
         async with trio.open_nursery() as nursery:
             for index, spec in enumerate(specs):
