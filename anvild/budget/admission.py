@@ -68,6 +68,14 @@ class Tally:
     reserved_tokens: int = 0
     unknown: int = 0  # requests whose USD cost is unknown (charged in tokens only)
 
+    def spend(self, charge: Charge) -> None:
+        """Count `charge` as spent (an unknown USD cost counts one more `unknown`)."""
+        self.spent_tokens += charge.tokens
+        if charge.usd is None:
+            self.unknown += 1
+        else:
+            self.spent_usd += charge.usd
+
 
 @attrs.define(eq=False)
 class Reservation:
@@ -90,12 +98,7 @@ class Budgets:
         self._tallies: dict[str, Tally] = {}
         for entry in ledger.read(self._day):
             for key in self._keys(Scope(entry.session, entry.role, entry.convoys)):
-                tally = self._tally(key)
-                tally.spent_tokens += entry.tokens
-                if entry.usd is None:
-                    tally.unknown += 1
-                else:
-                    tally.spent_usd += entry.usd
+                self._tally(key).spend(Charge(entry.usd, entry.tokens))
 
     # -- which budgets apply ---------------------------------------------------------------
 
@@ -185,13 +188,8 @@ class Budgets:
             tally = self._tally(key)
             tally.reserved_usd = max(0.0, tally.reserved_usd - (worst.usd or 0.0))
             tally.reserved_tokens = max(0, tally.reserved_tokens - worst.tokens)
-            if actual is None:
-                continue
-            tally.spent_tokens += actual.tokens
-            if actual.usd is None:
-                tally.unknown += 1
-            else:
-                tally.spent_usd += actual.usd
+            if actual is not None:
+                tally.spend(actual)
         if actual is not None:
             scope = reservation.scope
             entry = Entry(scope.session, scope.role, scope.convoys, actual.usd, actual.tokens)
