@@ -13,8 +13,8 @@ every call (a few small files): there is no cache to go stale.
 
 from __future__ import annotations
 
+import errno
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -145,45 +145,79 @@ def _left_out_note(names: list[str], budget: int) -> str:
     )
 
 
-def _project_dirs(cwd: Path) -> Iterator[Path]:
-    """`cwd` and each directory above it up to the git root (only `cwd` outside a repo)."""
-    chain = [cwd, *cwd.parents]
-    root = next((d for d in chain if (d / ".git").exists()), cwd)
-    yield from chain[: chain.index(root) + 1]
+def _exists(path: str) -> bool:
+    """`Path(path).exists()` (the same errors count as absent, others are raised) without
+    building a `Path`: discovery runs at every `new`, and pathlib's objects were most of it."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return False
+        raise
+    except ValueError:  # an embedded NUL byte
+        return False
+    return True
+
+
+_ABSENT: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
+def _project_dirs(cwd: str) -> list[str]:
+    """`cwd` (canonical) and each directory above it up to the git root (only `cwd` outside a
+    repo)."""
+    chain = [cwd]
+    while (parent := os.path.dirname(chain[-1])) != chain[-1]:
+        chain.append(parent)
+    root = next((d for d in chain if _exists(os.path.join(d, ".git"))), cwd)
+    return chain[: chain.index(root) + 1]
+
+
+def _searched(
+    cwd: Path | str, role: str, config_dir: Path, role_dir: Path
+) -> list[tuple[str, str]]:
+    """`sources` as (label, directory) strings."""
+    found = [
+        ("role", os.path.join(role_dir, role, "skills")),
+        ("user", os.path.join(config_dir, "skills")),
+    ]
+    for directory in _project_dirs(os.path.realpath(cwd)):
+        found += [("project", os.path.join(directory, sub)) for sub in PROJECT_DIRS]
+    return found
 
 
 def sources(cwd: Path, role: str, *, config_dir: Path, role_dir: Path) -> tuple[Source, ...]:
     """The directories searched for a session in `cwd` with `role`, in order of precedence."""
-    found = [Source("role", role_dir / role / "skills"), Source("user", config_dir / "skills")]
-    for directory in _project_dirs(Path(os.path.realpath(cwd))):
-        found += [Source("project", directory / sub) for sub in PROJECT_DIRS]
-    return tuple(found)
+    return tuple(Source(label, Path(d)) for label, d in _searched(cwd, role, config_dir, role_dir))
 
 
 def discover(searched: tuple[Source, ...]) -> SkillSet:
     """The skills in `searched` (first name wins), and the folders skipped with why."""
+    return _discover([(source.label, str(source.directory)) for source in searched])
+
+
+def _discover(searched: list[tuple[str, str]]) -> SkillSet:
     skills: dict[str, Skill] = {}
     skipped: list[Skipped] = []
     present: list[Source] = []
-    for source in searched:
+    for label, directory in searched:
         try:
-            entries = sorted(os.scandir(source.directory), key=lambda e: e.name)
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
             continue  # absent or unreadable: nothing from here
-        present.append(Source(source.label, Path(os.path.realpath(source.directory))))
+        present.append(Source(label, Path(os.path.realpath(directory))))
         for entry in entries[:MAX_SKILLS_PER_SOURCE]:
             folder = Path(entry.path)
             if entry.name.startswith(".") or not (folder / SKILL_FILE).is_file():
                 continue
             try:
-                skill = parse_skill(folder, source.label)
+                skill = parse_skill(folder, label)
             except SkillError as exc:
-                skipped.append(Skipped(folder / SKILL_FILE, source.label, str(exc)))
+                skipped.append(Skipped(folder / SKILL_FILE, label, str(exc)))
                 continue
             taken = skills.get(skill.name)
             if taken is not None:
                 why = f"{skill.file}: the name {skill.name!r} is taken by {taken.file}"
-                skipped.append(Skipped(skill.file, source.label, why))
+                skipped.append(Skipped(skill.file, label, why))
                 continue
             skills[skill.name] = skill
     return SkillSet(tuple(skills.values()), tuple(skipped), tuple(present))
@@ -206,7 +240,7 @@ class SkillCatalog:
             platformdirs.user_config_path("anvil") if self.config_dir is None else self.config_dir
         )
         roles = config / "roles" if self.role_dir is None else self.role_dir
-        return discover(sources(Path(cwd), role, config_dir=config, role_dir=roles))
+        return _discover(_searched(cwd, role, config, roles))
 
 
 @attrs.frozen
