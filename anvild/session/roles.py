@@ -13,6 +13,7 @@ its sandbox file (a test checks). `SANDBOX_OF` covers a missing conductor file (
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
@@ -57,9 +58,10 @@ def role_text(name: str, *, user_dir: Path | None = None, builtin_dir: Path | No
         user_text_dir() if user_dir is None else user_dir,
         BUILTIN_TEXT_DIR if builtin_dir is None else builtin_dir,
     ):
-        path = directory / f"{name}.txt"
+        path = os.path.join(directory, f"{name}.txt")  # a string: read at every `new`, twice
         try:
-            return path.read_text(encoding="utf-8").strip()
+            with open(path, encoding="utf-8") as file:
+                return file.read().strip()
         except FileNotFoundError:
             continue
         except (OSError, UnicodeDecodeError) as exc:
