@@ -116,7 +116,7 @@ def git_root(cwd: Path) -> Path | None:
     return None if root is None else Path(root)
 
 
-def read_instruction(path: Path) -> InstructionFile | None:
+def read_instruction(path: Path | str) -> InstructionFile | None:
     """`path` capped at MAX_INSTRUCTION_BYTES (cut at a character boundary); None if absent or
     unreadable (a broken AGENTS.md must not stop a session)."""
     try:
@@ -128,7 +128,7 @@ def read_instruction(path: Path) -> InstructionFile | None:
     text = data[:MAX_INSTRUCTION_BYTES].decode("utf-8", errors="ignore" if truncated else "replace")
     if not text.strip():
         return None
-    return InstructionFile(path, text, truncated)
+    return InstructionFile(Path(path), text, truncated)
 
 
 def discover_instructions(cwd: Path, user_config_dir: Path | None) -> tuple[InstructionFile, ...]:
@@ -137,8 +137,8 @@ def discover_instructions(cwd: Path, user_config_dir: Path | None) -> tuple[Inst
     chain = _up(os.path.realpath(cwd))
     root = _git_root(chain) or chain[0]
     directories = reversed(chain[: chain.index(root) + 1])
-    paths = [] if user_config_dir is None else [user_config_dir / INSTRUCTION_FILE]
-    paths += [Path(directory, INSTRUCTION_FILE) for directory in directories]
+    paths = [] if user_config_dir is None else [str(user_config_dir / INSTRUCTION_FILE)]
+    paths += [os.path.join(directory, INSTRUCTION_FILE) for directory in directories]
     found = (read_instruction(path) for path in dict.fromkeys(paths))
     return tuple(item for item in found if item is not None)
 
