@@ -19,6 +19,7 @@ from anvild.agent.tools.base import Args, Cancellation, Effects, ToolContext, To
 from anvild.agent.tools.files import WriteFile
 from anvild.agent.tools.registry import ToolRegistry
 from anvild.hooks import PromptBlocked, SessionHooks
+from anvild.hooks.process import run_hook
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.llm.types import ToolCall, ToolResult
 from anvild.sandbox import WorkspaceWrite
@@ -393,3 +394,28 @@ async def test_tables_the_schema_did_not_check_run_nothing_and_say_so(tmp_path: 
     assert len(reports) == 1  # once, not at every point
     assert reports[0].detail.startswith("the hooks are not valid (ValueError(")
     assert not (tmp_path / "ran").exists()
+
+
+async def test_a_hook_runs_with_the_environment_and_the_sessions_variables(tmp_path: Path) -> None:
+    """The environment is copied when a hook first runs, once: every hook sees the same one."""
+    seen_env: list[Mapping[str, str]] = []
+
+    async def runner(spec: Any, payload: Any, *, cwd: Path, env: Mapping[str, str]) -> Any:
+        seen_env.append(env)
+        return await run_hook(spec, payload, cwd=cwd, env=env)
+
+    tables = {"start": {"event": "SessionStart", "command": "echo $ANVIL_SESSION_ID $MARK"}}
+    hooks = SessionHooks(
+        lambda: tables,
+        session_id="s9",
+        cwd=tmp_path,
+        role=lambda: "developer",
+        mode=lambda: "default",
+        emit=lambda event: None,
+        environ={"MARK": "from-the-daemon", "PATH": "/usr/bin:/bin"},
+        runner=runner,
+    )
+    assert await hooks.session_start("startup") == "s9 from-the-daemon"
+    assert await hooks.session_start("resume") == "s9 from-the-daemon"
+    assert seen_env[0] is seen_env[1]
+    assert seen_env[0]["CLAUDE_PROJECT_DIR"] == seen_env[0]["ANVIL_PROJECT_DIR"] == str(tmp_path)
