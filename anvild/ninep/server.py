@@ -275,11 +275,16 @@ class _ParkedRead:
 
     def cancel(self) -> None:
         """Forget this read: no reply; the handle forgets its wake-up."""
-        conn = self.conn
-        if conn.tags.get(self.tag) is self:
-            del conn.tags[self.tag]
-            conn.server._requests -= 1
+        if self.conn.tags.get(self.tag) is self:
+            self.leave()
             self.handle.notify_readable(None)
+
+    def leave(self) -> None:
+        """Give the tag back (answered or cancelled)."""
+        conn = self.conn
+        del conn.tags[self.tag]
+        conn.server._requests -= 1
+        _Answerer.of_run().parked -= 1
 
 
 _ANSWERER: trio.lowlevel.RunVar[_Answerer] = trio.lowlevel.RunVar("anvild.ninep.answerer")
@@ -288,12 +293,15 @@ _ANSWERER: trio.lowlevel.RunVar[_Answerer] = trio.lowlevel.RunVar("anvild.ninep.
 class _Answerer:
     """The run's one task that answers woken `_ParkedRead`s: the wakes of one scheduling batch
     (every stream line published meanwhile, of every session) cost one task switch, and each
-    connection gets one send for all its replies of the batch."""
+    connection gets one send for all its replies of the batch. The task exists only while a
+    connection that parked a read is open, or a read is parked or woken."""
 
     def __init__(self) -> None:
+        self.parked = 0  # parked reads of every connection of the run
+        self.users = 0  # open connections that have parked a read
         self._woken: list[_ParkedRead] = []
+        self._running = False
         self._task: trio.lowlevel.Task | None = None  # set while the task sleeps
-        trio.lowlevel.spawn_system_task(self._run, name="anvild.ninep.answerer")
 
     @staticmethod
     def of_run() -> _Answerer:
@@ -304,15 +312,28 @@ class _Answerer:
             _ANSWERER.set(answerer)
             return answerer
 
+    def detach(self) -> None:
+        """A connection that parked reads ended: the task may end with the last one."""
+        self.users -= 1
+        if not self.users and not self.parked and (task := self._task) is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)  # it finds nothing to do and ends
+
     def woken(self, read: _ParkedRead) -> None:
         self._woken.append(read)
         if (task := self._task) is not None:
             self._task = None
             trio.lowlevel.reschedule(task)
+        elif not self._running:
+            self._running = True
+            trio.lowlevel.spawn_system_task(self._run, name="anvild.ninep.answerer")
 
     async def _run(self) -> None:
         while True:
             if not self._woken:
+                if not self.parked and not self.users:  # end; a wake starts a new one
+                    self._running = False
+                    return
                 self._task = trio.lowlevel.current_task()
 
                 def abort(_: Any) -> trio.lowlevel.Abort:
@@ -579,6 +600,7 @@ class _Connection:
         self._hot: dict[int, tuple[_Op, Unpack]] = {}
         self._max_outstanding = server.max_outstanding
         self._ended = False  # parked reads are no longer answered
+        self._answered = False  # a read of this connection parked: the answerer counts it
 
     @property
     def parkable(self) -> bool:
@@ -605,6 +627,8 @@ class _Connection:
         finally:
             self._ended = True
             self._cancel_parked()
+            if self._answered:
+                _Answerer.of_run().detach()
             await self._drop_all_fids()
             self.transport.detach()
             with trio.CancelScope(shield=True):
@@ -1373,6 +1397,11 @@ class _Connection:
                 return TASK
             self.tags[tag] = parked
             self.server._requests += 1
+            answerer = _Answerer.of_run()
+            answerer.parked += 1
+            if not self._answered:
+                self._answered = True
+                answerer.users += 1
             return PARKED
         return self._rread(tag, handle, data, count)
 
@@ -1386,15 +1415,14 @@ class _Connection:
             if data is LATER:  # woken with nothing to read: wait again, else in a task
                 if handle.notify_readable(read.wake):
                     return False
-                del self.tags[tag]
-                self.server._requests -= 1
+                read.leave()
                 self._start_read_task(tag, handle, read.count)
                 return False
             reply = self._rread(tag, handle, data, read.count)
         except Exception as exc:
             reply = self._error_for("Tread", tag, exc)
-        del self.tags[tag]
-        self.server._requests -= 1
+        if self.tags.get(tag) is read:
+            read.leave()
         self._put_reply(reply)
         return True
 
@@ -1403,10 +1431,10 @@ class _Connection:
             return self._rread(tag, handle, await handle.read(0, count), count)
 
         req = _Request(tag)
-        self.tags[tag] = req
-        self.server._requests += 1
         assert self.nursery is not None
         self.nursery.start_soon(self._run_request, req, "Tread", lambda _conn: read(), ())
+        self.tags[tag] = req  # before the task runs: `_run_request` frees it
+        self.server._requests += 1
 
     def _send_nowait(self) -> None:
         """Send the queued replies without waiting when nobody is sending; what the socket
