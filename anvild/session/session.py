@@ -62,6 +62,7 @@ from anvild.session.events import (
     UsageThreshold,
 )
 from anvild.session.handoff import handoff_text, replayable
+from anvild.session.kept import Kept
 from anvild.session.output import Output, first_line, indented, restored_out
 from anvild.session.prompt import PromptLayers
 from anvild.session.recorder import Recorder
@@ -147,6 +148,7 @@ class Session:
         services: Services,
         *,
         usd: float | None = 0.0,
+        kept: Kept | None = None,
     ) -> None:
         self._journal = journal
         self._target = target
@@ -225,9 +227,19 @@ class Session:
         self._emit: Callable[[ev.AgentEvent], None] | None = None
         self._session_hooks: SessionHooks | None = None
         self._hooks_made = False
-        self._output.log_transcript(state.messages)  # a restored session's log starts with its past
-        for note in state.notes:
-            self._output.log_lines(indented("NOTE:", note))
+        self._kept = kept  # rebuilt after an idle unload: what it showed, not a start
+        if kept is None:
+            self._output.log_transcript(state.messages)  # a restored log starts with its past
+            for note in state.notes:
+                self._output.log_lines(indented("NOTE:", note))
+        else:
+            for line in kept.log:
+                self.log.publish(line)
+            for line in kept.events:
+                self.events.publish(line)
+            self._start_context = kept.start_context
+            self._handled = kept.handled  # a `wait` opened before the unload counts on
+            self._accepted += kept.handled
 
     # -- read side ---------------------------------------------------------------------------
 
@@ -394,6 +406,10 @@ class Session:
 
     def todos_text(self) -> str:
         return "".join(f"{t.status}\t{t.content}\n" for t in self._journal.state.todos)
+
+    def kept(self) -> Kept:
+        """What an idle unload keeps of this session that its records cannot rebuild."""
+        return Kept(self.log.backlog(), self.events.backlog(), self._start_context, self._handled)
 
     def accepted_seq(self) -> int:
         """How many prompts were accepted so far: `wait` takes this when it is opened."""
@@ -706,7 +722,7 @@ class Session:
     async def _work(self) -> None:
         await self.turns.recover()  # an undo a crash cut is finished before anything else
         await trio.lowlevel.checkpoint()  # `new` answers first: nothing below is needed for it
-        if (hooks := self._hooks) is not None:
+        if (hooks := self._hooks) is not None and self._kept is None:  # an unload is no stop
             source = "resume" if self._messages() else "startup"
             self._start_context = await hooks.session_start(source)
         while True:
