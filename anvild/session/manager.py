@@ -58,6 +58,7 @@ from anvild.session.errors import (
 )
 from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
 from anvild.session.events import encode_event as encode_session_event
+from anvild.session.kept import Shelved, remove_stale, shelve
 from anvild.session.project_config import ProjectConfigs
 from anvild.session.session import USER, Session, list_line
 from anvild.session.settings import (
@@ -387,11 +388,13 @@ def _at_rest(state: SessionState) -> bool:
 class _Unbuilt:
     """A session at rest that is not built: restored and not used yet, or unloaded for
     idleness. It holds its summary only (no journal, no transcript) and its model; building it
-    replays its file. `entry` is what the index gets for it; `line` its `agent/list` line."""
+    replays its file. `entry` is what the index gets for it; `line` its `agent/list` line;
+    `shelved` what an unload kept that the records cannot rebuild (`anvild.session.kept`)."""
 
     summary: SessionSummary
     target: ResolvedModel
     entry: IndexEntry | Pending
+    shelved: Shelved | None = None
     line: str = ""
 
     def __attrs_post_init__(self) -> None:
@@ -974,7 +977,9 @@ class SessionManager:
                 self._forget(entry, f"not restored: {exc}")
                 raise SessionNotFound(f"session {entry.id} could not be restored: {exc}") from exc
         usd = accounting.priced(records, self._pricing_of)
-        session = Session(journal, entry.target, self._services, usd=usd)
+        shelved = entry.shelved
+        kept = None if shelved is None else shelved.take(journal.seq, journal.size)
+        session = Session(journal, entry.target, self._services, usd=usd, kept=kept)
         self._sessions[session.id] = session  # replaced in place: the order is kept
         if self._nursery is not None:  # else the daemon is stopping: only read, never run
             self._nursery.start_soon(self._host, session)
@@ -982,6 +987,8 @@ class SessionManager:
         return session
 
     def _forget(self, entry: _Unbuilt, why: str) -> None:
+        if entry.shelved is not None:
+            entry.shelved.drop()
         if self._sessions.get(entry.id) is entry:
             del self._sessions[entry.id]
             if entry.alias:
@@ -1092,24 +1099,37 @@ class SessionManager:
         """Put a built session back to its summary if it is idle (`_idle`): its journal synced
         and closed, its task stopped (nothing is recorded), its tree nodes dropped. The next
         use builds it again from its records. Whether it was unloaded."""
-        version = session.version
+        version, journal = session.version, session.journal
+        kept = session.kept()  # what a rebuild cannot take from the records: shelved
+
+        def shelved() -> Shelved | None:
+            journal.sync()
+            if (snapshot := journal.snapshot()) is None:
+                return None
+            _, seq, size = snapshot
+            return shelve(kept, self.store.directory, session.id, seq, size)
+
         try:
-            await trio.to_thread.run_sync(session.journal.sync)
+            kept_at = await trio.to_thread.run_sync(shelved)
         except StoreError as exc:
             log.warning("session.unload_skipped", session=session.id, error=str(exc))
             return False
         if (
-            self._sessions.get(session.id) is not session
+            kept_at is None
+            or self._sessions.get(session.id) is not session
             or session.version != version
             or not self._idle(session)
-            or (snapshot := session.journal.snapshot()) is None
+            or (snapshot := journal.snapshot()) is None
+            or snapshot[1:] != (kept_at.seq, kept_at.size)
         ):
+            if kept_at is not None:
+                kept_at.drop()
             return False  # used, changed or ended while it was synced
         state, seq, size = snapshot
         self._scopes.pop(session.id).cancel()
-        session.journal.close()
+        journal.close()
         pending = Pending(SessionSummary.of(state), size, seq)
-        self._sessions[session.id] = _Unbuilt(pending.summary, session.target, pending)
+        self._sessions[session.id] = _Unbuilt(pending.summary, session.target, pending, kept_at)
         self._indexed.pop(session.id, None)
         self._used.pop(session.id, None)
         for listener in self.unload_listeners:
@@ -1187,6 +1207,7 @@ class SessionManager:
 
     async def _restore(self) -> None:
         nursery = self._require_nursery()
+        await trio.to_thread.run_sync(remove_stale, self.store.directory)  # a crash's: stale
         ids = await trio.to_thread.run_sync(self.store.ids)
         born: dict[str, dt.datetime] = {}  # children's creation times: their order in `children`
         found: list[tuple[SessionSummary, Journal | None, float | None, IndexEntry | None]] = []
