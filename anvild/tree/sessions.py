@@ -201,12 +201,13 @@ class _OutFile(FsNode):
         return _OutHandle(self._session, mode)
 
 
-def _session_wait(session: Session) -> Wait:
-    """`wait`: the prompts accepted before this open; the answer is the state and a newline."""
-    seq = session.accepted_seq()
+def _session_wait(current: _Current) -> Wait:
+    """`wait`: the prompts accepted before this open; the answer is the state and a newline,
+    from the session as it is at the read (built again if it was unloaded since the open)."""
+    seq = current.now().accepted_seq()
 
     async def wait() -> str:
-        return f"{(await session.wait_handled(seq)).value}\n"
+        return f"{(await current.now().wait_handled(seq)).value}\n"
 
     return wait
 
@@ -478,7 +479,7 @@ def _session_files(
             admit=admit_prompt(s),
         ),
         _OutFile(s),
-        WaitFile("wait", lambda: _session_wait(current.now())),  # the session of the open
+        WaitFile("wait", lambda: _session_wait(current)),
         _LinesFile("queue", lambda: s.queue_text(), drop),
         SnapshotFile("state", lambda: value_line(s.status.value)),
         SnapshotFile("usage", lambda: value_line(s.usage_line())),

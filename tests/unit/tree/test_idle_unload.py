@@ -11,7 +11,7 @@ import trio
 from anvild.llm import stream
 from anvild.llm.testing import script
 from anvild.ninep import messages as m
-from anvild.session import SessionManager
+from anvild.session import SessionManager, kept
 from anvild.tree.outcome import outcome_file
 from anvild.tree.sessions import SESSION_FILES
 from tests.unit.tree.test_sessions_tree import (
@@ -24,15 +24,25 @@ from tests.unit.tree.test_sessions_tree import (
 )
 
 FILES = (*SESSION_FILES, "outcome")
-STREAMS = ("log", "events")  # their backlog is rebuilt from the records, as after a restart
+STREAMS = ("log", "events")  # a new reader's backlog: one read of what is there
 READABLE = tuple(name for name in FILES if name not in ("in", *STREAMS))  # `in` is write-only
+
+
+async def _backlog(c: Client, path: str) -> str:
+    fid = await c.open(path, OREAD)
+    reply = await c.raw.rpc(m.Tread(0, fid, 0, 1 << 20))
+    assert isinstance(reply, m.Rread), reply
+    await c.clunk(fid)
+    return reply.data.decode()
 
 
 async def _answers(c: Client, sid: str) -> dict[str, str]:
     found = {}
     for name in READABLE:
-        path = f"{sid}/{name}"
-        found[name] = await c.get(path)
+        found[name] = await c.get(f"{sid}/{name}")
+    for name in STREAMS:
+        found[name] = await _backlog(c, f"{sid}/{name}")
+    found["agent/list"] = await c.get("list")
     return found
 
 
@@ -79,7 +89,8 @@ async def _unloaded_answers(tmp_path: Path) -> None:
         with trio.fail_after(5):
             after = await _answers(c, sid)
         assert after == before
-        assert "USER: hi\n" in await read_some(c, f"{sid}/log")  # the past, as at a restart
+        assert "ASSISTANT: Hello there.\n" in after["log"]
+        assert '"type":"turn_finished"' in after["events"].replace(" ", "")
         assert await _qids(c, sid) == qids
         assert _built(manager) == [sid]
 
@@ -119,3 +130,90 @@ async def test_a_session_is_unloaded_after_idle_unload_unless_someone_reads_it(
         assert _built(manager) == []
         assert await c.get(f"{quiet}/state") == "idle\n"
         assert _built(manager) == [quiet]
+
+
+async def test_a_rebuild_after_an_unload_runs_no_session_start_hook(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    tables = {"start": {"event": "SessionStart", "command": f"cat >> {starts}; echo >> {starts}"}}
+
+    def count() -> list[str]:
+        text = starts.read_text() if starts.exists() else ""
+        return [line for line in text.splitlines() if line.strip()]
+
+    async def started(n: int) -> None:
+        with trio.fail_after(10):
+            while len(count()) < n:  # a hook's process writes it: nothing to wait on
+                await trio.sleep(0.02)  # noqa: ASYNC110
+
+    async with served(tmp_path, [script.text("ok")], hooks=lambda cwd: tables) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        assert await c.put(f"{sid}/in", b"hi") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        await started(1)
+        assert await manager.unload(manager.get(sid))
+        assert await c.get(f"{sid}/state") == "await\n"  # built again
+        await trio.sleep(0.3)
+        assert len(count()) == 1  # an unload is no start
+    async with served(tmp_path, [], hooks=lambda cwd: tables) as (manager, con, _):
+        c = await con()
+        assert await c.get(f"{sid}/state") == "await\n"
+        await started(2)  # a restart is one: its hooks run, told "resume"
+    assert '"source":"resume"' in count()[1].replace(" ", "")
+
+
+async def test_a_wait_opened_before_an_unload_waits_for_the_rebuilt_session(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, [script.text("First."), script.text("Second.")]) as (
+        manager,
+        con,
+        _,
+    ):
+        c = await con()
+        sid = await new_session(c)
+        assert await c.put(f"{sid}/in", b"one") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        assert await c.get(f"{sid}/out") == "First.\n"
+        waiting = await c.open(f"{sid}/wait", OREAD)  # opened at rest: every prompt handled
+        assert await manager.unload(manager.get(sid))
+        assert await c.put(f"{sid}/in", b"two") == m.Rclunk(0)
+        with trio.fail_after(5):
+            assert await c.read_all(waiting) == b"await\n"  # its turn over, its answer unread
+        await c.clunk(waiting)
+        assert await c.get(f"{sid}/out") == "Second.\n"
+        assert await c.get(f"{sid}/wait") == "idle\n"
+
+
+async def test_what_an_unload_spilled_is_used_once_and_a_crash_leaves_it_stale(
+    tmp_path: Path,
+) -> None:
+    big = " ".join(f"word{i}" for i in range(6000))  # packed over kept.IN_MEMORY
+    async with served(tmp_path, [script.text(big)], extensions=[outcome_file()]) as (
+        manager,
+        con,
+        _,
+    ):
+        c = await con()
+        sid = await new_session(c)
+        assert await c.put(f"{sid}/in", b"long") == m.Rclunk(0)
+        assert await c.get(f"{sid}/wait") == "await\n"
+        before = await _answers(c, sid)
+        assert await manager.unload(manager.get(sid))
+        spilled = manager.store.directory / f"{sid}{kept.SUFFIX}"
+        assert spilled.exists()
+        assert await _answers(c, sid) == before
+        assert not spilled.exists()  # taken at the rebuild
+        assert await manager.unload(manager.get(sid))
+        assert spilled.exists()
+    # The daemon stops with it unloaded (as a kill -9 would leave it): the next start drops it
+    async with served(tmp_path, []) as (manager, con, _):
+        assert not spilled.exists()
+        c = await con()
+        assert "USER: long\n" in await _backlog(c, f"{sid}/log")  # rebuilt as at a restart
+
+
+async def test_a_shelved_backlog_is_not_used_once_the_records_changed(tmp_path: Path) -> None:
+    shelved = kept.shelve(kept.Kept(("a",), ("{}",), "ctx", 2), tmp_path, "s1", 3, 100)
+    assert shelved.take(3, 100) == kept.Kept(("a",), ("{}",), "ctx", 2)
+    assert shelved.take(4, 120) is None
