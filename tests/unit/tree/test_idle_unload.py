@@ -142,8 +142,8 @@ async def test_a_rebuild_after_an_unload_runs_no_session_start_hook(tmp_path: Pa
 
     async def started(n: int) -> None:
         with trio.fail_after(10):
-            while len(count()) < n:  # a hook's process writes it: nothing to wait on
-                await trio.sleep(0.02)  # noqa: ASYNC110
+            while len(count()) < n:  # noqa: ASYNC110 - a hook's process writes the file
+                await trio.sleep(0.02)
 
     async with served(tmp_path, [script.text("ok")], hooks=lambda cwd: tables) as (manager, con, _):
         c = await con()
