@@ -22,6 +22,7 @@ from anvild.fs import SnapshotFile
 from anvild.mcp import McpPool
 from anvild.ninep.backend import Node
 from anvild.session import Session
+from anvild.tree._text import line_publisher
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import SessionExtension
 
@@ -65,9 +66,10 @@ def mcp_reporter(
 ) -> Callable[[str, str, str], None]:
     """`McpPool.report`: the event on `agent/events` and a NOTE in the session's `log`."""
 
+    publish = line_publisher(root)
+
     def report(session_id: str, server: str, error: str) -> None:
-        if not root.events.core.closed:
-            root.events.publish(failure_line(session_id, server, error))
+        publish(failure_line(session_id, server, error))
         session = lookup(session_id)
         if session is not None:
             session.log.publish(
