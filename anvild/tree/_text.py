@@ -1,4 +1,4 @@
-"""The small text helpers the tree's modules share (sessions, beads, mail).
+"""The small text helpers the tree's modules share (sessions, beads, mail, mcp).
 
 A written file's text is UTF-8 or the write is refused with `InvalidInput`; a value's file reads
 as one line, `-` when unset; a line goes on `agent/events` only while the stream is open (it
