@@ -278,6 +278,9 @@ def test_a_server_killed_mid_call_fails_the_call_and_is_restarted(
     assert "went away during tool slow" in result, result
     assert "being restarted" in result
     until(lambda: marker.read_text().count("start ") == 2)  # restarted
+    # A turn takes the tools of the servers ready when it starts: wait for the restart's
+    # handshake, not only for its process (a busy machine leaves it `restarting` a while).
+    until(lambda: mcp_lines(namespace, session)["py"][2] == "ready")
     assert turn(namespace, session, "py echo").strip() == "done"
     assert last_result(fake.requests()[-1]) == "from-python"
 
