@@ -145,6 +145,21 @@ class Workspaces:
     def session(self, session_id: str, cwd: str | Path) -> SessionCheckpoints:
         return SessionCheckpoints(self.workspace(cwd), session_id)
 
+    def undo_owners(self) -> set[str]:
+        """The sessions whose undo a crash cut short (a leftover intent in their workspace):
+        at start they are built at once, so the undo rolls forward before anyone asks.
+        Blocking; an intent that cannot be read is left to the workspace's next `ready`."""
+        owners = set()
+        for intent in self.root.glob("*/undo.json"):
+            try:
+                found = revert.read_intent(intent)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("checkpoints.intent_unreadable", path=str(intent), error=str(exc))
+                continue
+            if found is not None and isinstance(owner := found[0].get("session"), str):
+                owners.add(owner)
+        return owners
+
     def close(self) -> None:
         """Release every workspace's change watcher (its inotify instance)."""
         for workspace in self._open.values():

@@ -560,6 +560,7 @@ class SessionManager:
                 litter_dir = self.settings.sandbox_settings.litter_directory()
                 await trio.to_thread.run_sync(litter.sweep, litter_dir)
                 await self._restore()
+                await self._finish_undos()
                 task_status.started()
                 if self.on_all_built is not None:  # nothing more is built in the background
                     self.on_all_built()
@@ -575,6 +576,17 @@ class SessionManager:
                         await self._close_journal(session.journal, session.id)
                 await self._write_index()
             self.events.close()
+
+    async def _finish_undos(self) -> None:
+        """Build the sessions at rest whose undo a crash cut short: their task rolls it forward
+        (`Turns.recover`) at once, before anyone uses them, as when every session was built."""
+        workspaces = self.settings.checkpoints
+        if workspaces is None:
+            return
+        for session_id in await trio.to_thread.run_sync(workspaces.undo_owners):
+            if isinstance(self._sessions.get(session_id), _Unbuilt):
+                with contextlib.suppress(SessionNotFound):  # reported by the load
+                    await self.load(session_id)
 
     # -- lookup ------------------------------------------------------------------------------
 
