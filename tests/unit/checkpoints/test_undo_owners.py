@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from anvild.checkpoints import Workspaces
-from anvild.checkpoints.revert import Entry, write_intent
+from anvild.checkpoints.revert import write_intent
 
 
 def test_the_owners_of_leftover_intents(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_the_owners_of_leftover_intents(tmp_path: Path) -> None:
         (root / key).mkdir(parents=True)
         write_intent(root / key / "undo.json", {"session": owner, "step": {}}, {"x": None})
     (root / "c-3").mkdir()
-    write_intent(root / "c-3" / "undo.json", {"step": {}}, {"y": Entry(0o644, "0" * 40)})
+    write_intent(root / "c-3" / "undo.json", {"step": {}}, {"y": None})
     (root / "d-4").mkdir()
     (root / "d-4" / "undo.json").write_text("{torn")  # a kill during its first write
     (root / "e-5").mkdir()  # a workspace with no undo pending
