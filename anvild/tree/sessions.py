@@ -553,7 +553,7 @@ class _SessionDirectories(DynamicChildren):
             )
         return known
 
-    def _stub(self, session_id: str) -> Node:
+    def _listed(self, session_id: str) -> Node:
         """What a listing shows of a session not built: the directory's name, mode and qid,
         without building it (a walk into it does)."""
         return FsNode(session_id, DMDIR | 0o555, qid_path=self._qid(session_id))
@@ -572,7 +572,7 @@ class _SessionDirectories(DynamicChildren):
         ids = self._manager.ids()
         self._prune(ids)
         built = {s.id: s for s in self._manager.built_sessions()}
-        return [self._node(session) if (session := built.get(i)) else self._stub(i) for i in ids]
+        return [self._node(session) if (session := built.get(i)) else self._listed(i) for i in ids]
 
     async def lookup(self, name: str) -> Node | None:
         try:
