@@ -342,18 +342,22 @@ class _Answerer:
 
                 await trio.lowlevel.wait_task_rescheduled(abort)
             batch, self._woken = self._woken, []
-            conns: dict[_Connection, None] = {}
-            for read in batch:
+            last, due = len(batch) - 1, False
+            for index, read in enumerate(batch):
+                conn = read.conn
                 try:
-                    if read.conn._answer_parked(read):
-                        conns[read.conn] = None
+                    due = conn._answer_parked(read) or due
                 except Exception:  # a bug: this task must not end, or no parked read is answered
-                    log.exception("9p %s: internal error answering a parked read", read.conn.peer)
-            for conn in conns:
-                try:
-                    conn._send_nowait()
-                except Exception:
-                    log.exception("9p %s: internal error sending parked replies", conn.peer)
+                    log.exception("9p %s: internal error answering a parked read", conn.peer)
+                # One send for a run of one connection's reads, made as soon as the run is
+                # answered: a reply never waits for the rest of the batch's answers.
+                if index == last or batch[index + 1].conn is not conn:
+                    if due:
+                        try:
+                            conn._send_nowait()
+                        except Exception:
+                            log.exception("9p %s: internal error sending parked replies", conn.peer)
+                    due = False
 
 
 _OPEN_MODES: dict[tuple[bool, bool, bool, bool], OpenMode] = {}
