@@ -294,8 +294,8 @@ class _Answerer:
     """The run's one task that answers woken `_ParkedRead`s: the wakes of one scheduling batch
     (every stream line published meanwhile, of every session) cost one task switch, and each
     run of one connection's reads in the batch one send, made as soon as the run is answered.
-    The task exists only while a
-    connection that parked a read is open, or a read is parked or woken."""
+    The task exists only while a connection that parked a read is open, or a read is parked
+    or woken."""
 
     def __init__(self) -> None:
         self.parked = 0  # parked reads of every connection of the run
