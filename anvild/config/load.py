@@ -366,17 +366,17 @@ def find_project_config(start: Path) -> Path | None:
     chain = [here]
     while (parent := os.path.dirname(chain[-1])) != chain[-1]:
         chain.append(parent)
-    root = next((d for d in chain if _stat_mode(os.path.join(d, ".git")) is not None), None)
+    root = next((d for d in chain if stat_mode(os.path.join(d, ".git")) is not None), None)
     search = chain[: chain.index(root) + 1] if root is not None else [here]
     for directory in search:
         candidate = os.path.join(directory, PROJECT_DIR, CONFIG_FILE)
-        mode = _stat_mode(candidate)
+        mode = stat_mode(candidate)
         if mode is not None and stat.S_ISREG(mode):
             return Path(candidate)
     return None
 
 
-def _stat_mode(path: str) -> int | None:
+def stat_mode(path: str) -> int | None:
     """The mode of `path` (following links), None where `Path.exists` is False: the errors it
     ignores count as absent, any other (a permission denied) is raised, as `Path` does."""
     try:

@@ -13,7 +13,6 @@ every call (a few small files): there is no cache to go stale.
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 from typing import Final
@@ -22,6 +21,7 @@ import attrs
 import platformdirs
 
 from anvild.agent.tools.skill import LoadedSkill
+from anvild.config.load import stat_mode
 from anvild.skills.skill import SKILL_FILE, Skill, SkillError, list_files, parse_skill, read_body
 
 PROMPT_BUDGET: Final = 4096  # bytes of skill lines in the system prompt
@@ -148,18 +148,7 @@ def _left_out_note(names: list[str], budget: int) -> str:
 def _exists(path: str) -> bool:
     """`Path(path).exists()` (the same errors count as absent, others are raised) without
     building a `Path`: discovery runs at every `new`, and pathlib's objects were most of it."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno in _ABSENT:
-            return False
-        raise
-    except ValueError:  # an embedded NUL byte
-        return False
-    return True
-
-
-_ABSENT: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+    return stat_mode(path) is not None
 
 
 def _project_dirs(cwd: str) -> list[str]:
