@@ -15,9 +15,6 @@ import trio
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from anvild.llm.testing import ScriptedProvider
-from anvild.session import manager as manager_module
-from anvild.session.manager import SessionManager
 from anvild.store import (
     AliasChanged,
     Record,
@@ -30,20 +27,10 @@ from anvild.store import (
 )
 from anvild.store.index import index_path
 from anvild.store.records import encode
-from tests.unit.session.support import Models, file_tools, target, workspace
-from tests.unit.session.support import settings as session_settings
-from tests.unit.session.test_lazy_restore import _answers, _write
+from tests.unit.session.support import workspace
+from tests.unit.session.test_lazy_restore import _manager, _write
+from tests.unit.session.test_lazy_restore import _restart as _start
 from tests.unit.store.support import valid_records
-
-
-def _manager(tmp_path: Path, data: Path) -> SessionManager:
-    return SessionManager(
-        SessionStore(data),
-        Models({"fake": target(ScriptedProvider([]))}),
-        settings=session_settings(tmp_path),
-        tools=file_tools(),
-        default_cwd=workspace(tmp_path),
-    )
 
 
 class _Loads:
@@ -58,27 +45,6 @@ class _Loads:
             return load(store, session_id)
 
         monkeypatch.setattr(SessionStore, "load", counted)
-
-
-async def _start(
-    tmp_path: Path, data: Path, *, eager: bool = False
-) -> tuple[str, list[dict[str, Any]], str]:
-    """Restore `data` in place: `agent/list` before any use, every session's answers, and the
-    list after; the manager writes the index as it stops."""
-    manager = _manager(tmp_path, data)
-    at_rest = manager_module._at_rest
-    if eager:
-        manager_module._at_rest = lambda state: False
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(manager.run)
-            before = manager.list_text()
-            answers = [_answers(session) for session in manager.sessions()]
-            after = manager.list_text()
-            nursery.cancel_scope.cancel()
-    finally:
-        manager_module._at_rest = at_rest
-    return before, answers, after
 
 
 def _sessions(tmp_path: Path, histories: list[list[Record]]) -> Path:

@@ -58,21 +58,25 @@ def _answers(session: Session) -> dict[str, Any]:
     }
 
 
-async def _restored(tmp_path: Path, data: Path, *, lazy: bool) -> tuple[str, str, list[Any]]:
-    """Restore `data` (a copy): the list before any session is used, after all are built, and
-    every session's answers."""
-    copy = tmp_path / ("lazy" if lazy else "eager")
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(data, copy)
-    manager = SessionManager(
-        SessionStore(copy),
+def _manager(tmp_path: Path, data: Path) -> SessionManager:
+    return SessionManager(
+        SessionStore(data),
         Models({"fake": target(ScriptedProvider([]))}),
         settings=session_settings(tmp_path),
         tools=file_tools(),
         default_cwd=workspace(tmp_path),
     )
+
+
+async def _restart(
+    tmp_path: Path, data: Path, *, eager: bool = False
+) -> tuple[str, list[dict[str, Any]], str]:
+    """Restore `data` in place: `agent/list` before any use, every session's answers, and the
+    list after (`eager`: every session built during the restore, as before lazy restoration);
+    the manager writes the index as it stops."""
+    manager = _manager(tmp_path, data)
     at_rest = manager_module._at_rest
-    if not lazy:  # every session built during the restore, as before lazy restoration
+    if eager:
         manager_module._at_rest = lambda state: False
     try:
         async with trio.open_nursery() as nursery:
@@ -83,6 +87,16 @@ async def _restored(tmp_path: Path, data: Path, *, lazy: bool) -> tuple[str, str
             nursery.cancel_scope.cancel()
     finally:
         manager_module._at_rest = at_rest
+    return before, answers, after
+
+
+async def _restored(tmp_path: Path, data: Path, *, lazy: bool) -> tuple[str, str, list[Any]]:
+    """Restore a copy of `data`: the list before any session is used, after all are built, and
+    every session's answers."""
+    copy = tmp_path / ("lazy" if lazy else "eager")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(data, copy)
+    before, answers, after = await _restart(tmp_path, copy, eager=not lazy)
     return before, after, answers
 
 
