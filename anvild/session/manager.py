@@ -75,6 +75,7 @@ from anvild.session.stream import LineBroadcast
 from anvild.store import (
     ContextReplaced,
     IndexEntry,
+    IndexWriter,
     Journal,
     JournalWriteError,
     ModelChanged,
@@ -94,7 +95,6 @@ from anvild.store import (
     read_journal,
     recover,
     trusted,
-    write_index,
 )
 
 log = structlog.get_logger(__name__)
@@ -533,6 +533,7 @@ class SessionManager:
         self._indexed: dict[str, tuple[SessionState, IndexEntry | Pending]] = {}
         self._index_ended: dict[str, IndexEntry | Pending] = {}
         self._index_changed = trio.Event()
+        self._index_writer = IndexWriter(store.directory, store.path_for)
         self.unload_listeners: list[Callable[[str], None]] = []
         """Called with a session's id when it is unloaded for idleness (the tree drops its
         nodes)."""
@@ -1051,17 +1052,16 @@ class SessionManager:
         items += self._index_ended.values()
         if not items and not self.store.directory.is_dir():
             return
-        given = {item.summary.id: item for item in items}
+        given = {item.summary.id: item for item in items if isinstance(item, Pending)}
         try:
-            written = await trio.to_thread.run_sync(
-                write_index, self.store.directory, items, self.store.path_for
-            )
+            written = await trio.to_thread.run_sync(self._index_writer.write, items)
         except OSError as exc:
             log.warning("session.index_not_written", error=str(exc))
             return
-        for session_id, done in written.items():  # checked once: no stat next time
-            sent = given.get(session_id)  # replaced only if nothing replaced it meanwhile
-            current = self._sessions.get(session_id)
+        for session_id, sent in given.items():  # checked once: no stat (nor encoding) next time
+            if (done := written.get(session_id)) is None:
+                continue
+            current = self._sessions.get(session_id)  # replaced if nothing replaced it meanwhile
             if isinstance(current, _Unbuilt):
                 if current.entry is sent:
                     current.entry = done

@@ -25,6 +25,7 @@ from anvild.store.errors import (
 from anvild.store.index import (
     Fingerprint,
     IndexEntry,
+    IndexWriter,
     Pending,
     SessionSummary,
     at_rest,
@@ -103,6 +104,7 @@ __all__ = [
     "FileSeen",
     "Fingerprint",
     "IndexEntry",
+    "IndexWriter",
     "Journal",
     "JournalContents",
     "JournalError",

@@ -6,7 +6,8 @@ An entry is a `SessionSummary` (what `agent/list`, the family maps and a restart
 no transcript) and the `Fingerprint` of the file it was computed from (size, mtime_ns, inode,
 last seq). The index is a cache, never trusted over the records: `trusted` keeps an entry only
 when the file's stat matches its fingerprint; any other file (no entry, a changed file, an
-unreadable, corrupt or other-version index) is replayed by the caller. `write_index` replaces
+unreadable, corrupt or other-version index) is replayed by the caller. `write_index` (or an
+`IndexWriter`, which re-encodes only the entries that changed since its last write) replaces
 the file atomically (temp file, fsync, rename, directory fsync); blocking: call it in a thread.
 An entry of a live session is written only when the file's size is the one its summary was
 read at (`Pending`), so a record appended meanwhile drops the entry instead of mislabelling it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -207,37 +209,64 @@ def trusted(entry: IndexEntry | None, path: Path) -> IndexEntry | None:
     return entry if entry.fingerprint.matches(st) else None
 
 
+class IndexWriter:
+    """Writes the index of one sessions directory, again and again: each entry's JSON text is
+    kept with the entry it was made from, so a write re-encodes only the entries that are not
+    the very objects of the last write (a `Pending` always is new: its file is stat'ed). The
+    file is the same document `json.dumps` would make. One write at a time (a lock)."""
+
+    def __init__(self, directory: Path, path_for: Callable[[str], Path]) -> None:
+        self.directory = directory
+        self._path_for = path_for
+        self._texts: dict[str, tuple[IndexEntry, str]] = {}  # id -> (entry, `"ID":{...}`)
+        self._lock = threading.Lock()
+
+    def write(self, entries: Iterable[IndexEntry | Pending]) -> dict[str, IndexEntry]:
+        """Replace the index with `entries` (a `Pending` one is checked against its file first).
+        Returns what was written, by id. Raises `OSError` when the index cannot be written (the
+        old one, if any, is left in place)."""
+        with self._lock:
+            written: dict[str, IndexEntry] = {}
+            texts: dict[str, tuple[IndexEntry, str]] = {}
+            for item in entries:
+                session_id = item.summary.id
+                if isinstance(item, Pending):
+                    try:
+                        st = os.stat(self._path_for(session_id))
+                    except OSError:
+                        continue
+                    if st.st_size != item.size:  # appended since the summary was taken: replay
+                        continue
+                    fingerprint = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ino, item.seq)
+                    item = IndexEntry(item.summary, fingerprint)
+                written[session_id] = item
+                known = self._texts.get(session_id)
+                if known is not None and known[0] is item:
+                    texts[session_id] = known
+                else:
+                    texts[session_id] = (item, _entry_text(session_id, item))
+            body = ",".join(text for _, text in texts.values())
+            data = f'{{"version":{INDEX_VERSION},"sessions":{{{body}}}}}'.encode()
+            path = index_path(self.directory)
+            replace_durably(path, data, temp=path.with_name(path.name + ".tmp"), mode=FILE_MODE)
+            self._texts = texts  # only after the write: a failed one re-encodes nothing wrongly
+            return written
+
+
 def write_index(
     directory: Path,
     entries: Iterable[IndexEntry | Pending],
     path_for: Callable[[str], Path],
 ) -> dict[str, IndexEntry]:
-    """Replace the index with `entries` (a `Pending` one is checked against its file first;
-    `path_for(id)` gives a session's file). Returns what was written, by id. Raises `OSError`
-    when the index cannot be written (the old one, if any, is left in place)."""
-    written: dict[str, IndexEntry] = {}
-    for item in entries:
-        if isinstance(item, Pending):
-            try:
-                st = os.stat(path_for(item.summary.id))
-            except OSError:
-                continue
-            if st.st_size != item.size:  # appended since the summary was taken: replay it
-                continue
-            fingerprint = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ino, item.seq)
-            item = IndexEntry(item.summary, fingerprint)
-        written[item.summary.id] = item
-    document = {
-        "version": INDEX_VERSION,
-        "sessions": {
-            session_id: {**entry.summary.to_json(), "file": _fingerprint_json(entry.fingerprint)}
-            for session_id, entry in written.items()
-        },
-    }
-    data = json.dumps(document, separators=(",", ":")).encode()
-    path = index_path(directory)
-    replace_durably(path, data, temp=path.with_name(path.name + ".tmp"), mode=FILE_MODE)
-    return written
+    """Replace the index with `entries` once (`IndexWriter.write`; `path_for(id)` gives a
+    session's file)."""
+    return IndexWriter(directory, path_for).write(entries)
+
+
+def _entry_text(session_id: str, entry: IndexEntry) -> str:
+    """One member of the document's `sessions` object, as `json.dumps` writes it."""
+    obj = {**entry.summary.to_json(), "file": _fingerprint_json(entry.fingerprint)}
+    return json.dumps(session_id) + ":" + json.dumps(obj, separators=(",", ":"))
 
 
 def _fingerprint_json(fp: Fingerprint) -> dict[str, int]:
@@ -275,6 +304,7 @@ __all__ = [
     "INDEX_VERSION",
     "Fingerprint",
     "IndexEntry",
+    "IndexWriter",
     "Pending",
     "SessionSummary",
     "at_rest",

@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anvild.store import (
     IndexEntry,
+    IndexWriter,
     Pending,
     Record,
     SessionStarted,
@@ -24,6 +26,7 @@ from anvild.store import (
     trusted,
     write_index,
 )
+from anvild.store import index as index_module
 from anvild.store.index import INDEX_NAME, index_path
 from anvild.store.records import encode
 from tests.unit.store.support import started, valid_records
@@ -125,3 +128,47 @@ def test_the_index_is_replaced_whole(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [INDEX_NAME, "s1.jsonl"]
     )  # no temporary file left
+
+
+def test_a_writer_encodes_only_what_changed_and_writes_what_json_dumps_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry given again (the same object) keeps its text; a new one (a Pending, a
+    replaced entry) is encoded; the file is byte for byte the one-shot document."""
+    pending = []
+    for name in ("s1", "s2", "s3"):
+        records: list[Record] = [started(name), StateChanged(SessionStatus.IDLE, "")]
+        path = _write_file(tmp_path, records)
+        pending.append(Pending(SessionSummary.of(replay(records)), path.stat().st_size, 2))
+    writer = IndexWriter(tmp_path, lambda i: tmp_path / f"{i}.jsonl")
+    encoded: list[str] = []
+    real = index_module._entry_text
+
+    def counting(session_id: str, entry: IndexEntry) -> str:
+        encoded.append(session_id)
+        return real(session_id, entry)
+
+    monkeypatch.setattr(index_module, "_entry_text", counting)
+    written = writer.write(pending)
+    assert encoded == ["s1", "s2", "s3"]
+    entries = list(written.values())
+    encoded.clear()
+    changed = attrs.evolve(entries[1], summary=attrs.evolve(entries[1].summary, alias="two"))
+    written = writer.write([entries[0], changed, entries[2]])
+    assert encoded == ["s2"]  # the others were the same objects: their texts were kept
+    encoded.clear()
+    writer.write([entries[2], entries[0]])  # one left out, the order changed
+    assert encoded == []
+    assert list(read_index(tmp_path)) == ["s3", "s1"]
+    once = write_index(
+        tmp_path, [entries[0], changed, entries[2]], lambda i: tmp_path / f"{i}.jsonl"
+    )
+    document = {
+        "version": 1,
+        "sessions": {
+            k: {**e.summary.to_json(), "file": index_module._fingerprint_json(e.fingerprint)}
+            for k, e in once.items()
+        },
+    }
+    assert index_path(tmp_path).read_bytes() == json.dumps(document, separators=(",", ":")).encode()
+    assert read_index(tmp_path)["s2"].summary.alias == "two"
