@@ -122,6 +122,13 @@ class SseStream:
     def __aiter__(self) -> SseStream:
         return self
 
+    def decoded(self) -> list[SseEvent]:
+        """The events decoded from the bytes read so far and not yet taken, taken now: what
+        the next `__anext__` calls would return without reading."""
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
+
     async def aclose(self) -> None:
         """Finalise the body iterator now. httpx's `aiter_bytes` is an async generator: one left
         unexhausted (an error mid-stream, a consumer that stops after its Finish, a cancelled

@@ -4,8 +4,11 @@ Each adapter's sans-IO `StreamState` turns one SSE event into zero or more Strea
 emit more when the body ends (`on_end`). `ProviderEvents` drives it from an SSE stream and stops
 right after the `Finish` without reading further, so a server that keeps the connection open
 after its terminal event (`message_stop`, `[DONE]`, `response.completed`) cannot hold the turn
-until the idle deadline. It is a plain async iterator, not an async generator, so leaving the
-provider's context manager early never leaves a generator to be finalised later.
+until the idle deadline. Text and reasoning deltas of one block that one socket read brought
+are joined into one event (a daemon that is behind pays the agent's per-event work once per read,
+not per delta); an error in a later event of that read is raised after the events before it. It
+is a plain async iterator, not an async generator, so leaving the provider's context manager
+early never leaves a generator to be finalised later.
 
 A non-2xx response goes through the adapter's `http_error`, which may turn the `HttpError` into
 a more precise error (a `ContextOverflow`); by default it stays an `HttpError`.
@@ -23,10 +26,10 @@ import httpx
 
 from anvild.llm.capabilities import Capabilities
 from anvild.llm.errors import ContextOverflow, HttpError, LlmError
-from anvild.llm.http import Timeouts, open_event_stream
+from anvild.llm.http import SseStream, Timeouts, open_event_stream
 from anvild.llm.providers import _overflow
 from anvild.llm.sse import SseEvent
-from anvild.llm.stream import Finish, StreamEvent
+from anvild.llm.stream import Finish, ReasoningDelta, StreamEvent, TextDelta
 from anvild.llm.types import ChatRequest
 
 
@@ -50,8 +53,11 @@ class WireState(Protocol):
 class ProviderEvents:
     def __init__(self, sse: AsyncIterator[SseEvent], state: WireState) -> None:
         self._sse = sse
+        # The events already decoded from what was read, taken without reading more.
+        self._decoded = sse.decoded if isinstance(sse, SseStream) else None
         self._state = state
         self._ready: deque[StreamEvent] = deque()
+        self._error: LlmError | None = None  # from a later event of a read, raised in turn
         self._done = False
 
     def __aiter__(self) -> ProviderEvents:
@@ -59,6 +65,9 @@ class ProviderEvents:
 
     async def __anext__(self) -> StreamEvent:
         while not self._ready:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
             if self._done:
                 raise StopAsyncIteration
             try:
@@ -67,12 +76,34 @@ class ProviderEvents:
                 self._done = True
                 self._ready.extend(self._state.on_end())
             else:
-                self._ready.extend(self._state.on_sse(sse))
+                if self._take(sse) and self._decoded is not None:
+                    for more in self._decoded():
+                        try:
+                            if not self._take(more):
+                                break
+                        except LlmError as exc:
+                            self._error = exc
+                            break
         event = self._ready.popleft()
         if isinstance(event, Finish):
             self._done = True
             self._ready.clear()
         return event
+
+    def _take(self, sse: SseEvent) -> bool:
+        """Queue what one SSE event means, joining a delta to the one before it of the same kind
+        and block; False once the stream's `Finish` is queued (nothing after it is read)."""
+        ready = self._ready
+        for event in self._state.on_sse(sse):
+            if isinstance(event, TextDelta | ReasoningDelta) and ready:
+                last = ready[-1]
+                if type(last) is type(event) and last.block == event.block:
+                    ready[-1] = type(event)(event.block, last.text + event.text)
+                    continue
+            ready.append(event)
+            if isinstance(event, Finish):
+                return False
+        return True
 
 
 class SseProvider(abc.ABC):
