@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from anvild.llm.types import (
     ContentBlock,
@@ -43,8 +44,24 @@ def message_bytes(message: Message) -> int:
     return sum(block_bytes(block) for block in message.content)
 
 
+# The last sizes of tool tuples, by identity (the tuple held, so its id is not reused): the agent
+# measures one step's tuple several times (before its request, to clear old results, after).
+_SPECS_SIZES: dict[int, tuple[Sequence[ToolSpec], int]] = {}
+_SPECS_SIZES_KEPT: Final = 64
+
+
 def specs_bytes(specs: Sequence[ToolSpec]) -> int:
-    return utf8(json.dumps([converter.unstructure(spec) for spec in specs])) if specs else 0
+    if not specs:
+        return 0
+    known = _SPECS_SIZES.get(id(specs))
+    if known is not None and known[0] is specs:
+        return known[1]
+    size = utf8(json.dumps([converter.unstructure(spec) for spec in specs]))
+    if isinstance(specs, tuple):
+        if len(_SPECS_SIZES) >= _SPECS_SIZES_KEPT:
+            del _SPECS_SIZES[next(iter(_SPECS_SIZES))]
+        _SPECS_SIZES[id(specs)] = (specs, size)
+    return size
 
 
 def request_bytes(system: str, specs: Sequence[ToolSpec], messages: Iterable[Message]) -> int:
