@@ -50,6 +50,12 @@ def split_lines(data: bytes) -> list[str]:
 
 def tokenize(line: str) -> list[str]:
     """Split `line` into words the way Plan 9's tokenize(2) does (single quotes, `''` escapes)."""
+    if "'" not in line:  # no quoting: words are the runs between spaces and tabs
+        return [word for word in line.replace("\t", " ").split(" ") if word]
+    return _tokenize_quoted(line)
+
+
+def _tokenize_quoted(line: str) -> list[str]:
     words: list[str] = []
     word: list[str] = []
     in_word = False

@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
+import errno
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -376,6 +378,8 @@ class Child:
 INDEX_INTERVAL: Final = 1.0
 """Seconds between two writes of the session index (changes in between are written together)."""
 _RESTING: Final = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
+_ABSENT: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+"""What `Path.exists` calls absent (a cwd that "does not exist"); any other error is shown."""
 
 
 def _at_rest(state: SessionState) -> bool:
@@ -899,20 +903,22 @@ class SessionManager:
             if self._default_cwd is None:
                 raise InvalidSessionRequest("new needs cwd=DIR (the session's working directory)")
             return self._default_cwd
-        path = Path(cwd)
-        if not path.is_absolute():
+        if not os.path.isabs(cwd):
             raise InvalidSessionRequest(f"cwd={cwd} is not an absolute path")
         try:
-            is_dir = path.is_dir()
-            what = "is not a directory" if path.exists() else "does not exist"
-        except OSError as exc:  # a name too long, a permission: the client's path, not a bug
-            shown = cwd if len(cwd) <= 200 else cwd[:200] + "..."
-            raise InvalidSessionRequest(
-                f"cwd={shown} cannot be used: {exc.strerror or exc}; give another cwd"
-            ) from exc
+            # One stat (`new`'s common case); a trailing slash is dropped as `Path` drops it.
+            is_dir = stat.S_ISDIR(os.stat(cwd.rstrip("/") or "/").st_mode)
+            what = "is not a directory"
+        except OSError as exc:
+            if exc.errno not in _ABSENT:  # a name too long, a permission: the client's path
+                shown = cwd if len(cwd) <= 200 else cwd[:200] + "..."
+                raise InvalidSessionRequest(
+                    f"cwd={shown} cannot be used: {exc.strerror or exc}; give another cwd"
+                ) from exc
+            is_dir, what = False, "does not exist"
         if not is_dir:
             raise InvalidSessionRequest(f"cwd={cwd} {what}: create it or give another cwd")
-        return Path(os.path.normpath(path))
+        return Path(os.path.normpath(cwd))
 
     def _check_alias(self, alias: str) -> None:
         if not ALIAS_RE.fullmatch(alias):
@@ -969,7 +975,7 @@ class SessionManager:
         """Whether a session (live or exited) has the id `name`: one stat, not a listing of
         every session's file (which grew each `new` with the number of sessions)."""
         try:
-            return self.store.path_for(name).exists()
+            return os.path.exists(self.store.path_for(name))
         except ValueError:  # not the shape of an id: no session file has that name
             return False
 

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from anvild.fs.ctl import Command, CommandError, CommandSpec, CommandTable, split_lines, tokenize
+from anvild.fs.ctl import (
+    Command,
+    CommandError,
+    CommandSpec,
+    CommandTable,
+    _tokenize_quoted,
+    split_lines,
+    tokenize,
+)
 
 
 async def _answer(command: Command) -> str:
@@ -70,6 +78,13 @@ def test_split_lines_refuses_non_text(data: bytes, message: str) -> None:
 )
 def test_tokenize_follows_plan9_quoting(line: str, words: list[str]) -> None:
     assert tokenize(line) == words
+
+
+@given(st.text(alphabet=st.sampled_from(" \t\u00a0\u2003\x0bab=/é"), max_size=30))
+def test_a_line_without_quotes_splits_as_the_quoting_tokenizer_splits_it(line: str) -> None:
+    """The quote-free fast path: words between runs of spaces and tabs, nothing else a
+    separator (no-break and em spaces, vertical tabs stay in words)."""
+    assert tokenize(line) == _tokenize_quoted(line)
 
 
 def test_tokenize_refuses_an_open_quote() -> None:
