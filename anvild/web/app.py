@@ -24,7 +24,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from importlib import resources
-from typing import Any, Final
+from typing import Final
 
 import structlog
 from starlette.applications import Starlette
@@ -45,6 +45,7 @@ from anvild.store import PendingResult
 from anvild.web.auth import COOKIE, Guard
 from anvild.web.beads import BeadActions, bead_routes
 from anvild.web.body import BadBody, perform, read_field
+from anvild.web.cards import Cards, session_info
 from anvild.web.hub import EventHub, Gap
 from anvild.web.mail import mail_routes
 from anvild.web.spend import PricingOf, spend_routes
@@ -72,8 +73,6 @@ STATIC: Final = {
     "favicon.svg": "image/svg+xml",
 }
 RECENT_EVENTS: Final = 2000
-NEEDS_PERSON: Final = ("await_approval", "error")
-_USD = re.compile(r"^(?:total_)?usd (\S+)$", re.MULTILINE)
 
 
 def _asset(name: str) -> str:
@@ -97,35 +96,6 @@ def page_html(name: str) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m[1]], _asset("page.html"))
 
 
-def _usd(cost_text: str) -> str:
-    """The session's cost in USD from its `cost` file (the total with children when given)."""
-    found = _USD.findall(cost_text)
-    return found[-1] if found else "n/a"
-
-
-def session_info(s: Session, convoys: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the board shows of one session (each value as its file shows it); `convoys`: those
-    of the beads it works on."""
-    window = s.target.limits.context_window
-    return {
-        "id": s.id,
-        "alias": s.alias,
-        "role": s.role,
-        "state": s.status.value,
-        "detail": s.status_detail,
-        "model": s.model,
-        "usage": s.usage_line(),
-        "used": s.usage_used(),
-        "window": window,
-        "usd": _usd(s.cost_text()),
-        "created": s.created,
-        "first_prompt": s.first_prompt,
-        "cwd": s.cwd,
-        "needs_person": s.status.value in NEEDS_PERSON or s.pending_result is not None,
-        "convoys": list(convoys),
-    }
-
-
 def _error(exc: SessionError) -> JSONResponse:
     status = 404 if isinstance(exc, SessionNotFound) else 409
     return JSONResponse({"error": str(exc)}, status_code=status)
@@ -145,6 +115,7 @@ def board_app(
     """The board's routes (put the result behind `Guarded(app, guard)`); without `pricing_of`
     spend per hour has no USD (every price unknown)."""
     convoys_of = manager.settings.convoys_of or (lambda session_id: ())
+    cards = Cards(manager, pricing_of or (lambda model: None), convoys_of)
 
     def page(name: str) -> Callable[[Request], Awaitable[Response]]:
         async def serve(request: Request) -> Response:
@@ -161,8 +132,9 @@ def board_app(
         return Response(_asset(name), media_type=f"{STATIC[name]}; charset=utf-8")
 
     async def sessions(request: Request) -> Response:
+        found = await cards.all()  # builds none: a board never keeps a session from unloading
         seq = hub.position()
-        infos = [session_info(s, convoys_of(s.id)) for s in manager.sessions()]
+        infos = [card.info for card in found]
         infos.sort(key=lambda i: (not i["needs_person"], i["created"]), reverse=False)
         return JSONResponse({"seq": seq, "sessions": infos})
 
@@ -305,9 +277,7 @@ def board_app(
             Route("/api/sessions/{id}/ctl", action(ctl, "command"), methods=["POST"]),
             Route("/events", events),
             *([] if beads is None else bead_routes(beads, hub)),
-            *spend_routes(
-                manager, hub, lambda s: _usd(s.cost_text()), pricing_of or (lambda model: None)
-            ),
+            *spend_routes(manager, hub, cards, pricing_of or (lambda model: None)),
             *([] if mail is None else mail_routes(mail, hub)),
         ]
     )

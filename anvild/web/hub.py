@@ -1,7 +1,11 @@
 """`EventHub`: the board's one numbered event feed, read from the same broadcasts as 9P readers.
 
-The hub holds a cursor on the daemon's `agent/events` stream and one on each live session's
-`events` stream (followed from the `session_created` line that announces it, backlog included).
+The hub holds a cursor on the daemon's `agent/events` stream and one on each built session's
+`events` stream (from the start, or from the daemon's first line about it: `session_created`,
+a state change; backlog included). A session at rest (`at_rest`) is parked once its lines are
+taken: its cursor closed, so it may unload for idleness; the daemon's next line about it resumes
+it from where the hub stopped (what its stream, or its rebuild's, published since; a `lagged`
+marker for what the backlog lost).
 Every line it takes gets the next number and is kept, with its session ("" for the daemon's
 stream), in a bounded window of the latest `keep` lines. A position is `EPOCH-N` (a new epoch
 each daemon start). A browser's SSE stream resumes after the last position it saw
@@ -24,7 +28,7 @@ from typing import Final, Protocol
 import attrs
 import trio
 
-from anvild.lines.broadcast import Broadcast, Cursor
+from anvild.lines.broadcast import Broadcast, Cursor, lag_marker
 
 __all__ = ["EventHub", "FeedItem", "Gap", "Queued"]
 
@@ -58,13 +62,24 @@ class Queued(Protocol):
     def queue_text(self) -> str: ...
 
 
+@attrs.frozen
+class _Parked:
+    """A session whose cursor the hub closed at rest: `taken` lines of `stream` were taken
+    (`stream` None after an unload: `taken` lines of its rebuild's stream are the kept ones)."""
+
+    stream: Broadcast | None
+    taken: int
+
+
 def _queue_line(text: str) -> bytes:
     return json.dumps({"type": "queue", "text": text}, separators=(",", ":")).encode()
 
 
 class EventHub:
-    """The numbered feed of the daemon's and every session's events (module docstring);
-    `queued(id)`: the session whose queue is watched (None: not watched)."""
+    """The numbered feed of the daemon's and every session's events (module docstring).
+    `session_events(id)`: a built session's stream (None: not built, or gone), building none;
+    `sessions()`: the ids of those built at the start; `queued(id)`: the session whose queue is
+    watched (None: not watched); `at_rest(id)`: whether its cursor may be closed now."""
 
     def __init__(
         self,
@@ -74,14 +89,18 @@ class EventHub:
         *,
         keep: int = 20_000,
         queued: Callable[[str], Queued | None] = lambda session_id: None,
+        at_rest: Callable[[str], bool] = lambda session_id: False,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self._root, self._session_events, self._sessions = root, session_events, sessions
         self._queued, self._keep, self.epoch = queued, keep, secrets.token_hex(4)
+        self._at_rest = at_rest
+        self._parked: dict[str, _Parked] = {}
         self._items: list[FeedItem] = []
         self._seq = 0
         self._cursors: dict[str, Cursor] = {}
+        self._streams: dict[str, Broadcast] = {}  # what each cursor reads
         self._wakers: dict[str, Callable[[], None]] = {}
         self._ready: dict[str, None] = {}  # sessions whose cursor has lines (in order)
         self._drainer: trio.Event | None = None  # set when `_ready` gains its first entry
@@ -121,12 +140,23 @@ class EventHub:
             nursery.start_soon(self._drain)
             task_status.started()
 
-    def _follow_session(self, session_id: str) -> None:
+    def _follow_session(self, session_id: str, announced: bool = True) -> None:
+        """Follow a session's stream; one not `announced` (a later line about it) only while
+        its stream is open (an ended one's backlog was taken when it was announced)."""
         if session_id in self._cursors:
             return
         broadcast = self._session_events(session_id)
+        parked = self._parked.pop(session_id, None)
+        if broadcast is not None and broadcast.closed and parked is None and not announced:
+            return
+        if parked is not None and parked.stream is not None and parked.stream is not broadcast:
+            parked = self._left(session_id, parked.stream, parked.taken)  # it was unloaded
         if broadcast is not None:
-            self._follow(session_id, broadcast)
+            if parked is None:
+                self._follow(session_id, broadcast)
+            else:
+                self._catch_up(session_id, broadcast, parked.taken)
+                self._follow(session_id, broadcast, backlog=False)
             session = self._queued(session_id)
             if session is not None and self._nursery is not None:
                 self._watching[session_id] = scope = trio.CancelScope()
@@ -148,9 +178,9 @@ class EventHub:
                     self._add(session_id, [_queue_line(text)])
                 await trio.sleep(QUEUE_EVERY)
 
-    def _follow(self, session_id: str, broadcast: Broadcast) -> None:
-        cursor = broadcast.subscribe(backlog=True)
-        self._cursors[session_id] = cursor
+    def _follow(self, session_id: str, broadcast: Broadcast, *, backlog: bool = True) -> None:
+        cursor = broadcast.subscribe(backlog=backlog)
+        self._cursors[session_id], self._streams[session_id] = cursor, broadcast
 
         def wake() -> None:
             if not self._ready and self._drainer is not None:
@@ -158,10 +188,7 @@ class EventHub:
             self._ready[session_id] = None
 
         self._wakers[session_id] = wake
-        if cursor.ready():
-            wake()
-        else:
-            cursor.on_ready(wake)
+        wake()  # drained at once: its lines taken, or parked if it is at rest with none
 
     async def _drain(self) -> None:
         """Take the lines of every cursor that said it has some, once per wake-up."""
@@ -179,6 +206,10 @@ class EventHub:
         while True:
             data = cursor.read_nowait(_READ)
             if data is None:
+                resting = session_id != ROOT and session_id not in self._partial
+                if resting and self._at_rest(session_id):
+                    self._park(session_id, cursor)
+                    return
                 cursor.on_ready(self._wakers[session_id])  # refused: still registered
                 return
             if not data:
@@ -189,11 +220,43 @@ class EventHub:
     def _forget(self, session_id: str, cursor: Cursor) -> None:
         cursor.close()
         if self._cursors.get(session_id) is cursor:
-            del self._cursors[session_id]
+            del self._cursors[session_id], self._streams[session_id]
+            self._parked.pop(session_id, None)
             self._wakers.pop(session_id, None)
             self._partial.pop(session_id, None)
             if (scope := self._watching.pop(session_id, None)) is not None:
                 scope.cancel()
+
+    def _park(self, session_id: str, cursor: Cursor) -> None:
+        """Close the cursor of a session at rest whose lines are all taken (module docstring)."""
+        stream = self._streams[session_id]
+        cursor.on_ready(None)
+        self._forget(session_id, cursor)
+        self._parked[session_id] = _Parked(stream, stream.statistics().published)
+
+    def _catch_up(self, session_id: str, stream: Broadcast, taken: int) -> None:
+        """Take what `stream` published after its first `taken` lines, from its backlog."""
+        missed = stream.statistics().published - taken
+        if missed <= 0:
+            return
+        backlog = stream.backlog()
+        lines = [line.encode("utf-8", "surrogateescape") for line in backlog[-missed:]]
+        if missed > len(backlog):
+            lines.insert(0, lag_marker(missed - len(backlog)).rstrip(b"\n"))
+        self._add(session_id, lines)
+
+    def _left(self, session_id: str, stream: Broadcast, taken: int) -> _Parked:
+        """A parked session's stream was let go (an unload): its last lines taken now; its
+        rebuild's stream starts with its backlog (kept), which the hub has then taken."""
+        self._catch_up(session_id, stream, taken)
+        return _Parked(None, len(stream.backlog()))
+
+    def unloaded(self, session_id: str) -> None:
+        """A session was unloaded for idleness: let go of its stream (a listener of the
+        manager's unloads), so the hub never keeps what the unload dropped."""
+        parked = self._parked.get(session_id)
+        if parked is not None and parked.stream is not None:
+            self._parked[session_id] = self._left(session_id, parked.stream, parked.taken)
 
     def pump(self) -> int:
         """Take every line the cursors hold now (no await); return `seq`."""
@@ -214,14 +277,16 @@ class EventHub:
         for line in lines:
             self._seq += 1
             self._items.append(FeedItem(self._seq, session_id, line))
-            if session_id == ROOT and b'"session_created"' in line:
+            if session_id == ROOT and b'"id"' in line:
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue
-                created = event.get("id") if isinstance(event, dict) else None
-                if event.get("type") == "session_created" and isinstance(created, str):
-                    self._follow_session(created)
+                about = event.get("id") if isinstance(event, dict) else None
+                if isinstance(about, str) and about not in self._cursors:  # new, or woken
+                    self._follow_session(about, event.get("type") == "session_created")
+                elif isinstance(about, str) and about in self._wakers:
+                    self._wakers[about]()  # its state changed: drained again, maybe parked
         if len(self._items) > 2 * self._keep:
             del self._items[: len(self._items) - self._keep]
         if lines and self._changed:

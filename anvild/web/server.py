@@ -20,7 +20,7 @@ from hypercorn.trio import serve
 
 from anvild.lines.broadcast import Broadcast
 from anvild.mail import PostOffice
-from anvild.session import Session, SessionError, SessionManager
+from anvild.session import Session, SessionManager, SessionStatus
 from anvild.web.address import WebAddress
 from anvild.web.app import Answered, CtlLine, board_app
 from anvild.web.auth import Guard, Guarded
@@ -31,6 +31,7 @@ from anvild.web.spend import PricingOf
 __all__ = ["WebBoard"]
 
 log = structlog.get_logger("anvild.web")
+_RESTING = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
 
 
 def _hosts(address: WebAddress, port: int) -> list[str]:
@@ -55,22 +56,32 @@ class WebBoard:
     url: str | None = None
 
     def _session(self, session_id: str) -> Session | None:
-        try:
-            return self.manager.get(session_id)
-        except SessionError:
-            return None
+        """The session if it is built: the hub never builds one, nor counts as a use."""
+        session = self.manager.peek(session_id)
+        return session if isinstance(session, Session) else None
 
     def _session_events(self, session_id: str) -> Broadcast | None:
         session = self._session(session_id)
         return None if session is None else session.events
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        hub = EventHub(
+    def _at_rest(self, session_id: str) -> bool:
+        """Whether the hub may let go of the session's stream (so it may unload): at rest."""
+        session = self._session(session_id)
+        return session is not None and session.status in _RESTING and session.pending_result is None
+
+    def hub(self) -> EventHub:
+        """The board's feed: it follows built sessions only, and lets go of those at rest
+        (`unloaded` must hear the manager's unloads: `run` does that)."""
+        return EventHub(
             self.events,
             self._session_events,
-            lambda: [s.id for s in self.manager.sessions()],
+            lambda: [s.id for s in self.manager.built_sessions()],
             queued=self._session,
+            at_rest=self._at_rest,
         )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        hub = self.hub()
         config = HypercornConfig()
         config.bind = [self.address.bind]
         config.accesslog = None
@@ -89,12 +100,16 @@ class WebBoard:
             pricing_of=self.pricing_of,
         )
         app = Guarded(routes, guard)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(hub.run)
-            binds: list[str] = await nursery.start(serve, app, config)
-            port = int(binds[0].rpartition(":")[2])
-            if self.address.is_loopback:
-                guard.hosts = frozenset(_hosts(self.address, port))
-            self.url = f"http://{self.address.bind.rpartition(':')[0]}:{port}/"
-            log.info("web.serving", url=self.url)
-            task_status.started()
+        self.manager.unload_listeners.append(hub.unloaded)  # lets go of an unloaded stream
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(hub.run)
+                binds: list[str] = await nursery.start(serve, app, config)
+                port = int(binds[0].rpartition(":")[2])
+                if self.address.is_loopback:
+                    guard.hosts = frozenset(_hosts(self.address, port))
+                self.url = f"http://{self.address.bind.rpartition(':')[0]}:{port}/"
+                log.info("web.serving", url=self.url)
+                task_status.started()
+        finally:
+            self.manager.unload_listeners.remove(hub.unloaded)

@@ -16,7 +16,7 @@ sum each session's recorded usage and USD (None when any is unknown, as `cost` s
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,37 +25,34 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from anvild.llm.registry import Pricing
 from anvild.llm.stream import Usage
-from anvild.session import Session, SessionManager
+from anvild.session import SessionManager
 from anvild.store import SessionStore, StoreError, read_journal
 from anvild.store.records import Compacted, ModelChanged, SessionStarted, UsageReported
+from anvild.web.cards import Card, Cards, PricingOf
 from anvild.web.hub import EventHub
 
 __all__ = ["HourlySpend", "PricingOf", "charges", "hour_of", "spend_routes", "spend_rows"]
 
-PricingOf = Callable[[str], Pricing | None]
-"""A model alias's prices (the user config's, as `anvilctl stats` prices), None: unknown."""
 FIELDS: Final = ("input", "output", "cache_read", "cache_write")
 HOURS: Final = 24
 MAX_HOURS: Final = 7 * 24
 
 
-def spend_rows(
-    sessions: Iterable[Session], key: Callable[[Session], str], usd: Callable[[Session], str]
-) -> list[dict[str, Any]]:
-    """One row per value of `key`: sessions, token sums and USD (None when any is unknown)."""
+def spend_rows(cards: Iterable[Card], key: str | None) -> list[dict[str, Any]]:
+    """One row per value of the cards' `key` (None: one row, `all`): sessions, token sums and
+    USD (None when any is unknown)."""
     rows: dict[str, dict[str, Any]] = {}
-    for s in sessions:
+    for card in cards:
+        name = "all" if key is None else card.info[key]
         row = rows.setdefault(
-            key(s), {"name": key(s), "sessions": 0, **dict.fromkeys(FIELDS, 0), "usd": 0.0}
+            name, {"name": name, "sessions": 0, **dict.fromkeys(FIELDS, 0), "usd": 0.0}
         )
         row["sessions"] += 1
-        usage = s.record.usage
-        for name in FIELDS:
-            row[name] += getattr(usage, name) or 0
+        for field in FIELDS:
+            row[field] += getattr(card.usage, field) or 0
         try:
-            cost: float | None = float(usd(s))
+            cost: float | None = float(card.info["usd"])
         except ValueError:
             cost = None
         row["usd"] = None if cost is None or row["usd"] is None else row["usd"] + cost
@@ -143,12 +140,9 @@ class HourlySpend:
 
 
 def spend_routes(
-    manager: SessionManager,
-    hub: EventHub,
-    usd: Callable[[Session], str],
-    pricing_of: PricingOf,
+    manager: SessionManager, hub: EventHub, cards: Cards, pricing_of: PricingOf
 ) -> list[Route]:
-    """`usd(session)`: its cost in USD as the board shows it (`n/a` when unknown)."""
+    """The live rows from `cards` (building no session), the hours from the store."""
     spent = HourlySpend(manager.store, pricing_of)
 
     async def spend(request: Request) -> Response:
@@ -158,19 +152,19 @@ def spend_routes(
             return JSONResponse({"error": message}, status_code=400)
         now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
         since = now - dt.timedelta(hours=int(text) - 1)
-        seq = hub.position()
-        sessions = manager.sessions()
         hours, undated = await trio.to_thread.run_sync(spent.rows, since)
+        sessions = await cards.all()
+        seq = hub.position()
         budgets = manager.settings.budgets
-        total = spend_rows(sessions, lambda s: "all", usd)
+        total = spend_rows(sessions, None)
         return JSONResponse(
             {
                 "seq": seq,
                 "hours": hours,
                 "undated": undated,
                 "slots": [hour_of(since + dt.timedelta(hours=n)) for n in range(int(text))],
-                "models": spend_rows(sessions, lambda s: s.model, usd),
-                "roles": spend_rows(sessions, lambda s: s.role, usd),
+                "models": spend_rows(sessions, "model"),
+                "roles": spend_rows(sessions, "role"),
                 "total": total[0] if total else None,
                 "budget": "no budgets: [budget] daily_usd or daily_tokens in the user config "
                 "sets one\n"
