@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Final
 
 import attrs
+import outcome
 import structlog
 import trio
 
@@ -538,6 +539,7 @@ class SessionManager:
         self._index_ended: dict[str, IndexEntry | Pending] = {}
         self._index_changed = trio.Event()
         self._index_writer = IndexWriter(store.directory, store.path_for)
+        self._unsynced: dict[str, list[SessionEvent]] = {}  # see `_created`
         self.unload_listeners: list[Callable[[str], None]] = []
         """Called with a session's id when it is unloaded for idleness (the tree drops its
         nodes)."""
@@ -757,13 +759,12 @@ class SessionManager:
                 approver=approver,
                 parent=request.parent,
             )
-            try:
-                journal = await trio.to_thread.run_sync(self.store.create, started)
-            except StoreError as exc:
-                raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
-            if base is not None:
+            if base is None:
+                session = await self._created(started, target)
+            else:  # the old transcript is recorded before the session is built from it
+                journal = await self._create_file(started)
                 await trio.to_thread.run_sync(_record_fork, journal, base)
-            session = Session(journal, target, self._services)
+                session = Session(journal, target, self._services)
             self._add(session)
             if request.parent is not None:
                 self._family.setdefault(request.parent, []).append(session.id)
@@ -776,6 +777,49 @@ class SessionManager:
             SessionCreated(session.id, alias, role, target.name, str(cwd), request.ephemeral)
         )
         self._services.before_turn(session)  # its config reported now, not at its first turn
+        return session
+
+    async def _create_file(self, started: SessionStarted) -> Journal:
+        try:
+            return await trio.to_thread.run_sync(self.store.create, started)
+        except StoreError as exc:
+            raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+
+    async def _created(self, started: SessionStarted, target: ResolvedModel) -> Session:
+        """A new session's file written, and its `Session` built on this thread while a worker
+        thread fsyncs the file and its directory: the build overlaps the disk's wait. Nothing
+        of it is shown (added, published, answered) before the sync returned: its events meanwhile
+        (a skipped skill) are held, then published, or dropped if the sync failed."""
+        try:
+            journal = self.store.begin(started)
+        except StoreError as exc:
+            raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+        if journal is None:  # no sessions directory yet: made with the file, in a thread
+            return Session(await self._create_file(started), target, self._services)
+        limiter = trio.to_thread.current_default_thread_limiter()
+        token, synced = trio.lowlevel.current_trio_token(), trio.Event()
+        result: list[outcome.Outcome[None]] = []
+
+        def deliver(done: outcome.Outcome[None]) -> None:  # in the worker thread
+            result.append(done)
+            token.run_sync_soon(synced.set)
+
+        held: list[SessionEvent] = []
+        async with limiter:  # the cap `to_thread` keeps on worker threads
+            self._unsynced[started.id] = held
+            trio.lowlevel.start_thread_soon(journal.sync_created, deliver, name="new: fsync")
+            try:
+                session = Session(journal, target, self._services)
+            finally:
+                with trio.CancelScope(shield=True):  # as `to_thread`: the sync is waited for
+                    await synced.wait()
+                del self._unsynced[started.id]
+        try:
+            result[0].unwrap()
+        except StoreError as exc:  # the file was removed: the session never was
+            raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+        for event in held:
+            self.publish(event)
         return session
 
     async def _source(self, key: str, request: NewSession) -> SessionState:
@@ -872,6 +916,9 @@ class SessionManager:
         return LimitedProvider(target.provider, limiter)
 
     def publish(self, event: SessionEvent) -> None:
+        if (held := self._unsynced.get(event.id)) is not None:
+            held.append(event)  # its session's first record is not durable yet: see `_created`
+            return
         self._index_changed.set()  # a state, an alias, a role...: the index is written again
         self.events.publish(encode_session_event(event))
         if self._on_event is not None:

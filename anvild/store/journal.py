@@ -2,6 +2,7 @@
 
     store = SessionStore(dir)   # .create(SessionStarted) / .open(id) / .read(id) / .ids()
     journal.append(record)      # apply, write, (sync), then publish the state
+    store.begin(started)        # create's write; then journal.sync_created() before it is shown
 
 `append` applies the record first (`RecordError`: nothing written), writes the whole line through
 an `O_APPEND` descriptor, then replaces `state`: a mutation is recorded before it is visible.
@@ -184,6 +185,16 @@ class Journal:
         """A new session file holding `started`, synced with its directory. Raises
         `JournalError` if the file exists, `JournalWriteError` if it cannot be written (nothing
         is left behind)."""
+        journal = cls.begin(path, started)
+        journal.sync_created()
+        return journal
+
+    @classmethod
+    def begin(cls, path: Path, started: SessionStarted) -> Journal:
+        """`create` without its fsyncs: the file made and `started` written (no thread needed
+        on a local disk, as an unsynced append). The caller runs `sync_created` (in a thread)
+        and shows the session to nobody before it returned. Raises as `create` does; a missing
+        directory raises `JournalWriteError` with errno ENOENT."""
         state = apply(None, started)
         line = encode(1, started)
         try:
@@ -196,13 +207,27 @@ class Journal:
             raise _write_error(path, "cannot create the session file", exc, intact=True) from exc
         try:
             _write_all(fd, line)
-            os.fsync(fd)
-            sync_directory(path.parent)
         except OSError as exc:
             os.close(fd)
             path.unlink(missing_ok=True)
             raise _write_error(path, "cannot write the session header", exc, intact=True) from exc
         return cls(path, fd, state, 1, len(line))
+
+    def sync_created(self) -> None:
+        """The second half of `create` after `begin`: fsync the file, then its directory (so
+        the new entry survives a power loss). On a failure the file is closed and removed
+        (nothing is left behind) and `JournalWriteError` raised. Blocking."""
+        with self._lock:
+            fd = self._writable()
+            try:
+                os.fsync(fd)
+                sync_directory(self.path.parent)
+            except OSError as exc:
+                self._fd = None
+                os.close(fd)
+                self.path.unlink(missing_ok=True)
+                message = "cannot write the session header"
+                raise _write_error(self.path, message, exc, intact=True) from exc
 
     @classmethod
     def open(cls, path: Path) -> Journal:
@@ -452,6 +477,16 @@ class SessionStore:
                 message = "cannot create the sessions directory"
                 raise _write_error(path, message, exc, intact=True) from exc
         return Journal.create(path, started)
+
+    def begin(self, started: SessionStarted) -> Journal | None:
+        """`Journal.begin` in this directory; None when the directory does not exist yet (then
+        `create`, in a thread, makes it). Raises as `Journal.begin`."""
+        try:
+            return Journal.begin(self.path_for(started.id), started)
+        except JournalWriteError as exc:
+            if exc.errno == errno_codes.ENOENT and not self.directory.is_dir():
+                return None
+            raise
 
     def open(self, session_id: str) -> Journal:
         return Journal.open(self.path_for(session_id))

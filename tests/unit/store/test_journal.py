@@ -185,6 +185,48 @@ def test_sync_can_be_forced_or_skipped(path: Path, fsyncs: list[int]) -> None:
         assert len(fsyncs) - before == 2
 
 
+def test_begin_writes_the_header_unsynced_and_sync_created_makes_it_create(
+    tmp_path: Path, fsyncs: list[int]
+) -> None:
+    store = SessionStore(tmp_path / "sessions")
+    assert store.begin(started("s1")) is None  # no directory yet: `create` (in a thread) makes it
+    assert not (tmp_path / "sessions").exists()
+    store.create(started("s1")).close()
+    before = len(fsyncs)
+    journal = store.begin(started("s2"))
+    assert journal is not None
+    assert len(fsyncs) == before  # written, not synced
+    journal.sync_created()
+    assert len(fsyncs) - before == 2  # the file, then its directory
+    journal.append(Note("x"))
+    journal.close()
+    twin = Journal.create(tmp_path / "twin.jsonl", started("s2"))
+    twin.append(Note("x"))
+    twin.close()
+    assert store.path_for("s2").read_bytes() == (tmp_path / "twin.jsonl").read_bytes()
+    with pytest.raises(JournalError, match="already exists"):
+        store.begin(started("s2"))
+
+
+def test_a_failed_sync_of_a_new_file_removes_it_and_closes_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SessionStore(tmp_path / "sessions")
+    store.create(started("s1")).close()
+    journal = store.begin(started("s2"))
+    assert journal is not None
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(JournalWriteError, match="cannot write the session header") as caught:
+        journal.sync_created()
+    assert (caught.value.errno, caught.value.intact, journal.closed) == (errno.EIO, True, True)
+    assert not store.path_for("s2").exists()
+    assert store.ids() == ["s1"]
+
+
 # -- loading ----------------------------------------------------------------------------------
 
 
