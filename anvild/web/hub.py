@@ -1,21 +1,17 @@
 """`EventHub`: the board's one numbered event feed, read from the same broadcasts as 9P readers.
 
-The hub holds a cursor on the daemon's `agent/events` stream and one on each built session's
-`events` stream (from the start, or from the daemon's first line about it: `session_created`,
-a state change; backlog included). A session at rest (`at_rest`) is parked once its lines are
-taken: its cursor closed, so it may unload for idleness; the daemon's next line about it resumes
-it from where the hub stopped (what its stream, or its rebuild's, published since; a `lagged`
-marker for what the backlog lost).
-Every line it takes gets the next number and is kept, with its session ("" for the daemon's
-stream), in a bounded window of the latest `keep` lines. A position is `EPOCH-N` (a new epoch
-each daemon start). A browser's SSE stream resumes after the last position it saw
-(`Last-Event-ID`): what is still in the window is replayed in order, with no gap; an older
-position, or one of another epoch, gets one `reset` (the page reloads its snapshot). `pump`
-drains every cursor at once, so a snapshot and the position it reports agree with the feed;
-otherwise one task drains the cursors whose `on_ready` fired, and a feed wakes only for lines
-it takes. A session's queue (its `queue` file) is fed as a board line,
-`{"type":"queue","text":...}`, when found changed, looked at most every `QUEUE_EVERY` seconds.
-The hub holds lines, never session state.
+It follows the daemon's `agent/events` and each built session's `events` (from the start or the
+daemon's first line about it, backlog included). A session at rest (`at_rest`) is parked once
+its lines are taken (cursor closed: it may unload); a daemon line about it, a change of it
+(`version`) or its rebuild resumes it where the hub stopped (from the backlog; `lagged` for what
+that lost). Each line taken gets the next number and is kept, with its session ("" for the
+daemon's), in a window of the latest `keep`. A position is `EPOCH-N` (a new epoch each start):
+an SSE stream resumes after the last one it saw (`Last-Event-ID`), replayed in order with no
+gap, or gets one `reset` (the page reloads) for one no longer kept or of another run. `pump`
+drains every cursor at once, so a snapshot and its position agree with the feed; else one task
+drains the cursors whose `on_ready` fired, and a feed wakes only for lines it takes. A session's
+queue is fed as `{"type":"queue","text":...}` when changed, looked at most every `QUEUE_EVERY`
+seconds. The hub holds lines, never session state.
 """
 
 from __future__ import annotations
@@ -37,6 +33,8 @@ ROOT: Final = ""
 """The session id of a line from the daemon's own stream."""
 QUEUE_EVERY: Final = 0.2
 """Seconds between two looks at one session's queue (a change shows at most this late)."""
+REBUILT_EVERY: Final = 1.0
+"""Seconds between two looks for rebuilt sessions among those parked and unloaded."""
 
 
 @attrs.frozen
@@ -138,6 +136,7 @@ class EventHub:
             for session_id in self._sessions():
                 self._follow_session(session_id)
             nursery.start_soon(self._drain)
+            nursery.start_soon(self._watch_rebuilds)
             task_status.started()
 
     def _follow_session(self, session_id: str, announced: bool = True) -> None:
@@ -158,7 +157,8 @@ class EventHub:
                 self._catch_up(session_id, broadcast, parked.taken)
                 self._follow(session_id, broadcast, backlog=False)
             session = self._queued(session_id)
-            if session is not None and self._nursery is not None:
+            watched = session_id in self._watching  # still, from before it was parked
+            if session is not None and self._nursery is not None and not watched:
                 self._watching[session_id] = scope = trio.CancelScope()
                 seen = (session.version, session.queue_text())  # now: no change is missed
                 self._nursery.start_soon(self._watch_queue, session_id, session, seen, scope)
@@ -166,11 +166,14 @@ class EventHub:
     async def _watch_queue(
         self, session_id: str, session: Queued, seen: tuple[int, str], scope: trio.CancelScope
     ) -> None:
-        """Feed the session's queue each time it changes, until its events stream ends."""
+        """Feed the session's queue each time it changes, until its events stream ends or it
+        is unloaded; a change of a parked session resumes it (its stream may have lines)."""
         version, shown = seen
         with scope:
             while True:
                 version = await session.wait_changed(version)
+                if session_id in self._parked:
+                    self._follow_session(session_id)
                 text = session.queue_text()
                 if text != shown:
                     shown = text
@@ -217,21 +220,26 @@ class EventHub:
                 return
             self._take(session_id, data)
 
-    def _forget(self, session_id: str, cursor: Cursor) -> None:
+    def _forget(self, session_id: str, cursor: Cursor, *, watch: bool = False) -> None:
+        """Close `cursor`; unless `watch` (parked), stop watching the session too."""
         cursor.close()
         if self._cursors.get(session_id) is cursor:
             del self._cursors[session_id], self._streams[session_id]
             self._parked.pop(session_id, None)
             self._wakers.pop(session_id, None)
             self._partial.pop(session_id, None)
-            if (scope := self._watching.pop(session_id, None)) is not None:
-                scope.cancel()
+            if not watch:
+                self._unwatch(session_id)
+
+    def _unwatch(self, session_id: str) -> None:
+        if (scope := self._watching.pop(session_id, None)) is not None:
+            scope.cancel()
 
     def _park(self, session_id: str, cursor: Cursor) -> None:
         """Close the cursor of a session at rest whose lines are all taken (module docstring)."""
         stream = self._streams[session_id]
         cursor.on_ready(None)
-        self._forget(session_id, cursor)
+        self._forget(session_id, cursor, watch=True)  # a change of it resumes it
         self._parked[session_id] = _Parked(stream, stream.statistics().published)
 
     def _catch_up(self, session_id: str, stream: Broadcast, taken: int) -> None:
@@ -257,6 +265,16 @@ class EventHub:
         parked = self._parked.get(session_id)
         if parked is not None and parked.stream is not None:
             self._parked[session_id] = self._left(session_id, parked.stream, parked.taken)
+            self._unwatch(session_id)
+
+    async def _watch_rebuilds(self) -> None:
+        """Resume each session parked then unloaded once it is built again (a use that changes
+        no state says nothing on the daemon's stream), looked at every `REBUILT_EVERY` s."""
+        while True:
+            await trio.sleep(REBUILT_EVERY)
+            for session_id in [k for k, p in self._parked.items() if p.stream is None]:
+                if self._session_events(session_id) is not None:
+                    self._follow_session(session_id)
 
     def pump(self) -> int:
         """Take every line the cursors hold now (no await); return `seq`."""

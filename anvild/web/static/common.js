@@ -3,7 +3,10 @@
 
 const anvil = (() => {
   const csrf = document.querySelector('meta[name="csrf"]').content;
-  const stats = { batches: 0, maxMs: 0, renders: 0, renderMaxMs: 0 };
+  const stats = {
+    batches: 0, maxMs: 0, renders: 0, renderMaxMs: 0, snapshots: 0, inFlight: 0, maxInFlight: 0,
+    minGapMs: Infinity, // the shortest time between two reloads a feed line asked for
+  };
   window.anvilStats = stats;
 
   function el(tag, attrs, ...children) {
@@ -69,13 +72,39 @@ const anvil = (() => {
 
   // A page that draws one snapshot (`url`: JSON with the feed position `seq` it was taken at)
   // and takes a newer one, `delay` ms later, when a feed line `wanted(item)` says it changed.
-  // Returns `load`, to take one now (after an action).
-  function snapshotPage(url, draw, wanted, delay = 100) {
+  // Coalesced: at most one request in flight and one more due after it, at least `gap` ms
+  // after the previous one began, however many lines came meanwhile (100 sessions changing
+  // state make a request every `gap` ms at most, not one each). Returns `load`, to take one
+  // now (after an action).
+  function snapshotPage(url, draw, wanted, delay = 100, gap = 500) {
     let source = null;
-    let pending = null;
+    let pending = null; // the timer of the next request
+    let inFlight = false;
+    let again = false; // a line came while a request was in flight: one more after it
+    let began = -Infinity; // when the latest request began
     let shown = -1; // the position of the snapshot on the page: an older reply is dropped
 
+    function due() {
+      if (pending !== null) return;
+      const wait = Math.max(delay, began + gap - performance.now());
+      pending = setTimeout(refresh, wait);
+    }
+
+    async function refresh() {
+      pending = null;
+      if (inFlight) { again = true; return; }
+      inFlight = true;
+      const now = performance.now();
+      stats.minGapMs = Math.min(stats.minGapMs, now - began);
+      began = now;
+      try { await load(); } finally { inFlight = false; }
+      if (again) { again = false; due(); }
+    }
+
     async function load() {
+      stats.snapshots += 1;
+      stats.inFlight += 1;
+      stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
       try {
         const data = await getJSON(url);
         if (position(data.seq) < shown) return data.seq;
@@ -86,6 +115,8 @@ const anvil = (() => {
       } catch (error) {
         showError(error);
         return null;
+      } finally {
+        stats.inFlight -= 1;
       }
     }
 
@@ -94,9 +125,7 @@ const anvil = (() => {
       const seq = await load();
       if (source) source.close();
       source = feed(`/events?after=${seq ?? ""}`, (item) => {
-        if (wanted(item) && pending === null) {
-          pending = setTimeout(() => { pending = null; load(); }, delay);
-        }
+        if (wanted(item)) due();
       }, start, showLive);
     }
 
