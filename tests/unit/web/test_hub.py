@@ -12,6 +12,7 @@ import trio.testing
 
 from anvild.lines.broadcast import Broadcast
 from anvild.web import WebAddressError, parse_web_address
+from anvild.web import hub as hub_module
 from anvild.web.auth import Guard
 from anvild.web.hub import EventHub, FeedItem, Gap
 
@@ -125,4 +126,69 @@ async def test_a_position_of_another_run_or_beyond_the_feed_is_no_resume_point()
         assert hub.resume_point(f"{hub.epoch}-2") is None  # not yet given
         assert hub.resume_point("0000-1") is None  # another daemon run's
         assert hub.resume_point("1") is None
+        nursery.cancel_scope.cancel()
+
+
+class _Changing:
+    """A session as the hub watches it: a version bumped by `change`, an empty queue."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._changed = trio.Event()
+
+    async def wait_changed(self, seen: int) -> int:
+        while self.version == seen:
+            await self._changed.wait()
+        return self.version
+
+    def change(self) -> None:
+        self.version += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def queue_text(self) -> str:
+        return ""
+
+
+def _texts(hub: EventHub, session_id: str) -> list[str]:
+    hub.pump()
+    return [json.loads(i.line).get("text", "") for i in hub.since(0, session_id) or []
+            if i.session == session_id]  # fmt: skip
+
+
+async def test_a_parked_session_is_no_reader_and_resumes_on_a_change_or_a_rebuild(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hub_module, "REBUILT_EVERY", 0.02)
+    root = Broadcast()
+    streams: dict[str, Broadcast] = {"s1": Broadcast()}
+    session = _Changing()
+    hub = EventHub(root, streams.get, list, queued=lambda sid: session, at_rest=lambda sid: True)
+
+    def say(text: str) -> None:
+        streams["s1"].publish(json.dumps({"type": "text_delta", "text": text}))
+
+    async with trio.open_nursery() as nursery:
+        await started(hub, nursery)
+        say("one")
+        root.publish(created("s1"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert _texts(hub, "s1") == ["one"]
+        assert streams["s1"].statistics().readers == 0  # parked: it may unload
+
+        say("two")  # no daemon line: the change of the session resumes it
+        session.change()
+        await trio.testing.wait_all_tasks_blocked()
+        assert _texts(hub, "s1") == ["one", "two"]
+        assert streams["s1"].statistics().readers == 0
+
+        hub.unloaded("s1")  # then rebuilt: its stream starts with what was kept
+        streams["s1"] = rebuilt = Broadcast()
+        for line in (json.dumps({"type": "text_delta", "text": t}) for t in ("one", "two")):
+            rebuilt.publish(line)
+        say("three")
+        await trio.sleep(0.1)  # several looks for a rebuild
+        assert _texts(hub, "s1") == ["one", "two", "three"]  # once each, in order
+        await trio.testing.wait_all_tasks_blocked()
+        assert rebuilt.statistics().readers == 0
         nursery.cancel_scope.cancel()
