@@ -197,19 +197,20 @@ class StreamState:
             raise DecodeError(f"the server sent a chunk that is not a JSON object: {data[:200]!r}")
         if event.event == "error" or payload.get("error") is not None:
             raise _api_error(payload.get("error") or payload)
+        # Parsed JSON: every object is a dict (a cheaper check than `Mapping`, per chunk).
         events: list[stream.StreamEvent] = []
         choices = payload.get("choices") or []
         if not isinstance(choices, list):
             raise DecodeError(f"`choices` is not a list: {choices!r}")
         for choice in choices:
-            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 events.extend(self._choice(choice))
                 break
         usage = payload.get("usage")
-        if not isinstance(usage, Mapping):
+        if not isinstance(usage, dict):
             groq = payload.get("x_groq")  # Groq reports usage there on the last chunk
-            usage = groq.get("usage") if isinstance(groq, Mapping) else None
-        if isinstance(usage, Mapping):
+            usage = groq.get("usage") if isinstance(groq, dict) else None
+        if isinstance(usage, dict):
             events.append(stream.UsageReport(normalize_usage(usage)))
         return events
 
@@ -228,7 +229,7 @@ class StreamState:
     def _choice(self, choice: Mapping[str, Any]) -> list[stream.StreamEvent]:
         events: list[stream.StreamEvent] = []
         delta = choice.get("delta")
-        if isinstance(delta, Mapping):
+        if isinstance(delta, dict):
             reasoning = _text(delta, "reasoning_content") or _text(delta, "reasoning")
             if reasoning:
                 events.append(stream.ReasoningDelta(self._reasoning(), reasoning))
