@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from anvilctl.ninep_client import ClientError, ServerError, mount_agent
-from anvild.ninep.constants import ORDWR, OREAD, OWRITE
+from anvilctl.wire import ORDWR, OREAD, OWRITE
 
 _CHUNK: Final = 8192
 

@@ -45,7 +45,7 @@ from anvilctl.ninep_client import (
     mount_agent,
 )
 from anvilctl.signals import BackgroundThread, drain_wakeup, signal_wakeup
-from anvild.ninep.constants import ORDWR, OREAD, OTRUNC, OWRITE
+from anvilctl.wire import ORDWR, OREAD, OTRUNC, OWRITE
 
 __all__ = [
     "EXIT_CODES",
