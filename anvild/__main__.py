@@ -12,15 +12,37 @@ restored before the first connection) and llama-server when it is the default, p
 once; the lock file goes last. Exit 0 clean, 1 cannot start, 2 usage or configuration error.
 """
 
+# ruff: noqa: E402 (the imports follow _import_without_terminal_extras)
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+
+def _import_without_terminal_extras() -> None:
+    """Import structlog and httpx with rich and click hidden: structlog imports rich, when
+    installed, for console tracebacks, and httpx imports click and rich for its command line
+    (0.25 s of every start together). The daemon writes JSON lines with plain tracebacks and
+    never runs httpx's command line; both are importable again afterwards."""
+    modules: dict[str, Any] = sys.modules
+    hidden = [name for name in ("rich", "click") if name not in modules]
+    for name in hidden:
+        modules[name] = None  # `import NAME` raises ImportError while the entry is None
+    try:
+        importlib.import_module("structlog")
+        importlib.import_module("httpx")
+    finally:
+        for name in hidden:
+            del modules[name]
+
+
+_import_without_terminal_extras()
 
 import structlog
 import trio
