@@ -36,6 +36,7 @@ import trio
 from anvild import data
 from anvild.config import Config, Trust
 from anvild.llm.registry import Limits, ModelSpec, ProviderSpec
+from anvild.llm.transport import LeanTransport
 from anvild.sandbox.secrets import child_env
 
 __all__ = [
@@ -65,6 +66,7 @@ MAX_OUTPUT: Final = 256
 """Output tokens per response: SmolLM2-135M rarely stops on its own (it rambles up to any
 limit), and on two cores 2048 tokens took minutes; 256 keeps a short answer short."""
 HOST: Final = "127.0.0.1"
+HEALTH_REQUEST_TIMEOUT: Final = 2.0  # seconds for one /health request
 SCRIPT: Final = data.path(data.LLAMA_SERVER)
 BUILD_COMMAND: Final = "make llama-server"
 """What builds it in a checkout; `anvil-llama-server setup` (INSTALLED_BUILD_COMMAND) does the same
@@ -341,19 +343,23 @@ class LlamaServer:
         return proc
 
     async def _wait_healthy(self, proc: subprocess.Popen[bytes], base_url: str) -> None:
+        # The daemon's lean transport, no proxy: httpx's default transport would import
+        # httpcore and build a TLS context (0.3 s of CPU at every start) for a loopback GET.
+        transport = LeanTransport()
         with trio.fail_after(self.health_timeout):
-            async with httpx.AsyncClient(timeout=2.0) as client:
+            async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
                 while True:
                     status = proc.poll()
                     if status is not None:
                         raise _Exited(status)
-                    try:
-                        response = await client.get(f"{base_url}/health")
-                    except httpx.TransportError:
-                        pass
-                    else:
-                        if response.status_code == 200:
-                            return
+                    with trio.move_on_after(HEALTH_REQUEST_TIMEOUT):  # the transport sets none
+                        try:
+                            response = await client.get(f"{base_url}/health")
+                        except httpx.TransportError:
+                            pass
+                        else:
+                            if response.status_code == 200:
+                                return
                     await trio.sleep(0.1)
 
     async def _stop(self, proc: subprocess.Popen[bytes], pidfd: int) -> None:
