@@ -790,13 +790,6 @@ class SessionManager:
         thread fsyncs the file and its directory: the build overlaps the disk's wait. Nothing
         of it is shown (added, published, answered) before the sync returned: its events meanwhile
         (a skipped skill) are held, then published, or dropped if the sync failed."""
-        try:
-            journal = self.store.begin(started)
-        except StoreError as exc:
-            raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
-        if journal is None:  # no sessions directory yet: made with the file, in a thread
-            return Session(await self._create_file(started), target, self._services)
-        limiter = trio.to_thread.current_default_thread_limiter()
         token, synced = trio.lowlevel.current_trio_token(), trio.Event()
         result: list[outcome.Outcome[None]] = []
 
@@ -805,15 +798,24 @@ class SessionManager:
             token.run_sync_soon(synced.set)
 
         held: list[SessionEvent] = []
-        async with limiter:  # the cap `to_thread` keeps on worker threads
-            self._unsynced[started.id] = held
-            trio.lowlevel.start_thread_soon(journal.sync_created, deliver, name="new: fsync")
+        # The cap `to_thread` keeps on worker threads, taken before anything is written: from
+        # the write to the end of the sync nothing can be cancelled.
+        async with trio.to_thread.current_default_thread_limiter():
             try:
-                session = Session(journal, target, self._services)
-            finally:
-                with trio.CancelScope(shield=True):  # as `to_thread`: the sync is waited for
-                    await synced.wait()
-                del self._unsynced[started.id]
+                journal = self.store.begin(started)
+            except StoreError as exc:
+                raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+            if journal is not None:
+                self._unsynced[started.id] = held
+                trio.lowlevel.start_thread_soon(journal.sync_created, deliver, name="new: fsync")
+                try:
+                    session = Session(journal, target, self._services)
+                finally:
+                    with trio.CancelScope(shield=True):  # as `to_thread`: waited for
+                        await synced.wait()
+                    del self._unsynced[started.id]
+        if journal is None:  # no sessions directory yet: made with the file, in a thread
+            return Session(await self._create_file(started), target, self._services)
         try:
             result[0].unwrap()
         except StoreError as exc:  # the file was removed: the session never was
