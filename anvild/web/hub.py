@@ -1,17 +1,17 @@
 """`EventHub`: the board's one numbered event feed, read from the same broadcasts as 9P readers.
 
-It follows the daemon's `agent/events` and each built session's `events` (from the start or the
-daemon's first line about it, backlog included). A session at rest (`at_rest`) is parked once
-its lines are taken (cursor closed: it may unload); a daemon line about it, a change of it
-(`version`) or its rebuild resumes it where the hub stopped (from the backlog; `lagged` for what
-that lost). Each line taken gets the next number and is kept, with its session ("" for the
-daemon's), in a window of the latest `keep`. A position is `EPOCH-N` (a new epoch each start):
-an SSE stream resumes after the last one it saw (`Last-Event-ID`), replayed in order with no
-gap, or gets one `reset` (the page reloads) for one no longer kept or of another run. `pump`
-drains every cursor at once, so a snapshot and its position agree with the feed; else one task
-drains the cursors whose `on_ready` fired, and a feed wakes only for lines it takes. A session's
-queue is fed as `{"type":"queue","text":...}` when changed, looked at most every `QUEUE_EVERY`
-seconds. The hub holds lines, never session state.
+It follows the daemon's `agent/events` and each built session's `events` (from the start, the
+daemon's first line about it or when found built; backlog included). A session at rest
+(`at_rest`) is parked once its lines are taken (cursor closed: it may unload); a daemon line
+about it, a change of it (`version`) or its rebuild resumes it where the hub stopped (from the
+backlog; `lagged` for what that lost). Each line taken gets the next number and is kept, with
+its session ("" for the daemon's), in a window of the latest `keep`. A position is `EPOCH-N` (a
+new epoch each start): an SSE stream resumes after the last one it saw (`Last-Event-ID`), in
+order with no gap, or gets one `reset` (the page reloads) for one no longer kept or of another
+run. `pump` drains every cursor at once, so a snapshot and its position agree with the feed;
+else one task drains the cursors whose `on_ready` fired. A session's queue is fed as
+`{"type":"queue","text":...}` when changed, looked at most every `QUEUE_EVERY` seconds. The
+hub holds lines, never session state.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ ROOT: Final = ""
 QUEUE_EVERY: Final = 0.2
 """Seconds between two looks at one session's queue (a change shows at most this late)."""
 REBUILT_EVERY: Final = 1.0
-"""Seconds between two looks for rebuilt sessions among those parked and unloaded."""
+"""Seconds between two looks for sessions built since (a change shows at most this late)."""
 
 
 @attrs.frozen
@@ -76,8 +76,9 @@ def _queue_line(text: str) -> bytes:
 class EventHub:
     """The numbered feed of the daemon's and every session's events (module docstring).
     `session_events(id)`: a built session's stream (None: not built, or gone), building none;
-    `sessions()`: the ids of those built at the start; `queued(id)`: the session whose queue is
-    watched (None: not watched); `at_rest(id)`: whether its cursor may be closed now."""
+    `sessions()`: the ids of those built (asked every `REBUILT_EVERY` s); `queued(id)`: the
+    session whose queue is watched (None: not watched); `at_rest(id)`: whether its cursor may
+    be closed now."""
 
     def __init__(
         self,
@@ -268,13 +269,15 @@ class EventHub:
             self._unwatch(session_id)
 
     async def _watch_rebuilds(self) -> None:
-        """Resume each session parked then unloaded once it is built again (a use that changes
-        no state says nothing on the daemon's stream), looked at every `REBUILT_EVERY` s."""
+        """Follow each session built since the hub last looked (restored or unloaded, then
+        used in a way that changes no state: the daemon's stream says nothing), looked for
+        every `REBUILT_EVERY` seconds; one parked with its stream is watched already."""
         while True:
             await trio.sleep(REBUILT_EVERY)
-            for session_id in [k for k, p in self._parked.items() if p.stream is None]:
-                if self._session_events(session_id) is not None:
-                    self._follow_session(session_id)
+            for session_id in self._sessions():
+                parked = self._parked.get(session_id)
+                if session_id not in self._cursors and (parked is None or parked.stream is None):
+                    self._follow_session(session_id, announced=False)
 
     def pump(self) -> int:
         """Take every line the cursors hold now (no await); return `seq`."""

@@ -163,7 +163,13 @@ async def test_a_parked_session_is_no_reader_and_resumes_on_a_change_or_a_rebuil
     root = Broadcast()
     streams: dict[str, Broadcast] = {"s1": Broadcast()}
     session = _Changing()
-    hub = EventHub(root, streams.get, list, queued=lambda sid: session, at_rest=lambda sid: True)
+    hub = EventHub(
+        root,
+        streams.get,
+        lambda: list(streams),
+        queued=lambda sid: session,
+        at_rest=lambda sid: True,
+    )
 
     def say(text: str) -> None:
         streams["s1"].publish(json.dumps({"type": "text_delta", "text": text}))
