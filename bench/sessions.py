@@ -67,9 +67,10 @@ and reported per session beside the figure with every session built.
 
 `--board`: each streaming run is made twice, on fresh daemons started with `--web 127.0.0.1:0`:
 without a board, then with one board open in Debian's chromium (headless, through Playwright,
-as the browser tests drive it: the page follows the daemon's feed and reloads its snapshot on
-each session event) from before the sessions are created until the turns end; the two p99s and
-their ratio are printed, with the page's slowest event handling and redraw (`anvilStats`).
+as the browser tests drive it: the page follows the daemon's feed and reloads its snapshot when
+sessions change, at most every 500 ms) from before the sessions are created until the turns
+end; the two p99s and their ratio are printed, with the page's slowest event handling and
+redraw (`anvilStats`).
 """
 
 from __future__ import annotations
