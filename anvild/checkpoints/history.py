@@ -9,7 +9,9 @@ tool call, an `after` one at its end; neither for a turn that changed nothing th
 mutating call), each undo and each rewind (itself a step: undoing it redoes). A later line for
 the same step replaces an earlier one (a turn's line at its first change, then at its end).
 Operations on one workspace hold its lock; failures of git are logged and cost the checkpoint,
-never the turn. An undo is all or nothing across a crash (`anvild.checkpoints.revert`).
+never the turn. An undo is all or nothing across a crash (`anvild.checkpoints.revert`). A line
+is written at once (it survives kill -9); a turn's is fsynced soon after by the syncer thread,
+an undo's or rewind's before its intent is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import trio
 from anvild.checkpoints import revert
 from anvild.checkpoints.shadow import GitFailed, Shadow, Snapshot, TooLarge
 from anvild.checkpoints.watch import WatchPool
+from anvild.store.syncer import sync_soon
 
 log = structlog.get_logger(__name__)
 
@@ -168,12 +171,16 @@ class Workspaces:
             self.watch.close()
 
 
-def _append(path: Path, line: bytes) -> None:
+def _append(path: Path, line: bytes, *, sync: bool = True) -> None:
+    """Append `line`; fsynced before this returns with `sync`, else by the syncer soon after."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as file:
         file.write(line)
         file.flush()
-        os.fsync(file.fileno())
+        if sync:
+            os.fsync(file.fileno())
+    if not sync:
+        sync_soon(path)
 
 
 def _load(path: Path) -> list[Step]:
@@ -304,10 +311,13 @@ class SessionCheckpoints:
     async def _changes_text(self, old: str, new: str, skipped: Sequence[str]) -> str:
         return await changes_text(self._workspace.shadow, old, new, skipped)
 
-    def _write(self, step: Step) -> None:
-        """Keep `step`; a failed write (disk full) costs its line on disk, never the turn."""
+    def _write(self, step: Step, *, sync: bool = False) -> None:
+        """Keep `step`; a failed write (disk full) costs its line on disk, never the turn. The
+        line is written at once (it survives kill -9) and fsynced by the syncer thread, not on
+        the event loop (a thousand turns ending together would stall every stream), unless
+        `sync`: what follows depends on the line surviving a power cut."""
         try:
-            _append(self._path, step.line())
+            _append(self._path, step.line(), sync=sync)
         except OSError as exc:
             log.warning("checkpoints.write_failed", session=self._id, error=str(exc))
         key = (step.kind, step.number)
@@ -364,7 +374,7 @@ class SessionCheckpoints:
             await revert.apply(shadow, found.targets)
             after = await shadow.snapshot()
             changes = await self._changes_text(now.tree, after.tree, ())
-            self._write(attrs.evolve(step, after=after.tree, changes=changes))
+            self._write(attrs.evolve(step, after=after.tree, changes=changes), sync=True)
             workspace.intent.unlink()
             try:
                 ignored = await shadow.ignored()
