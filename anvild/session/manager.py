@@ -786,40 +786,52 @@ class SessionManager:
             raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
 
     async def _created(self, started: SessionStarted, target: ResolvedModel) -> Session:
-        """A new session's file written, and its `Session` built on this thread while a worker
-        thread fsyncs the file and its directory: the build overlaps the disk's wait. Nothing
-        of it is shown (added, published, answered) before the sync returned: its events meanwhile
-        (a skipped skill) are held, then published, or dropped if the sync failed."""
-        token, synced = trio.lowlevel.current_trio_token(), trio.Event()
-        result: list[outcome.Outcome[None]] = []
+        """A new session's file written in a worker thread, then its `Session` built on this
+        thread while that worker fsyncs the file and its directory: the build overlaps the
+        disk's wait. Nothing of it is shown (added, published, answered) before the sync
+        returned: its events meanwhile (a skipped skill) are held, then published, or dropped
+        if the sync failed (the file is then removed)."""
+        token, written, synced = trio.lowlevel.current_trio_token(), trio.Event(), trio.Event()
+        begun: list[outcome.Outcome[Journal | None]] = []
+        ended: list[outcome.Outcome[None]] = []
 
-        def deliver(done: outcome.Outcome[None]) -> None:  # in the worker thread
-            result.append(done)
+        def on_written(result: outcome.Outcome[Journal | None]) -> None:
+            begun.append(result)
+            written.set()
+
+        def work() -> None:  # the worker thread: write, tell the trio thread, then fsync
+            result = outcome.capture(self.store.begin, started)
+            token.run_sync_soon(on_written, result)
+            if (journal := result.unwrap()) is not None:
+                journal.sync_created()
+
+        def deliver(result: outcome.Outcome[None]) -> None:  # the worker thread, at its end
+            ended.append(result)
             token.run_sync_soon(synced.set)
 
         held: list[SessionEvent] = []
-        # The cap `to_thread` keeps on worker threads, taken before anything is written: from
-        # the write to the end of the sync nothing can be cancelled.
+        session = None
+        # The cap `to_thread` keeps on worker threads; from the write to the end of the sync
+        # nothing is cancelled (as `to_thread`, which waits for its thread).
         async with trio.to_thread.current_default_thread_limiter():
+            trio.lowlevel.start_thread_soon(work, deliver, name="new: session file")
+            with trio.CancelScope(shield=True):
+                await written.wait()
+            journal = begun[0].value if isinstance(begun[0], outcome.Value) else None
             try:
-                journal = self.store.begin(started)
-            except StoreError as exc:
-                raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
-            if journal is not None:
-                self._unsynced[started.id] = held
-                trio.lowlevel.start_thread_soon(journal.sync_created, deliver, name="new: fsync")
-                try:
+                if journal is not None:
+                    self._unsynced[started.id] = held
                     session = Session(journal, target, self._services)
-                finally:
-                    with trio.CancelScope(shield=True):  # as `to_thread`: waited for
-                        await synced.wait()
-                    del self._unsynced[started.id]
-        if journal is None:  # no sessions directory yet: made with the file, in a thread
-            return Session(await self._create_file(started), target, self._services)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await synced.wait()
+                self._unsynced.pop(started.id, None)
         try:
-            result[0].unwrap()
-        except StoreError as exc:  # the file was removed: the session never was
+            ended[0].unwrap()
+        except StoreError as exc:  # nothing was written, or the file was removed
             raise RecordWriteFailed(f"the session could not be created: {exc}") from exc
+        if session is None:  # no sessions directory yet: made with the file, in a thread
+            return Session(await self._create_file(started), target, self._services)
         for event in held:
             self.publish(event)
         return session

@@ -191,10 +191,10 @@ class Journal:
 
     @classmethod
     def begin(cls, path: Path, started: SessionStarted) -> Journal:
-        """`create` without its fsyncs: the file made and `started` written (no thread needed
-        on a local disk, as an unsynced append). The caller runs `sync_created` (in a thread)
-        and shows the session to nobody before it returned. Raises as `create` does; a missing
-        directory raises `JournalWriteError` with errno ENOENT."""
+        """`create` without its fsyncs: the file made and `started` written. The caller runs
+        `sync_created` and shows the session to nobody before it returned (meanwhile it may
+        build what needs the journal). Raises as `create` does; a missing directory raises
+        `JournalWriteError` with errno ENOENT. Blocking (a file creation: tenths of a ms)."""
         state = apply(None, started)
         line = encode(1, started)
         try:
