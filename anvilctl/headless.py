@@ -1035,9 +1035,15 @@ def _in_process_turn(
                 with contextlib.suppress(SessionError):
                     await session.kill()
 
-    async def watch_signals(session: Session, scope: trio.CancelScope) -> None:
+    async def watch_signals(
+        session: Session,
+        scope: trio.CancelScope,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         nonlocal interrupted
         with trio.open_signal_receiver(signal.SIGINT) as signals:
+            task_status.started()
             async for _ in signals:
                 if interrupted:
                     raise _Interrupted
@@ -1089,15 +1095,18 @@ def _in_process_turn(
                 reader = session.events.open_reader()
             renderer.session_id, renderer.model = session.id, session.model
             renderer.cwd = session.cwd
-            renderer.start()
-            try:
-                accepted = session.submit(prompt)
-            except SessionError as exc:
-                reader.close()
-                raise HeadlessError(str(exc)) from exc
             async with trio.open_nursery() as watchers:
                 stdout_scope = trio.CancelScope()
-                watchers.start_soon(watch_signals, session, stdout_scope)
+                # Ctrl-C is watched before anything is shown: a read that finds lines waiting
+                # does not yield, so a watcher only scheduled could start after `step_started`
+                # was printed, leaving a Ctrl-C to trio's KeyboardInterrupt.
+                await watchers.start(watch_signals, session, stdout_scope)
+                renderer.start()
+                try:
+                    accepted = session.submit(prompt)
+                except SessionError as exc:
+                    reader.close()
+                    raise HeadlessError(str(exc)) from exc
 
                 async def stdout_task() -> None:
                     with stdout_scope:
@@ -1143,7 +1152,8 @@ def _in_process_turn(
 
 def _reason(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The exception that ended an in-process turn, out of the nurseries' groups: a second
-    Ctrl-C or a `HeadlessError` (what `main` reports), else the group itself."""
+    Ctrl-C, a `HeadlessError` or a Ctrl-C before the turn's signal watcher (what `main`
+    reports), else the group itself."""
     leaves: list[BaseException] = []
     pending: list[BaseException] = [group]
     while pending:
@@ -1152,7 +1162,7 @@ def _reason(group: BaseExceptionGroup[BaseException]) -> BaseException:
             pending.extend(exc.exceptions)
         else:
             leaves.append(exc)
-    for kind in (_Interrupted, HeadlessError):
+    for kind in (_Interrupted, HeadlessError, KeyboardInterrupt):
         for leaf in leaves:
             if isinstance(leaf, kind):
                 return leaf

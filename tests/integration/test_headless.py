@@ -648,6 +648,45 @@ def test_without_a_daemon_the_turn_runs_in_process(
     ]
 
 
+# `anvilctl -p` whose standard output sends it a SIGINT the moment its first line (`init`) is
+# written: a person pressing Ctrl-C as soon as anything shows, before the process yields.
+INTERRUPT_ON_STEP = """
+import io, signal, sys
+from anvilctl.headless import main
+
+class Stdout(io.FileIO):
+    sent = False
+
+    def write(self, data):
+        written = super().write(data)
+        if not self.sent and b'"init"' in bytes(data):
+            self.sent = True
+            signal.raise_signal(signal.SIGINT)
+        return written
+
+sys.exit(main(sys.argv[1:], stdout=Stdout(1, "w", closefd=False)))
+"""
+
+
+def test_in_process_a_ctrl_c_as_soon_as_the_session_shows_cancels_its_turn(
+    namespace: Path, tmp_path: Path, fake: FakeServer, workdir: Path
+) -> None:
+    in_process_config(tmp_path, fake.url)
+    namespace.mkdir(mode=0o700)
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_ON_STEP, "-p", "slow-x", "--output-format", "stream-json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=workdir,
+        env=env_for(namespace),
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 130, result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+    assert json.loads(result.stdout.splitlines()[-1])["outcome"] == "cancelled"
+    assert turn_ends(tmp_path / "xdg-data" / "anvil") == [("cancelled", "the turn was cancelled")]
+
+
 @contextlib.contextmanager
 def locked_elsewhere(tmp_path: Path) -> Iterator[Path]:
     """The data dir `-p` would use, locked by another daemon (its namespace elsewhere) while

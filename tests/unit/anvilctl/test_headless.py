@@ -19,6 +19,7 @@ import pytest
 from anvilctl.__main__ import headless_requested
 from anvilctl.headless import (
     EXIT_CODES,
+    HeadlessError,
     Renderer,
     SessionRow,
     StdoutClosed,
@@ -30,6 +31,7 @@ from anvilctl.headless import (
     synthetic_end,
     usd_of,
 )
+from anvilctl.headless import _reason as ended_by
 from anvild.agent.events import TurnOutcome
 
 EVENTS = [
@@ -494,3 +496,17 @@ def test_in_process_a_missing_key_is_this_processs_environment() -> None:
     assert in_process_message(InvalidSessionRequest("cwd=x is not absolute")) == (
         "cwd=x is not absolute"
     )
+
+
+def test_in_process_the_turns_end_is_found_inside_the_nurseries_groups() -> None:
+    """A Ctrl-C that reached trio's KeyboardInterrupt (no signal watcher was open) is reported
+    as an interrupt (exit 130), not as a traceback; a `HeadlessError` as its message."""
+    interrupt = KeyboardInterrupt()
+    nested = BaseExceptionGroup("x", [interrupt])
+    assert ended_by(BaseExceptionGroup("turn", [ExceptionGroup("y", [ValueError()]), nested])) is (
+        interrupt
+    )
+    failed = HeadlessError("no model")
+    assert ended_by(BaseExceptionGroup("turn", [interrupt, failed])) is failed
+    other = ExceptionGroup("turn", [ValueError("bug")])
+    assert ended_by(other) is other
