@@ -4,9 +4,10 @@
 tools, then serve until the server goes away (its stdout closes, or a call finds the HTTP
 connection broken); then `RESTARTING` and a new attempt after a back-off that doubles from
 `BACKOFF_START` to `BACKOFF_MAX` (and starts over once a connection stayed up `STABLE`
-seconds). A failed start is `FAILED` with `last_error` (the server's stderr tail included) and
-is retried on the same back-off. `first_attempt` is set once the first attempt ended either way:
-a session waits for it at most `startup_timeout`, then goes on without the server's tools.
+seconds). A failed start is `FAILED` with `last_error` (the server's stderr tail included); it
+is retried on the same back-off and stays `FAILED` until an attempt succeeds. `first_attempt`
+is set once the first attempt ended either way: a session waits for it at most
+`startup_timeout`, then goes on without the server's tools.
 
 Calls come from session tasks. Each is bounded by the server's `tool_timeout`: a call that runs
 out is abandoned (the SDK tells the server it was cancelled) and reported as `CallFailed`; the
@@ -155,7 +156,8 @@ class Server:
         import mcp_types
         from mcp import ClientSession
 
-        self.state = State.STARTING if self.version == 0 else State.RESTARTING
+        if self.state is not State.FAILED:  # a failed server stays `failed` until it is up
+            self.state = State.STARTING if self.version == 0 else State.RESTARTING
         async with self._open() as channel:
             self._channel = channel
             async with ClientSession(

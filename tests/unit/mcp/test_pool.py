@@ -194,6 +194,24 @@ async def test_a_failing_server_is_reported_once_and_the_others_work(
     assert result.content == "ok"
 
 
+async def test_a_failed_server_stays_failed_while_it_is_retried(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from anvild.mcp import server
+
+    monkeypatch.setattr(server, "BACKOFF_START", 0.05)
+    monkeypatch.setattr(server, "BACKOFF_MAX", 0.1)
+    mcp, _ = await harness.started(python_server("bad", "--fail"))
+    (pool_server,) = harness.pool.running()
+    seen: set[str] = set()
+    with trio.fail_after(20):
+        while pool_server.restarts < 3:  # each retry spawns the server again and fails
+            seen.add(mcp.status().split("\t")[2])
+            await trio.sleep(0.005)
+    assert seen == {"failed"}
+    assert "refusing to start" in mcp.status().split("\t")[4]
+
+
 async def test_resources_and_prompts_through_the_two_generic_tools(
     harness: Harness, tmp_path: Path
 ) -> None:
