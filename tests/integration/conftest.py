@@ -9,12 +9,13 @@ scripted turns); `config` and `daemon` then use that one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_project_config_e2e import Events
 from tests.integration.test_sessions_e2e import FakeServer, start_daemon, user_config
 
 
@@ -51,3 +52,18 @@ def daemon(namespace: Path, config: Path) -> Iterator[Anvild]:
     yield d
     code, log = d.stop()
     assert code == 0, log
+
+
+@pytest.fixture
+def open_events() -> Iterator[Callable[[Path], Events]]:
+    """Open `agent/events` readers (`Events`); each is ended with the test, even a failed one
+    (whose leftover process would otherwise be reported in a later test)."""
+    opened: list[Events] = []
+
+    def open_(namespace: Path) -> Events:
+        opened.append(Events(namespace))
+        return opened[-1]
+
+    yield open_
+    for events in opened:
+        events.close()

@@ -299,14 +299,19 @@ def test_list_changed_reaches_the_next_step(
 
 
 def test_a_project_server_runs_only_after_the_grant(
-    tmp_path: Path, namespace: Path, workdir: Path, fake: FakeServer, daemons: list[Anvild]
+    tmp_path: Path,
+    namespace: Path,
+    workdir: Path,
+    fake: FakeServer,
+    daemons: list[Anvild],
+    open_events: Callable[[Path], Events],
 ) -> None:
     repo = workdir / "repo"
     (repo / ".git").mkdir(parents=True)
     (repo / ".anvil").mkdir()
     project(repo, python_server("proj"))
     daemon = start(namespace, configure(tmp_path, fake), daemons)
-    events = Events(namespace)
+    events = open_events(namespace)
     session = new(namespace, repo, "headless")
     assert turn(namespace, session, "hello").strip() == "done"
     assert not [t for t in tools_of(fake.requests()[-1]) if t.startswith("mcp")]
@@ -361,14 +366,19 @@ def test_server_filesystem_is_confined_to_the_workspace(
 
 
 def test_a_server_that_cannot_start_is_reported_and_the_session_works(
-    tmp_path: Path, namespace: Path, workdir: Path, fake: FakeServer, daemons: list[Anvild]
+    tmp_path: Path,
+    namespace: Path,
+    workdir: Path,
+    fake: FakeServer,
+    daemons: list[Anvild],
+    open_events: Callable[[Path], Events],
 ) -> None:
     daemon = start(
         namespace,
         configure(tmp_path, fake, python_server("broken", "--fail"), python_server("py")),
         daemons,
     )
-    events = Events(namespace)
+    events = open_events(namespace)
     session = new(namespace, workdir, "headless")
     assert turn(namespace, session, "py echo").strip() == "done"
     assert last_result(fake.requests()[-1]) == "from-python"

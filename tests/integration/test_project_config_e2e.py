@@ -17,7 +17,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +130,17 @@ class Events:
         try:
             out, _ = self.proc.communicate(timeout=STARTUP_TIMEOUT)
         finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
+            self.close()
         return [json.loads(line) for line in out.splitlines() if line]
+
+    def close(self) -> None:
+        """End the reader if it still runs (a test that failed before `after_stop`)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_instructions_reach_the_prompt_of_sessions_inside_the_project_only(
@@ -179,8 +186,9 @@ def test_project_authority_applies_only_after_the_reported_grant(
     repo: Path,
     fake: FakeServer,
     other: FakeServer,
+    open_events: Callable[[Path], Events],
 ) -> None:
-    events = Events(namespace)
+    events = open_events(namespace)
     project(
         repo,
         '[permissions]\nallow = ["write_file(notes.txt)"]\n\n'
