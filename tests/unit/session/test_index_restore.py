@@ -47,14 +47,19 @@ class _Loads:
         monkeypatch.setattr(SessionStore, "load", counted)
 
 
-def _sessions(tmp_path: Path, histories: list[list[Record]]) -> Path:
+def _sessions(
+    tmp_path: Path, histories: list[list[Record]], models: list[str] | None = None
+) -> Path:
+    """A data dir with one session file per history (session `sN` on model `models[N]`, else
+    `fake`), none with a prompt left in its queue."""
     data = tmp_path / "data"
     shutil.rmtree(data, ignore_errors=True)
     cwd = str(workspace(tmp_path))
     for index, records in enumerate(histories):
         first = records[0]
         assert isinstance(first, SessionStarted)
-        started = attrs.evolve(first, id=f"s{index}", alias=None, model="fake", cwd=cwd)
+        model = "fake" if models is None else models[index]
+        started = attrs.evolve(first, id=f"s{index}", alias=None, model=model, cwd=cwd)
         assume(not replay([started, *records[1:]]).queue)  # (see test_lazy_restore)
         _write(data, [started, *records[1:]])
     return data

@@ -3,25 +3,23 @@ equal to what each session shows once built, and reading them builds no session.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 import trio.testing
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anvild.llm.errors import ConfigError
 from anvild.llm.registry import Pricing
 from anvild.llm.testing import ScriptedProvider
 from anvild.session.manager import SessionManager
-from anvild.store import Record, SessionStarted, SessionStore, replay
+from anvild.store import Record, SessionStore
 from anvild.web.cards import Cards
 from tests.unit.session.support import Models, file_tools, target, workspace
 from tests.unit.session.support import settings as session_settings
-from tests.unit.session.test_lazy_restore import _write
+from tests.unit.session.test_index_restore import _sessions
 from tests.unit.store.support import valid_records
 
 PRICES = Pricing(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
@@ -84,15 +82,7 @@ async def _cards_before_and_after(tmp_path: Path, data: Path) -> tuple[Any, Any,
 def test_a_card_of_a_session_at_rest_is_what_it_shows_once_built(
     tmp_path: Path, histories: list[list[Record]], models: list[str]
 ) -> None:
-    data = tmp_path / "data"
-    shutil.rmtree(data, ignore_errors=True)
-    cwd = str(workspace(tmp_path))
-    for index, records in enumerate(histories):
-        first = records[0]
-        assert isinstance(first, SessionStarted)
-        started = attrs.evolve(first, id=f"s{index}", alias=None, model=models[index], cwd=cwd)
-        assume(not replay([started, *records[1:]]).queue)  # it would run at once
-        _write(data, [started, *records[1:]])
+    data = _sessions(tmp_path, histories, models)
 
     async def main() -> None:
         before, after, newly = await _cards_before_and_after(tmp_path, data)
