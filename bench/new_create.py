@@ -14,7 +14,6 @@ bench/new_create.py`) to compare trees: it imports the tree it is run from.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -24,25 +23,12 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sessions import fsync_cost  # bench/sessions.py: the same measure
 
 import anvild
 from tests.unit.session.support import new, running
-
-
-def fsync_ms(directory: Path, samples: int = 20) -> float:
-    times = []
-    for i in range(samples):
-        t0 = time.perf_counter()
-        fd = os.open(directory / f"fsync{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, b"x" * 300)
-        os.fsync(fd)
-        os.close(fd)
-        dfd = os.open(directory, os.O_RDONLY)
-        os.fsync(dfd)
-        os.close(dfd)
-        times.append((time.perf_counter() - t0) * 1000)
-        os.unlink(directory / f"fsync{i}")
-    return statistics.median(times)
 
 
 async def one_round(sessions: int) -> tuple[float, float, float, float]:
@@ -59,7 +45,7 @@ async def one_round(sessions: int) -> tuple[float, float, float, float]:
             cpu = (time.process_time() - cpu0) / sessions * 1000
             times.sort()
             p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
-            return cpu, statistics.median(times), p99, fsync_ms(manager.store.directory)
+            return cpu, statistics.median(times), p99, fsync_cost(manager.store.directory)
 
 
 def main() -> None:
