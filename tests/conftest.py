@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.support import zygote
+
 # A background job of a non-interactive shell (`make test &` in a script) starts with SIGINT
 # ignored, every child inherits that, and Python then installs no KeyboardInterrupt handler: the
 # tests that type Ctrl-C at anvilctl would see it ignored. A handler set here is reset to the
@@ -33,6 +35,12 @@ sys.dont_write_bytecode = False
 # (and its re-run, fast, is reported as Flaky). Every other check stays on.
 settings.register_profile("anvil", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("anvil")
+
+# The tests start `python -m anvild` and `python -m anvilctl` hundreds of times; each would
+# import anvild again (about a second of CPU for a daemon). They are forked instead from one
+# process per worker that imported them once (tests/support/zygote.py; ANVIL_TEST_ZYGOTE=0 turns
+# it off). Every other command is started as usual.
+zygote.install()
 
 # llama.cpp meets its threads at a barrier after every operation: beside another busy worker two
 # threads crawl (generation fell from ~15 to 2 tokens/s), one keeps a core to itself. Every
