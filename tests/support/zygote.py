@@ -1,20 +1,18 @@
 """A Python with anvild and anvilctl already imported that forks the tests' `python -m anvild`
 and `python -m anvilctl` processes, so none pays the imports again (about a second of CPU for
-a daemon, a tenth for an anvilctl command; the suite starts hundreds of each).
+a daemon; the suite starts hundreds).
 
-`python -m tests.support.zygote SOCKET` imports the two entry modules, then serves SOCKET (a
-SOCK_SEQPACKET): a request is one message (JSON: module, argv, env, cwd, new_session) carrying
-the child's stdin, stdout and stderr as SCM_RIGHTS descriptors; the answer is the forked
-child's pid, and later its wait status. The child runs the module as `python -m` does. The
-zygote is one thread and never runs trio, so a fork copies nothing running; it exits when its
-stdin (a pipe from the test process) closes.
+`python -m tests.support.zygote SOCKET` imports both, then serves SOCKET (SOCK_SEQPACKET): a
+request is one message (JSON: module, argv, env, cwd, new_session) carrying the child's stdin,
+stdout and stderr as SCM_RIGHTS descriptors. The child, once set up, answers with its pid; the
+zygote, its parent, later sends its wait status. The zygote is one thread and never runs trio,
+so a fork copies nothing running; it exits when its stdin (a pipe from the test) closes.
 
-`ForkingPopen` is `subprocess.Popen` with the fork asked of the zygote when the command is
-exactly `sys.executable -m anvild|anvilctl ...` with nothing a fork could not reproduce (no
-preexec_fn, pass_fds, uid or group changes; the interpreter's own variables, PYTHON* and the
-locale's, as the zygote has them); every other command, and every command with
-ANVIL_TEST_ZYGOTE=0, is started as Popen starts it. Pipes, `communicate`, signals, `wait` and
-`returncode` behave as for a child of the test process.
+`ForkingPopen` is `subprocess.Popen` asking the zygote for the fork when the command is exactly
+`sys.executable -m anvild|anvilctl ...` and nothing in it needs an exec (`_request`, and the
+interpreter's start-up variables as the zygote's); any other command, or any with
+ANVIL_TEST_ZYGOTE=0, starts as Popen starts it. Pipes, `communicate`, signals, `wait` and
+`returncode` behave as for the test's own child.
 """
 
 from __future__ import annotations
