@@ -31,6 +31,7 @@ import attrs
 import tomlkit
 
 from anvild.config.schema import ConfigFileError, Key
+from anvild.store.journal import sync_directory
 
 TRUST_FILE: Final = "trust.toml"
 
@@ -163,3 +164,4 @@ class TrustStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        sync_directory(self.file.parent)  # the rename itself survives a crash

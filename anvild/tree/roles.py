@@ -40,6 +40,7 @@ from anvild.sandbox import RoleConfigError
 from anvild.sandbox.roles import BUILTIN_DIR, ROLE_NAME_RE, parse_role, user_roles_dir
 from anvild.session import roles as session_roles
 from anvild.session.settings import SessionSettings
+from anvild.store.journal import sync_directory
 
 __all__ = ["MAX_ROLE_BYTES", "RoleKind", "nodes", "role_texts", "sandbox_roles", "scripts"]
 
@@ -177,6 +178,7 @@ def _write_atomically(path: Path, body: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    sync_directory(path.parent)  # the rename itself survives a crash
 
 
 class _RoleHandle(Handle):

@@ -9,6 +9,7 @@ import pytest
 
 from anvild.config import ConfigFileError, Trust, TrustStore, digest, load, merge_project
 from anvild.config.report import settings
+from tests.unit.store.support import record_fsyncs
 
 USER = """\
 instructions = "from the user"
@@ -112,3 +113,19 @@ def test_settings_say_where_each_came_from(files: tuple[Path, Path], tmp_path: P
     assert f'permissions.deny = "read_file(.env)"\tproject {path}' in lines
     assert f'permissions.allow = "bash(make:*)"\tproject ignored (permission) {path}' in lines
     assert 'providers.anthropic.kind = "anthropic"\tbuilt-in' in lines
+
+
+def test_a_grant_and_a_revoke_are_synced_with_their_directory_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = TrustStore(tmp_path / "data")
+    project = tmp_path / "config.toml"
+    project.write_text("instructions = 'x'\n")
+    synced = record_fsyncs(monkeypatch)
+    store.grant(project, digest(project.read_bytes()))
+    directory = store.file.parent.stat().st_ino
+    assert synced == [store.file.stat().st_ino, directory]  # the file, then the rename
+    synced.clear()
+    assert store.revoke(project) is not None
+    assert synced == [store.file.stat().st_ino, directory]
+    assert store.grants() == []

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 from hypothesis import strategies as st
 
 from anvild.llm import stream
@@ -255,3 +257,16 @@ def valid_records(draw: st.DrawFn, max_size: int = 30) -> list[Record]:
         if state.ended is not None:
             break
     return records
+
+
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the inode of every file or directory fsynced (in any thread), in order."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced

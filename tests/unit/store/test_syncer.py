@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import structlog.testing
 
 from anvild.store import syncer
+from tests.unit.store.support import record_fsyncs
 
 
 def test_a_queued_file_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[int] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.fstat(fd).st_ino)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced = record_fsyncs(monkeypatch)
     path = tmp_path / "history.jsonl"
     path.write_bytes(b"one\n")
     syncer.sync_soon(path)

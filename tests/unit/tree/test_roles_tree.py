@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import pytest
+
 from anvild import data
 from anvild.llm.testing import ScriptedProvider, script
 from anvild.ninep import messages as m
@@ -14,7 +16,9 @@ from anvild.ninep.constants import L_O_CREAT, L_O_TRUNC, L_O_WRONLY, Dialect
 from anvild.sandbox.roles import BUILTIN_DIR, BUILTIN_ROLES
 from anvild.session.roles import BUILTIN_TEXT_DIR, ROLES
 from anvild.tree.roles import MAX_ROLE_BYTES
+from anvild.tree.roles import _write_atomically as write_atomically
 from tests.unit.session.support import Models, target
+from tests.unit.store.support import record_fsyncs
 from tests.unit.tree.test_sessions_tree import (
     OREAD,
     OTRUNC,
@@ -277,3 +281,13 @@ async def test_v9fs_cp_and_rm_create_and_remove_user_roles_in_9p2000_l(tmp_path:
         reply = await c.raw.rpc(m.Tlcreate(0, 705, "auditor", creat, 0o644, 0))
         assert reply == m.Rlerror(0, errno.EPERM)
         assert not user_text(tmp_path, "auditor").exists()
+
+
+def test_a_written_role_file_and_its_directory_entry_are_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced = record_fsyncs(monkeypatch)
+    role = user_sandbox(tmp_path)
+    write_atomically(role, READ_ONLY_ROLE)
+    assert role.read_bytes() == READ_ONLY_ROLE
+    assert synced == [role.stat().st_ino, role.parent.stat().st_ino]  # the file, then the rename
