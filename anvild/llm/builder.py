@@ -12,8 +12,9 @@ completion whose finish is not clean has `executable == False`: its tool calls m
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterable, Mapping
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import attrs
 
@@ -185,8 +186,10 @@ class MessageBuilder:
                         arguments = {}
                     else:
                         try:
-                            arguments = json.loads(raw)
-                        except json.JSONDecodeError as exc:
+                            arguments = json.loads(
+                                raw, parse_constant=_not_json, parse_float=_finite
+                            )
+                        except ValueError as exc:  # JSONDecodeError included
                             arguments = raw
                             invalid[call_id] = f"arguments are not valid JSON ({exc})"
                     blocks.append(ToolCall(call_id, name, arguments, meta))
@@ -197,6 +200,18 @@ class MessageBuilder:
             finish_detail=self._finish.detail,
             invalid_arguments=invalid,
         )
+
+
+def _not_json(name: str) -> NoReturn:
+    """NaN and the infinities: Python's reader takes them, JSON has no such values."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range")
+    return value
 
 
 async def collect(events: AsyncIterable[stream.StreamEvent]) -> Completion:

@@ -82,6 +82,24 @@ def test_invalid_json_arguments_are_kept_and_flagged() -> None:
 
 
 @pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ('{"x": NaN}', "NaN is not a JSON value"),
+        ('{"x": [-Infinity]}', "-Infinity is not a JSON value"),
+        ('{"x": 1e999}', "the number 1e999 is out of range"),
+    ],
+)
+def test_arguments_with_values_json_lacks_are_flagged_not_kept_as_floats(
+    raw: str, named: str
+) -> None:
+    """Python's reader turns these into float NaN or inf, which no record or request may hold
+    (they would be written as bare NaN, which strict readers refuse)."""
+    done = build([ToolCallStart(0, "c", "t"), ToolCallDelta(0, raw), Finish(FinishReason.TOOL_USE)])
+    assert done.tool_calls == [ToolCall("c", "t", raw)]
+    assert done.invalid_arguments["c"] == f"arguments are not valid JSON ({named})"
+
+
+@pytest.mark.parametrize(
     "reason",
     [FinishReason.MAX_TOKENS, FinishReason.REFUSAL, FinishReason.UNSUPPORTED],
 )
