@@ -50,6 +50,7 @@ def test_the_config_layer_is_below_the_sessions() -> None:
         "anvild.llm",
         "anvild.agent.permissions.rules",
         "anvild.sandbox.secrets",
+        "anvild.store.journal",  # sync_directory, for the trust file's rename
     )
     assert violations("anvild.config", allowed) == []
 
