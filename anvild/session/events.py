@@ -1,7 +1,7 @@
 """The supervisor's daemon-wide events: typed values, one JSON line each on `agent/events`.
 
-    SessionEvent = SessionCreated | SessionStateChanged | SessionEnded | UsageThreshold
-                 | SessionFailed | ResultDecided | ConfigIgnored | ConfigInvalid
+    SessionEvent = SessionCreated | SessionStateChanged | SessionRenamed | SessionEnded
+                 | UsageThreshold | SessionFailed | ResultDecided | ConfigIgnored | ConfigInvalid
 
 Each line carries a stable `type` tag (never a class name) and `ts`, the UTC time in RFC 3339
 with milliseconds, like the daemon's own events (`anvild.tree.events`), so one `jq` filter
@@ -40,6 +40,17 @@ class SessionStateChanged:
     id: str
     state: str
     detail: str = ""
+
+
+@attrs.frozen
+class SessionRenamed:
+    """A live session's alias changed (`mv agent/ID agent/NAME`): `alias` is the new one,
+    `was` the one before (None: none)."""
+
+    TAG: ClassVar[str] = "session_renamed"
+    id: str
+    alias: str | None
+    was: str | None
 
 
 @attrs.frozen
@@ -112,6 +123,7 @@ class ConfigInvalid:
 SessionEvent: TypeAlias = (
     SessionCreated
     | SessionStateChanged
+    | SessionRenamed
     | SessionEnded
     | UsageThreshold
     | SessionFailed
@@ -137,6 +149,7 @@ __all__ = [
     "SessionEnded",
     "SessionEvent",
     "SessionFailed",
+    "SessionRenamed",
     "SessionStateChanged",
     "UsageThreshold",
     "encode_event",

@@ -59,7 +59,13 @@ from anvild.session.errors import (
     SessionNotFound,
     SessionRefused,
 )
-from anvild.session.events import SessionCreated, SessionEnded, SessionEvent, SessionFailed
+from anvild.session.events import (
+    SessionCreated,
+    SessionEnded,
+    SessionEvent,
+    SessionFailed,
+    SessionRenamed,
+)
 from anvild.session.events import encode_event as encode_session_event
 from anvild.session.kept import Shelved, remove_stale, shelve
 from anvild.session.project_config import ProjectConfigs
@@ -917,6 +923,7 @@ class SessionManager:
             self._aliases.pop(old, None)
         if alias:
             self._aliases[alias] = session.id
+        self.publish(SessionRenamed(session.id, alias, old))
 
     # -- services for sessions ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ messages, the way `9p rdwr`, `9p write` and `9p read` drive it.
 from __future__ import annotations
 
 import errno
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -572,6 +573,7 @@ async def test_renaming_a_session_directory_sets_its_alias(tmp_path: Path) -> No
         c = await con()
         sid = await new_session(c)
         taker = await new_session(c, b"alias=taken")
+        events = manager.events.open_reader(backlog=False)
         assert isinstance(await walk(c, 60, sid), m.Rwalk)
         assert await c.raw.rpc(m.Twstat(0, 60, rename_to("r1"))) == m.Rwstat(0)
         assert await c.get("r1/alias") == "r1\n"
@@ -586,6 +588,11 @@ async def test_renaming_a_session_directory_sets_its_alias(tmp_path: Path) -> No
         assert isinstance(await walk(c, 62, "r1"), m.Rerror)
         assert await c.get("r2/alias") == "r2\n"
         assert manager.get("r2").id == sid
+        renamed = [json.loads(line) for line in (events.read_nowait(1 << 16) or b"").splitlines()]
+        assert [(e["type"], e["id"], e["alias"], e["was"]) for e in renamed] == [
+            ("session_renamed", sid, "r1", None),
+            ("session_renamed", sid, "r2", "r1"),
+        ]
         # Taken, an id, reserved, not a name: refused with the errno of each, nothing changed.
         refusals = {
             "taken": (errno.EEXIST, f"alias=taken is taken by session {taker}"),
