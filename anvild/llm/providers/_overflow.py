@@ -1,16 +1,17 @@
 """Context-overflow shapes shared by more than one adapter, and the JSON helpers they need.
 
 Each adapter maps its own provider's "the request is larger than the context window" to
-`ContextOverflow`; the shapes here are the ones several adapters meet:
+`ContextOverflow`; the shapes here are the ones several adapters meet (the fixtures under
+fixtures/handwritten/ show each):
 
-- OpenAI (Chat Completions and Responses, and servers that copy its errors): an error object whose
-  `code` is `context_length_exceeded`. The counts are only in the message, when at all
-  ("This model's maximum context length is 8192 tokens. However, your messages resulted in 8227
-  tokens."; the Responses API says "Your input exceeds the context window of this model.").
-- llama.cpp's llama-server, on every endpoint it serves (Chat Completions, Responses, Messages):
-  `{"error": {"code": 400, "type": "exceed_context_size_error", "message": ...,
-  "n_prompt_tokens": N, "n_ctx": M}}`. Builds without the two count fields say them in the
-  message ("request (N tokens) exceeds the available context size (M tokens)"), or not at all.
+- OpenAI and the servers that copy its errors: `code` `context_length_exceeded`, the counts
+  only in the message, when at all ("maximum context length is 8192 tokens. However, your
+  messages resulted in 8227 tokens."; Responses: "Your input exceeds the context window").
+- vLLM: `type` `BadRequestError` with the same words ("... However, you requested 2100
+  tokens", newer "your request has 8 input tokens"); older releases send the error object as
+  the body (`"object": "error"`), newer ones under `error`.
+- llama-server, on every endpoint: `type` `exceed_context_size_error` with `n_prompt_tokens` and
+  `n_ctx`, or the counts in the message ("request (N tokens) exceeds ... (M tokens)"), or none.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from anvild.llm.errors import ContextOverflow
 
 OPENAI_CODE: Final = "context_length_exceeded"
 LLAMA_TYPE: Final = "exceed_context_size_error"
+VLLM_TYPE: Final = "BadRequestError"
 
 _OPENAI_LIMIT: Final = re.compile(r"maximum context length is (\d+) tokens", re.IGNORECASE)
 _OPENAI_REQUESTED: Final = re.compile(
@@ -48,7 +50,11 @@ def error_object(body: str) -> Mapping[str, Any] | None:
         return None
     if isinstance(parsed, list) and len(parsed) == 1:
         parsed = parsed[0]
-    error = parsed.get("error") if isinstance(parsed, Mapping) else None
+    if not isinstance(parsed, Mapping):
+        return None
+    if parsed.get("object") == "error":  # older vLLM: the error object is the body
+        return parsed
+    error = parsed.get("error")
     return error if isinstance(error, Mapping) else None
 
 
@@ -68,6 +74,23 @@ def openai(error: Mapping[str, Any]) -> ContextOverflow | None:
         message,
         requested=int(requested.group(1)) if requested else None,
         limit=int(limit.group(1)) if limit else None,
+    )
+
+
+def vllm(error: Mapping[str, Any]) -> ContextOverflow | None:
+    """vLLM's shape (type `BadRequestError` saying "maximum context length is N tokens"), with
+    the counts parsed from the message."""
+    if error.get("type") != VLLM_TYPE:
+        return None
+    message = message_of(error)
+    limit = _OPENAI_LIMIT.search(message)
+    if limit is None:
+        return None
+    requested = _OPENAI_REQUESTED.search(message)
+    return ContextOverflow(
+        message,
+        requested=int(requested.group(1)) if requested else None,
+        limit=int(limit.group(1)),
     )
 
 

@@ -343,8 +343,9 @@ def _text(delta: Mapping[str, Any], key: str) -> str:
 
 
 def context_overflow(error: Mapping[str, Any]) -> ContextOverflow | None:
-    """The error object as a ContextOverflow (OpenAI's or llama-server's shape), else None."""
-    return _overflow.openai(error) or _overflow.llama_server(error)
+    """The error object as a ContextOverflow (OpenAI's, llama-server's or vLLM's shape), else
+    None."""
+    return _overflow.openai(error) or _overflow.llama_server(error) or _overflow.vllm(error)
 
 
 def _api_error(error: Any) -> ApiError | ContextOverflow:

@@ -88,6 +88,29 @@ OVERFLOWS = [
         "in 130532 tokens. Please reduce the length of the messages.",
         id="openai-chat",
     ),
+    *(
+        pytest.param(
+            factory,
+            "openai-chat/vllm_max_context_length_400.json",
+            6616,
+            6048,
+            "This model's maximum context length is 6048 tokens. However, you requested 6616 "
+            "tokens (568 in the messages, 6048 in the completion). Please reduce the length of "
+            "the messages or completion.",
+            id=f"vllm-{name}",
+        )
+        for name, factory in (("chat", _chat), ("responses", _responses))
+    ),
+    pytest.param(
+        _chat,
+        "openai-chat/vllm_max_context_length_new_400.json",
+        2101,
+        2048,
+        "This model's maximum context length is 2048 tokens. However, your request has 2101 "
+        "input tokens. Please reduce the length of the input messages. (parameter=input_tokens, "
+        "value=2101)",
+        id="vllm-new-chat",
+    ),
     pytest.param(
         _responses,
         "openai-responses/context_length_exceeded_400.json",
@@ -154,6 +177,7 @@ async def test_an_http_400_overflow_is_a_context_overflow_with_its_counts(
             _responses, "openai-chat/string_above_max_length_400.json", 400, id="openai-responses"
         ),
         pytest.param(_gemini, "gemini/invalid_argument_400.json", 400, id="gemini"),
+        pytest.param(_chat, "openai-chat/vllm_max_tokens_400.json", 400, id="vllm"),
         pytest.param(_chat, "llama-server/batch_too_large_500.json", 500, id="llama-server-500"),
         # The right body with the wrong status is not an overflow either.
         pytest.param(_anthropic, "anthropic/prompt_too_long_400.json", 413, id="anthropic-413"),
