@@ -161,8 +161,16 @@ class Output:
                 recorder.checkpoint.flush()  # an answer the turn did not commit: all of it shown
                 recorder.append(TurnEnded(outcome.value, detail))
                 self.log_lines([f"TURN: {outcome.value}" + (f" ({detail})" if detail else "")])
+                return event  # its line waits for `publish_end`
         self.events.publish(event_line(event))
         return event
+
+    def publish_end(self) -> None:
+        """Publish the turn's `turn_finished` line, once `out` is set and the session has left
+        running (`Session._finish_turn`): a client that acts on the line (reads `out`, which
+        moves await to idle; reads `state`) finds the turn over."""
+        if self._finished is not None:
+            self.events.publish(event_line(self._finished))
 
     def end_turn(self, messages: Sequence[Message]) -> ev.TurnFinished | None:
         """Set `out` from how the turn ended (`messages`: the agent's transcript now); returns

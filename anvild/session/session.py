@@ -785,6 +785,7 @@ class Session:
                         [f"NOTE: approval request dropped: the turn ended {outcome}"]
                     )
                 self._set_status(S.AWAIT)
+        self._output.publish_end()
         self._notify()
 
     # -- agent events ------------------------------------------------------------------------
