@@ -769,8 +769,8 @@ class Session:
             self._finish_turn()
 
     def _finish_turn(self) -> None:
-        """Set `out` from how the turn ended, and leave running (synchronously: this also runs
-        while the daemon shuts down)."""
+        """Set `out` from how the turn ended, leave running, then publish the turn's
+        `turn_finished` line (synchronously: this also runs while the daemon shuts down)."""
         finished = self._output.end_turn(self._messages())
         request = self._approvals.take_request()
         # An ephemeral session goes from running straight to exited (the worker ends it next).
