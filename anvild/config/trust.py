@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
-import tempfile
+import secrets
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,7 +30,6 @@ import attrs
 import tomlkit
 
 from anvild.config.schema import ConfigFileError, Key
-from anvild.store.journal import sync_directory
 
 TRUST_FILE: Final = "trust.toml"
 
@@ -153,15 +151,10 @@ class TrustStore:
             item.add("keys", list(grant.keys))
             table.append(item)
         doc.add("grant", table)
+        # Imported here: `anvild.store` is the whole record layer, and `anvild.config` is
+        # imported by anvilctl commands that never write a grant.
+        from anvild.store.durable import replace_durably
+
         self.file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".trust-", suffix=".toml", dir=self.file.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(tomlkit.dumps(doc))
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        sync_directory(self.file.parent)  # the rename itself survives a crash
+        temp = self.file.with_name(f".trust-{secrets.token_hex(8)}.toml")  # one per writer
+        replace_durably(self.file, tomlkit.dumps(doc).encode(), temp=temp, mode=0o600)

@@ -15,8 +15,7 @@ sessions cannot reach them. Details: docs/decisions.md, "Module notes" (anvild.t
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from anvild.sandbox import RoleConfigError
 from anvild.sandbox.roles import BUILTIN_DIR, ROLE_NAME_RE, parse_role, user_roles_dir
 from anvild.session import roles as session_roles
 from anvild.session.settings import SessionSettings
-from anvild.store.journal import sync_directory
+from anvild.store.durable import replace_durably
 
 __all__ = ["MAX_ROLE_BYTES", "RoleKind", "nodes", "role_texts", "sandbox_roles", "scripts"]
 
@@ -166,19 +165,8 @@ def sandbox_roles(settings: SessionSettings) -> RoleKind:
 
 def _write_atomically(path: Path, body: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(body)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    sync_directory(path.parent)  # the rename itself survives a crash
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")  # one per writer, hidden
+    replace_durably(path, body, temp=temp, mode=0o644)
 
 
 class _RoleHandle(Handle):

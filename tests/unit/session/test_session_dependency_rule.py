@@ -50,7 +50,7 @@ def test_the_config_layer_is_below_the_sessions() -> None:
         "anvild.llm",
         "anvild.agent.permissions.rules",
         "anvild.sandbox.secrets",
-        "anvild.store.journal",  # sync_directory, for the trust file's rename
+        "anvild.store.durable",  # replace_durably, for the trust file (imported when written)
     )
     assert violations("anvild.config", allowed) == []
 
