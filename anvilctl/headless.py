@@ -75,7 +75,6 @@ EXIT_ERROR: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 _CHUNK: Final = 8192
-TURN_END_GRACE: Final = 75.0  # seconds: past the end snapshot's 60 s bound (anvild.session.turns)
 _PREFIX: Final = "anvilctl -p"
 LATEST: Final = "latest"  # `new from=latest` (anvild.session.manager.LATEST)
 _ESCAPES: Final = re.compile(
@@ -1103,7 +1102,7 @@ def _in_process_turn(
                 await watchers.start(watch_signals, session, stdout_scope)
                 renderer.start()
                 try:
-                    accepted = session.submit(prompt)
+                    session.submit(prompt)
                 except SessionError as exc:
                     reader.close()
                     raise HeadlessError(str(exc)) from exc
@@ -1128,11 +1127,7 @@ def _in_process_turn(
                     if done:
                         break
                 watchers.cancel_scope.cancel()
-            reader.close()
-            # The turn's end is recorded after its `turn_finished` line (its end snapshot, the
-            # session's state): let that finish before the sessions stop.
-            with trio.move_on_after(TURN_END_GRACE):
-                await session.wait_handled(accepted)
+            reader.close()  # `turn_finished` comes once the turn is handled: stopping is safe
             renderer.cost_after = usd_of(session.cost_text())
             try:
                 renderer.finish(
