@@ -67,14 +67,7 @@ def openai(error: Mapping[str, Any]) -> ContextOverflow | None:
     """OpenAI's shape (code `context_length_exceeded`), with counts parsed from the message."""
     if error.get("code") != OPENAI_CODE:
         return None
-    message = message_of(error) or OPENAI_CODE
-    limit = _OPENAI_LIMIT.search(message)
-    requested = _OPENAI_REQUESTED.search(message)
-    return ContextOverflow(
-        message,
-        requested=int(requested.group(1)) if requested else None,
-        limit=int(limit.group(1)) if limit else None,
-    )
+    return _worded(message_of(error) or OPENAI_CODE)
 
 
 def vllm(error: Mapping[str, Any]) -> ContextOverflow | None:
@@ -82,15 +75,18 @@ def vllm(error: Mapping[str, Any]) -> ContextOverflow | None:
     the counts parsed from the message."""
     if error.get("type") != VLLM_TYPE:
         return None
-    message = message_of(error)
+    overflow = _worded(message_of(error))
+    return overflow if overflow.limit is not None else None  # another bad request
+
+
+def _worded(message: str) -> ContextOverflow:
+    """An overflow in OpenAI's words: the counts are what the message says of them."""
     limit = _OPENAI_LIMIT.search(message)
-    if limit is None:
-        return None
     requested = _OPENAI_REQUESTED.search(message)
     return ContextOverflow(
         message,
         requested=int(requested.group(1)) if requested else None,
-        limit=int(limit.group(1)),
+        limit=int(limit.group(1)) if limit else None,
     )
 
 
