@@ -24,6 +24,17 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.fixture
+def forks_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on, a command that is exec'd instead of forked fails the test."""
+    assert zygote._Zygote.path() is not None  # the zygote is up (its own start is an exec)
+
+    def execed(*args: object) -> None:
+        raise AssertionError("exec'd, not forked from the zygote")
+
+    monkeypatch.setattr(zygote._REAL_POPEN, "_execute_child", execed)
+
+
 def test_a_forked_command_has_its_cwd_environment_streams_and_status(tmp_path: Path) -> None:
     env = {**isolated_env(tmp_path), "NAMESPACE": str(tmp_path / "nowhere")}
     proc = subprocess.Popen(
@@ -56,6 +67,7 @@ def test_a_forked_command_has_its_cwd_environment_streams_and_status(tmp_path: P
     assert shown.stderr == b""  # no warning about the zygote's own copy of the module
 
 
+@pytest.mark.usefixtures("forks_only")
 def test_a_forked_daemon_is_signalled_and_reaped_like_a_child(tmp_path: Path) -> None:
     namespace = tmp_path / "ns"
     proc = subprocess.Popen(
@@ -94,6 +106,7 @@ def test_a_forked_daemon_is_signalled_and_reaped_like_a_child(tmp_path: Path) ->
     assert killed.wait(timeout=STARTUP_TIMEOUT) == -signal.SIGKILL
 
 
+@pytest.mark.usefixtures("forks_only")
 def test_a_missing_cwd_is_refused_as_popen_refuses_it(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError) as refused:
         subprocess.Popen([sys.executable, "-m", "anvilctl", "--help"], cwd=tmp_path / "gone")
