@@ -302,18 +302,25 @@ Origin = tuple[str, str, int]
 class IdleWatch:
     """Idle deadlines for many waiting sockets without a cancel scope per wait.
 
-    A connection about to wait registers its deadline here; `run` (a task of the transport's
-    owner) looks every `tick` seconds and wakes a socket whose deadline passed with
+    A connection about to wait registers its deadline here (`deadline`); `run` (a task of the
+    transport's owner) looks every `tick` seconds and wakes a socket whose deadline passed with
     `trio.lowlevel.notify_closing`, so its `wait_readable` raises and the read reports the idle
-    deadline (the socket is closed with the body). A deadline thus fires up to `tick` late.
-    Deadlines shorter than `min_idle`, TLS connections, and any wait while `run` is not running
-    use a `move_on_after` instead."""
+    deadline (the socket is closed with the body). Deadlines are counted in ticks, not read from
+    the clock at each wait (a wait per streamed delta): a sleep never ends early, so a deadline
+    never fires early, and fires up to two ticks late. Deadlines shorter than `min_idle`, TLS
+    connections, and any wait while `run` is not running use a `move_on_after` instead."""
 
     def __init__(self, *, tick: float = 0.5, min_idle: float = 2.0) -> None:
         self.tick = tick
         self.min_idle = min_idle
         self.running = False
-        self.waiting: dict[_Connection, float] = {}  # connection -> its deadline
+        self.ticks = 0  # ticks `run` has counted
+        self.waiting: dict[_Connection, int] = {}  # connection -> the tick its deadline passes
+
+    def deadline(self, idle: float) -> int:
+        """The tick by which `idle` seconds have surely passed for a wait starting now: the
+        current tick may be nearly over, so one more than `idle` needs."""
+        return self.ticks + 1 + math.ceil(idle / self.tick)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Watch until cancelled."""
@@ -322,7 +329,8 @@ class IdleWatch:
             task_status.started()
             while True:
                 await trio.sleep(self.tick)
-                now = trio.current_time()
+                self.ticks += 1
+                now = self.ticks
                 late = [c for c, deadline in self.waiting.items() if deadline <= now]
                 for connection in late:
                     del self.waiting[connection]
@@ -382,7 +390,7 @@ class _Connection:
         watch = self._watch
         while True:
             if watch.running and idle >= watch.min_idle:
-                watch.waiting[self] = trio.current_time() + idle
+                watch.waiting[self] = watch.deadline(idle)
                 try:
                     await trio.lowlevel.wait_readable(self.socket)
                 except trio.ClosedResourceError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import trio.testing
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -40,6 +41,7 @@ from anvild.llm.transport import (
     ProtocolError,
     ResponseHead,
     ResponseParser,
+    _Connection,
     body_decoder,
     lean_body,
     proxy_configured,
@@ -608,6 +610,30 @@ async def test_idle_deadline(nursery: trio.Nursery, watched: bool) -> None:
     assert info.value.is_retryable
     assert 0.25 < elapsed < 3.0
     assert transport.watch.waiting == {}
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.01, 0.49])
+def test_the_idle_watch_never_fires_early_and_at_most_two_ticks_late(phase: float) -> None:
+    """The watch counts ticks instead of reading the clock per wait: a wait that starts at any
+    point of a tick still gets its whole idle time, and at most two ticks more."""
+
+    async def main() -> float:
+        watch = IdleWatch(tick=0.5, min_idle=1.0)
+        left, right = trio.socket.socketpair()
+        with left, right:
+            connection = _Connection(trio.SocketStream(left), watch)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+                await trio.sleep(1.0 + phase)  # two ticks counted, then `phase` into the third
+                start = trio.current_time()
+                with pytest.raises(httpx.ReadTimeout, match="nothing received for 3 s"):
+                    await connection.receive(3.0)
+                nursery.cancel_scope.cancel()
+            assert watch.waiting == {}
+            return trio.current_time() - start
+
+    elapsed = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert 3.0 <= elapsed <= 3.0 + 2 * 0.5
 
 
 async def test_no_response_headers_hits_the_request_deadline(nursery: trio.Nursery) -> None:
