@@ -44,6 +44,11 @@ def message_bytes(message: Message) -> int:
     return sum(block_bytes(block) for block in message.content)
 
 
+def spec_bytes(spec: ToolSpec) -> int:
+    """One tool definition's JSON, as it counts inside `specs_bytes`."""
+    return utf8(json.dumps(converter.unstructure(spec)))
+
+
 # The last sizes of tool tuples, by identity (the tuple held, so its id is not reused): the agent
 # measures one step's tuple several times (before its request, to clear old results, after).
 _SPECS_SIZES: dict[int, tuple[Sequence[ToolSpec], int]] = {}
@@ -51,21 +56,36 @@ _SPECS_SIZES_KEPT: Final = 64
 
 
 def specs_bytes(specs: Sequence[ToolSpec]) -> int:
+    """The tool definitions' JSON list: each definition, and "[", "]" and ", " between them."""
     if not specs:
         return 0
     known = _SPECS_SIZES.get(id(specs))
     if known is not None and known[0] is specs:
         return known[1]
-    size = utf8(json.dumps([converter.unstructure(spec) for spec in specs]))
+    size = sum(spec_bytes(spec) for spec in specs) + 2 * len(specs)
     if isinstance(specs, tuple):
-        if len(_SPECS_SIZES) >= _SPECS_SIZES_KEPT:
-            del _SPECS_SIZES[next(iter(_SPECS_SIZES))]
-        _SPECS_SIZES[id(specs)] = (specs, size)
+        note_specs_bytes(specs, size)
     return size
+
+
+def note_specs_bytes(specs: tuple[ToolSpec, ...], size: int) -> None:
+    """Remember `size` as `specs_bytes(specs)`: for a caller that built `specs` from JSON whose
+    sizes it keeps (the tool registry), so the definitions are not encoded again to be measured."""
+    if len(_SPECS_SIZES) >= _SPECS_SIZES_KEPT:
+        del _SPECS_SIZES[next(iter(_SPECS_SIZES))]
+    _SPECS_SIZES[id(specs)] = (specs, size)
 
 
 def request_bytes(system: str, specs: Sequence[ToolSpec], messages: Iterable[Message]) -> int:
     return utf8(system) + specs_bytes(specs) + sum(message_bytes(m) for m in messages)
 
 
-__all__ = ["block_bytes", "message_bytes", "request_bytes", "specs_bytes", "utf8"]
+__all__ = [
+    "block_bytes",
+    "message_bytes",
+    "note_specs_bytes",
+    "request_bytes",
+    "spec_bytes",
+    "specs_bytes",
+    "utf8",
+]

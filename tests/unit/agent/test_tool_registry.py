@@ -24,7 +24,8 @@ from anvild.agent.tools import (
 from anvild.agent.tools.base import Args, InvalidArgs, validate_args
 from anvild.agent.tools.files import EditFile, ReadFile, WriteFile
 from anvild.agent.tools.search import Glob, Grep
-from anvild.llm.types import ToolCall
+from anvild.llm.size import specs_bytes
+from anvild.llm.types import ToolCall, converter
 from anvild.sandbox import FullAccess, ReadOnly
 
 
@@ -162,6 +163,21 @@ def test_specs_sorted_and_byte_stable() -> None:
     assert again == ToolRegistry([Echo("zeta"), Calculator(), Echo("alpha")]).specs()
     dump = [json.dumps([s.name, s.description, s.input_schema]) for s in again]
     assert dump == [json.dumps([s.name, s.description, s.input_schema]) for s in registry.specs()]
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_size_the_registry_notes_is_the_size_of_the_definitions_json(compact: bool) -> None:
+    """`specs` tells `llm.size` its tuple's size from sizes kept per tool; it must be the size
+    of the definitions encoded afresh, non-ASCII text included, for each call's new tuple."""
+    accented = Echo("echo_fr")
+    accented.description = 'Répète ce qu\'on lui dit, avec 🙂 et des guillemets "doubles".'
+    registry = ToolRegistry([accented, Calculator(), Grep(), ReadFile()])
+    for _ in range(2):  # the second call reuses the kept sizes
+        specs = registry.specs(compact=compact)
+        fresh = list(specs)  # a list is never in the memo: measured from the definitions
+        expected = len(json.dumps([converter.unstructure(s) for s in specs]).encode())
+        assert specs_bytes(fresh) == expected
+        assert specs_bytes(specs) == expected
 
 
 async def test_dispatch_always_answers(ctx: ToolContext) -> None:
