@@ -20,6 +20,7 @@ import math
 import os
 import select
 import ssl
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Final, NamedTuple
@@ -319,7 +320,10 @@ class IdleWatch:
 
     def deadline(self, idle: float) -> int:
         """The tick by which `idle` seconds have surely passed for a wait starting now: the
-        current tick may be nearly over, so one more than `idle` needs."""
+        current tick may be nearly over, so one more than `idle` needs. No deadline (`idle`
+        infinite): a tick never reached."""
+        if idle == math.inf:
+            return sys.maxsize
         return self.ticks + 1 + math.ceil(idle / self.tick)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import socket
 import ssl
 import struct
@@ -634,6 +635,28 @@ def test_the_idle_watch_never_fires_early_and_at_most_two_ticks_late(phase: floa
 
     elapsed = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert 3.0 <= elapsed <= 3.0 + 2 * 0.5
+
+
+def test_a_wait_with_no_idle_deadline_under_the_idle_watch_waits_for_its_bytes() -> None:
+    async def main() -> bytes:
+        watch = IdleWatch(tick=0.5, min_idle=1.0)
+        left, right = trio.socket.socketpair()
+        with left, right:
+            connection = _Connection(trio.SocketStream(left), watch)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+
+                async def send_late() -> None:
+                    await trio.sleep(3600)
+                    await right.send(b"late")
+
+                nursery.start_soon(send_late)
+                data = await connection.receive(math.inf)
+                nursery.cancel_scope.cancel()
+            assert watch.waiting == {}
+            return data
+
+    assert trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0)) == b"late"
 
 
 async def test_no_response_headers_hits_the_request_deadline(nursery: trio.Nursery) -> None:
