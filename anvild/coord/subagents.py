@@ -5,8 +5,9 @@
     subagents.bind(manager)
 
 A child is a real session (`agent/<child>/`, `parent` names its parent, recorded in its
-`SessionStarted` so it survives a restart), ephemeral (reaped like any ephemeral session), in
-the parent's cwd. It never has more authority than its parent: a role whose ceiling is within
+`SessionStarted` so it survives a restart), ephemeral (reaped like any ephemeral session; one
+still live at a restart is ended by the manager's restore, as nobody waits for it), in the
+parent's cwd. It never has more authority than its parent: a role whose ceiling is within
 the parent's (never conductor), at most the parent's sandbox and permission mode, headless when
 the parent is; an agent definition (`anvild.coord.agents`) only adds instructions and narrows
 the tools. Limits: `max_depth` (a top-level session is depth 0) and `max_per_turn` children per

@@ -8,7 +8,8 @@
   cancelled, never approved), records how each ended, syncs and closes every journal, writes
   the index (shielded).
 - `create` validates everything (model, cwd, role, sandbox, alias) before anything is written.
-- Restoration never re-runs a call whose finish is not durable (`Journal.recover`); a file that
+- Restoration never re-runs a call whose finish is not durable (`Journal.recover`), and ends
+  a `task` child still live (the call that waited for it ended with the daemon); a file that
   cannot be loaded is left untouched and reported (`SessionFailed`). Sessions come back in
   creation order, after sandbox litter of a killed daemon is swept.
 - Every provider request passes its provider's `trio.CapacityLimiter` (arrival order, parked).
@@ -382,6 +383,8 @@ class Child:
     usd: float | None
 
 
+CHILD_ORPHANED: Final = "interrupted by a daemon restart: the parent's task call is gone"
+"""Why a `task` child live at a restart ends then (its `SessionEnded` reason)."""
 INDEX_INTERVAL: Final = 1.0
 """Seconds between two writes of the session index (changes in between are written together)."""
 _RESTING: Final = frozenset({SessionStatus.IDLE, SessionStatus.AWAIT})
@@ -1298,6 +1301,28 @@ class SessionManager:
             journal.state, SessionStatus.EXITED.value, usd
         )
 
+    async def _end_child(self, journal: Journal) -> bool:
+        """End a `task` child found live at restore, as an ephemeral session ends (records
+        kept, kept for its parent's `children` and `cost`, gone from `list`): the parent's call
+        that waited for it was ended by the restart (recovery answered it), so nobody would
+        send its prompt or read its answer. Whether it ended (a failed write restores it)."""
+        session_id = journal.state.id
+        try:
+            await trio.to_thread.run_sync(
+                lambda: journal.append(store.SessionEnded(CHILD_ORPHANED), sync=True)
+            )
+        except StoreError as exc:
+            log.error("session.child_not_ended", session=session_id, error=str(exc))
+            self.publish(SessionFailed(session_id, f"not ended at restore: {exc}"))
+            return False
+        log.warning("session.child_ended", session=session_id, reason=CHILD_ORPHANED)
+        await self._ended_child(journal)
+        state, seq, size = journal.state, journal.seq, journal.size
+        self._index_ended[session_id] = Pending(SessionSummary.of(state), size, seq)
+        journal.close()
+        self.publish(SessionEnded(session_id, CHILD_ORPHANED))
+        return True
+
     async def _restore(self) -> None:
         nursery = self._require_nursery()
         await trio.to_thread.run_sync(remove_stale, self.store.directory)  # a crash's: stale
@@ -1350,6 +1375,8 @@ class SessionManager:
                     unknown=[call.id for call in recovered.unknown],
                 )
                 usd = await self._priced(journal)  # priced again with what recovery added
+            if parent is not None and journal.state.ephemeral and await self._end_child(journal):
+                continue
             found.append((SessionSummary.of(journal.state), journal, usd, None))
         found.sort(key=lambda item: item[0].created_at)
         for family in self._family.values():

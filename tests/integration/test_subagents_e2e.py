@@ -4,9 +4,11 @@
   held (they run at the same time); each child is in `agent/list` with a `parent` file, the
   parent's `children` lists them, their answers are the parent's two tool results and their
   tokens are in the parent's `cost`, apart.
-- kill -9 during a child's turn: after the restart parent and child are both restored (the
-  child still names its parent), the parent's call is reported as outcome unknown, and nothing
-  runs it again (the provider sees no new request for the child's prompt).
+- kill -9 during a child's turn: after the restart the parent is restored and the child is
+  ended (not in `agent/list`; `session_ended` on `agent/events` and its `SessionEnded` record
+  give the reason; the parent's `children` keeps it, exited), also after a second restart; the
+  parent's call is reported as outcome unknown, and nothing runs it again (the provider sees
+  no new request for the child's prompt).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from anvild.session.manager import CHILD_ORPHANED
+from anvild.store import SessionStore
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_daemon_crash import read_stream_until
 from tests.integration.test_interrupted_turns import kill_9
@@ -125,7 +129,7 @@ def test_two_children_at_once_with_parent_answers_and_cost(
         fake.stop()
 
 
-def test_kill_9_during_a_childs_turn_restores_both_and_never_reruns(
+def test_kill_9_during_a_childs_turn_ends_the_child_and_never_reruns(
     namespace: Path, tmp_path: Path, workdir: Path
 ) -> None:
     fake = FakeServer(
@@ -148,15 +152,27 @@ def test_kill_9_during_a_childs_turn_restores_both_and_never_reruns(
         wait_requests(fake, 2)  # the child's request is held: its turn runs
         (line,) = read(namespace, f"agent/{parent}/children").splitlines()
         child = line.split("\t")[0]
+        assert child in listed(namespace)
         kill_9(daemon)
         daemon = None
 
         daemon = start_daemon(namespace, config)
         sessions = listed(namespace)
         assert parent in sessions
-        assert child in sessions
-        assert read(namespace, f"agent/{child}/parent") == f"{parent}\n"
-        assert read(namespace, f"agent/{parent}/children").split("\t")[0] == child
+        assert child not in sessions
+        events = read_stream_until(namespace, "agent/events", CHILD_ORPHANED)
+        ended = [json.loads(e) for e in events.splitlines() if '"session_ended"' in e]
+        assert [(e["id"], e["reason"]) for e in ended] == [(child, CHILD_ORPHANED)]
+        assert read(namespace, f"agent/{parent}/children").split("\t") == [
+            child,
+            "developer",
+            "exited",
+            "error\n",
+        ]
+        state = SessionStore(daemon.data_dir / "sessions").read(child).state
+        assert state.ended == CHILD_ORPHANED
+        assert state.last_turn is not None
+        assert state.last_turn.interrupted  # its turn was cut, then it ended
         log = read_stream_until(namespace, f"agent/{parent}/log", "outcome unknown")
         assert "(task): outcome unknown" in log
         assert read(namespace, f"agent/{parent}/state") == "idle\n"
@@ -165,12 +181,21 @@ def test_kill_9_during_a_childs_turn_restores_both_and_never_reruns(
         assert ok(anvilctl(namespace, "wait", parent)) == "await\n"
         assert ok(anvilctl(namespace, "out", parent)) == "resumed\n"
         requests = fake.requests()
-        assert "Outcome unknown" in last_user_text(requests[-1])
+        assert "Outcome unknown: anvild stopped" in last_user_text(requests[-1])
         # the child's prompt reached the provider once: the call was never run again
         assert sum("gamma job" in last_user_text(r) for r in requests) == 1
         assert len(requests) == 3
+
+        code, log_text = daemon.stop()
+        daemon = None
+        assert code == 0, log_text
+        daemon = start_daemon(namespace, config)  # the end is recorded: it stays ended
+        assert child not in listed(namespace)
+        assert read(namespace, f"agent/{parent}/children").split("\t")[2] == "exited"
     finally:
-        if daemon is not None:
-            code, log_text = daemon.stop()
-            assert code == 0, log_text
-        fake.stop()
+        try:
+            if daemon is not None:
+                code, log_text = daemon.stop()
+                assert code == 0, log_text
+        finally:
+            fake.stop()

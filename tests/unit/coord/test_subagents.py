@@ -25,8 +25,8 @@ from anvild.llm.types import ChatRequest, Text, ToolResult
 from anvild.sandbox import ReadOnly
 from anvild.session import NewSession, Session, SessionManager, SessionStatus, ToolSetup
 from anvild.session import roles as session_roles
-from anvild.session.manager import chain_tools
-from anvild.store import SessionStore
+from anvild.session.manager import CHILD_ORPHANED, chain_tools
+from anvild.store import PromptQueued, SessionStore
 from anvild.tree.family import children_text
 from tests.unit.session.support import Models, file_tools, settings, target, workspace
 
@@ -313,6 +313,43 @@ async def test_the_family_survives_a_restart(tmp_path: Path) -> None:
         assert (again.id, again.role, again.outcome) == (child.id, "developer", "done")
         assert restored.cost_text() == before
         assert "children 1\n" in before
+
+
+async def test_a_restart_ends_every_live_child_and_keeps_a_plain_ephemeral_session(
+    tmp_path: Path,
+) -> None:
+    """A child live at a restart ends with the reason, whatever it was doing: one whose prompt
+    was queued and not taken (it never runs), one whose turn the stop cut. An ephemeral session
+    of the user's (no parent) that has not run its prompt is restored: it may still get it."""
+
+    def respond(request: ChatRequest) -> Script:
+        if last_text(request).startswith("slow"):
+            return [Pause(1000), *script.text("never")]
+        return script.text("unused")
+
+    provider = Recording(respond, lambda text: text.split(" ")[0])
+    async with delegating(tmp_path, provider) as (manager, _):
+        parent = await manager.create(NewSession(role="developer"))
+        idle = await manager.create(NewSession(role="developer", ephemeral=True, parent=parent.id))
+        cut = await manager.create(NewSession(role="developer", ephemeral=True, parent=parent.id))
+        plain = await manager.create(NewSession(ephemeral=True))
+        cut.submit("slow job")
+        with trio.fail_after(10):
+            await provider.until(lambda: "open slow" in provider.log)
+        assert cut.status is SessionStatus.RUNNING
+    store = SessionStore(tmp_path / "data" / "sessions")
+    journal, _ = store.load(idle.id)  # as a crash just after the task call queued its prompt
+    with journal:
+        journal.append(PromptQueued("p9", "queued job"), sync=True)
+    async with delegating(tmp_path, provider) as (manager, _):
+        assert manager.ids() == [parent.id, plain.id]
+        assert manager.get(plain.id).status is SessionStatus.IDLE
+        children = {c.id: (c.state, c.outcome) for c in manager.children(parent.id)}
+        assert children == {idle.id: ("exited", "-"), cut.id: ("exited", "error")}
+        for child in (idle, cut):
+            assert store.read(child.id).state.ended == CHILD_ORPHANED
+        await trio.sleep(0.1)
+        assert provider.log == ["open slow", "close slow"]  # nothing ran after the restart
 
 
 def test_the_subagents_config_table(tmp_path: Path) -> None:
