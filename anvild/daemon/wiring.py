@@ -178,11 +178,9 @@ def _resolver(manager: SessionManager) -> Callable[[str], str | None]:
     """The id of the live session with this id or alias, or None."""
 
     def resolve(name: str) -> str | None:
-        try:
-            session = manager.get(name)
-        except SessionNotFound:
-            return None
-        return None if session.status is SessionStatus.EXITED else session.id
+        found = manager.peek(name)  # building none: a session at rest may be unbuilt
+        now = found[0] if isinstance(found, tuple) else found
+        return None if now is None or now.status is SessionStatus.EXITED else now.id
 
     return resolve
 

@@ -644,11 +644,12 @@ class SessionManager:
         session at rest is restored unbuilt."""
         return tuple(s for s in self._sessions.values() if isinstance(s, Session))
 
-    def peek(self, session_id: str) -> Session | tuple[SessionSummary, ResolvedModel] | None:
-        """The live session with this id as it is now, building none and using none (idle
-        unload still applies): a built one itself, one not built its summary and model; None
-        when there is no such session. For views of every session (the web board)."""
-        entry = self._sessions.get(session_id)
+    def peek(self, key: str) -> Session | tuple[SessionSummary, ResolvedModel] | None:
+        """The live session with this id or alias as it is now, building none and using none
+        (idle unload still applies): a built one itself, one not built its summary and model;
+        None when there is no such session. For views of every session (the web board) and
+        what needs only a session's id, alias, role or status (resolving a mail's `to`)."""
+        entry = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
         return (entry.summary, entry.target) if isinstance(entry, _Unbuilt) else entry
 
     def ids(self) -> list[str]:

@@ -1,5 +1,6 @@
 """`anvild.daemon.wiring`: the `local` provider waits for the embedded server, or fails with
-what to do; the registry puts it behind the alias `local` only."""
+what to do; the registry puts it behind the alias `local` only. What the beads ask of the
+sessions builds none."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import trio
 
 from anvild.config import load
 from anvild.daemon.llama import LlamaPaths, LlamaServer, State, with_local_model
-from anvild.daemon.wiring import LOCAL_HOST_URL, LocalModelProvider, local_factory
+from anvild.daemon.wiring import (
+    LOCAL_HOST_URL,
+    LocalModelProvider,
+    _liveness,
+    _resolver,
+    local_factory,
+)
 from anvild.llm.capabilities import for_target
 from anvild.llm.errors import TransportError
 from anvild.llm.http import Timeouts
@@ -21,6 +28,8 @@ from anvild.llm.provider import Provider
 from anvild.llm.registry import AdapterArgs, Kind
 from anvild.llm.stream import StreamEvent
 from anvild.llm.types import ChatRequest
+from anvild.session import NewSession
+from tests.unit.session.support import loads_on_loop, running, unloaded
 
 
 class Recorded:
@@ -109,3 +118,24 @@ async def test_a_failed_server_fails_the_request_saying_what_to_do(tmp_path: Pat
     assert "make llama-server" in message
     assert "configure a hosted provider" in message
     assert not caught.value.is_retryable
+
+
+async def test_the_beads_resolve_and_check_sessions_at_rest_without_building_them(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path, []) as manager:
+        dev = await manager.create(NewSession(alias="dev"))
+        ended = await manager.create(NewSession())
+        await manager.kill(ended.id)
+        loads = loads_on_loop(manager)
+        await unloaded(manager, dev)
+        resolve, live = _resolver(manager), _liveness(manager)
+        assert [resolve(key) for key in ("dev", dev.id, ended.id, "ghost")] == [
+            dev.id,
+            dev.id,
+            None,
+            None,
+        ]
+        assert (live(dev.id), live("dev"), live(ended.id)) == (True, False, False)
+        assert manager.built_sessions() == ()
+        assert loads == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -126,3 +127,24 @@ async def ask(session: Session, text: str) -> str:
 
 async def new(manager: SessionManager, **kwargs: Any) -> Session:
     return await manager.create(NewSession(**kwargs))
+
+
+def loads_on_loop(manager: SessionManager) -> list[bool]:
+    """From now on, each replay of a session's records to build it (`manager.store.load`)
+    appends whether it ran on the calling thread (the event loop's) rather than a worker."""
+    loop = threading.current_thread()
+    load = manager.store.load
+    calls: list[bool] = []
+
+    def recorded(session_id: str) -> Any:
+        calls.append(threading.current_thread() is loop)
+        return load(session_id)
+
+    manager.store.load = recorded  # type: ignore[method-assign]
+    return calls
+
+
+async def unloaded(manager: SessionManager, *sessions: Session) -> None:
+    """Put each (idle) session back to its summary, as an idle unload does."""
+    for session in sessions:
+        assert await manager.unload(session), session.id
