@@ -253,6 +253,7 @@ class Sessions:
     gc_policy: GcPolicy | None = None  # the daemon command's (anvild.daemon.gcpolicy)
     approvals: SessionApprovals | None = None  # tells approver sessions of their gates
     mcp: McpPool | None = None  # the MCP servers of every session, run beside the manager
+    prompter: SessionPrompter | None = None  # mail's auto-prompts of sessions not built
     _scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     _done: trio.Event = attrs.field(factory=trio.Event)
     _started: bool = False
@@ -418,7 +419,18 @@ class Sessions:
 
         store.on_event = on_bead_event
         return cls(
-            manager, tree, root, client, mail, beads, gates, transport, gc_policy, approvals, pool
+            manager,
+            tree,
+            root,
+            client,
+            mail,
+            beads,
+            gates,
+            transport,
+            gc_policy,
+            approvals,
+            pool,
+            prompter,
         )
 
     def attach(self, daemon: Daemon) -> None:
@@ -442,6 +454,8 @@ class Sessions:
                         await nursery.start(self.manager.run)
                         if self.approvals is not None:
                             await nursery.start(self.approvals.run)
+                        if self.prompter is not None:
+                            await nursery.start(self.prompter.run)
                         if self.gc_policy is not None:  # after the restore: freeze it all
                             self.gc_policy.configure()
                             policy = self.gc_policy  # what an idle unload drops is collected

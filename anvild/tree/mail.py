@@ -15,7 +15,11 @@ are bound to the manager after construction (`bind`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import structlog
+import trio
 
 from anvild.fs import (
     BodyFile,
@@ -46,6 +50,7 @@ from anvild.mail.message import MAX_MESSAGE_BYTES, encode, encode_list, parse_dr
 from anvild.ninep.backend import Handle, Node, OpenMode
 from anvild.ninep.errors import FsError, NotFound, StorageFailed
 from anvild.session import Session, SessionError, SessionManager, SessionNotFound, SessionStatus
+from anvild.store import SessionSummary
 from anvild.tree._text import event_forwarder
 from anvild.tree.refusals import fs_error
 from anvild.tree.root import RootTree
@@ -61,6 +66,7 @@ __all__ = [
 ]
 
 S = SessionStatus
+log = structlog.get_logger("anvild.tree.mail")
 
 
 # --- adapters: sessions as the mail package sees them ---------------------------------------
@@ -73,7 +79,18 @@ class _Bound:
     def bind(self, manager: SessionManager) -> None:
         self._manager = manager
 
+    def _peek(self, name: str) -> Session | SessionSummary | None:
+        """The live session `name` (id or alias) as it is now, building none: a session at
+        rest may be unbuilt, and building it replays its records."""
+        if self._manager is None:
+            return None
+        found = self._manager.peek(name)
+        if found is None or isinstance(found, Session):
+            return None if found is None or found.status is S.EXITED else found
+        return found[0]  # at rest: never exited
+
     def _live(self, name: str) -> Session | None:
+        """The live session `name`, built (for a session's own call: it runs, it is built)."""
         if self._manager is None:
             return None
         try:
@@ -84,7 +101,7 @@ class _Bound:
 
 
 class SessionPeers(_Bound):
-    """`anvild.mail.Peers` over a session manager."""
+    """`anvild.mail.Peers` over a session manager; builds no session."""
 
     def peers(self) -> Sequence[Peer]:
         if self._manager is None:
@@ -96,21 +113,54 @@ class SessionPeers(_Bound):
         ]
 
     def find(self, name: str) -> Peer | None:
-        s = self._live(name)
+        s = self._peek(name)
         return None if s is None else Peer(s.id, s.alias, s.role, s.status.value)
 
 
 class SessionPrompter(_Bound):
-    """`anvild.mail.Prompter` over a session manager."""
+    """`anvild.mail.Prompter` over a session manager. A session at rest and not built is
+    prompted by `run`, once `SessionManager.load` built it (its records replayed in a worker
+    thread, not on the event loop); without `run` it is built at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._send, self._receive = trio.open_memory_channel[tuple[str, str]](math.inf)
+        self._running = False
 
     def is_idle(self, mailbox: str) -> bool:
-        s = self._live(mailbox)
-        return s is not None and s.status is S.IDLE and not s.record.queue
+        s = self._peek(mailbox)
+        if isinstance(s, Session):
+            return s.status is S.IDLE and not s.record.queue
+        return s is not None and s.status is S.IDLE  # not built: at rest, nothing queued
 
     def prompt(self, mailbox: str, text: str) -> None:
+        if self._running and isinstance(self._peek(mailbox), SessionSummary):
+            self._send.send_nowait((mailbox, text))
+            return
         s = self._live(mailbox)
         if s is not None:
             s.submit(text)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Prompt each session that was not built when its prompt came, in order, until
+        cancelled; a refusal is logged, as `AutoMail` logs one."""
+        self._running = True
+        try:
+            task_status.started()
+            async for mailbox, text in self._receive:
+                await self._prompt_loaded(mailbox, text)
+        finally:
+            self._running = False
+
+    async def _prompt_loaded(self, mailbox: str, text: str) -> None:
+        if self._manager is None:
+            return
+        try:
+            session = await self._manager.load(mailbox)
+            if session.status is not S.EXITED:
+                session.submit(text)
+        except SessionError as exc:
+            log.warning("mail.auto_prompt_refused", mailbox=mailbox, error=str(exc))
 
 
 class SessionResultGate(_Bound):

@@ -37,7 +37,15 @@ from anvild.tree.mail import (
 )
 from anvild.tree.root import RootTree
 from anvild.tree.sessions import SESSION_FILES, SessionTree, forward_events
-from tests.unit.session.support import Models, file_tools, settings, target, workspace
+from tests.unit.session.support import (
+    Models,
+    file_tools,
+    loads_on_loop,
+    settings,
+    target,
+    unloaded,
+    workspace,
+)
 from tests.unit.tree.test_sessions_tree import (
     OREAD,
     OTRUNC,
@@ -94,6 +102,7 @@ async def served(
     server = Server(lambda req: root.root)
     async with trio.open_nursery() as nursery:
         await nursery.start(manager.run)
+        await nursery.start(prompter.run)  # as the daemon runs it
 
         async def connect() -> tuple[Client, Any]:
             client_stream, server_stream = trio.testing.memory_stream_pair()
@@ -287,6 +296,29 @@ async def test_automail_waits_for_an_unread_answer_then_prompts(tmp_path: Path) 
         assert len(s.provider.requests) == 2
         prompt = s.provider.requests[1].messages[-1].text()
         assert "2 unread message(s) in your inbox (from user)" in prompt
+
+
+async def test_mail_to_sessions_at_rest_builds_none_and_an_auto_prompt_replays_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, [script.text("Read it.")]) as s:
+        c = s.client
+        quiet = await new_session(c, b"alias=quiet")
+        auto = await new_session(c, b"alias=auto mail=auto")
+        loads = loads_on_loop(s.manager)
+        await unloaded(s.manager, *s.manager.built_sessions())
+        assert await c.put("user/outbox", msg("quiet")) == m.Rclunk(0)
+        assert s.office.store.count(quiet, Box.INBOX) == 1
+        assert s.manager.built_sessions() == ()  # delivered, nothing built
+        assert loads == []
+
+        assert await c.put("user/outbox", msg("auto")) == m.Rclunk(0)  # prompts it
+        with trio.fail_after(10):
+            while not s.provider.requests:  # noqa: ASYNC110 - submitted once it is built
+                await trio.sleep(0.01)
+        assert "You have new mail" in s.provider.requests[0].messages[-1].text()
+        assert [session.id for session in s.manager.built_sessions()] == [auto]
+        assert loads == [False]
 
 
 # -- the archive listings: large, and off the 9P loop -----------------------------------------
