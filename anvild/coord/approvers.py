@@ -122,8 +122,8 @@ class SessionApprovals:
                 continue
             digest = gate_digest(gate)
             mail = [
-                *await office.unread(approver.id),
-                *await office.archived(approver.id, Box.RECEIVED),
+                *await office.unread(approver),
+                *await office.archived(approver, Box.RECEIVED),
             ]
             told = any(
                 m.sender == DAEMON
@@ -133,18 +133,17 @@ class SessionApprovals:
                 for m in mail
             )
             if not told and self._queue(session.id, gate):
-                log.info("approvers.notice_caught_up", session=session.id, approver=approver.id)
+                log.info("approvers.notice_caught_up", session=session.id, approver=approver)
 
     @staticmethod
-    def _live(manager: SessionManager, gate: PendingResult) -> Session | None:
-        """The approver session `gate` names, if it is live."""
+    def _live(manager: SessionManager, gate: PendingResult) -> str | None:
+        """The id of the approver session `gate` names, if it is live. Building none: the
+        notice is mail, and an approver at rest may be unbuilt (a build replays its records)."""
         if not gate.approver:
             return None
-        try:
-            approver = manager.get(gate.approver)
-        except SessionNotFound:
-            return None
-        return None if approver.status is SessionStatus.EXITED else approver
+        found = manager.peek(gate.approver)
+        approver = found[0] if isinstance(found, tuple) else found
+        return None if approver is None or approver.status is SessionStatus.EXITED else approver.id
 
     async def _tell(self, session_id: str, gate: PendingResult) -> None:
         office, manager = self.office, self._manager
@@ -155,7 +154,7 @@ class SessionApprovals:
             log.info("approvers.not_told", session=session_id, approver=gate.approver)
             return
         await office.report(
-            approver.id,
+            approver,
             f"Approval wanted: the result of session {session_id}",
             f"Session {session_id} waits for your approval of its result (asked by "
             f"{gate.asked_by or '-'}):\n\n{gate.summary}\n\nYou are its approver. Check the "
@@ -173,12 +172,13 @@ class SessionApprovals:
     # -- answering -----------------------------------------------------------------------------
 
     @staticmethod
-    def _find(manager: SessionManager, name: str, caller: str) -> Session | None:
+    async def _find(manager: SessionManager, name: str, caller: str) -> Session | None:
         """By id or alias; or, for a conductor, by the short name of a session it started
-        (alias `<name>.<conductor id>`, as its own tools accept)."""
+        (alias `<name>.<conductor id>`, as its own tools accept). One at rest is built with
+        its records replayed in a worker thread (`SessionManager.load`)."""
         for key in (name, f"{name}.{caller}"):
             try:
-                return manager.get(key)
+                return await manager.load(key)
             except SessionNotFound:
                 continue
         return None
@@ -188,7 +188,7 @@ class SessionApprovals:
     ) -> str:
         if self._manager is None:
             raise ValueError("the daemon's sessions are not ready yet; try again")
-        session = self._find(self._manager, target, caller)
+        session = await self._find(self._manager, target, caller)
         if session is None:
             raise ValueError(
                 f"no session {target!r}: name a session from list_sessions (its id or alias)"

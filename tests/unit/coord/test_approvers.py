@@ -23,6 +23,7 @@ from anvild.session import InvalidSessionRequest, NewSession, Session, SessionSt
 from anvild.store import ResultApprovalAnswered, ResultApprovalRequested, Verdict
 from anvild.tree.mail import SessionPeers
 from tests.unit.coord.test_bead_gates import World, daemon, gate_records, subjects, submitted
+from tests.unit.session.support import loads_on_loop, unloaded
 
 B = BeadStatus
 S = SessionStatus
@@ -308,3 +309,34 @@ async def test_a_gate_opened_just_before_a_crash_is_told_once_after_the_restart(
     for read in (False, True):
         again = await restart(read=read)
         assert [m.metadata["session"] for m in again] == [ids[2]], read  # only the new gate
+
+
+async def test_an_approver_at_rest_is_told_unbuilt_and_a_target_at_rest_loads_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    peers = SessionPeers()
+    office = PostOffice(MailStore(tmp_path / "mail"), peers)
+    answers = SessionApprovals(office=office)
+    got = trio.Event()
+    office.watch(lambda mailbox, message: got.set())
+    async with daemon(tmp_path, also=answers.on_session_event) as world, trio.open_nursery() as n:
+        peers.bind(world.manager)
+        answers.bind(world.manager)
+        await n.start(answers.run)
+        boss = await world.manager.create(NewSession())
+        worker = await world.manager.create(NewSession(approver=boss.id))
+        idle = await world.manager.create(NewSession(approver=boss.id))
+        loads = loads_on_loop(world.manager)
+        await unloaded(world.manager, boss, idle)
+        await waiting(world, worker, "Parser fixed.")
+        with trio.fail_after(10):
+            await got.wait()
+        [notice] = await office.unread(boss.id)
+        assert notice.metadata["session"] == worker.id
+        assert [s.id for s in world.manager.built_sessions()] == [worker.id]  # told unbuilt
+        assert loads == []
+
+        refused = await answer(world, boss, {"session": idle.id, "verdict": "approve"}, tmp_path)
+        assert f"no approval is pending (session {idle.id} is idle)" in refused.content
+        assert loads == [False]
+        n.cancel_scope.cancel()
