@@ -33,6 +33,7 @@ from anvild.beads import BeadError, BeadStore, NewBead, NewConvoy
 from anvild.beads.model import Bead
 from anvild.coord.bound import ManagerBound
 from anvild.coord.remotes import RemoteDaemon, RemoteSession
+from anvild.llm.registry import ResolvedModel
 from anvild.ninep.client import RemoteError
 from anvild.session import (
     NewSession,
@@ -45,6 +46,7 @@ from anvild.session import (
 )
 from anvild.session import roles as session_roles
 from anvild.session.settings import sandbox_name, sandbox_wider
+from anvild.store import SessionSummary
 
 __all__ = ["BEAD_TOOL_NAMES", "CONDUCTOR_TOOL_NAMES", "WORKER_ROLES", "ConductorTools"]
 
@@ -118,6 +120,24 @@ class ConductorTools(ManagerBound):
 
 
 @attrs.frozen
+class _Seen:
+    """A session of this daemon as `my_sessions` shows it, read without building it."""
+
+    id: str
+    alias: str | None
+    role: str
+    status: SessionStatus
+    model: str
+
+    @classmethod
+    def of(cls, found: Session | tuple[SessionSummary, ResolvedModel]) -> _Seen:
+        if isinstance(found, Session):
+            return cls(found.id, found.alias, found.role, found.status, found.model)
+        summary, target = found
+        return cls(summary.id, summary.alias, summary.role, summary.status, target.name)
+
+
+@attrs.frozen
 class _Conductor:
     """One conductor session's view: its id, its workspace, and the sessions it owns."""
 
@@ -133,32 +153,44 @@ class _Conductor:
     def suffix(self) -> str:
         return f".{self.session_id}"
 
-    def owns(self, session: Session) -> bool:
-        return session.alias is not None and session.alias.endswith(self.suffix)
+    def owns(self, alias: str | None) -> bool:
+        return alias is not None and alias.endswith(self.suffix)
 
-    def children(self) -> list[Session]:
-        return [s for s in self.manager.sessions() if self.owns(s) and s.status not in ENDED]
-
-    def get(self, key: str) -> Session:
-        """One of my sessions by id, alias or short name; `Failed` saying why otherwise."""
+    def children(self) -> list[_Seen]:
+        """My live sessions on this daemon, in creation order, building none."""
         manager = self.manager
+        found = [_Seen.of(f) for key in manager.ids() if (f := manager.peek(key)) is not None]
+        return [seen for seen in found if self.owns(seen.alias) and seen.status not in ENDED]
+
+    def find(self, key: str) -> str:
+        """The id of one of my sessions by id, alias or short name, building none; `Failed`
+        saying why otherwise."""
         candidates = [key] if key.endswith(self.suffix) else [key, key + self.suffix]
         for candidate in candidates:
-            try:
-                session = manager.get(candidate)
-            except SessionNotFound:
+            found = self.manager.peek(candidate)
+            if found is None:
                 continue
-            if session.id == self.session_id:
+            seen = _Seen.of(found)
+            if seen.id == self.session_id:
                 raise Failed("That is you, the conductor; name one of the sessions you started.")
-            if not self.owns(session):
+            if not self.owns(seen.alias):
                 raise Failed(
                     f"Session {key!r} was not started by you: a conductor drives only the "
                     "sessions it started (see my_sessions)."
                 )
-            return session
+            return seen.id
         raise Failed(f"You have no session {key!r}; my_sessions lists the ones you started.")
 
-    def describe(self, session: Session) -> str:
+    async def get(self, key: str) -> Session:
+        """One of my sessions (`find`), built: one at rest has its records replayed in a
+        worker thread (`SessionManager.load`)."""
+        session_id = self.find(key)
+        try:
+            return await self.manager.load(session_id)
+        except SessionNotFound as exc:
+            raise Failed(f"Session {key!r} is no longer live: {exc}") from exc
+
+    def describe(self, session: _Seen) -> str:
         return (
             f"{session.id}\talias={session.alias}\trole={session.role}\t"
             f"state={session.status.value}\tmodel={session.model}"
@@ -187,7 +219,7 @@ class _Conductor:
             if key in (ref.id, ref.alias) or ref.alias == alias:
                 return ref
         try:
-            return self.get(key)
+            return await self.get(key)
         except Failed:
             if not self.factory.remotes:
                 raise
@@ -328,7 +360,7 @@ new session's id and alias."""
             )
         name = args.get("name")
         if name is None:
-            taken = {s.alias for s in manager.sessions()} | set(me.remote)
+            taken = {alias for _, alias, _, _ in manager.briefs()} | set(me.remote)
             n = 1
             while f"{role}{n}{me.suffix}" in taken:
                 n += 1
@@ -653,11 +685,8 @@ class _BeadTool(_Base):
         bead = self._bead(bead_id)
         holder = bead.assigned_to
         if holder != self.me.session_id:
-            try:
-                session = self.me.manager.get(holder) if holder else None
-            except SessionNotFound:
-                session = None
-            if session is None or not self.me.owns(session):
+            found = self.me.manager.peek(holder) if holder else None  # building none
+            if found is None or not self.me.owns(_Seen.of(found).alias):
                 raise Failed(
                     f"Bead {bead.id} is assigned to {holder or 'nobody'}, not to one of your "
                     "sessions: assign_bead it first, or leave it to its holder."
@@ -760,7 +789,7 @@ prompt; complete_bead records the result when it is done."""
 
     async def call(self, args: Args, ctx: ToolContext) -> ToolOutput:
         key = str(args["session"])
-        session_id = self.me.session_id if key == "me" else self.me.get(key).id
+        session_id = self.me.session_id if key == "me" else self.me.find(key)
         claim = self.store.claim(str(args["bead"]), session_id, by=self.by)
         bead = await self._change(claim, "The bead was not assigned")
         return ToolOutput(f"Bead {bead.id} is in progress, assigned to {session_id}.")

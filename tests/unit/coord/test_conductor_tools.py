@@ -26,7 +26,15 @@ from anvild.session import NewSession, Session, SessionManager, SessionStatus, T
 from anvild.session import roles as session_roles
 from anvild.session.manager import chain_tools
 from anvild.store import SessionStore
-from tests.unit.session.support import Models, file_tools, settings, target, workspace
+from tests.unit.session.support import (
+    Models,
+    file_tools,
+    loads_on_loop,
+    settings,
+    target,
+    unloaded,
+    workspace,
+)
 
 
 @asynccontextmanager
@@ -218,6 +226,36 @@ async def test_through_the_agent_loop_the_refusal_reaches_the_model(tmp_path: Pa
         assert result.is_error
         assert "sandbox=full-access is refused" in result.content
         assert [s.id for s in manager.sessions()] == [boss.id]
+
+
+async def test_sessions_at_rest_are_listed_and_checked_unbuilt_and_driven_built_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    store = await bead_store(tmp_path)
+    async with conducting(tmp_path, [script.text("done")], beads=store) as (manager, _, conductor):
+        boss, tools = await conductor_session(manager, conductor, tmp_path)
+        await tools("start_session", role="developer", name="d1")
+        await tools("start_session", role="reviewer", name="r1")
+        await manager.create(NewSession(alias="mine"))
+        bead = (await tools("create_bead", title="Do it", role="developer")).split()[2]
+        loads = loads_on_loop(manager)
+        await unloaded(manager, *(s for s in manager.built_sessions() if s is not boss))
+
+        listed = (await tools("my_sessions")).splitlines()
+        assert [line.split("\t")[1:] for line in listed] == [
+            [f"alias=d1.{boss.id}", "role=developer", "state=idle", "model=fake"],
+            [f"alias=r1.{boss.id}", "role=reviewer", "state=idle", "model=fake"],
+        ]
+        assert f"alias developer1.{boss.id}" in await tools("start_session", role="developer")
+        await tools("assign_bead", bead=bead, session="d1")
+        assert "completed" in await tools("complete_bead", bead=bead, result="done")
+        with pytest.raises(Failed, match="not started by you"):
+            await tools("send_prompt", session="mine", prompt="work")
+        assert [s.alias for s in manager.built_sessions()] == [None, f"developer1.{boss.id}"]
+        assert loads == []
+
+        assert "accepted" in await tools("send_prompt", session="d1", prompt="work")
+        assert loads == [False]
 
 
 # -- beads and convoys ---------------------------------------------------------------------------
