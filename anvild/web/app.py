@@ -140,7 +140,7 @@ def board_app(
 
     async def one(request: Request) -> Response:
         try:
-            s = manager.get(request.path_params["id"])
+            s = await manager.load(request.path_params["id"])
         except SessionError as exc:
             return _error(exc)
         seq = hub.position()
@@ -160,7 +160,7 @@ def board_app(
 
     async def turns(request: Request) -> Response:
         try:
-            s = manager.get(request.path_params["id"])
+            s = await manager.load(request.path_params["id"])
         except SessionError as exc:
             return _error(exc)
         steps = [step for step in s.turns.steps() if not step.pending]
@@ -181,7 +181,7 @@ def board_app(
 
     async def diff(request: Request) -> Response:
         try:
-            s = manager.get(request.path_params["id"])
+            s = await manager.load(request.path_params["id"])
         except SessionError as exc:
             return _error(exc)
         number = request.path_params["number"]
@@ -196,7 +196,7 @@ def board_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def act(request: Request) -> Response:
             try:
-                s = manager.get(request.path_params["id"])
+                s = await manager.load(request.path_params["id"])
             except SessionError as exc:
                 return _error(exc)
             return await perform(request, field, lambda value: run(s, value), (SessionError,))

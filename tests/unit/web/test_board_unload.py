@@ -1,11 +1,13 @@
 """A board open keeps no session from idle unload: its feed lets go of a session at rest, and
-takes what the session (or its rebuild) says next, once and in order; its cards build none."""
+takes what the session (or its rebuild) says next, once and in order; its cards build none; a
+session's own page builds it with its records replayed in a worker thread."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import httpx
 import trio
 
 from anvild.llm import stream
@@ -13,10 +15,12 @@ from anvild.llm.testing import script
 from anvild.session import Session, SessionManager, SessionStatus
 from anvild.session.manager import NewSession
 from anvild.web import parse_web_address
+from anvild.web.app import board_app
+from anvild.web.auth import Guard
 from anvild.web.cards import Cards
 from anvild.web.hub import EventHub
 from anvild.web.server import WebBoard
-from tests.unit.session.support import running
+from tests.unit.session.support import loads_on_loop, running, unloaded
 
 USAGE = stream.Usage(100, 20, 0, 0)
 
@@ -88,3 +92,22 @@ async def test_an_open_board_lets_sessions_unload_and_misses_nothing(tmp_path: P
             kept = [json.loads(line) for line in rebuilt.events.backlog()]
             assert shown == kept  # every line once, in order, none lost
             nursery.cancel_scope.cancel()
+
+
+async def test_a_sessions_page_builds_it_at_rest_in_a_worker_thread(tmp_path: Path) -> None:
+    async with running(tmp_path, [script.text("Hello there.", usage=USAGE)]) as manager:
+        board = WebBoard(parse_web_address("127.0.0.1:0"), manager, manager.events, lambda: "t")
+        app = board_app(manager, board.hub(), Guard("t"))
+        session = await manager.create(NewSession.parse([]))
+        sid = session.id
+        await _turn(manager, sid, "hi")
+        loads = loads_on_loop(manager)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://board") as client:
+            await unloaded(manager, manager.get(sid))
+            one = await client.get(f"/api/sessions/{sid}")
+            assert (one.status_code, one.json()["out"]) == (200, "Hello there.\n")
+            await unloaded(manager, manager.get(sid))
+            turns = await client.get(f"/api/sessions/{sid}/turns")
+            assert (turns.status_code, turns.json()) == (200, {"turns": []})
+        assert loads == [False, False]
