@@ -7,7 +7,8 @@
 The tree observes sessions and owns none of their state: each file calls one `Session` method
 when 9P asks (a snapshot at open, a body at clunk, a ctl line when written) and turns a
 `SessionError` into the 9P error, prefixed with the file's name. A session's nodes reach it by
-id (built on a walk, listed unbuilt; qids kept across idle unloads). Removing it is `kill`
+id (listed unbuilt; qids kept across idle unloads) and build it, records replayed in a worker
+thread, before they touch it (`_Reviving`: a fid held across an unload). Removing it is `kill`
 (EBUSY while an approval waits), renaming it sets the alias; removing a file inside removes
 nothing. `in`/`context` take at most `[sessions] max_prompt_bytes` per open. `out` is marked
 read at clunk only after a read reached its end; `wait` answers once per open.
@@ -43,7 +44,8 @@ from anvild.fs import (
     reserve_qid_paths,
 )
 from anvild.fs.ctl import split_lines
-from anvild.ninep.backend import LATER, Handle, Later, Node, OpenMode, StatChange
+from anvild.fs.nodes import keep_on_remove
+from anvild.ninep.backend import LATER, Handle, Later, Node, NodeStat, OpenMode, StatChange
 from anvild.ninep.constants import DMDIR
 from anvild.ninep.errors import FsError, InvalidInput
 from anvild.session import (
@@ -321,6 +323,18 @@ class _Current:
             self._last = self._manager.get(self._id)
         return self._last
 
+    def ready(self) -> bool:
+        """Whether `now` builds nothing: the session is built, or gone. False once an idle
+        unload put it back to its summary."""
+        return not isinstance(self._manager.peek(self._id), tuple)
+
+    async def load(self) -> None:
+        """Build the session again if it was unloaded, its records replayed in a worker
+        thread (`SessionManager.load`), not on the event loop as `now` would."""
+        if not self.ready():
+            with contextlib.suppress(SessionNotFound):  # gone meanwhile: `now` answers
+                self._last = await self._manager.load(self._id)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.now(), name)
 
@@ -329,6 +343,111 @@ class _Current:
 
     def __hash__(self) -> int:
         return hash(self.now())
+
+
+class _Reviving(FsNode):
+    """A node of a session's directory (a file, or a directory such as `turns/`) in front of
+    the node that serves it, with its name, mode and qid: each call first builds the session
+    again if an idle unload put it back to its summary (`_Current.load`), so a fid walked
+    before the unload never has its records replayed on the event loop. What cannot wait
+    (`*_now`) answers LATER until the session is built; its handles do the same."""
+
+    def __init__(self, inner: Node, current: _Current) -> None:
+        st = inner.stat()
+        super().__init__(st.name, st.mode, qid_path=st.qid_path)
+        self._inner = inner
+        self._current = current
+
+    @property
+    def open_blocks(self) -> bool:  # type: ignore[override]  # asked per Topen: a build waits
+        return self._inner.open_blocks or not self._current.ready()
+
+    def stat(self) -> NodeStat:
+        return self._inner.stat()
+
+    async def walk(self, name: str) -> Node | None:
+        await self._current.load()
+        found = await self._inner.walk(name)
+        return None if found is None else _Reviving(found, self._current)
+
+    def walk_now(self, name: str) -> Node | Later | None:
+        if not self._current.ready():
+            return LATER
+        found = self._inner.walk_now(name)
+        return _Reviving(found, self._current) if isinstance(found, Node) else found
+
+    async def list(self) -> Sequence[Node]:
+        await self._current.load()
+        return [_Reviving(node, self._current) for node in await self._inner.list()]
+
+    async def open(self, mode: OpenMode) -> Handle:
+        await self._current.load()
+        return _RevivingHandle(await self._inner.open(mode), self._current)
+
+    def open_now(self, mode: OpenMode) -> Handle | Later:
+        if not self._current.ready():
+            return LATER
+        handle = self._inner.open_now(mode)
+        return LATER if handle is LATER else _RevivingHandle(handle, self._current)
+
+    async def create(self, name: str, perm: int) -> Node:
+        await self._current.load()
+        return _Reviving(await self._inner.create(name, perm), self._current)
+
+    async def remove(self) -> None:
+        await self._current.load()
+        await self._inner.remove()
+
+    async def wstat(self, change: StatChange) -> None:
+        await self._current.load()
+        await self._inner.wstat(change)
+
+
+class _RevivingHandle(Handle):
+    """A handle of a `_Reviving` node: each call first builds the session again if it was
+    unloaded since the open (an abort builds nothing: it commits nothing)."""
+
+    def __init__(self, inner: Handle, current: _Current) -> None:
+        self._inner = inner
+        self._current = current
+
+    @property
+    def read_blocks(self) -> bool:  # type: ignore[override]  # asked per Tread: a build waits
+        return self._inner.read_blocks or not self._current.ready()
+
+    @property
+    def write_blocks(self) -> bool:  # type: ignore[override]
+        return self._inner.write_blocks or not self._current.ready()
+
+    @property
+    def clunk_blocks(self) -> bool:  # type: ignore[override]
+        return self._inner.clunk_blocks or not self._current.ready()
+
+    async def read(self, offset: int, count: int) -> bytes:
+        await self._current.load()
+        return await self._inner.read(offset, count)
+
+    async def write(self, offset: int, data: bytes) -> int:
+        await self._current.load()
+        return await self._inner.write(offset, data)
+
+    async def clunk(self) -> None:
+        await self._current.load()
+        await self._inner.clunk()
+
+    async def abort(self) -> None:
+        await self._inner.abort()
+
+    def read_now(self, offset: int, count: int) -> bytes | Later:
+        return self._inner.read_now(offset, count) if self._current.ready() else LATER
+
+    def notify_readable(self, wake: Callable[[], None] | None) -> bool:
+        if wake is not None and not self._current.ready():
+            return False  # read in a task, which builds it first
+        return self._inner.notify_readable(wake)
+
+    def clunk_now(self) -> Later | None:
+        return self._inner.clunk_now() if self._current.ready() else LATER
 
 
 class _SessionDirectory(Directory):
@@ -343,6 +462,7 @@ class _SessionDirectory(Directory):
         self._manager = manager
 
     async def remove(self) -> None:
+        await _run(_loaded(self._manager, self._session_id), self.name)
         await _run(self._manager.remove_session(self._session_id), self.name)
 
     async def wstat(self, change: StatChange) -> None:
@@ -350,9 +470,17 @@ class _SessionDirectory(Directory):
             await super().wstat(change)  # only the name of a session directory changes
             return
         try:
+            await _loaded(self._manager, self._session_id)
             self._manager.set_alias(self._session_id, change.name)
         except SessionError as exc:
             raise kind_of(exc)(f"{self.name}: {exc}") from exc
+
+
+async def _loaded(manager: SessionManager, key: str) -> None:
+    """Build the session `key` if it is at rest unbuilt, its records replayed in a worker
+    thread, before a manager call that builds it on the calling thread (`kill`,
+    `remove_session`, `set_alias`)."""
+    await manager.load(key)
 
 
 def _session_directory(
@@ -369,7 +497,10 @@ def _session_directory(
     s = cast(Session, current)
     with qid_paths_from(first + 1, QID_BLOCK - 1):
         files = _session_files(s, current, extensions, max_prompt_bytes)
-    return _SessionDirectory(session.id, manager, files, first)
+    for node in files:  # what the directory keeps on remove is the node behind its `_Reviving`
+        keep_on_remove(node)
+    reviving = [_Reviving(node, current) for node in files]
+    return _SessionDirectory(session.id, manager, reviving, first)
 
 
 def _session_files(
@@ -670,6 +801,7 @@ class SessionTree:
         return session.id
 
     async def _kill(self, command: Command) -> str:
+        await _run(_loaded(self.manager, command.args[0]))
         await _run(self.manager.kill(command.args[0]))
         return ""
 

@@ -14,13 +14,18 @@ from anvild.ninep import messages as m
 from anvild.session import SessionManager, kept
 from anvild.tree.outcome import outcome_file
 from anvild.tree.sessions import SESSION_FILES
+from tests.unit.session.support import loads_on_loop, unloaded
 from tests.unit.tree.test_sessions_tree import (
+    ORDWR,
     OREAD,
     Client,
     dir_names,
+    live_ids,
     new_session,
     read_some,
+    rename_to,
     served,
+    walk,
 )
 
 FILES = (*SESSION_FILES, "outcome")
@@ -217,3 +222,51 @@ async def test_a_shelved_backlog_is_not_used_once_the_records_changed(tmp_path: 
     shelved = kept.shelve(kept.Kept(("a",), ("{}",), "ctx", 2), tmp_path, "s1", 3, 100)
     assert shelved.take(3, 100) == kept.Kept(("a",), ("{}",), "ctx", 2)
     assert shelved.take(4, 120) is None
+
+
+async def test_fids_held_across_an_unload_replay_its_records_in_a_worker_thread(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, []) as (manager, con, _):
+        c = await con()
+        sid = await new_session(c)
+        directory, state, wait = 1 << 20, (1 << 20) + 1, (1 << 20) + 2
+        assert isinstance(await walk(c, directory, sid), m.Rwalk)
+        assert isinstance(await walk(c, state, sid, "state"), m.Rwalk)
+        ctl = await c.open(f"{sid}/ctl", ORDWR)
+        loads = loads_on_loop(manager)
+
+        await unloaded(manager, manager.get(sid))
+        assert isinstance(await c.raw.rpc(m.Topen(0, state, OREAD)), m.Ropen)  # walked before
+        assert await c.read_all(state) == b"idle\n"
+        await unloaded(manager, manager.get(sid))
+        await c.clunk(state)  # opened before the unload: closed after it
+        await unloaded(manager, manager.get(sid))
+        assert isinstance(await c.raw.rpc(m.Twalk(0, directory, wait, ("wait",))), m.Rwalk)
+        assert isinstance(await c.raw.rpc(m.Topen(0, wait, OREAD)), m.Ropen)
+        assert await c.read_all(wait) == b"idle\n"
+        await c.clunk(wait)
+        await unloaded(manager, manager.get(sid))
+        assert isinstance(await c.write(ctl, b"clear"), m.Rwrite)  # opened before the unload
+        await c.clunk(ctl)
+        assert loads == [False] * 4
+
+
+async def test_kill_rename_and_removal_of_an_unloaded_session_replay_in_a_worker_thread(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, []) as (manager, con, _):
+        c = await con()
+        renamed, killed, removed = [await new_session(c) for _ in range(3)]
+        assert isinstance(await walk(c, 70, renamed), m.Rwalk)  # directories walked before
+        assert isinstance(await walk(c, 71, removed), m.Rwalk)
+        loads = loads_on_loop(manager)
+        await unloaded(manager, *manager.built_sessions())
+
+        assert await c.raw.rpc(m.Twstat(0, 70, rename_to("r1"))) == m.Rwstat(0)
+        reply, _ = await c.rdwr("ctl", f"kill {killed}".encode())
+        assert isinstance(reply, m.Rwrite), reply
+        assert await c.raw.rpc(m.Tremove(0, 71)) == m.Rremove(0)
+        assert loads == [False, False, False]
+        assert manager.get("r1").id == renamed
+        assert await live_ids(c) == [renamed]
