@@ -7,7 +7,9 @@ Brings a valid record prefix that may end mid-turn back to rest. Nothing is ever
   not re-run" (plus a `Note`, naming removed temp files) for a start without a finish; "not run"
   for a call never started;
 - a running or approval-waiting turn ends (`TurnEnded` error, `interrupted`) with a note in the
-  transcript; it and a starting session go to `idle`.
+  transcript; it and a starting session go to `idle`. A turn whose `TurnEnded` is recorded is
+  over (its session stopped before its next state: an ephemeral one's end, `await`): it keeps
+  its outcome and only its status goes to `idle`.
 Queued prompts are kept. Idempotent; afterwards `validate_transcript(state.messages)` holds.
 """
 
@@ -81,7 +83,11 @@ def recover(state: SessionState, removed: Mapping[str, Sequence[str]] | None = N
         records.append(ResultApprovalAnswered(Verdict.CANCELLED, APPROVAL_CANCELLED))
     # a crash cut the session's start or a turn (a result gate is a rest, not a turn)
     interrupted = state.status.active and not gated
-    turn_cut = state.status in (SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL) and not gated
+    turn_cut = (
+        state.status in (SessionStatus.RUNNING, SessionStatus.AWAIT_APPROVAL)
+        and not gated
+        and not _turn_over(state)
+    )
     results: list[ContentBlock] = []
     unknown: list[ToolCall] = []
     for call in state.pending_calls:
@@ -115,10 +121,17 @@ def recover(state: SessionState, removed: Mapping[str, Sequence[str]] | None = N
         records.append(TurnEnded("error", TURN_DETAIL, interrupted=True))
     if interrupted:
         records.append(StateChanged(SessionStatus.IDLE, RECOVERED_DETAIL))
-        records.append(
-            Note(f"recovered after a restart: the session was {state.status.value}, now idle")
-        )
+        was = state.status.value
+        if state.last_turn is not None and _turn_over(state):
+            was += f" (its turn had ended: {state.last_turn.outcome})"
+        records.append(Note(f"recovered after a restart: the session was {was}, now idle"))
     return Recovery(tuple(records), tuple(unknown))
+
+
+def _turn_over(state: SessionState) -> bool:
+    """Whether the session's last turn (the last prompt taken) has its `TurnEnded`."""
+    turns = state.turns
+    return state.turn_count > 0 and bool(turns) and turns[-1].turn == state.turn_count
 
 
 def _removed(paths: Sequence[str] | None) -> str:

@@ -9,6 +9,8 @@
   give the reason; the parent's `children` keeps it, exited), also after a second restart; the
   parent's call is reported as outcome unknown, and nothing runs it again (the provider sees
   no new request for the child's prompt).
+- A stop (SIGTERM) during a child's turn: the child's cancelled turn is its outcome after the
+  restart (one `TurnEnded`), not an interrupted one added by recovery.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import pytest
 
 from anvild.session.manager import CHILD_ORPHANED
-from anvild.store import SessionStore
+from anvild.store import SessionStore, TurnEnded
 from tests.integration.test_daemon_cli import Anvild
 from tests.integration.test_daemon_crash import read_stream_until
 from tests.integration.test_interrupted_turns import kill_9
@@ -192,6 +194,55 @@ def test_kill_9_during_a_childs_turn_ends_the_child_and_never_reruns(
         daemon = start_daemon(namespace, config)  # the end is recorded: it stays ended
         assert child not in listed(namespace)
         assert read(namespace, f"agent/{parent}/children").split("\t")[2] == "exited"
+    finally:
+        try:
+            if daemon is not None:
+                code, log_text = daemon.stop()
+                assert code == 0, log_text
+        finally:
+            fake.stop()
+
+
+def test_a_stop_during_a_childs_turn_keeps_the_outcome_it_recorded(
+    namespace: Path, tmp_path: Path, workdir: Path
+) -> None:
+    """A SIGTERM cancels the child's turn (`TurnEnded` cancelled) before its end is recorded:
+    the restart ends the child and shows that outcome, not a second, interrupted turn."""
+    fake = FakeServer(
+        tmp_path,
+        [
+            {"contains": "delta job", "text": "delta answer", "hold": 1},
+            {
+                "contains": "delegate",
+                "tool_calls": [{"name": "task", "arguments": {"prompt": "delta job: slow"}}],
+            },
+        ],
+    )
+    config = config_for(tmp_path, fake)
+    daemon: Anvild | None = None
+    try:
+        daemon = start_daemon(namespace, config)
+        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", parent, "delegate one job"))
+        wait_requests(fake, 2)  # the child's request is held: its turn runs
+        (line,) = read(namespace, f"agent/{parent}/children").splitlines()
+        child = line.split("\t")[0]
+        code, log_text = daemon.stop()
+        daemon = None
+        assert code == 0, log_text
+
+        daemon = start_daemon(namespace, config)
+        assert child not in listed(namespace)
+        assert read(namespace, f"agent/{parent}/children").split("\t") == [
+            child,
+            "developer",
+            "exited",
+            "cancelled\n",
+        ]
+        contents = SessionStore(daemon.data_dir / "sessions").read(child)
+        turns = [r for r in contents.records if isinstance(r, TurnEnded)]
+        assert [(t.outcome, t.interrupted) for t in turns] == [("cancelled", False)]
+        assert contents.state.ended == CHILD_ORPHANED
     finally:
         try:
             if daemon is not None:
