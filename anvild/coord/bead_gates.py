@@ -1,7 +1,8 @@
 """Bead approvals through the session result gate: `BeadGates`, the daemon's reconciler.
 
-    gates = BeadGates(store, lookup=..., publish=...)    # store.on_event -> gates.on_bead_event
-    await nursery.start(gates.run)                       # reconciles once, then follows events
+    gates = BeadGates(store, publish=...)    # store.on_event -> gates.on_bead_event
+    gates.bind(manager)                      # manager's on_event -> gates.on_session_event
+    await nursery.start(gates.run)           # reconciles once, then follows events
 
 A completed bead with requires_approval opens a result gate on its assigned session
 (`asked_by="bead <id>"`, `ref=<round>`, the bead's `approver`). One decision has two durable
@@ -12,11 +13,13 @@ the bead to its own ctl (`bead_gate` `unavailable`); a cancelled gate is not reo
 runs for every waiting bead at start and after each bead commit or relevant session event
 (one queue task, in order). The bead's ctl answers the session's open gate first, so both hold
 one verdict; a crash between the two writes is finished at the next start. An agent never
-approves its own work. Details: docs/decisions.md, "Module notes" (anvild.coord.bead_gates).
+approves its own work. Only the task builds a session at rest (`SessionManager.load`, off the
+loop), for a bead waiting on it. Details: docs/decisions.md, "Module notes" and 2026-12-03.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -32,7 +35,7 @@ from anvild.beads import (
 )
 from anvild.beads.events import BeadChanged, BeadEvent, BeadGate
 from anvild.beads.model import GATE_PREFIX, USER, Bead, BeadStatus
-from anvild.session import Session, SessionError, SessionStatus
+from anvild.session import Session, SessionError, SessionManager, SessionStatus
 from anvild.session.events import ResultDecided, SessionEvent, SessionStateChanged
 from anvild.store import PendingResult
 
@@ -49,18 +52,27 @@ class BeadGates:
     """Keeps each bead that requires approval and its session's result gate in agreement."""
 
     def __init__(
-        self,
-        store: BeadStore,
-        *,
-        lookup: Callable[[str], Session | None] = lambda session_id: None,
-        publish: Callable[[BeadEvent], None] = lambda event: None,
+        self, store: BeadStore, *, publish: Callable[[BeadEvent], None] = lambda event: None
     ) -> None:
         self.store = store
-        self.lookup = lookup
         self.publish = publish
+        self._manager: SessionManager | None = None  # unbound: no session is found
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
         self._queued: set[str] = set()
         self._told: dict[str, tuple[str, str]] = {}
+
+    def bind(self, manager: SessionManager) -> None:
+        self._manager = manager
+
+    def _session(self, name: str) -> Session | None:
+        """The built session with this id or alias (exited ones included while listed), building
+        none: None for one at rest, which has no gate or request, or when there is none."""
+        found = None if self._manager is None else self._manager.peek(name)
+        return found if isinstance(found, Session) else None
+
+    def _at_rest(self, name: str) -> bool:
+        """Whether the live session with this id or alias is at rest (not built)."""
+        return self._manager is not None and isinstance(self._manager.peek(name), tuple)
 
     # -- what to look at -----------------------------------------------------------------------
 
@@ -89,7 +101,7 @@ class BeadGates:
 
     def _beads_of(self, session_id: str) -> list[str]:
         ids = [b.id for b in self.store.assigned(session_id)]
-        session = self.lookup(session_id)
+        session = self._session(session_id)
         gate = session.pending_result if session is not None else None
         if gate is not None and gate.asked_by.startswith(GATE_PREFIX):
             ids.append(gate.asked_by.removeprefix(GATE_PREFIX))
@@ -135,22 +147,36 @@ class BeadGates:
     # -- one bead ------------------------------------------------------------------------------
 
     async def sync(self, bead_id: str) -> None:
-        """Make the bead and its session's gate agree (see the module docstring)."""
+        """Make the bead and its session's gate agree (see the module docstring). A waiting
+        bead's session at rest is loaded first (its records replayed in a worker thread)."""
+        bead = self.store.board.beads.get(bead_id)
+        if (
+            self._manager is not None
+            and bead is not None
+            and bead.status is B.PENDING_APPROVAL
+            and bead.assigned_to is not None
+            and self._at_rest(bead.assigned_to)
+        ):
+            with contextlib.suppress(SessionError):  # gone meanwhile, or reported unloadable
+                await self._manager.load(bead.assigned_to)
         if self._sync_now(bead_id):
             bead = self.store.bead(bead_id)
-            session = self.lookup(bead.assigned_to or "")
+            session = self._session(bead.assigned_to or "")
             decision = session.result_decision(bead.gate) if session is not None else None
             if session is not None and decision is not None:
                 await self._apply(bead, session.id, decision.verdict, decision.reason, decision.by)
 
     def _sync_now(self, bead_id: str) -> bool:
         """Everything `sync` does but the bead's commit; True when the session's records hold
-        a decision for the bead's current round that the bead has yet to take."""
+        a decision for the bead's current round that the bead has yet to take, or when the
+        bead waits on a session at rest (`sync` loads it, then looks again)."""
         bead = self.store.board.beads.get(bead_id)
         if bead is None or bead.assigned_to is None or bead.assigned_to == USER:
             return False
-        session = self.lookup(bead.assigned_to)
+        session = self._session(bead.assigned_to)
         waits = bead.status is B.PENDING_APPROVAL
+        if session is None and self._at_rest(bead.assigned_to):
+            return waits  # else nothing to withdraw: a session at rest has no request
         if session is None:
             if waits:
                 self._tell(bead, bead.assigned_to, "unavailable", _ctl_note(bead, "has ended"))
@@ -246,8 +272,8 @@ class BeadGates:
         reason = reason.strip()
         if verdict == "reject" and not reason:
             raise InvalidBeadRequest("reject needs a reason: reject REASON")
-        session = self.lookup(bead.assigned_to) if bead.assigned_to else None
-        gate = session.pending_result if session is not None else None
+        session = self._session(bead.assigned_to) if bead.assigned_to else None
+        gate = session.pending_result if session is not None else None  # none at rest
         if (
             session is None
             or gate is None

@@ -407,7 +407,7 @@ class Sessions:
         beads.resolve_session = _resolver(manager)
         beads.session_live = _liveness(manager)
         beads.mount(root)
-        gates.lookup = _lookup(manager)
+        gates.bind(manager)  # builds a session at rest off the loop (`BeadGates.sync`)
         gates.publish = lambda event: beads.publish(encode_event(event))
         beads.answer = gates.answer
         committed = store.on_event

@@ -884,8 +884,9 @@ class SessionManager:
 
     async def kill(self, key: str) -> None:
         """`kill ID` on agent/ctl: end the session (its records stay on disk). An ephemeral
-        session that already exited and waits to be reaped is removed at once."""
-        session = self.get(key)
+        session that already exited and waits to be reaped is removed at once. One at rest
+        is loaded first (its records replayed in a worker thread)."""
+        session = await self.load(key)
         if session.status is SessionStatus.EXITED:
             self._remove(session, "killed")
             return
@@ -897,7 +898,7 @@ class SessionManager:
         session waits for an approval, of a tool call or of its result. A file verb is easily
         run on many sessions at once (a glob); a decision someone owes is not cancelled by one.
         ctl `kill` still ends such a session (it cancels the approval)."""
-        session = self.get(key)
+        session = await self.load(key)
         if session.pending_result is not None:
             what = "its result"
         elif session.status is SessionStatus.AWAIT_APPROVAL:
@@ -1012,7 +1013,8 @@ class SessionManager:
 
     def _check_approver(self, name: str | None, alias: str | None) -> str | None:
         """`approver=`: None or `user` -> None (only a person); else a live session, by id or
-        alias, recorded as its id (so an alias taken later never inherits the authority)."""
+        alias, recorded as its id (so an alias taken later never inherits the authority). Read
+        with `peek`: an approver at rest is not built."""
         if name is None or name == USER:
             return None
         if name == alias:
@@ -1020,10 +1022,8 @@ class SessionManager:
                 f"approver={name} is the new session itself: a session never approves its own "
                 f"result; name another session or {USER}"
             )
-        try:
-            approver = self.get(name)
-        except SessionNotFound:
-            approver = None
+        found = self.peek(name)
+        approver = found[0] if isinstance(found, tuple) else found
         if approver is None or approver.status is SessionStatus.EXITED:
             raise InvalidSessionRequest(
                 f"approver={name} is not a live session: name a session from agent/list (its "

@@ -22,7 +22,15 @@ from anvild.llm.testing import ScriptedProvider
 from anvild.session import NewSession, Session, SessionManager, SessionRefused, SessionStatus
 from anvild.session.events import SessionEvent
 from anvild.store import ResultApprovalAnswered, SessionStore, Verdict
-from tests.unit.session.support import Models, file_tools, settings, target, workspace
+from tests.unit.session.support import (
+    Models,
+    file_tools,
+    loads_on_loop,
+    settings,
+    target,
+    unloaded,
+    workspace,
+)
 
 B = BeadStatus
 S = SessionStatus
@@ -65,10 +73,12 @@ async def daemon(
     *,
     reconcile: bool = True,
     also: Callable[[SessionEvent], None] = lambda event: None,
+    made: Callable[[SessionManager], object] = lambda manager: None,
 ) -> AsyncIterator[World]:
     """A store, a manager and the reconciler, wired as the daemon does. Without `reconcile`
     the reconciler neither runs nor hears anything: what one side writes then is what a
-    kill -9 right after that write leaves. `also` hears every session event too."""
+    kill -9 right after that write leaves. `also` hears every session event too; `made` gets
+    the manager before it runs."""
     store = BeadStore(tmp_path / "beads")
     await store.open()
     gates = BeadGates(store)
@@ -97,18 +107,13 @@ async def daemon(
     store.on_event = on_bead_event
     gates.publish = world.saw
 
-    def lookup(name: str) -> Session | None:
-        try:
-            return manager.get(name)
-        except Exception:
-            return None
-
-    gates.lookup = lookup
+    gates.bind(manager)
+    made(manager)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(manager.run)
             if reconcile:
-                await nursery.start(gates.run, lambda: list(manager.sessions()))
+                await nursery.start(gates.run, lambda: list(manager.built_sessions()))
             yield world
             nursery.cancel_scope.cancel()
     finally:
@@ -326,3 +331,48 @@ async def test_an_ephemeral_session_cannot_wait_and_says_so(tmp_path: Path) -> N
         assert state == "unavailable"
         assert "is ephemeral" in detail
         assert s.status is not S.AWAIT_APPROVAL
+
+
+async def test_a_bead_completed_for_a_session_at_rest_opens_its_gate_after_a_load_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path) as world:
+        s = await world.manager.create(NewSession())
+        loads = loads_on_loop(world.manager)
+        await unloaded(world.manager, s)
+        bead = await submitted(world, s)  # the bead's commit calls the reconciler at once
+        await world.until(lambda: bool(world.gates_told(bead)))
+        assert world.gates_told(bead) == [("open", f"agent/{s.id}/approval asks")]
+        assert loads == [False]  # built by the reconciler's task, its records replayed off it
+        built = world.manager.peek(s.id)
+        assert isinstance(built, Session)
+        assert built.status is S.AWAIT_APPROVAL
+
+
+async def test_the_bead_ctl_answers_a_bead_of_a_session_at_rest_without_building_it(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path, reconcile=False) as world:
+        s = await world.manager.create(NewSession())
+        bead = await submitted(world, s)  # nobody opened the session's gate
+        loads = loads_on_loop(world.manager)
+        await unloaded(world.manager, s)
+        done = await world.gates.answer(bead, "approve")
+        assert (done.status, done.approved_by) == (B.COMPLETED, "user")
+        assert loads == []
+        assert isinstance(world.manager.peek(s.id), tuple)  # still at rest
+
+
+async def test_the_start_loads_a_session_at_rest_holding_a_decision_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    async with daemon(tmp_path) as world:
+        s = await world.manager.create(NewSession())
+        bead = await submitted(world, s)
+        await world.until(lambda: s.status is S.AWAIT_APPROVAL)
+    async with daemon(tmp_path, reconcile=False) as world:  # the decision, then a kill -9
+        (await world.manager.load(s.id)).answer_approval("approve")
+    loads: list[list[bool]] = []
+    async with daemon(tmp_path, made=lambda manager: loads.append(loads_on_loop(manager))) as world:
+        assert world.status(bead) is B.COMPLETED  # the start's reconciliation took it
+        assert loads == [[False]]  # the session, at rest, was replayed once, off the loop
