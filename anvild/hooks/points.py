@@ -4,10 +4,11 @@
 PreCompact) and the session's own points (`prompt_submit`, `session_start`, `session_end`);
 `approver(inner)` wraps the permission gate's approver (Notification, and PreToolUse `allow`).
 Each point runs the matching hooks of the config that applies now (`source()`), concurrently,
-with the event's JSON on stdin. Exit 0 goes on (stdout may be JSON: `decision`/`reason`,
-`hookSpecificOutput.permissionDecision`, `additionalContext`); exit 2 blocks with stderr where
-the event can block; anything else, a timeout or unreadable output is reported (`HookReported`
-on the session's events) and never blocks.
+with the event's JSON on stdin (`transcript_path`: the session's records file). Exit 0 goes on
+(stdout may be JSON: `decision`/`reason`, `hookSpecificOutput.permissionDecision`,
+`additionalContext`); exit 2 blocks with stderr where the event can block; anything else, a
+timeout or unreadable output is reported (`HookReported` on the session's events) and never
+blocks.
 
 Authority: a PreToolUse `deny` or exit 2 refuses the call; `allow` only answers the approval the
 permission gate would ask for (the gate still applies the mode, the role's ceiling, deny rules
@@ -87,12 +88,14 @@ class SessionHooks:
         mode: Callable[[], str],
         emit: Callable[[ev.AgentEvent], None],
         bead: Callable[[], str] = _nothing,
+        transcript: Path | None = None,
         environ: Mapping[str, str] | None = None,
         runner: Runner = run_hook,
     ) -> None:
         self._source = source
         self.session_id = session_id
         self.cwd = cwd
+        self.transcript = transcript  # the session's records file: `transcript_path`
         self._role = role
         self._mode = mode
         self.emit = emit
@@ -128,6 +131,7 @@ class SessionHooks:
     def _payload(self, event: Event, **fields: Any) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
+            "transcript_path": "" if self.transcript is None else str(self.transcript),
             "cwd": str(self.cwd),
             "permission_mode": self._mode(),
             "hook_event_name": event.value,

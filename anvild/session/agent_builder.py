@@ -258,6 +258,7 @@ def session_hooks(
         mode=mode,
         emit=emit,
         bead=(lambda: bead_of(session.id)) if bead_of is not None else lambda: "",
+        transcript=session.records_path,
     )
 
 

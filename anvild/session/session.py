@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 import attrs
@@ -267,6 +268,11 @@ class Session:
     @property
     def cwd(self) -> str:
         return self._journal.state.cwd
+
+    @property
+    def records_path(self) -> Path:
+        """The session's records file, `<data dir>/sessions/ID.jsonl` (hooks' `transcript_path`)."""
+        return self._journal.path
 
     @property
     def sandbox(self) -> str:

@@ -64,6 +64,7 @@ def make(
     *,
     approver: ScriptedApprover | None = None,
     tools: list[Any] | None = None,
+    transcript: Path | None = None,
     **policy: Any,
 ) -> tuple[Agent, SessionHooks, list[ev.AgentEvent], ScriptedApprover]:
     approver = approver or ScriptedApprover()
@@ -80,6 +81,7 @@ def make(
         mode=lambda: gate.policy.mode.value,
         emit=seen.append,
         bead=lambda: "b-7",
+        transcript=transcript,
     )
     gate.approver = hooks.approver(approver)
     agent = Agent(
@@ -138,10 +140,14 @@ async def test_pre_tool_use_exit_2_refuses_the_call_with_the_hooks_stderr(tmp_pa
 async def test_the_payload_carries_claude_codes_fields_and_ours(tmp_path: Path) -> None:
     log = tmp_path / "payload.json"
     tables = {"log": {"event": "PreToolUse", "command": f"cat > {log}"}}
-    agent, _, _, _ = make(tmp_path, tables, [bash("ls"), script.text("ok")], mode=Mode.BYPASS)
+    records = tmp_path / "s1.jsonl"
+    agent, _, _, _ = make(
+        tmp_path, tables, [bash("ls"), script.text("ok")], transcript=records, mode=Mode.BYPASS
+    )
     await agent.run_turn("go")
     assert json.loads(log.read_text()) == {
         "session_id": "s1",
+        "transcript_path": str(records),
         "cwd": str(tmp_path),
         "permission_mode": "bypass",
         "hook_event_name": "PreToolUse",
