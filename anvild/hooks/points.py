@@ -5,10 +5,10 @@ PreCompact) and the session's own points (`prompt_submit`, `session_start`, `ses
 `approver(inner)` wraps the permission gate's approver (Notification, and PreToolUse `allow`).
 Each point runs the matching hooks of the config that applies now (`source()`), concurrently,
 with the event's JSON on stdin (`transcript_path`: the session's records file). Exit 0 goes on
-(stdout may be JSON: `decision`/`reason`, `hookSpecificOutput.permissionDecision`,
-`additionalContext`); exit 2 blocks with stderr where the event can block; anything else, a
-timeout or unreadable output is reported (`HookReported` on the session's events) and never
-blocks.
+(stdout may be JSON: `decision`/`reason`, `hookSpecificOutput`, and at every event
+`systemMessage`, `suppressOutput`); exit 2 blocks with stderr where the event can block;
+anything else, a timeout or unreadable output is reported (`HookReported` on the session's
+events) and never blocks. Everything shown to the user is a `HookReported`.
 
 Authority: a PreToolUse `deny` or exit 2 refuses the call; `allow` only answers the approval the
 permission gate would ask for (the gate still applies the mode, the role's ceiling, deny rules
@@ -22,7 +22,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -43,6 +43,11 @@ from anvild.llm.types import ToolCall, ToolResult
 HookTables = Mapping[str, Mapping[str, Any]]
 Runner = Callable[..., Awaitable[HookRun]]
 """`run_hook`'s signature (a benchmark wraps it to time the hooks' own runs)."""
+
+SHOWN_OUTPUT: Final = 2000
+"""How much of a hook's stdout an `output` report shows (characters)."""
+CONTEXT_EVENTS: Final = frozenset({Event.USER_PROMPT_SUBMIT, Event.SESSION_START})
+"""Where plain text on stdout is context for the model (so not an `output` report)."""
 
 
 class PromptBlocked(Exception):
@@ -73,6 +78,11 @@ def _specific(output: Mapping[str, Any], key: str) -> str:
 
 def _stderr(run: HookRun) -> str:
     return run.stderr.strip() or f"exit {run.exit_code} with nothing on stderr"
+
+
+def _shown(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= SHOWN_OUTPUT else text[:SHOWN_OUTPUT] + "…"
 
 
 class SessionHooks:
@@ -171,7 +181,21 @@ class SessionHooks:
                 self._report(run, "error", f"exit {run.exit_code}: {run.stderr.strip()}")
             elif run.exit_code == 0 and run.stdout.lstrip().startswith("{") and not _output(run):
                 self._report(run, "error", f"stdout is not a JSON object: {run.stdout[:200]}")
+            elif run.exit_code == 0:
+                self._shown_to_user(run, event)
         return done
+
+    def _shown_to_user(self, run: HookRun, event: Event) -> None:
+        """What an exit-0 hook shows the user: its stdout (`output`, as Claude Code's verbose
+        mode does) unless `suppressOutput` or it is the model's context, and `systemMessage`
+        (`message`). Neither ever reaches the model."""
+        output = _output(run)
+        plain_context = not output and event in CONTEXT_EVENTS
+        if run.stdout.strip() and output.get("suppressOutput") is not True and not plain_context:
+            self._report(run, "output", _shown(run.stdout))
+        message = output.get("systemMessage")
+        if isinstance(message, str) and message.strip():
+            self._report(run, "message", message)
 
     def _report(self, run: HookRun, outcome: str, detail: str) -> None:
         self.emit(ev.HookReported(run.spec.name, run.spec.event.value, outcome, detail.strip()))

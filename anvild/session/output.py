@@ -5,8 +5,9 @@ NOTE:)
 and `events` (stream-json agent events) are `LineBroadcast`s: per-reader cursors, a bounded
 backlog, lag markers. `on_event` translates each agent event: the transcript synced to the
 records first (`Recorder.sync`), then what the event records (usage, todos, the turn's end),
-its log lines, and the event itself on `events`. Besides the loop's events, `events` carries
-the session's own (`show`: `approval_requested`, `approval_answered`). The answer being
+its log lines (a hook's `systemMessage` a NOTE), and the event itself on `events`. Besides the
+loop's events, `events` carries the session's own (`show`: `approval_requested`,
+`approval_answered`). The answer being
 streamed is kept for `out` and handed to the recorder's checkpoint. At a turn's end `out` is
 the final answer, or the partial text and `[turn ended: OUTCOME: DETAIL]`; after a daemon
 restart it is rebuilt from the records (`restored_out`, `[interrupted]` when a crash cut the
@@ -152,6 +153,8 @@ class Output:
                 )
             case ev.CompactionFinished(detail=detail):
                 self.log_lines([f"NOTE: not compacted: {detail}"])
+            case ev.HookReported(name=name, event=hook_event, outcome="message", detail=detail):
+                self.log_lines(indented("NOTE:", f"{hook_event} hook {name}: {detail}"))
             case ev.TurnFinished(outcome=outcome, detail=detail):
                 if outcome is ev.TurnOutcome.CANCELLED and trio.current_time() >= self._deadline:
                     detail = f"the turn's deadline of {self._turn_deadline:g} s passed"
