@@ -8,6 +8,8 @@
 The loop awaits each point in its step structure; it never imports an implementation. An
 implementation reports its own failures (a hook that fails is not the turn's failure) and never
 widens a permission: a refusal here is final, and going on still passes the permission gate.
+Any point may raise `TurnStopped`: the turn ends there (`cancelled`, "stopped by" its reason),
+for the user, never the model.
 `continued` counts how often this turn was already continued by `before_stop`.
 """
 
@@ -16,6 +18,15 @@ from __future__ import annotations
 from typing import Final, Protocol
 
 from anvild.llm.types import ToolCall, ToolResult
+
+
+class TurnStopped(Exception):
+    """A hook stopped the turn (Claude Code's `continue: false`). `reason` names the hook and
+    says why; it is the turn's detail, shown to the user and never sent to the model."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class TurnHooks(Protocol):
@@ -46,4 +57,4 @@ class NoHooks:
 
 NO_HOOKS: Final = NoHooks()
 
-__all__ = ["NO_HOOKS", "NoHooks", "TurnHooks"]
+__all__ = ["NO_HOOKS", "NoHooks", "TurnHooks", "TurnStopped"]

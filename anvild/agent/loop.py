@@ -15,7 +15,8 @@ put in the model's mouth. Unknown spend, or `BudgetExceeded`, ends a turn. Tool 
 before anyone sees them. A step whose todo list changed since it was last shown starts with it as
 a note at the end of the transcript (`TODOS_MARK`: never in the system prompt, so the cached
 prefix holds). The `ContextWindow` clears, compacts, and retries an overflow once;
-`TurnHooks` run around calls, stop and compaction; `emit` never blocks. More: docs/decisions.md.
+`TurnHooks` run around calls, stop and compaction (`TurnStopped` ends the turn `cancelled`);
+`emit` never blocks. More: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from anvild.agent.context.compaction import (
 )
 from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
-from anvild.agent.hookpoints import NO_HOOKS, TurnHooks
+from anvild.agent.hookpoints import NO_HOOKS, TurnHooks, TurnStopped
 from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
@@ -139,12 +140,14 @@ class AgentConfig:
 
 @attrs.define
 class _Batch:
-    """The calls of one step while they run: what finished, what started."""
+    """The calls of one step while they run: what finished, what started. `stopped`: a
+    PostToolUse hook stopped the turn (no further call starts)."""
 
     step: int
     calls: list[ToolCall]
     results: list[ToolResult | None]
     started: list[bool]
+    stopped: TurnStopped | None = None
 
     @classmethod
     def of(cls, step: int, calls: list[ToolCall]) -> _Batch:
@@ -288,6 +291,8 @@ class Agent:
             return turn.finished(*await self._steps(turn, prompt))
         except BudgetExceeded as exc:  # the request was not sent
             return turn.finished(TurnOutcome.BUDGET_EXCEEDED, str(exc))
+        except TurnStopped as stop:  # calls not run say so; the reason is not the model's
+            return self._interrupted(turn, TurnOutcome.CANCELLED, f"stopped by {stop.reason}")
         except (LlmError, TranscriptError) as exc:
             retryable = isinstance(exc, LlmError) and exc.is_retryable
             self._emit(ev.StepFailed(turn.step, type(exc).__name__, str(exc), retryable))
@@ -392,7 +397,14 @@ class Agent:
         if why:
             self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
             return why
-        await self.hooks.before_compact(trigger, focus)
+        try:
+            await self.hooks.before_compact(trigger, focus)
+        except TurnStopped as stop:
+            why = f"stopped by {stop.reason}"
+            self._emit(ev.CompactionFinished(trigger, False, before, detail=why))
+            if turn is not None:
+                raise
+            return why
         todos = [(t.content, t.status.value) for t in self.todos]
         found = facts(chosen.dropped, todos, self.tools.effects)
         model = self.config.compaction_model or self.config.model
@@ -510,7 +522,11 @@ class Agent:
                     nursery.start_soon(self._run_call, batch, index, contexts[index])
         else:
             for index in allowed:
+                if batch.stopped is not None:
+                    break
                 await self._run_call(batch, index, contexts[index])
+        if batch.stopped is not None:
+            raise batch.stopped
 
     async def _before_change(self) -> None:
         """Once per turn, before its first call that may change something runs."""
@@ -535,7 +551,11 @@ class Agent:
         batch.started[index] = True
         call = batch.calls[index]
         result = await self.tools.dispatch(call, context)
-        if note := await self.hooks.after_call(call, result):
+        try:
+            note = await self.hooks.after_call(call, result)
+        except TurnStopped as stop:  # the result stands; the turn ends after this batch
+            note, batch.stopped = "", batch.stopped or stop
+        if note:
             result = ToolResult(result.call_id, f"{result.content}\n\n{note}", result.is_error)
         self._finish_call(batch, index, result)
 

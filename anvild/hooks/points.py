@@ -5,10 +5,11 @@ PreCompact) and the session's own points (`prompt_submit`, `session_start`, `ses
 `approver(inner)` wraps the permission gate's approver (Notification, and PreToolUse `allow`).
 Each point runs the matching hooks of the config that applies now (`source()`), concurrently,
 with the event's JSON on stdin (`transcript_path`: the session's records file). Exit 0 goes on
-(stdout may be JSON: `decision`/`reason`, `hookSpecificOutput`, and at every event
-`systemMessage`, `suppressOutput`); exit 2 blocks with stderr where the event can block;
-anything else, a timeout or unreadable output is reported (`HookReported` on the session's
-events) and never blocks. Everything shown to the user is a `HookReported`.
+(stdout may be JSON: `decision`/`reason`, `hookSpecificOutput`, and at every event `continue`/
+`stopReason`, `systemMessage`, `suppressOutput`); exit 2 blocks with stderr where the event can
+block; anything else, a timeout or unreadable output is reported (`HookReported` on the
+session's events) and never blocks. `continue: false` wins over any decision: the turn ends
+(`TurnStopped`), or the prompt is refused. Everything shown to the user is a `HookReported`.
 
 Authority: a PreToolUse `deny` or exit 2 refuses the call; `allow` only answers the approval the
 permission gate would ask for (the gate still applies the mode, the role's ceiling, deny rules
@@ -27,6 +28,7 @@ from typing import Any, Final
 import trio
 
 from anvild.agent import events as ev
+from anvild.agent.hookpoints import TurnStopped
 from anvild.agent.permissions.approval import (
     ApprovalAnswer,
     ApprovalRequest,
@@ -197,6 +199,22 @@ class SessionHooks:
         if isinstance(message, str) and message.strip():
             self._report(run, "message", message)
 
+    def _stops(self, runs: Sequence[HookRun]) -> str | None:
+        """Why the hooks that said `continue: false` stop (each reported `stopped`), or None:
+        `EVENT hook NAME: STOPREASON`, joined by "; ". For the user, never the model."""
+        reasons: list[str] = []
+        for run in runs:
+            output = _output(run)
+            if output.get("continue") is not False:
+                continue
+            reason = output.get("stopReason")
+            reason = reason.strip() if isinstance(reason, str) and reason.strip() else ""
+            self._report(run, "stopped", reason or "no reason given")
+            reasons.append(
+                f"{run.spec.event.value} hook {run.spec.name}: " + (reason or "no reason given")
+            )
+        return "; ".join(reasons) if reasons else None
+
     def _report(self, run: HookRun, outcome: str, detail: str) -> None:
         self.emit(ev.HookReported(run.spec.name, run.spec.event.value, outcome, detail.strip()))
 
@@ -210,7 +228,8 @@ class SessionHooks:
 
     async def before_call(self, call: ToolCall) -> str | None:
         """PreToolUse: a refusal (exit 2 or `deny`), or None; `allow` and an approved `ask`
-        answer the permission gate's question for this call (it asks nothing else)."""
+        answer the permission gate's question for this call (it asks nothing else).
+        `TurnStopped` for `continue: false`, whatever else was said."""
         if len(self._approved) > 256:  # calls the gate decided without asking
             self._approved.clear()
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
@@ -221,6 +240,8 @@ class SessionHooks:
             tool_input=arguments,
             tool_use_id=call.id,
         )
+        if (stopped := self._stops(runs)) is not None:
+            raise TurnStopped(stopped)
         refusals: list[str] = []
         asks: list[tuple[str, str]] = []
         allowed = ""
@@ -269,7 +290,8 @@ class SessionHooks:
                 return reason
 
     async def after_call(self, call: ToolCall, result: ToolResult) -> str:
-        """PostToolUse: what the hooks tell the model about the result ("" for nothing)."""
+        """PostToolUse: what the hooks tell the model about the result ("" for nothing), or
+        `TurnStopped` (`continue: false`: the result stands, the turn ends after its step)."""
         self._approved.pop(call.id, None)
         if not self.hooks().matching(Event.POST_TOOL_USE, call.name):
             return ""
@@ -281,6 +303,8 @@ class SessionHooks:
             tool_response={"content": result.content, "is_error": result.is_error},
             tool_use_id=call.id,
         )
+        if (stopped := self._stops(runs)) is not None:
+            raise TurnStopped(stopped)
         notes: list[str] = []
         for run in runs:
             if run.exit_code == 2:
@@ -296,8 +320,11 @@ class SessionHooks:
 
     async def before_stop(self, continued: int) -> str | None:
         """Stop: a message that continues the turn (exit 2, or `decision: block`), or None.
-        A hook that already continued this turn `max_blocks` times is reported instead."""
+        A hook that already continued this turn `max_blocks` times is reported instead.
+        `continue: false` wins: `TurnStopped`."""
         runs = await self._run(Event.STOP, "", stop_hook_active=continued > 0)
+        if (stopped := self._stops(runs)) is not None:
+            raise TurnStopped(stopped)
         reasons: list[str] = []
         for run in runs:
             if run.exit_code == 2:
@@ -318,15 +345,23 @@ class SessionHooks:
         return "\n".join(reasons) if reasons else None
 
     async def before_compact(self, trigger: str, focus: str) -> None:
-        """PreCompact: run for their effects (they cannot stop a compaction)."""
-        await self._run(Event.PRE_COMPACT, trigger, trigger=trigger, custom_instructions=focus)
+        """PreCompact: run for their effects; `continue: false` is `TurnStopped` (no summary
+        is written; a turn that was compacting ends)."""
+        runs = await self._run(
+            Event.PRE_COMPACT, trigger, trigger=trigger, custom_instructions=focus
+        )
+        if (stopped := self._stops(runs)) is not None:
+            raise TurnStopped(stopped)
 
     # -- the session's points ---------------------------------------------------------------
 
     async def prompt_submit(self, prompt: str) -> str:
         """UserPromptSubmit: the context the hooks add to `prompt` ("" for none), or
-        `PromptBlocked` (exit 2, or `decision: block`) with which hook and why."""
+        `PromptBlocked` (exit 2, `decision: block`, or `continue: false` with its `stopReason`)
+        with which hook and why."""
         runs = await self._run(Event.USER_PROMPT_SUBMIT, "", prompt=prompt)
+        if (stopped := self._stops(runs)) is not None:
+            raise PromptBlocked(f"stopped by {stopped}")
         refusals: list[str] = []
         context: list[str] = []
         for run in runs:
@@ -351,6 +386,7 @@ class SessionHooks:
     async def session_start(self, source: str) -> str:
         """SessionStart (`source`: startup, resume, clear): the context the hooks add."""
         runs = await self._run(Event.SESSION_START, source, source=source)
+        self._stops(runs)  # nothing to stop here: reported
         context: list[str] = []
         for run in runs:
             if run.exit_code != 0:
@@ -366,13 +402,16 @@ class SessionHooks:
 
     async def session_end(self, reason: str) -> None:
         """SessionEnd: run for their effects."""
-        for run in await self._run(Event.SESSION_END, "", reason=reason):
+        runs = await self._run(Event.SESSION_END, "", reason=reason)
+        self._stops(runs)  # nothing to stop here: reported
+        for run in runs:
             if run.exit_code == 2:
                 self._report(run, "error", run.stderr)
 
     async def notify(self, message: str, **fields: Any) -> None:
         """Notification: run for their effects (a person is asked something)."""
         runs = await self._run(Event.NOTIFICATION, "", message=message, **fields)
+        self._stops(runs)  # nothing to stop here: reported
         for run in runs:
             if run.exit_code == 2:
                 self._report(run, "error", run.stderr)
