@@ -15,8 +15,9 @@ put in the model's mouth. Unknown spend, or `BudgetExceeded`, ends a turn. Tool 
 before anyone sees them. A step whose todo list changed since it was last shown starts with it as
 a note at the end of the transcript (`TODOS_MARK`: never in the system prompt, so the cached
 prefix holds). The `ContextWindow` clears, compacts, and retries an overflow once;
-`TurnHooks` run around calls, stop and compaction (`TurnStopped` ends the turn `cancelled`);
-`emit` never blocks. More: docs/decisions.md.
+`TurnHooks` run around calls, stop and compaction (a hook's `Rewrite` is decided and run in the
+model's call's place; `TurnStopped` ends the turn `cancelled`); `emit` never blocks. More:
+docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from anvild.agent.context.compaction import (
 )
 from anvild.agent.context.tokens import request_bytes
 from anvild.agent.events import AgentEvent, TurnFinished, TurnOutcome
-from anvild.agent.hookpoints import NO_HOOKS, TurnHooks, TurnStopped
+from anvild.agent.hookpoints import NO_HOOKS, Rewrite, TurnHooks, TurnStopped
 from anvild.agent.snapshots import NO_SNAPSHOTS, Snapshots
 from anvild.agent.tools.base import Cancellation, ToolContext
 from anvild.agent.tools.registry import ToolRegistry
@@ -140,8 +141,9 @@ class AgentConfig:
 
 @attrs.define
 class _Batch:
-    """The calls of one step while they run: what finished, what started. `stopped`: a
-    PostToolUse hook stopped the turn (no further call starts)."""
+    """The calls of one step while they run: what finished, what started. `calls` are the
+    calls as they run (a hook's `Rewrite` replaces one); the transcript keeps the model's.
+    `stopped`: a PostToolUse hook stopped the turn (no further call starts)."""
 
     step: int
     calls: list[ToolCall]
@@ -151,7 +153,7 @@ class _Batch:
 
     @classmethod
     def of(cls, step: int, calls: list[ToolCall]) -> _Batch:
-        return cls(step, calls, [None] * len(calls), [False] * len(calls))
+        return cls(step, list(calls), [None] * len(calls), [False] * len(calls))
 
 
 @attrs.define
@@ -504,15 +506,20 @@ class Agent:
                 why = completion.invalid_arguments[call.id]
                 message = f"The arguments of {call.name} were not run: {why}. Send one JSON object."
                 self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
-            elif (blocked := await self.hooks.before_call(call)) is not None:
-                message = f"Blocked by a hook before {call.name} ran: {blocked}"
-                self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
-            elif isinstance(decision := await self._decide(call), Deny):
-                message = f"Permission denied for {call.name}: {decision.reason}"
+            elif isinstance(verdict := await self.hooks.before_call(call), str):
+                message = f"Blocked by a hook before {call.name} ran: {verdict}"
                 self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
             else:
-                allowed.append(index)
-                contexts[index] = decision.context or self.context
+                denied = f"Permission denied for {call.name}"
+                if isinstance(verdict, Rewrite):  # decided and run as if the model had sent it
+                    call = batch.calls[index] = attrs.evolve(call, arguments=verdict.arguments)
+                    denied += f" with the input PreToolUse hook {verdict.by} gave it"
+                if isinstance(decision := await self._decide(call), Deny):
+                    message = f"{denied}: {decision.reason}"
+                    self._finish_call(batch, index, ToolResult(call.id, message, is_error=True))
+                else:
+                    allowed.append(index)
+                    contexts[index] = decision.context or self.context
         read_only = {i: self.tools.effects(batch.calls[i]).read_only for i in allowed}
         if not all(read_only.values()):
             await self._before_change()

@@ -14,7 +14,8 @@ session's events) and never blocks. `continue: false` wins over any decision: th
 Authority: a PreToolUse `deny` or exit 2 refuses the call; `allow` only answers the approval the
 permission gate would ask for (the gate still applies the mode, the role's ceiling, deny rules
 and the sandbox: what it denies stays denied); `ask` asks a person even where the policy would
-not. A Stop hook continues a turn at most its `max_blocks` times.
+not; `updatedInput` is a `Rewrite` the gate decides as if the model had sent it. A Stop hook
+continues a turn at most its `max_blocks` times.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Final
 import trio
 
 from anvild.agent import events as ev
-from anvild.agent.hookpoints import TurnStopped
+from anvild.agent.hookpoints import Rewrite, TurnStopped
 from anvild.agent.permissions.approval import (
     ApprovalAnswer,
     ApprovalRequest,
@@ -226,10 +227,11 @@ class SessionHooks:
 
     # -- the agent loop's points (TurnHooks) ------------------------------------------------
 
-    async def before_call(self, call: ToolCall) -> str | None:
-        """PreToolUse: a refusal (exit 2 or `deny`), or None; `allow` and an approved `ask`
-        answer the permission gate's question for this call (it asks nothing else).
-        `TurnStopped` for `continue: false`, whatever else was said."""
+    async def before_call(self, call: ToolCall) -> str | Rewrite | None:
+        """PreToolUse: a refusal (exit 2 or `deny`), a `Rewrite` (`updatedInput`), or None;
+        `allow` and an approved `ask` answer the permission gate's question for this call (it
+        asks nothing else). With a rewrite only its own hook's `allow` counts (the others saw
+        the model's input). `TurnStopped` for `continue: false`, whatever else was said."""
         if len(self._approved) > 256:  # calls the gate decided without asking
             self._approved.clear()
         arguments = call.arguments if isinstance(call.arguments, dict) else {}
@@ -244,7 +246,8 @@ class SessionHooks:
             raise TurnStopped(stopped)
         refusals: list[str] = []
         asks: list[tuple[str, str]] = []
-        allowed = ""
+        allows: list[str] = []
+        rewrites: dict[str, dict[str, Any]] = {}  # hook -> its updatedInput
         for run in runs:
             name = run.spec.name
             if run.exit_code == 2:
@@ -259,17 +262,42 @@ class SessionHooks:
                 reason = str(output.get("reason", "")) if decision else reason
             if decision == "deny":
                 refusals.append(self._blocked(run, reason or "denied", reason))
-            elif decision == "ask":
+                continue
+            specific = output.get("hookSpecificOutput")
+            if isinstance(specific, dict) and specific.get("updatedInput") is not None:
+                updated = specific["updatedInput"]
+                if not isinstance(updated, dict):
+                    why = f"its updatedInput is not a JSON object: {json.dumps(updated)[:200]}"
+                    refusals.append(self._blocked(run, why))
+                    continue
+                if updated != arguments:
+                    rewrites[name] = updated
+            if decision == "ask":
                 asks.append((name, reason))
             elif decision == "allow":
-                allowed = allowed or name
+                allows.append(name)
+        if len({json.dumps(v, sort_keys=True) for v in rewrites.values()}) > 1:
+            names = " and ".join(sorted(rewrites))
+            refusals.append(f"PreToolUse hooks {names} each changed its input differently")
+            for run in runs:
+                if run.spec.name in rewrites:
+                    self._report(run, "blocked", refusals[-1])
         if refusals:
             return "\n".join(refusals)
+        rewrite = None
+        if rewrites:
+            by, arguments = next(iter(sorted(rewrites.items())))
+            rewrite = Rewrite(arguments, by)
+            allows = [name for name in allows if name == by]
+            changed = json.dumps(arguments, ensure_ascii=False)
+            detail = f"changed the input of {call.name} call {call.id} to {changed}"
+            self.emit(ev.HookReported(by, Event.PRE_TOOL_USE.value, "updated", detail))
         if asks:
-            return await self._ask(call, arguments, asks)
-        if allowed:
-            self._approved[call.id] = allowed
-        return None
+            refused = await self._ask(call, arguments, asks)
+            return rewrite if refused is None else refused
+        if allows:
+            self._approved[call.id] = allows[0]
+        return rewrite
 
     async def _ask(
         self, call: ToolCall, arguments: dict[str, Any], asks: Sequence[tuple[str, str]]

@@ -4,10 +4,10 @@
 NOTE:)
 and `events` (stream-json agent events) are `LineBroadcast`s: per-reader cursors, a bounded
 backlog, lag markers. `on_event` translates each agent event: the transcript synced to the
-records first (`Recorder.sync`), then what the event records (usage, todos, the turn's end),
-its log lines (a hook's `systemMessage` a NOTE), and the event itself on `events`. Besides the
-loop's events, `events` carries the session's own (`show`: `approval_requested`,
-`approval_answered`). The answer being
+records first (`Recorder.sync`), then what the event records (usage, todos, the turn's end, a
+hook's `updatedInput` as a `Note`: what ran, beside the model's call), its log lines (a hook's
+`systemMessage` a NOTE), and the event itself on `events`. Besides the loop's events, `events`
+carries the session's own (`show`: `approval_requested`, `approval_answered`). The answer being
 streamed is kept for `out` and handed to the recorder's checkpoint. At a turn's end `out` is
 the final answer, or the partial text and `[turn ended: OUTCOME: DETAIL]`; after a daemon
 restart it is rebuilt from the records (`restored_out`, `[interrupted]` when a crash cut the
@@ -34,7 +34,7 @@ from anvild.session.stream import (
     event_line,
     is_turn_finished,
 )
-from anvild.store import SessionState, TodoItem, TodosChanged, TurnEnded
+from anvild.store import Note, SessionState, TodoItem, TodosChanged, TurnEnded
 
 PREVIEW_CHARS: Final = 200
 INTERRUPTED_MARK: Final = "[interrupted]"
@@ -155,6 +155,10 @@ class Output:
                 self.log_lines([f"NOTE: not compacted: {detail}"])
             case ev.HookReported(name=name, event=hook_event, outcome="message", detail=detail):
                 self.log_lines(indented("NOTE:", f"{hook_event} hook {name}: {detail}"))
+            case ev.HookReported(name=name, event=hook_event, outcome="updated", detail=detail):
+                note = f"{hook_event} hook {name} {detail}"
+                recorder.append(Note(note))  # synced with the call's ToolStarted, before it runs
+                self.log_lines([f"NOTE: {first_line(note)}"])
             case ev.TurnFinished(outcome=outcome, detail=detail):
                 if outcome is ev.TurnOutcome.CANCELLED and trio.current_time() >= self._deadline:
                     detail = f"the turn's deadline of {self._turn_deadline:g} s passed"

@@ -6,7 +6,11 @@ real shell hook scripts in the test's tmp dir.
   once (the script goes on only when `stop_hook_active` is false);
 - UserPromptSubmit exit 2 fails the write to `in` with the hook's stderr, and queues nothing;
 - a project `.anvil/config.toml` hook is ignored (reported) until `anvilctl trust grant`, after
-  which it runs.
+  which it runs;
+- Claude Code's output fields: `updatedInput` runs in the model's call's place and is refused
+  exactly as the model's own call of it would be (a deny rule, a credential file, the schema),
+  both kept in the records; `systemMessage` reaches the log, never the model; `continue: false`
+  ends the turn with its `stopReason` in `out`; `transcript_path` is the session's records file.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_daemon_cli import Anvild
+from tests.integration.test_daemon_crash import read_stream_until
 from tests.integration.test_sessions_e2e import FakeServer, anvilctl, ok, read, user_config
 
 BLOCK_RM = """#!/bin/sh
@@ -37,6 +42,39 @@ echo '{"decision": "block", "reason": "check the result once more"}'
 
 NO_SECRETS = """#!/bin/sh
 if grep -q password; then echo "prompts must not carry passwords" >&2; exit 2; fi
+"""
+
+CURL = "curl -s http://127.0.0.1:9/"
+CONTRACT_CALLS = [  # (prompt, the model's call): what the `contract` hook makes of each
+    ("read notes", "read_file", {"file_path": "notes.txt"}),  # other.txt, with a systemMessage
+    ("read plain", "read_file", {"file_path": "plain.txt"}),  # .env, a credential file
+    ("read dotenv", "read_file", {"file_path": ".env"}),  # the model's own
+    ("list it", "bash", {"command": "ls"}),  # curl, which a deny rule refuses
+    ("curl it", "bash", {"command": CURL}),  # the model's own
+    ("print dir", "bash", {"command": "pwd"}),  # {"command": 42}: not the tool's schema
+    ("halt now", "read_file", {"file_path": "halt.txt"}),  # continue: false
+]
+
+CONTRACT = f"""#!/bin/sh
+input=$(cat)
+allow() {{
+  printf '{{"hookSpecificOutput": {{"hookEventName": "PreToolUse", "permissionDecision": '
+  printf '"allow", "updatedInput": %s}}%s}}\\n' "$1" "$2"
+}}
+case "$input" in
+  *'"notes.txt"'*) allow '{{"file_path": "other.txt"}}' ', "systemMessage": "SYS: other read"' ;;
+  *'"plain.txt"'*) allow '{{"file_path": ".env"}}' '' ;;
+  *'"command": "ls"'*) allow '{{"command": "{CURL}"}}' '' ;;
+  *'"command": "pwd"'*) allow '{{"command": 42}}' '' ;;
+  *'"halt.txt"'*) echo '{{"continue": false, "stopReason": "STOP: the hook says so"}}' ;;
+esac
+exit 0
+"""
+
+TRANSCRIPT = """#!/bin/sh
+path=$(sed -n 's/.*"transcript_path": "\\([^"]*\\)".*/\\1/p')
+echo "$path" > "$0.path"
+head -n 1 "$path" > "$0.head"
 """
 
 
@@ -61,6 +99,10 @@ def fake(tmp_path: Path) -> Iterator[FakeServer]:
                 "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
                 "repeat": True,
             },
+            *(
+                {"contains": prompt, "tool_calls": [{"name": tool, "arguments": arguments}]}
+                for prompt, tool, arguments in CONTRACT_CALLS
+            ),
             {"text": "done", "repeat": True},
         ],
     )
@@ -271,3 +313,119 @@ def test_a_sleeping_hook_is_killed_at_its_timeout_and_the_session_goes_on(
     assert code == 0, log
     ended = json.loads((hooks_dir / "end.json").read_text())
     assert (ended["hook_event_name"], ended["session_id"]) == ("SessionEnd", session)
+
+
+@pytest.fixture
+def contract(tmp_path: Path, fake: FakeServer, hooks_dir: Path) -> Path:
+    """A user config with the `contract` PreToolUse hook, a Stop hook that reads its
+    `transcript_path`, and a deny rule for curl."""
+    path = user_config(tmp_path, fake.url)
+    rewrite = executable(hooks_dir / "contract.sh", CONTRACT)
+    transcript = executable(hooks_dir / "transcript.sh", TRANSCRIPT)
+    path.write_text(
+        path.read_text()
+        + f"""
+[permissions]
+allow = ["bash(ls)"]
+deny = ["bash(curl:*)"]
+
+[hooks.contract]
+event = "PreToolUse"
+command = "{rewrite}"
+
+[hooks.transcript]
+event = "Stop"
+command = "{transcript}"
+"""
+    )
+    return path
+
+
+def tool_result(fake: FakeServer) -> str:
+    """The last tool result the model was sent (openai-chat: a `tool` message)."""
+    messages = fake.requests()[-1]["body"]["messages"]
+    content = next(m["content"] for m in reversed(messages) if m["role"] == "tool")
+    assert isinstance(content, str)
+    return content
+
+
+def test_updated_input_runs_in_place_and_is_refused_as_the_models_call_would_be(
+    namespace: Path, contract: Path, workdir: Path, fake: FakeServer, hooks_dir: Path
+) -> None:
+    (workdir / "notes.txt").write_text("NOTES\n")
+    (workdir / "other.txt").write_text("OTHER\n")
+    (workdir / "plain.txt").write_text("PLAIN\n")
+    (workdir / ".env").write_text("TOKEN=SECRET\n")
+    daemon = Anvild(namespace, "--config", str(contract))
+    daemon.wait_serving()
+    try:
+        session = new(namespace, workdir)
+
+        # A rewrite that the policy allows runs in the model's call's place.
+        assert turn(namespace, session, "read notes").strip() == "done"
+        assert "OTHER" in tool_result(fake)
+        assert "SYS: other read" not in json.dumps(fake.requests())  # the user's, only
+        log = read_stream_until(namespace, f"agent/{session}/log", "SYS: other read")
+        assert "NOTE: PreToolUse hook contract: SYS: other read" in log
+        assert "NOTE: PreToolUse hook contract changed the input of read_file call" in log
+        records = [
+            json.loads(line)
+            for line in (daemon.data_dir / "sessions" / f"{session}.jsonl").read_text().splitlines()
+        ]
+        calls = [
+            block
+            for r in records
+            if r["type"] == "message_appended"
+            for block in r["message"]["content"]
+            if block.get("type") == "tool_call"
+        ]
+        assert calls[0]["arguments"] == {"file_path": "notes.txt"}  # the model's call
+        notes = [r["text"] for r in records if r["type"] == "note"]
+        assert any(n.endswith(' to {"file_path": "other.txt"}') for n in notes)  # what ran
+
+        # The Stop hook read the session's records at its transcript_path.
+        where = Path((hooks_dir / "transcript.sh.path").read_text().strip())
+        assert where == daemon.data_dir / "sessions" / f"{session}.jsonl"
+        first = json.loads((hooks_dir / "transcript.sh.head").read_text())
+        assert (first["type"], first["id"]) == ("session_started", session)
+
+        # Rewrites the policy or the boundary refuses are refused as the model's own call.
+        hooked = " with the input PreToolUse hook contract gave it"
+        for rewritten, own in (("read plain", "read dotenv"), ("list it", "curl it")):
+            turn(namespace, session, rewritten)
+            refused = tool_result(fake)
+            turn(namespace, session, own)
+            assert refused.replace(hooked, "") == tool_result(fake), (rewritten, refused)
+            assert "SECRET" not in refused
+        assert "deny(bash(curl:*))" in refused
+
+        # A rewrite that breaks the tool's schema is an error result; the session goes on.
+        assert turn(namespace, session, "print dir").strip() == "done"
+        schema = "Permission denied for bash" + hooked + ": Invalid value for `command`: 42 "
+        assert schema in tool_result(fake)
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
+
+
+def test_continue_false_ends_the_turn_with_its_reason_for_the_user_only(
+    namespace: Path, contract: Path, workdir: Path, fake: FakeServer
+) -> None:
+    (workdir / "halt.txt").write_text("HALT\n")
+    daemon = Anvild(namespace, "--config", str(contract))
+    daemon.wait_serving()
+    try:
+        session = new(namespace, workdir)
+        out = turn(namespace, session, "halt now")
+        reason = "stopped by PreToolUse hook contract: STOP: the hook says so"
+        assert out.endswith(f"[turn ended: cancelled: {reason}]\n"), out
+        assert read(namespace, f"agent/{session}/outcome") == f"cancelled {reason}\n"
+        assert len(fake.requests()) == 1  # the model was not asked again
+        assert turn(namespace, session, "hello").strip() == "done"
+        sent = json.dumps(fake.requests()[-1]["body"]["messages"])
+        assert "Not run: the turn was stopped before read_file started." in sent
+        assert "STOP: the hook says so" not in sent
+        assert "HALT" not in sent
+    finally:
+        code, log = daemon.stop()
+    assert code == 0, log
