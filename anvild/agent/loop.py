@@ -2,22 +2,19 @@
 
     sample -> commit only a clean completion -> decide -> dispatch -> append results -> validate
 
-up to `max_steps` (`Agent._steps` is the whole algorithm). A turn's end is a value: `run_turn`
-returns the `TurnFinished` it emitted (exactly one per turn, last). `LlmError`s and transcript
-violations become `StepFailed` and the `error` outcome; anything else is a bug, re-raised.
-Invariants: the transcript only ever holds valid states (every change goes through `_commit`,
-which validates it; a pending tail only between a step's calls and their results). A completion
-is committed only after a clean finish: an abnormal one commits its text and runs no call.
-Allowed calls run concurrently only when each is read-only by its `effects(args)` or its tool
-declares `parallel_safe = True` (`task`: a child session runs elsewhere). On
-cancellation the transcript is left valid (interrupted calls say so) and no unfinished text is
-put in the model's mouth. Unknown spend, or `BudgetExceeded`, ends a turn. Tool results are redacted
-before anyone sees them. A step whose todo list changed since it was last shown starts with it as
-a note at the end of the transcript (`TODOS_MARK`: never in the system prompt, so the cached
-prefix holds). The `ContextWindow` clears, compacts, and retries an overflow once;
-`TurnHooks` run around calls, stop and compaction (a hook's `Rewrite` is decided and run in the
-model's call's place; `TurnStopped` ends the turn `cancelled`); `emit` never blocks. More:
-docs/decisions.md.
+up to `max_steps` (`Agent._steps` is the whole algorithm). `run_turn` returns the one
+`TurnFinished` it emitted, last. `LlmError`s and transcript violations become `StepFailed` and
+the `error` outcome; anything else is a bug, re-raised. Invariants: the transcript only holds
+valid states (every change goes through `_commit`; a pending tail only between a step's calls
+and their results); a completion is committed only after a clean finish (an abnormal one commits
+its text and runs no call). Allowed calls run concurrently only when each is read-only by its
+`effects(args)` or `parallel_safe`. On
+cancellation the transcript stays valid and no unfinished text is put in the model's mouth.
+Unknown spend or `BudgetExceeded` ends a turn. Tool results are redacted before anyone sees
+them. A changed todo list is a note at the transcript's end (`TODOS_MARK`), never in the system
+prompt. The `ContextWindow` clears, compacts and retries an overflow once; `TurnHooks` run
+around calls, stop and compaction (a hook's `Rewrite` runs in the model's call's place;
+`TurnStopped` ends the turn `cancelled`); `emit` never blocks. More: docs/decisions.md.
 """
 
 from __future__ import annotations
