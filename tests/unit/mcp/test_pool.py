@@ -6,6 +6,7 @@ and leaves the session working, servers are shared per (config, cwd) and stop wi
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import sys
@@ -173,6 +174,25 @@ async def test_list_changed_reaches_the_next_specs(harness: Harness, tmp_path: P
     assert "mcp__py__grown" in [s.name for s in registry.specs()]
     grown = await call(registry, "mcp__py__grown", {}, tmp_path)
     assert grown.content == "grown here"
+
+
+async def test_the_merged_specs_size_is_the_size_of_their_json(harness: Harness) -> None:
+    """The registry notes the merged tuple's size from its two parts' (`llm.size`): it must be
+    what encoding the merged definitions afresh gives."""
+    from anvild.agent.tools.search import Glob, Grep
+    from anvild.llm.size import specs_bytes
+    from anvild.llm.types import converter
+
+    harness.servers.append(python_server())
+    mcp = harness.handle()
+    registry = McpRegistry([Grep(), Glob()], mcp)
+    await mcp.ensure_started()
+    for compact in (False, True):
+        specs = registry.specs(compact=compact)
+        assert {"grep", "glob", "mcp__py__echo"} <= {s.name for s in specs}
+        expected = len(json.dumps([converter.unstructure(s) for s in specs]).encode())
+        assert specs_bytes(list(specs)) == expected  # a list: measured afresh
+        assert specs_bytes(specs) == expected
 
 
 async def test_a_failing_server_is_reported_once_and_the_others_work(
