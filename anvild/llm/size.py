@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Final
 
 from anvild.llm.types import (
     ContentBlock,
@@ -49,31 +48,26 @@ def spec_bytes(spec: ToolSpec) -> int:
     return utf8(json.dumps(converter.unstructure(spec)))
 
 
-# The last sizes of tool tuples, by identity (the tuple held, so its id is not reused): the agent
-# measures one step's tuple several times (before its request, to clear old results, after).
-_SPECS_SIZES: dict[int, tuple[Sequence[ToolSpec], int]] = {}
-_SPECS_SIZES_KEPT: Final = 64
+class SizedSpecs(tuple[ToolSpec, ...]):
+    """Tool definitions that carry their `specs_bytes`, computed by whoever built them from
+    sizes it keeps (the tool registries): a step measures its definitions several times, and
+    each step gets new ones (fresh schema copies), so a cache by identity would never hit."""
+
+    json_bytes: int
+
+    def __new__(cls, specs: Iterable[ToolSpec], json_bytes: int) -> SizedSpecs:
+        self = super().__new__(cls, specs)
+        self.json_bytes = json_bytes
+        return self
 
 
 def specs_bytes(specs: Sequence[ToolSpec]) -> int:
     """The tool definitions' JSON list: each definition, and "[", "]" and ", " between them."""
+    if isinstance(specs, SizedSpecs):
+        return specs.json_bytes
     if not specs:
         return 0
-    known = _SPECS_SIZES.get(id(specs))
-    if known is not None and known[0] is specs:
-        return known[1]
-    size = sum(spec_bytes(spec) for spec in specs) + 2 * len(specs)
-    if isinstance(specs, tuple):
-        note_specs_bytes(specs, size)
-    return size
-
-
-def note_specs_bytes(specs: tuple[ToolSpec, ...], size: int) -> None:
-    """Remember `size` as `specs_bytes(specs)`: for a caller that built `specs` from JSON whose
-    sizes it keeps (the tool registry), so the definitions are not encoded again to be measured."""
-    if len(_SPECS_SIZES) >= _SPECS_SIZES_KEPT:
-        del _SPECS_SIZES[next(iter(_SPECS_SIZES))]
-    _SPECS_SIZES[id(specs)] = (specs, size)
+    return sum(spec_bytes(spec) for spec in specs) + 2 * len(specs)
 
 
 def request_bytes(system: str, specs: Sequence[ToolSpec], messages: Iterable[Message]) -> int:
@@ -81,9 +75,9 @@ def request_bytes(system: str, specs: Sequence[ToolSpec], messages: Iterable[Mes
 
 
 __all__ = [
+    "SizedSpecs",
     "block_bytes",
     "message_bytes",
-    "note_specs_bytes",
     "request_bytes",
     "spec_bytes",
     "specs_bytes",

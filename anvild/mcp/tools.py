@@ -39,7 +39,7 @@ from anvild.agent.tools.base import (
 )
 from anvild.agent.tools.bash import STDOUT_KEEP
 from anvild.agent.tools.registry import ToolRegistry, truncate_middle
-from anvild.llm.size import note_specs_bytes, specs_bytes
+from anvild.llm.size import SizedSpecs, specs_bytes
 from anvild.llm.types import ToolCall, ToolResult, ToolSpec
 from anvild.mcp.config import ServerSpec
 from anvild.mcp.names import tool_name
@@ -463,10 +463,8 @@ class McpRegistry(ToolRegistry):
     def specs(self, *, compact: bool = False) -> tuple[ToolSpec, ...]:
         self._refresh()
         own, extra = super().specs(compact=compact), self._extra.specs(compact=compact)
-        merged = tuple(sorted((*own, *extra), key=lambda s: s.name))
-        if merged:  # a list's size adds up: each registry noted its own
-            note_specs_bytes(merged, specs_bytes(own) + specs_bytes(extra))
-        return merged
+        merged = sorted((*own, *extra), key=lambda s: s.name)
+        return SizedSpecs(merged, specs_bytes(own) + specs_bytes(extra))  # a list's size adds up
 
     def effects(self, call: ToolCall) -> Effects:
         if call.name in self._extra:

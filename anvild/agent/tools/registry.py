@@ -31,7 +31,7 @@ from anvild.agent.tools.base import (
     brief_description,
     compact_schema,
 )
-from anvild.llm.size import note_specs_bytes, spec_bytes
+from anvild.llm.size import SizedSpecs, spec_bytes
 from anvild.llm.types import ToolCall, ToolResult, ToolSpec
 
 DEFAULT_MAX_OUTPUT_CHARS: Final = 30_000
@@ -86,8 +86,14 @@ def _validator(name: str, schema_json: str) -> ArgsValidator:
     return ArgsValidator(schema)
 
 
+@functools.lru_cache(maxsize=512)
+def _spec_size(name: str, description: str, schema_json: str) -> int:
+    """A definition's `spec_bytes`, once per process: every session registers the same tools."""
+    return spec_bytes(ToolSpec(name, description, json.loads(schema_json)))
+
+
 class _Entry:
-    __slots__ = ("brief", "description", "schema_json", "sizes", "tool", "validator")
+    __slots__ = ("brief", "description", "schema_json", "tool", "validator")
 
     def __init__(self, tool: Tool) -> None:
         self.tool = tool
@@ -98,7 +104,6 @@ class _Entry:
         self.validator = _validator(tool.name, self.schema_json)
         self.description: str | None = None  # read at the first request (it may cost a scan)
         self.brief: tuple[str, str] | None = None  # (description, schema JSON), on first use
-        self.sizes: dict[bool, int] = {}  # compact -> the spec's `spec_bytes`, on first use
 
     def json_spec(self, compact: bool) -> tuple[str, str]:
         """The description and the schema's JSON that `specs` sends, each read once, so every
@@ -161,15 +166,9 @@ class ToolRegistry:
         size = 0
         for name, entry in sorted(self._entries.items()):
             description, schema_json = entry.json_spec(compact)
-            spec = ToolSpec(name, description, json.loads(schema_json))
-            specs.append(spec)
-            if (known := entry.sizes.get(compact)) is None:
-                known = entry.sizes[compact] = spec_bytes(spec)
-            size += known + 2
-        result = tuple(specs)
-        if result:
-            note_specs_bytes(result, size)  # measured each step: not encoded again for that
-        return result
+            specs.append(ToolSpec(name, description, json.loads(schema_json)))
+            size += _spec_size(name, description, schema_json) + 2
+        return SizedSpecs(specs, size)
 
     def effects(self, call: ToolCall) -> Effects:
         """What `call` may do. Calls that will be refused (unknown tool, invalid arguments) do

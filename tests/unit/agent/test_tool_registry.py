@@ -166,9 +166,10 @@ def test_specs_sorted_and_byte_stable() -> None:
 
 
 @pytest.mark.parametrize("compact", [False, True])
-def test_the_size_the_registry_notes_is_the_size_of_the_definitions_json(compact: bool) -> None:
-    """`specs` tells `llm.size` its tuple's size from sizes kept per tool; it must be the size
-    of the definitions encoded afresh, non-ASCII text included, for each call's new tuple."""
+def test_the_size_the_specs_carry_is_the_size_of_the_definitions_json(compact: bool) -> None:
+    """`specs` returns definitions that carry their size (`llm.size.SizedSpecs`), added up from
+    sizes kept per tool: it must be the size of the definitions encoded afresh, non-ASCII text
+    included, for each call's new tuple."""
     accented = Echo("echo_fr")
     accented.description = 'Répète ce qu\'on lui dit, avec 🙂 et des guillemets "doubles".'
     registry = ToolRegistry([accented, Calculator(), Grep(), ReadFile()])

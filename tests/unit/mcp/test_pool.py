@@ -177,8 +177,8 @@ async def test_list_changed_reaches_the_next_specs(harness: Harness, tmp_path: P
 
 
 async def test_the_merged_specs_size_is_the_size_of_their_json(harness: Harness) -> None:
-    """The registry notes the merged tuple's size from its two parts' (`llm.size`): it must be
-    what encoding the merged definitions afresh gives."""
+    """The merged definitions carry the sum of their two parts' sizes (`llm.size.SizedSpecs`):
+    it must be what encoding them afresh gives."""
     from anvild.agent.tools.search import Glob, Grep
     from anvild.llm.size import specs_bytes
     from anvild.llm.types import converter
