@@ -110,11 +110,12 @@ typecheck: $(STAMP)
 
 # ANVIL_REQUIRE_LLAMA=1: the live-local suite fails instead of skipping when llama-server is absent.
 # The project's own modules are byte-compiled first (only what changed; see $(STAMP)). Tests run
-# on PYTEST_WORKERS pytest-xdist workers (default: one per core), each file's tests on one worker
-# (so test_llama_server.py's session-wide llama-server is started once), the files in the order
-# tests/conftest.py gives them (longest first; xdist would otherwise put the files with the most
-# tests first).
-PYTEST_WORKERS ?= auto
+# on PYTEST_WORKERS pytest-xdist workers (default: one per core and one more, since the tests
+# spend much of their time waiting on daemons and sockets: docs/PERF.md), each file's tests on one
+# worker (so test_llama_server.py's session-wide llama-server is started once), the files in the
+# order tests/conftest.py gives them (longest first; xdist would otherwise put the files with the
+# most tests first).
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 pytest: setup llama-server mcp-servers
 	$(PY) -m compileall -q anvild anvilctl tests
 	ANVIL_REQUIRE_LLAMA=1 ANVIL_MCP_NPM_DIR=$(MCP_NPM_DIR) $(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
