@@ -131,6 +131,23 @@ def test_two_children_at_once_with_parent_answers_and_cost(
         fake.stop()
 
 
+def delegating(
+    namespace: Path, workdir: Path, fake: FakeServer, config: Path
+) -> tuple[Anvild, str, str]:
+    """A daemon whose parent session `boss` delegated one job: the daemon, the parent's id and
+    the child's, with the child's request held by the fake provider (its turn runs)."""
+    daemon = start_daemon(namespace, config)
+    try:
+        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
+        ok(anvilctl(namespace, "send", parent, "delegate one job"))
+        wait_requests(fake, 2)
+        (line,) = read(namespace, f"agent/{parent}/children").splitlines()
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon, parent, line.split("\t")[0]
+
+
 def test_kill_9_during_a_childs_turn_ends_the_child_and_never_reruns(
     namespace: Path, tmp_path: Path, workdir: Path
 ) -> None:
@@ -148,12 +165,7 @@ def test_kill_9_during_a_childs_turn_ends_the_child_and_never_reruns(
     config = config_for(tmp_path, fake)
     daemon: Anvild | None = None
     try:
-        daemon = start_daemon(namespace, config)
-        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
-        ok(anvilctl(namespace, "send", parent, "delegate one job"))
-        wait_requests(fake, 2)  # the child's request is held: its turn runs
-        (line,) = read(namespace, f"agent/{parent}/children").splitlines()
-        child = line.split("\t")[0]
+        daemon, parent, child = delegating(namespace, workdir, fake, config)
         assert child in listed(namespace)
         kill_9(daemon)
         daemon = None
@@ -221,12 +233,7 @@ def test_a_stop_during_a_childs_turn_keeps_the_outcome_it_recorded(
     config = config_for(tmp_path, fake)
     daemon: Anvild | None = None
     try:
-        daemon = start_daemon(namespace, config)
-        parent = ok(anvilctl(namespace, "new", "alias=boss", cwd=workdir)).strip()
-        ok(anvilctl(namespace, "send", parent, "delegate one job"))
-        wait_requests(fake, 2)  # the child's request is held: its turn runs
-        (line,) = read(namespace, f"agent/{parent}/children").splitlines()
-        child = line.split("\t")[0]
+        daemon, parent, child = delegating(namespace, workdir, fake, config)
         code, log_text = daemon.stop()
         daemon = None
         assert code == 0, log_text
