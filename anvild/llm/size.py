@@ -61,6 +61,10 @@ class SizedSpecs(tuple[ToolSpec, ...]):
         return self
 
 
+# cattrs dispatches on the exact class: unstructured, these are the tuple they are.
+converter.register_unstructure_hook(SizedSpecs, lambda specs: converter.unstructure(tuple(specs)))
+
+
 def specs_bytes(specs: Sequence[ToolSpec]) -> int:
     """The tool definitions' JSON list: each definition, and "[", "]" and ", " between them."""
     if isinstance(specs, SizedSpecs):

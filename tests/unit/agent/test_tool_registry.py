@@ -181,6 +181,12 @@ def test_the_size_the_specs_carry_is_the_size_of_the_definitions_json(compact: b
         assert specs_bytes(specs) == expected
 
 
+def test_specs_unstructure_as_the_tuple_they_are() -> None:
+    specs = ToolRegistry([Echo(), Calculator()]).specs()
+    assert converter.unstructure(specs) == converter.unstructure(tuple(specs))
+    assert [spec["name"] for spec in converter.unstructure(specs)] == ["calculator", "echo"]
+
+
 async def test_dispatch_always_answers(ctx: ToolContext) -> None:
     registry = ToolRegistry([Echo(), Calculator()])
     unknown = await registry.dispatch(ToolCall("u", "nope", {}), ctx)
