@@ -60,6 +60,9 @@ class SizedSpecs(tuple[ToolSpec, ...]):
         self.json_bytes = json_bytes
         return self
 
+    def __getnewargs__(self) -> tuple[tuple[ToolSpec, ...], int]:
+        return tuple(self), self.json_bytes  # copy and pickle: `__new__` takes the size too
+
 
 # cattrs dispatches on the exact class: unstructured, these are the tuple they are.
 converter.register_unstructure_hook(SizedSpecs, lambda specs: converter.unstructure(tuple(specs)))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from pathlib import Path
 from typing import Any, Final
 
@@ -185,6 +187,9 @@ def test_specs_unstructure_as_the_tuple_they_are() -> None:
     specs = ToolRegistry([Echo(), Calculator()]).specs()
     assert converter.unstructure(specs) == converter.unstructure(tuple(specs))
     assert [spec["name"] for spec in converter.unstructure(specs)] == ["calculator", "echo"]
+    for copied in (copy.deepcopy(specs), pickle.loads(pickle.dumps(specs))):
+        assert copied == specs
+        assert specs_bytes(copied) == specs_bytes(specs)
 
 
 async def test_dispatch_always_answers(ctx: ToolContext) -> None:
