@@ -414,7 +414,8 @@ class Rewound:
 
 @attrs.frozen
 class SessionEnded:
-    """`kill`, or an ephemeral session reaped: the last record of a file."""
+    """`kill`, an ephemeral session exiting after its turn, or a `task` child ended at a restart:
+    the last record of a file."""
 
     TAG: ClassVar[str] = "session_ended"
     reason: str = ""
