@@ -72,7 +72,7 @@ class BeadGates:
 
     def _at_rest(self, name: str) -> bool:
         """Whether the live session with this id or alias is at rest (not built)."""
-        return self._manager is not None and isinstance(self._manager.peek(name), tuple)
+        return self._manager is not None and self._manager.at_rest(name)
 
     # -- what to look at -----------------------------------------------------------------------
 

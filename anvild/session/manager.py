@@ -628,8 +628,12 @@ class SessionManager:
             journal.close()  # built (or unloaded again) meanwhile: never two journals
         return self.get(key)
 
+    def _find(self, key: str) -> Session | _Unbuilt | None:
+        """The live entry with this id or alias, building none."""
+        return self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+
     def _entry(self, key: str) -> Session | _Unbuilt:
-        session = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+        session = self._find(key)
         if session is None:
             raise SessionNotFound(f"no session {key!r}: read agent/list for the live sessions")
         return session
@@ -649,8 +653,14 @@ class SessionManager:
         (idle unload still applies): a built one itself, one not built its summary and model;
         None when there is no such session. For views of every session (the web board) and
         what needs only a session's id, alias, role or status (resolving a mail's `to`)."""
-        entry = self._sessions.get(key) or self._sessions.get(self._aliases.get(key, ""))
+        entry = self._find(key)
         return (entry.summary, entry.target) if isinstance(entry, _Unbuilt) else entry
+
+    def at_rest(self, key: str) -> bool:
+        """Whether the live session with this id or alias is at rest and not built (a use
+        builds it, replaying its records). Building none, using none; cheap enough to ask on
+        every 9P call of a session's files."""
+        return type(self._find(key)) is _Unbuilt
 
     def ids(self) -> list[str]:
         """Every live session's id, in creation order, building none."""
@@ -1317,12 +1327,18 @@ class SessionManager:
             self.publish(SessionFailed(session_id, f"not ended at restore: {exc}"))
             return False
         log.warning("session.child_ended", session=session_id, reason=CHILD_ORPHANED)
-        await self._ended_child(journal)
-        state, seq, size = journal.state, journal.seq, journal.size
-        self._index_ended[session_id] = Pending(SessionSummary.of(state), size, seq)
-        journal.close()
+        await self._keep_ended(journal)
         self.publish(SessionEnded(session_id, CHILD_ORPHANED))
         return True
+
+    async def _keep_ended(self, journal: Journal) -> None:
+        """An ended session's file found at restore: kept for its parent's `children` and
+        `cost` when it has one, and for the index; its journal closed."""
+        if journal.state.parent is not None:
+            await self._ended_child(journal)
+        state, seq, size = journal.state, journal.seq, journal.size
+        self._index_ended[state.id] = Pending(SessionSummary.of(state), size, seq)
+        journal.close()
 
     async def _restore(self) -> None:
         nursery = self._require_nursery()
@@ -1355,11 +1371,7 @@ class SessionManager:
                 self._parents[session_id] = parent
                 born[session_id] = journal.state.created_at
             if journal.state.ended is not None:
-                if parent is not None:  # its parent's `children` and `cost` keep it
-                    await self._ended_child(journal)
-                state, seq, size = journal.state, journal.seq, journal.size
-                self._index_ended[session_id] = Pending(SessionSummary.of(state), size, seq)
-                journal.close()
+                await self._keep_ended(journal)
                 continue
             if recover(journal.state).records:
                 try:

@@ -326,7 +326,7 @@ class _Current:
     def ready(self) -> bool:
         """Whether `now` builds nothing: the session is built, or gone. False once an idle
         unload put it back to its summary."""
-        return not isinstance(self._manager.peek(self._id), tuple)
+        return not self._manager.at_rest(self._id)
 
     async def load(self) -> None:
         """Build the session again if it was unloaded, its records replayed in a worker
