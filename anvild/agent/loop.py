@@ -8,13 +8,13 @@ the `error` outcome; anything else is a bug, re-raised. Invariants: the transcri
 valid states (every change goes through `_commit`; a pending tail only between a step's calls
 and their results); a completion is committed only after a clean finish (an abnormal one commits
 its text and runs no call). Allowed calls run concurrently only when each is read-only by its
-`effects(args)` or `parallel_safe`. On
-cancellation the transcript stays valid and no unfinished text is put in the model's mouth.
-Unknown spend or `BudgetExceeded` ends a turn. Tool results are redacted before anyone sees
-them. A changed todo list is a note at the transcript's end (`TODOS_MARK`), never in the system
-prompt. The `ContextWindow` clears, compacts and retries an overflow once; `TurnHooks` run
-around calls, stop and compaction (a hook's `Rewrite` runs in the model's call's place;
-`TurnStopped` ends the turn `cancelled`); `emit` never blocks. More: docs/decisions.md.
+`effects(args)` or `parallel_safe`. On cancellation the transcript stays valid and no unfinished
+text is put in the model's mouth. Unknown spend or `BudgetExceeded` ends a turn. Tool results
+are redacted before anyone sees them. The `todos` tool's list, when it changed, is a note at
+the transcript's end (`TODOS_MARK`), never in the system prompt. The `ContextWindow` clears,
+compacts and retries an overflow once; `TurnHooks` run around calls, stop and compaction (a
+hook's `Rewrite` runs in the model's call's place; `TurnStopped` ends the turn `cancelled`);
+`emit` never blocks. More: docs/decisions.md.
 """
 
 from __future__ import annotations
